@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs everything the build and the tests need on Debian 12, idempotently:
+# Debian packages (only those missing; apt runs only if something is missing) and a
+# Python virtual environment in .venv for the test oracles (NumPy reference forward pass,
+# sentencepiece / tokenizers). Safe to run repeatedly; fast when nothing is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  python3 python3-venv python3-pip
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  echo "installing Debian packages: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Python test oracles live in a project-local venv so the system Python stays untouched.
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import sys" 2>/dev/null; then
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import numpy, sentencepiece, tokenizers, safetensors" 2>/dev/null; then
+  echo "installing Python test dependencies into .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-test.txt
+fi

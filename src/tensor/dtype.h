@@ -1,0 +1,69 @@
+// Element and block types. The numeric values are the ggml/GGUF type ids, so a DType read
+// from a file header is cast directly. Block-quantized types store `block_size` elements in
+// `type_size` bytes; a row's element count must be a multiple of block_size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace pi {
+
+enum class DType : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q8_1 = 9,
+  Q2_K = 10,
+  Q3_K = 11,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  Q8_K = 15,
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
+  IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
+  IQ4_XS = 23,
+  I8 = 24,
+  I16 = 25,
+  I32 = 26,
+  I64 = 27,
+  F64 = 28,
+  IQ1_M = 29,
+  BF16 = 30,
+  TQ1_0 = 34,
+  TQ2_0 = 35,
+  MXFP4 = 39,
+};
+
+struct DTypeInfo {
+  DType type;
+  std::string_view name;  // as ggml names it: "f32", "q4_0", ...
+  int64_t block_size;     // elements per block (1 for plain types)
+  size_t type_size;       // bytes per block
+  bool quantized;
+  // True when this engine has reference (de)quantization for the type. Other known types
+  // can be read and inspected but not computed with.
+  bool computable;
+};
+
+// Info for a known type id, or nullopt for an id no ggml version defines.
+std::optional<DTypeInfo> dtype_info(uint32_t id);
+const DTypeInfo& dtype_info(DType t);
+std::string_view dtype_name(DType t);
+// Parses "q4_0", "Q4_0", "f16", "bf16", ... (case-insensitive).
+std::optional<DType> dtype_from_name(std::string_view name);
+
+// Bytes of one row of `n` elements; requires n % block_size == 0.
+size_t row_bytes(DType t, int64_t n);
+
+}  // namespace pi

@@ -1,0 +1,17 @@
+// Subcommands of the `powerinfer` CLI. Each registers its flags on a CLI11 subcommand and
+// returns a callback that runs it and yields the process exit code.
+#pragma once
+
+#include <functional>
+
+namespace CLI {
+class App;
+}
+
+namespace pi::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_inspect(CLI::App& app);
+
+}  // namespace pi::cli

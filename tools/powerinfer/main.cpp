@@ -1,0 +1,34 @@
+// The `powerinfer` command-line program: one binary, one subcommand per tool.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "commands.h"
+#include "core/log.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"powerinfer: fast local LLM inference that exploits activation sparsity"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "powerinfer 0.1.0");
+  bool verbose = false, quiet = false;
+  app.add_flag("-v,--verbose", verbose, "Log debug messages");
+  app.add_flag("-q,--quiet", quiet, "Log only errors");
+
+  std::map<std::string, pi::cli::Runner> runners;
+  runners["inspect"] = pi::cli::add_inspect(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (verbose) pi::set_log_level(pi::LogLevel::Debug);
+  if (quiet) pi::set_log_level(pi::LogLevel::Error);
+  for (CLI::App* sub : app.get_subcommands()) {
+    auto it = runners.find(sub->get_name());
+    if (it != runners.end()) return it->second();
+  }
+  return 1;
+}

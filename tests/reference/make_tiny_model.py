@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Writes a small random model (GGUF, or PowerInfer PWRI with predictors) for tests.
+
+    make_tiny_model.py --arch llama|bamboo|falcon --outtype f32|f16|q8_0|q4_0 [--pwri]
+        [--layers 2 --embd 64 --ff 256 --heads 4 --kv-heads 2 --vocab 300] [--tied]
+        [--act silu|relu|gelu] [--threshold 0.0] --seed S --out FILE
+
+The file carries a minimal llama SentencePiece vocabulary (<unk>, <s>, </s>, the 256 byte
+pieces <0x00>..<0xFF>, then word pieces with scores) so the engine can tokenize text.
+For falcon, --kv-heads 1 gives the 7B layout (one attn_norm), more gives the 40B layout
+(attn_norm_2 for the FFN). Same seed and shapes give the same weights with and without
+--pwri, so a dense ReLU GGUF and the PWRI file of one seed compute the same dense function.
+
+How the weights keep activations sane and the FFN sparse, without biases:
+  * Matrices are N(0, 1/n_in), so each projection roughly preserves the scale of its input;
+    norm weights are near 1.
+  * Residual channel 0 is a constant "bias channel": every token embedding has the value
+    3.0 there, and the rows of attn_output and ffn_down (and the columns of ffn_down_t)
+    that write channel 0 are zero, so the residual keeps exactly 3.0 in channel 0 through
+    every layer and the normalized FFN input has a positive channel 0 (like the "massive
+    activation" channels of real LLMs).
+  * Column 0 of the gated matrix (ffn_gate; ffn_up for falcon) then acts as a per-neuron
+    bias. It is calibrated layer by layer on random token sequences with the reference
+    forward pass so that neuron i fires on a fraction p_i of tokens, p_i ~ Beta(0.6, 3.4)
+    (mean 15%: ~85% sparsity, with a skewed hot/cold spread; bamboo's gate uses mean 25%,
+    and ReLU on up halves it again).
+  * Predictors: the gated pre-activation is an exactly linear function of the predictor
+    input up to a positive factor (llama: gate . (h / rms(h) * w) has the sign of
+    (gate * w) . h), so G = gate * w (falcon: (up * w) with the mean removed) predicts the
+    true ReLU mask. Its rank-k truncated SVD Q P is written as fc1 = [P; -P] [2k, n_embd],
+    fc2 = [Q, -Q] [n_ff, 2k], because Q ReLU(P h) - Q ReLU(-P h) = Q P h. Layers alternate
+    k = n_embd (exact up to quantization) and k = 3/4 n_embd (a good but imperfect
+    predictor, like trained ones), so ranks differ per layer as in published files.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "convert"))
+sys.path.insert(0, HERE)
+import gguf_io  # noqa: E402
+import reference_forward as ref  # noqa: E402
+from convert_hf import FILE_TYPES, pick_type  # noqa: E402
+from gguf_io import VT  # noqa: E402
+from quants import quantize  # noqa: E402
+
+BIAS_CHANNEL_VALUE = 3.0
+WORD_PIECES = ["▁", "e", "t", "a", "o", "i", "n", "s", "h", "r", "d", "l", "u", "c", "m", "w", "f",
+               "g", "y", "p", "b", "v", "k", "x", "j", "q", "z", ",", ".", "▁t", "he", "▁the", "in",
+               "er", "an", "▁a", "re", "on", "▁s", "en", "nd", "▁and", "▁o", "▁of", "ing", "▁to",
+               "▁w", "at", "ou", "is", "▁i", "▁h", "or", "ed", "▁in", "es", "▁b", "▁c", "ll",
+               "▁f", "▁m", "▁p", "it", "ar", "al", "▁that", "▁th", "▁he", "▁is", "ion", "ly"]
+
+
+def build_vocab(n_vocab: int):
+    """(tokens, scores, types) of a llama-style SPM vocabulary with n_vocab pieces."""
+    if n_vocab < 262:
+        raise SystemExit("--vocab must be at least 262 (3 special + 256 byte + a few word pieces)")
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [2, 3, 3] + [6] * 256
+    scores = [0.0] * len(tokens)
+    pieces = list(WORD_PIECES)
+    letters = "etaoinshrdlucmwfgypbvkxjqz"
+    extra = (a + b for a in letters for b in letters)
+    while len(pieces) < n_vocab - len(tokens):
+        p = next(extra)
+        if p not in pieces:
+            pieces.append(p)
+    for i, p in enumerate(pieces[:n_vocab - len(tokens)]):
+        tokens.append(p)
+        scores.append(-float(i))
+        types.append(1)
+    return tokens, scores, types
+
+
+def make_weights(a, rng):
+    """float64 weights in GGUF layout (outermost dim first), before bias calibration."""
+    n_embd, n_ff, n_vocab, d = a.embd, a.ff, a.vocab, a.embd // a.heads
+
+    def mat(rows, cols):
+        return rng.standard_normal((rows, cols)) / np.sqrt(cols)
+
+    def norm_w():
+        return np.clip(1.0 + 0.1 * rng.standard_normal(n_embd), 0.5, 1.5)
+
+    def norm_b():
+        b = 0.05 * rng.standard_normal(n_embd)
+        b[0] = 0.0
+        return b
+
+    w = {"token_embd.weight": rng.standard_normal((n_vocab, n_embd))}
+    w["token_embd.weight"][:, 0] = BIAS_CHANNEL_VALUE
+    w["output_norm.weight"] = norm_w()
+    if a.arch == "falcon":
+        w["output_norm.bias"] = norm_b()
+    out = 4.0 * mat(n_vocab, n_embd)  # a peaked next-token distribution: clear greedy choices
+    if not a.tied:
+        w["output.weight"] = out
+    for il in range(a.layers):
+        p = f"blk.{il}."
+        w[p + "attn_norm.weight"] = norm_w()
+        if a.arch == "falcon":
+            w[p + "attn_norm.bias"] = norm_b()
+            if a.kv_heads > 1:
+                w[p + "attn_norm_2.weight"], w[p + "attn_norm_2.bias"] = norm_w(), norm_b()
+            w[p + "attn_qkv.weight"] = mat((a.heads + 2 * a.kv_heads) * d, n_embd)
+        else:
+            w[p + "attn_q.weight"] = mat(a.heads * d, n_embd)
+            w[p + "attn_k.weight"] = mat(a.kv_heads * d, n_embd)
+            w[p + "attn_v.weight"] = mat(a.kv_heads * d, n_embd)
+        w[p + "attn_output.weight"] = mat(n_embd, a.heads * d)
+        w[p + "attn_output.weight"][0, :] = 0.0
+        if a.arch != "falcon":
+            w[p + "ffn_norm.weight"] = norm_w()
+            w[p + "ffn_gate.weight"] = mat(n_ff, n_embd)
+        w[p + "ffn_up.weight"] = mat(n_ff, n_embd)
+        w[p + "ffn_down.weight"] = mat(n_embd, n_ff)
+        w[p + "ffn_down.weight"][0, :] = 0.0
+    return w
+
+
+def calibrate(m: ref.Model, a, rng):
+    """Sets column 0 of each layer's gated matrix so neuron i fires on a fraction p_i of
+    random tokens (see the module docstring)."""
+    seqs = rng.integers(3, a.vocab, size=(4, 32))
+    mean_p = 0.25 if a.arch == "bamboo" else 0.15
+    gated = "ffn_up.weight" if a.arch == "falcon" else "ffn_gate.weight"
+    for il in range(a.layers):
+        g = m.w[f"blk.{il}.{gated}"]
+        g[:, 0] = 0.0
+        captured = []
+
+        def hook(layer, name, value, il=il):
+            if layer == il and name == "ffn_in":
+                captured.append(value)
+        for s in seqs:
+            ref.forward(m, s, hook=hook)
+        x = np.concatenate(captured)                     # [n_tok, n_embd]
+        ratio = (x @ g.T) / x[:, 0:1]                    # z_i / x0 per token, [n_tok, n_ff]
+        p = np.clip(rng.beta(0.6 * mean_p / 0.15, 3.4, size=g.shape[0]), 0.01, 0.9)
+        # neuron i fires when z_i + b_i x0 > 0, i.e. ratio > -b_i: pick -b_i at quantile 1 - p_i
+        g[:, 0] = -np.array([np.quantile(ratio[:, i], 1.0 - p[i]) for i in range(g.shape[0])])
+
+
+def make_predictors(m: ref.Model, a):
+    """{name: array} fc1/fc2 per layer (see the module docstring)."""
+    out = {}
+    n = a.embd
+    for il in range(a.layers):
+        p = f"blk.{il}."
+        if a.arch == "falcon":
+            norm = m.w.get(p + "attn_norm_2.weight", m.w[p + "attn_norm.weight"])
+            G = (m.w[p + "ffn_up.weight"] * norm) @ (np.eye(n) - 1.0 / n)
+        else:
+            G = m.w[p + "ffn_gate.weight"] * m.w[p + "ffn_norm.weight"]
+        k = n if il % 2 == 0 else (3 * n) // 4
+        k = max(16, k - k % 16)
+        U, S, Vt = np.linalg.svd(G, full_matrices=False)
+        k = min(k, len(S))
+        P = np.sqrt(S[:k])[:, None] * Vt[:k]             # [k, n_embd]
+        Q = U[:, :k] * np.sqrt(S[:k])                     # [n_ff, k]
+        out[p + "fc1.weight"] = np.concatenate([P, -P], axis=0)
+        out[p + "fc2.weight"] = np.concatenate([Q, -Q], axis=1)
+    return out
+
+
+def build(a):
+    if a.embd % a.heads or a.heads % a.kv_heads or (a.embd // a.heads) % 2:
+        raise SystemExit("--embd must split into --heads heads of even size, --heads a multiple of --kv-heads")
+    act = {"bamboo": "relu", "falcon": "gelu", "llama": "silu"}[a.arch]
+    if a.pwri:
+        act = "relu"
+    elif a.act:
+        act = a.act
+    rng = np.random.default_rng(a.seed)
+    w = make_weights(a, rng)
+    m = ref.Model(arch=a.arch, n_layer=a.layers, n_head=a.heads, n_head_kv=a.kv_heads,
+                  n_rot=a.embd // a.heads, eps=1e-5, rope_base=10000.0, act=act, pwri=False, w=w)
+    calibrate(m, a, rng)
+    if a.pwri:
+        w.update(make_predictors(m, a))
+        for il in range(a.layers):
+            w[f"blk.{il}.ffn_down_t.weight"] = np.ascontiguousarray(w.pop(f"blk.{il}.ffn_down.weight").T)
+    return w, act
+
+
+LAYER_ORDER = ["attn_norm.weight", "attn_norm.bias", "attn_norm_2.weight", "attn_norm_2.bias",
+               "attn_qkv.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+               "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "ffn_down_t.weight",
+               "fc1.weight", "fc2.weight"]
+
+
+def tensor_order(name: str):
+    """Global tensors first (in insertion order), then layer by layer in LAYER_ORDER."""
+    if not name.startswith("blk."):
+        return (0, 0, 0)
+    _, il, rest = name.split(".", 2)
+    return (1, int(il), LAYER_ORDER.index(rest))
+
+
+def write(a, w, act):
+    arch, prefix = a.arch, a.arch + "."
+    tokens, scores, types = build_vocab(a.vocab)
+    md = [
+        ("general.architecture", arch, VT.STRING),
+        ("general.name", f"tiny-{arch}{'-pwri' if a.pwri else ''}-seed{a.seed}", VT.STRING),
+        ("general.file_type", FILE_TYPES[a.outtype], VT.UINT32),
+        (prefix + "context_length", a.ctx, VT.UINT32),
+        (prefix + "embedding_length", a.embd, VT.UINT32),
+        (prefix + "block_count", a.layers, VT.UINT32),
+        (prefix + "feed_forward_length", a.ff, VT.UINT32),
+        (prefix + "attention.head_count", a.heads, VT.UINT32),
+        (prefix + "attention.head_count_kv", a.kv_heads, VT.UINT32),
+        (prefix + "rope.dimension_count", a.embd // a.heads, VT.UINT32),
+        (prefix + "rope.freq_base", 10000.0, VT.FLOAT32),
+        (prefix + "feed_forward_activation", act, VT.STRING),
+    ]
+    if arch == "falcon":
+        md.append((prefix + "attention.layer_norm_epsilon", 1e-5, VT.FLOAT32))
+    else:
+        md.append((prefix + "attention.layer_norm_rms_epsilon", 1e-5, VT.FLOAT32))
+    if a.outtype in ("q8_0", "q4_0"):
+        md.append(("general.quantization_version", 2, VT.UINT32))
+    if a.pwri:
+        md.append(("powerinfer.sparse_threshold", a.threshold, VT.FLOAT32))
+    md += [
+        ("tokenizer.ggml.model", "llama", VT.STRING),
+        ("tokenizer.ggml.tokens", tokens, (VT.ARRAY, VT.STRING)),
+        ("tokenizer.ggml.scores", np.asarray(scores, np.float32), (VT.ARRAY, VT.FLOAT32)),
+        ("tokenizer.ggml.token_type", np.asarray(types, np.int32), (VT.ARRAY, VT.INT32)),
+        ("tokenizer.ggml.bos_token_id", 1, VT.UINT32),
+        ("tokenizer.ggml.eos_token_id", 2, VT.UINT32),
+        ("tokenizer.ggml.unknown_token_id", 0, VT.UINT32),
+        ("tokenizer.ggml.add_bos_token", True, VT.BOOL),
+        ("tokenizer.ggml.add_eos_token", False, VT.BOOL),
+    ]
+    magic = gguf_io.MAGIC_PWRI if a.pwri else gguf_io.MAGIC_GGUF
+    w = {name: w[name] for name in sorted(w, key=tensor_order)}
+    with gguf_io.GGUFWriter(a.out, magic) as f:
+        for key, value, vtype in md:
+            f.add(key, value, vtype)
+        types_ = {name: pick_type(name, arr.shape, a.outtype) for name, arr in w.items()}
+        for name, arr in w.items():
+            f.add_tensor_info(name, arr.shape, types_[name])
+        f.write_header()
+        for name, arr in w.items():
+            f.write_tensor(name, quantize(arr.astype(np.float32), types_[name]))
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arch", choices=("llama", "bamboo", "falcon"), default="llama")
+    ap.add_argument("--outtype", choices=sorted(FILE_TYPES), default="f32")
+    ap.add_argument("--pwri", action="store_true", help="PowerInfer file: predictors, ffn_down_t, ReLU")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--embd", type=int, default=64)
+    ap.add_argument("--ff", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--vocab", type=int, default=300)
+    ap.add_argument("--ctx", type=int, default=256, help="context_length metadata")
+    ap.add_argument("--tied", action="store_true", help="no output.weight (the head is token_embd)")
+    ap.add_argument("--act", choices=("silu", "relu", "gelu"), help="FFN activation of a dense file")
+    ap.add_argument("--threshold", type=float, default=0.0, help="powerinfer.sparse_threshold")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", required=True)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    w, act = build(a)
+    write(a, w, act)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

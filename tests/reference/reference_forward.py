@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Reference forward pass in float64 NumPy: the test oracle for the C++ engine.
+
+Deliberately simple and slow: every weight is dequantized to float64, every token of the
+sequence is recomputed from scratch, no cache, no batching. Reads GGUF and PowerInfer
+(PWRI) files through tools/convert/gguf_io.py.
+
+    reference_forward.py MODEL --tokens 1,5,9 [--sparse] [--threshold T] --out logits.bin
+    reference_forward.py MODEL --tokens 1,5,9 --greedy 8 [--sparse]
+
+--out writes float32 logits [n_tokens, n_vocab], row-major, little-endian.
+--greedy N prints the N greedy next-token ids, space-separated, on one line.
+
+Architectures:
+  llama   RMSNorm, RoPE on adjacent pairs (2i, 2i+1) (the GGUF q/k layout), GQA, FFN
+          down(act(gate x) * (up x)); act from `llama.feed_forward_activation` (silu when
+          absent), always ReLU in PWRI files.
+  bamboo  as llama with FFN down(ReLU(gate x) * ReLU(up x)).
+  falcon  LayerNorm, fused attn_qkv rows [Q; K; V], RoPE on NeoX pairs (i, i + n_rot/2),
+          attention and FFN in parallel on the layer input: x + attn(n1(x)) + ffn(n2(x)),
+          where n2 = attn_norm_2 if present (40B layout) else attn_norm (7B layout);
+          FFN down(act(up x)), act GELU (tanh approximation, as ggml) or ReLU in PWRI files.
+Sparse mode (PWRI only): neuron i of layer L is computed only if
+(fc2 . ReLU(fc1 . h))_i >= threshold, with h the residual before ffn_norm (llama, bamboo)
+or the layer input (falcon); PWRI files store the down projection as ffn_down_t [n_ff, n_embd].
+The output head is output.weight, or token_embd.weight when absent (tied).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "convert"))
+import gguf_io  # noqa: E402
+
+
+@dataclass
+class Model:
+    arch: str                 # llama | bamboo | falcon
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    n_rot: int
+    eps: float
+    rope_base: float
+    act: str                  # FFN activation: silu | relu | gelu
+    pwri: bool
+    threshold: float = 0.0    # predictor threshold (PWRI)
+    rope_scale: float = 1.0   # position multiplier: 1 / rope.scaling.factor (linear scaling)
+    w: dict = field(default_factory=dict)   # name -> float64 array, outermost dim first
+
+
+def load_model(path) -> Model:
+    r = gguf_io.GGUFReader(path)
+    arch = r.get("general.architecture")
+    if arch not in ("llama", "bamboo", "falcon"):
+        raise ValueError(f"{path}: unsupported architecture {arch!r}")
+    n_embd = int(r.get(f"{arch}.embedding_length"))
+    n_head = int(r.get(f"{arch}.attention.head_count"))
+    default_act = {"llama": "silu", "bamboo": "relu", "falcon": "gelu"}[arch]
+    eps_key = "layer_norm_epsilon" if arch == "falcon" else "layer_norm_rms_epsilon"
+    m = Model(
+        arch=arch,
+        n_layer=int(r.get(f"{arch}.block_count")),
+        n_head=n_head,
+        n_head_kv=int(r.get(f"{arch}.attention.head_count_kv", n_head)),
+        n_rot=int(r.get(f"{arch}.rope.dimension_count", n_embd // n_head)),
+        eps=float(r.get(f"{arch}.attention.{eps_key}", 1e-5)),
+        rope_base=float(r.get(f"{arch}.rope.freq_base", 10000.0)),
+        act="relu" if r.is_pwri else r.get(f"{arch}.feed_forward_activation", default_act),
+        pwri=r.is_pwri,
+        threshold=float(r.get("powerinfer.sparse_threshold", 0.0)),
+    )
+    if r.get(f"{arch}.rope.scaling.type", "linear") == "linear":
+        factor = r.get(f"{arch}.rope.scaling.factor", r.get(f"{arch}.rope.scale_linear", 1.0))
+        m.rope_scale = 1.0 / float(factor)
+    elif r.get(f"{arch}.rope.scaling.type") != "none":
+        raise ValueError(f"{path}: rope scaling {r.get(f'{arch}.rope.scaling.type')!r} is not supported")
+    m.w = {name: r.dequantize(name, np.float64) for name in r.tensors}
+    return m
+
+
+# ----------------------------------------------------------------------------- maths
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def layer_norm(x, w, b, eps):
+    mu = np.mean(x, axis=-1, keepdims=True)
+    var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def relu(x):
+    return np.maximum(x, 0.0)
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+ACT = {"silu": silu, "relu": relu, "gelu": gelu}
+
+
+def rope(x, n_rot, base, neox, scale=1.0):
+    """x [n_tok, n_heads, head_dim]; rotates the first n_rot dims of each head by
+    angle (scale * pos) * base^(-2i/n_rot) for pair i: (2i, 2i+1), or (i, i + n_rot/2) if neox."""
+    out = x.copy()
+    for i in range(n_rot // 2):
+        a, b = (i, i + n_rot // 2) if neox else (2 * i, 2 * i + 1)
+        theta = scale * np.arange(x.shape[0]) * base ** (-2.0 * i / n_rot)
+        c, s = np.cos(theta)[:, None], np.sin(theta)[:, None]
+        out[:, :, a] = x[:, :, a] * c - x[:, :, b] * s
+        out[:, :, b] = x[:, :, a] * s + x[:, :, b] * c
+    return out
+
+
+def attention(q, k, v):
+    """Causal multi-head attention. q [n, n_head, d], k and v [n, n_head_kv, d];
+    query head h reads kv head h // (n_head / n_head_kv). Returns [n, n_head * d]."""
+    n, n_head, d = q.shape
+    group = n_head // k.shape[1]
+    out = np.zeros_like(q)
+    causal = np.triu(np.ones((n, n), dtype=bool), k=1)
+    for h in range(n_head):
+        scores = q[:, h] @ k[:, h // group].T / math.sqrt(d)
+        scores[causal] = -np.inf
+        p = np.exp(scores - scores.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        out[:, h] = p @ v[:, h // group]
+    return out.reshape(n, n_head * d)
+
+
+def predictor_mask(m: Model, il: int, h, threshold):
+    """True where the layer-il predictor says the neuron fires: [n_tok, n_ff]."""
+    w = m.w
+    logits = relu(h @ w[f"blk.{il}.fc1.weight"].T) @ w[f"blk.{il}.fc2.weight"].T
+    return logits >= threshold
+
+
+def ffn(m: Model, il: int, x, mask=None):
+    """x [n_tok, n_embd], the normalized FFN input; mask [n_tok, n_ff] or None (dense)."""
+    w, p = m.w, f"blk.{il}."
+    up = x @ w[p + "ffn_up.weight"].T
+    if m.arch == "falcon":
+        a = ACT[m.act](up)
+    elif m.arch == "bamboo":
+        a = relu(x @ w[p + "ffn_gate.weight"].T) * relu(up)
+    else:
+        a = ACT[m.act](x @ w[p + "ffn_gate.weight"].T) * up
+    if mask is not None:
+        a = np.where(mask, a, 0.0)
+    if p + "ffn_down_t.weight" in w:
+        return a @ w[p + "ffn_down_t.weight"]
+    return a @ w[p + "ffn_down.weight"].T
+
+
+def forward(m: Model, tokens, sparse=False, threshold=None, hook=None):
+    """Logits [n_tokens, n_vocab] (float64) for positions 0..n-1. `hook(layer, name, array)`
+    if given sees 'ffn_in' (normalized FFN input) and 'pred_in' (predictor input) per layer."""
+    if sparse and not m.pwri:
+        raise ValueError("sparse mode needs a PowerInfer (PWRI) file with predictors")
+    thr = m.threshold if threshold is None else threshold
+    w = m.w
+    tokens = np.asarray(tokens, dtype=np.int64)
+    x = w["token_embd.weight"][tokens]
+    n, n_embd = x.shape
+    d = n_embd // m.n_head
+    for il in range(m.n_layer):
+        p = f"blk.{il}."
+        if m.arch == "falcon":
+            h1 = layer_norm(x, w[p + "attn_norm.weight"], w[p + "attn_norm.bias"], m.eps)
+            qkv = h1 @ w[p + "attn_qkv.weight"].T
+            nq, nkv = m.n_head * d, m.n_head_kv * d
+            q = qkv[:, :nq].reshape(n, m.n_head, d)
+            k = qkv[:, nq:nq + nkv].reshape(n, m.n_head_kv, d)
+            v = qkv[:, nq + nkv:].reshape(n, m.n_head_kv, d)
+            q = rope(q, m.n_rot, m.rope_base, True, m.rope_scale)
+            k = rope(k, m.n_rot, m.rope_base, True, m.rope_scale)
+            attn = attention(q, k, v) @ w[p + "attn_output.weight"].T
+            if p + "attn_norm_2.weight" in w:
+                h2 = layer_norm(x, w[p + "attn_norm_2.weight"], w[p + "attn_norm_2.bias"], m.eps)
+            else:
+                h2 = h1
+            pred_in, ffn_in = x, h2
+            mask = predictor_mask(m, il, pred_in, thr) if sparse else None
+            if hook:
+                hook(il, "pred_in", pred_in)
+                hook(il, "ffn_in", ffn_in)
+            x = x + attn + ffn(m, il, ffn_in, mask)
+        else:
+            h1 = rms_norm(x, w[p + "attn_norm.weight"], m.eps)
+            q = (h1 @ w[p + "attn_q.weight"].T).reshape(n, m.n_head, d)
+            k = (h1 @ w[p + "attn_k.weight"].T).reshape(n, m.n_head_kv, d)
+            v = (h1 @ w[p + "attn_v.weight"].T).reshape(n, m.n_head_kv, d)
+            q = rope(q, m.n_rot, m.rope_base, False, m.rope_scale)
+            k = rope(k, m.n_rot, m.rope_base, False, m.rope_scale)
+            x = x + attention(q, k, v) @ w[p + "attn_output.weight"].T
+            ffn_in = rms_norm(x, w[p + "ffn_norm.weight"], m.eps)
+            mask = predictor_mask(m, il, x, thr) if sparse else None
+            if hook:
+                hook(il, "pred_in", x)
+                hook(il, "ffn_in", ffn_in)
+            x = x + ffn(m, il, ffn_in, mask)
+    if m.arch == "falcon":
+        x = layer_norm(x, w["output_norm.weight"], w["output_norm.bias"], m.eps)
+    else:
+        x = rms_norm(x, w["output_norm.weight"], m.eps)
+    head = w.get("output.weight", w["token_embd.weight"])
+    return x @ head.T
+
+
+def greedy(m: Model, tokens, n_new: int, sparse=False, threshold=None) -> list:
+    seq = list(tokens)
+    for _ in range(n_new):
+        seq.append(int(np.argmax(forward(m, seq, sparse, threshold)[-1])))
+    return seq[len(tokens):]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model")
+    ap.add_argument("--tokens", required=True, help="comma-separated token ids, e.g. 1,5,9")
+    ap.add_argument("--sparse", action="store_true", help="apply the predictor mask (PWRI files)")
+    ap.add_argument("--threshold", type=float, help="override powerinfer.sparse_threshold (e.g. -inf)")
+    ap.add_argument("--out", help="write float32 logits [n_tokens, n_vocab] here")
+    ap.add_argument("--greedy", type=int, metavar="N", help="print N greedy next-token ids")
+    args = ap.parse_args(argv)
+    if not args.out and not args.greedy:
+        ap.error("give --out and/or --greedy")
+    tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
+    if not tokens:
+        ap.error("--tokens is empty")
+    try:
+        m = load_model(args.model)
+    except (ValueError, OSError, gguf_io.GGUFError) as e:
+        print(f"reference_forward: error: {e}", file=sys.stderr)
+        return 1
+    n_vocab = m.w["token_embd.weight"].shape[0]
+    if any(t < 0 or t >= n_vocab for t in tokens):
+        ap.error(f"token ids must be in [0, {n_vocab})")
+    if args.sparse and not m.pwri:
+        ap.error("--sparse needs a PowerInfer (PWRI) file")
+    if args.out:
+        logits = forward(m, tokens, args.sparse, args.threshold)
+        logits.astype("<f4").tofile(args.out)
+    if args.greedy:
+        print(" ".join(str(t) for t in greedy(m, tokens, args.greedy, args.sparse, args.threshold)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,399 @@
+#!/usr/bin/env python3
+"""Converts a Hugging Face llama checkpoint to GGUF, or with --predictors to a PowerInfer
+GGUF (magic PWRI) that carries the per-layer activation predictors.
+
+    convert_hf.py MODEL_DIR --outfile model.gguf [--outtype f16]
+    convert_hf.py MODEL_DIR --predictors PRED_DIR --outfile model.powerinfer.gguf --outtype q4_0
+
+MODEL_DIR: config.json, tokenizer.model (SentencePiece), and model.safetensors |
+model-0000K-of-0000N.safetensors (+ model.safetensors.index.json) | pytorch_model*.bin.
+PRED_DIR: model_0.pt, model_1.pt, ... (one state dict per layer with fc1.weight [r, n_embd]
+and fc2.weight [n_ff, r]; .npz or .safetensors files with the same keys also work) and an
+optional config.json with "sparse_threshold". PyTorch is not needed: torch zip files are
+read directly (see checkpoints.py).
+
+Output types: norms and other 1-D tensors are always F32. f32/f16: all matrices in that
+type. q8_0: matrices Q8_0. q4_0: matrices Q4_0 except output.weight, which is Q8_0 (the
+output head is the most quantization-sensitive matrix). Predictors follow the matrices
+(Q4_0 for q4_0). A matrix whose rows are not a multiple of 32 elements falls back to F16.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checkpoints  # noqa: E402
+import gguf_io  # noqa: E402
+import spm_vocab  # noqa: E402
+from gguf_io import VT  # noqa: E402
+from quants import GGMLType, quantize  # noqa: E402
+
+
+class ConvertError(Exception):
+    pass
+
+
+# llama.cpp's `general.file_type` values (enum llama_ftype)
+FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7}
+ACTIVATIONS = ("silu", "relu", "gelu")
+HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama"}
+
+
+@dataclass
+class HParams:
+    arch: str           # GGUF architecture: llama | bamboo
+    n_vocab: int
+    n_embd: int
+    n_ff: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ctx: int
+    eps: float
+    rope_base: float
+    act: str
+    tied: bool
+    rope_linear_factor: float = 1.0   # HF rope_scaling {"type": "linear", "factor": f}; 1 = none
+
+
+def load_config(model_dir: str, arch_override: str | None) -> HParams:
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.isfile(path):
+        raise ConvertError(f"{path}: not found (a Hugging Face model directory needs config.json)")
+    with open(path) as f:
+        cfg = json.load(f)
+    names = cfg.get("architectures") or []
+    model_type = cfg.get("model_type", "")
+    arch = next((HF_ARCHS[a] for a in names if a in HF_ARCHS), None)
+    if arch is None and model_type in ("llama", "mistral"):
+        arch = "llama"
+    if arch is None and (model_type == "bamboo" or any("bamboo" in a.lower() for a in names)):
+        arch = "bamboo"
+    if arch_override:
+        arch = arch_override
+    if arch is None:
+        raise ConvertError(f"{path}: unsupported architecture {names or model_type!r}: this converter "
+                           "handles LlamaForCausalLM (model_type llama) and bamboo")
+    scaling, factor = cfg.get("rope_scaling"), 1.0
+    if scaling:
+        kind = scaling.get("type") or scaling.get("rope_type")
+        if kind != "linear":
+            raise ConvertError(f"{path}: rope_scaling {scaling!r} is not supported (only linear)")
+        factor = float(scaling["factor"])
+    act = cfg.get("hidden_act", "silu")
+    if act == "gelu_new" or act == "gelu_pytorch_tanh":
+        act = "gelu"
+    if act not in ACTIVATIONS:
+        raise ConvertError(f"{path}: hidden_act {act!r} is not one of {', '.join(ACTIVATIONS)}")
+    try:
+        n_embd, n_head = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+        hp = HParams(arch=arch, n_vocab=int(cfg["vocab_size"]), n_embd=n_embd,
+                     n_ff=int(cfg["intermediate_size"]), n_layer=int(cfg["num_hidden_layers"]),
+                     n_head=n_head, n_head_kv=int(cfg.get("num_key_value_heads") or n_head),
+                     head_dim=int(cfg.get("head_dim") or n_embd // n_head),
+                     n_ctx=int(cfg.get("max_position_embeddings", 2048)),
+                     eps=float(cfg.get("rms_norm_eps", 1e-6)),
+                     rope_base=float(cfg.get("rope_theta", 10000.0)), act=act,
+                     tied=bool(cfg.get("tie_word_embeddings", False)), rope_linear_factor=factor)
+    except KeyError as e:
+        raise ConvertError(f"{path}: missing key {e.args[0]}") from None
+    if hp.n_head % hp.n_head_kv or hp.head_dim % 2:
+        raise ConvertError(f"{path}: {hp.n_head} heads / {hp.n_head_kv} kv heads / head_dim "
+                           f"{hp.head_dim} is not a valid attention layout")
+    return hp
+
+
+def rope_to_gguf(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """HF q/k rows: within each head, rotation pairs are (i, i + d/2) (rotate_half). GGUF
+    llama rows: pairs are adjacent, (2i, 2i + 1). Row h*d + s*d/2 + i moves to h*d + 2i + s."""
+    rows = w.shape[0]
+    d = rows // n_heads
+    return w.reshape(n_heads, 2, d // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def rope_from_gguf(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Inverse of rope_to_gguf."""
+    rows = w.shape[0]
+    d = rows // n_heads
+    return w.reshape(n_heads, d // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+# ----------------------------------------------------------------------------- plan
+
+@dataclass
+class Item:
+    name: str           # GGUF tensor name
+    shape: tuple        # output shape, outermost first
+    dtype: GGMLType
+    produce: object     # () -> float32 array of `shape`
+
+
+def pick_type(name: str, shape: tuple, outtype: str) -> GGMLType:
+    if len(shape) == 1 or outtype == "f32":
+        return GGMLType.F32
+    if outtype == "f16" or shape[-1] % 32:
+        return GGMLType.F16
+    if outtype == "q4_0" and name != "output.weight":
+        return GGMLType.Q4_0
+    return GGMLType.Q8_0
+
+
+def expected_shapes(hp: HParams) -> dict:
+    q_rows, kv_rows = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
+    shapes = {"model.embed_tokens.weight": (hp.n_vocab, hp.n_embd), "model.norm.weight": (hp.n_embd,)}
+    if not hp.tied:
+        shapes["lm_head.weight"] = (hp.n_vocab, hp.n_embd)
+    for i in range(hp.n_layer):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (hp.n_embd,), p + "post_attention_layernorm.weight": (hp.n_embd,),
+            p + "self_attn.q_proj.weight": (q_rows, hp.n_embd), p + "self_attn.k_proj.weight": (kv_rows, hp.n_embd),
+            p + "self_attn.v_proj.weight": (kv_rows, hp.n_embd), p + "self_attn.o_proj.weight": (hp.n_embd, q_rows),
+            p + "mlp.gate_proj.weight": (hp.n_ff, hp.n_embd), p + "mlp.up_proj.weight": (hp.n_ff, hp.n_embd),
+            p + "mlp.down_proj.weight": (hp.n_embd, hp.n_ff)})
+    return shapes
+
+
+def check_model_tensors(src: dict, hp: HParams, model_dir: str):
+    exp = expected_shapes(hp)
+    if hp.tied and "lm_head.weight" in src:
+        exp["lm_head.weight"] = (hp.n_vocab, hp.n_embd)
+    unknown = [k for k in src if k not in exp and not k.endswith("rotary_emb.inv_freq")]
+    if unknown:
+        raise ConvertError(f"{model_dir}: unexpected tensor(s) for a {hp.arch} model: "
+                           f"{', '.join(sorted(unknown)[:5])}{' ...' if len(unknown) > 5 else ''}")
+    missing = [k for k in exp if k not in src]
+    if missing:
+        raise ConvertError(f"{model_dir}: missing tensor(s): {', '.join(missing[:5])}"
+                           f"{' ...' if len(missing) > 5 else ''}")
+    for k, shape in exp.items():
+        if src[k].shape != shape:
+            raise ConvertError(f"{src[k].origin}: shape {list(src[k].shape)} does not match config.json "
+                               f"(expected {list(shape)})")
+
+
+def load_predictors(pred_dir: str, hp: HParams):
+    """Returns ([(fc1, fc2) LazyTensors per layer], threshold from config.json or None)."""
+    if not os.path.isdir(pred_dir):
+        raise ConvertError(f"{pred_dir}: predictor directory not found")
+    layers = []
+    for i in range(hp.n_layer):
+        cands = [os.path.join(pred_dir, f"model_{i}{ext}") for ext in (".pt", ".npz", ".safetensors")]
+        path = next((c for c in cands if os.path.exists(c)), None)
+        if path is None:
+            raise ConvertError(f"{pred_dir}: no predictor for layer {i} (model_{i}.pt, .npz or .safetensors)")
+        sd = checkpoints.load_any(path)
+        fc1 = next((v for k, v in sd.items() if k == "fc1.weight" or k.endswith(".fc1.weight")), None)
+        fc2 = next((v for k, v in sd.items() if k == "fc2.weight" or k.endswith(".fc2.weight")), None)
+        if fc1 is None or fc2 is None:
+            raise ConvertError(f"{path}: needs fc1.weight and fc2.weight, has {', '.join(sd) or 'nothing'}")
+        if len(fc1.shape) != 2 or len(fc2.shape) != 2:
+            raise ConvertError(f"{path}: fc1/fc2 must be matrices, got {list(fc1.shape)} and {list(fc2.shape)}")
+        if fc1.shape[1] != hp.n_embd or fc2.shape[0] != hp.n_ff or fc2.shape[1] != fc1.shape[0]:
+            raise ConvertError(f"{path}: predictor dimensions fc1 {list(fc1.shape)}, fc2 {list(fc2.shape)} "
+                               f"do not match the model (expected fc1 [r, {hp.n_embd}], fc2 [{hp.n_ff}, r])")
+        layers.append((fc1, fc2))
+    extra = os.path.join(pred_dir, f"model_{hp.n_layer}.pt")
+    if os.path.exists(extra):
+        raise ConvertError(f"{extra}: predictor for layer {hp.n_layer}, but the model has {hp.n_layer} layers")
+    threshold = None
+    cfg = os.path.join(pred_dir, "config.json")
+    if os.path.exists(cfg):
+        with open(cfg) as f:
+            threshold = json.load(f).get("sparse_threshold")
+    return layers, threshold
+
+
+def build_plan(src: dict, hp: HParams, outtype: str, predictors) -> list:
+    items = []
+
+    def add(name, shape, produce):
+        items.append(Item(name, tuple(shape), pick_type(name, tuple(shape), outtype), produce))
+
+    def copy(hf_name):
+        return lambda: src[hf_name].load()
+
+    add("token_embd.weight", src["model.embed_tokens.weight"].shape, copy("model.embed_tokens.weight"))
+    add("output_norm.weight", (hp.n_embd,), copy("model.norm.weight"))
+    if "lm_head.weight" in src:
+        add("output.weight", src["lm_head.weight"].shape, copy("lm_head.weight"))
+    for i in range(hp.n_layer):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        q, k = src[p + "self_attn.q_proj.weight"], src[p + "self_attn.k_proj.weight"]
+        add(b + "attn_norm.weight", (hp.n_embd,), copy(p + "input_layernorm.weight"))
+        add(b + "attn_q.weight", q.shape, lambda q=q: rope_to_gguf(q.load(), hp.n_head))
+        add(b + "attn_k.weight", k.shape, lambda k=k: rope_to_gguf(k.load(), hp.n_head_kv))
+        add(b + "attn_v.weight", src[p + "self_attn.v_proj.weight"].shape, copy(p + "self_attn.v_proj.weight"))
+        add(b + "attn_output.weight", src[p + "self_attn.o_proj.weight"].shape, copy(p + "self_attn.o_proj.weight"))
+        add(b + "ffn_norm.weight", (hp.n_embd,), copy(p + "post_attention_layernorm.weight"))
+        add(b + "ffn_gate.weight", (hp.n_ff, hp.n_embd), copy(p + "mlp.gate_proj.weight"))
+        add(b + "ffn_up.weight", (hp.n_ff, hp.n_embd), copy(p + "mlp.up_proj.weight"))
+        down = src[p + "mlp.down_proj.weight"]
+        if predictors is None:
+            add(b + "ffn_down.weight", (hp.n_embd, hp.n_ff), copy(p + "mlp.down_proj.weight"))
+        else:
+            add(b + "ffn_down_t.weight", (hp.n_ff, hp.n_embd), lambda d=down: np.ascontiguousarray(d.load().T))
+            fc1, fc2 = predictors[i]
+            add(b + "fc1.weight", fc1.shape, fc1.load)
+            add(b + "fc2.weight", fc2.shape, fc2.load)
+    return items
+
+
+# ----------------------------------------------------------------------------- writing
+
+class Progress:
+    """A one-line progress bar on stderr (redrawn in place on a terminal, silent otherwise)."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.done, self.enabled = max(total, 1), 0, enabled and sys.stderr.isatty()
+        self.start = time.time()
+
+    def advance(self, n: int, label: str):
+        self.done += n
+        if not self.enabled:
+            return
+        frac = self.done / self.total
+        bar = "#" * int(frac * 30)
+        rate = self.done / max(time.time() - self.start, 1e-9) / 2**20
+        sys.stderr.write(f"\r[{bar:<30}] {frac * 100:5.1f}% {rate:7.1f} MiB/s {label[:40]:<40}")
+        sys.stderr.flush()
+
+    def finish(self):
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def metadata(hp: HParams, vocab, outtype: str, name: str, threshold):
+    a = hp.arch
+    md = [
+        ("general.architecture", a, VT.STRING),
+        ("general.name", name, VT.STRING),
+        ("general.file_type", FILE_TYPES[outtype], VT.UINT32),
+        (f"{a}.vocab_size", hp.n_vocab, VT.UINT32),
+        (f"{a}.context_length", hp.n_ctx, VT.UINT32),
+        (f"{a}.embedding_length", hp.n_embd, VT.UINT32),
+        (f"{a}.block_count", hp.n_layer, VT.UINT32),
+        (f"{a}.feed_forward_length", hp.n_ff, VT.UINT32),
+        (f"{a}.rope.dimension_count", hp.head_dim, VT.UINT32),
+        (f"{a}.attention.head_count", hp.n_head, VT.UINT32),
+        (f"{a}.attention.head_count_kv", hp.n_head_kv, VT.UINT32),
+        (f"{a}.attention.layer_norm_rms_epsilon", hp.eps, VT.FLOAT32),
+        (f"{a}.rope.freq_base", hp.rope_base, VT.FLOAT32),
+        (f"{a}.feed_forward_activation", hp.act, VT.STRING),
+    ]
+    if hp.rope_linear_factor != 1.0:
+        md += [(f"{a}.rope.scaling.type", "linear", VT.STRING),
+               (f"{a}.rope.scaling.factor", hp.rope_linear_factor, VT.FLOAT32)]
+    if outtype in ("q8_0", "q4_0"):
+        md.append(("general.quantization_version", 2, VT.UINT32))
+    if threshold is not None:
+        md.append(("powerinfer.sparse_threshold", float(threshold), VT.FLOAT32))
+    md += [
+        ("tokenizer.ggml.model", "llama", VT.STRING),
+        ("tokenizer.ggml.tokens", vocab.tokens, (VT.ARRAY, VT.STRING)),
+        ("tokenizer.ggml.scores", np.asarray(vocab.scores, np.float32), (VT.ARRAY, VT.FLOAT32)),
+        ("tokenizer.ggml.token_type", np.asarray(vocab.types, np.int32), (VT.ARRAY, VT.INT32)),
+        ("tokenizer.ggml.bos_token_id", vocab.bos_id, VT.UINT32),
+        ("tokenizer.ggml.eos_token_id", vocab.eos_id, VT.UINT32),
+        ("tokenizer.ggml.unknown_token_id", vocab.unk_id, VT.UINT32),
+        ("tokenizer.ggml.add_bos_token", True, VT.BOOL),
+        ("tokenizer.ggml.add_eos_token", False, VT.BOOL),
+    ]
+    if vocab.pad_id >= 0:
+        md.append(("tokenizer.ggml.padding_token_id", vocab.pad_id, VT.UINT32))
+    return md
+
+
+def write(outfile: str, magic: bytes, md, items, progress: bool):
+    tmp = outfile + ".part"
+    total = 0
+    try:
+        with gguf_io.GGUFWriter(tmp, magic) as w:
+            for key, value, vtype in md:
+                w.add(key, value, vtype)
+            for it in items:
+                w.add_tensor_info(it.name, it.shape, it.dtype)
+            w.write_header()
+            bar = Progress(sum(int(np.prod(it.shape)) for it in items), progress)
+            for it in items:
+                x = np.asarray(it.produce(), dtype=np.float32)
+                if x.shape != it.shape:
+                    raise ConvertError(f"tensor {it.name}: produced shape {list(x.shape)}, declared {list(it.shape)}")
+                data = quantize(x, it.dtype)
+                total += data.nbytes
+                w.write_tensor(it.name, data)
+                bar.advance(x.size, it.name)
+            bar.finish()
+        os.replace(tmp, outfile)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return total
+
+
+def convert(args) -> str:
+    model_dir = args.model_dir
+    if not os.path.isdir(model_dir):
+        raise ConvertError(f"{model_dir}: model directory not found")
+    hp = load_config(model_dir, args.arch)
+    tok_path = os.path.join(model_dir, "tokenizer.model")
+    if not os.path.isfile(tok_path):
+        raise ConvertError(f"{tok_path}: not found (llama-family models need the SentencePiece tokenizer.model)")
+    vocab = spm_vocab.pad_vocab(spm_vocab.read_spm_vocab(tok_path), hp.n_vocab, tok_path)
+    src = checkpoints.load_model_dir(model_dir)
+    check_model_tensors(src, hp, model_dir)
+
+    predictors, threshold, magic = None, None, gguf_io.MAGIC_GGUF
+    if args.predictors:
+        magic = gguf_io.MAGIC_PWRI
+        predictors, threshold = load_predictors(args.predictors, hp)
+        if hp.act != "relu":
+            raise ConvertError(f"{model_dir}/config.json: hidden_act is {hp.act!r}, but PowerInfer files "
+                               "always run ReLU: only ReLU models can be converted with --predictors")
+        threshold = args.threshold if args.threshold is not None else (threshold if threshold is not None else 0.0)
+    elif args.threshold is not None:
+        raise ConvertError("--threshold only applies with --predictors")
+
+    name = args.name or os.path.basename(os.path.normpath(model_dir))
+    items = build_plan(src, hp, args.outtype, predictors)
+    md = metadata(hp, vocab, args.outtype, name, threshold)
+    nbytes = write(args.outfile, magic, md, items, not args.quiet)
+    if not args.quiet:
+        print(f"wrote {args.outfile}: {magic.decode()} {hp.arch}, {len(items)} tensors, "
+              f"{nbytes / 2**20:.1f} MiB of tensor data, outtype {args.outtype}", file=sys.stderr)
+    return args.outfile
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model_dir", help="Hugging Face model directory")
+    ap.add_argument("--outfile", "-o", required=True, help="output .gguf file")
+    ap.add_argument("--outtype", choices=sorted(FILE_TYPES), default="f16")
+    ap.add_argument("--predictors", metavar="DIR", help="predictor directory: writes a PowerInfer (PWRI) file")
+    ap.add_argument("--threshold", type=float, help="powerinfer.sparse_threshold (default: predictor "
+                    "config.json, else 0.0)")
+    ap.add_argument("--arch", choices=("llama", "bamboo"), help="override the GGUF architecture")
+    ap.add_argument("--name", help="general.name (default: the directory name)")
+    ap.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+    args = ap.parse_args(argv)
+    try:
+        convert(args)
+    except (ConvertError, checkpoints.CheckpointError, spm_vocab.VocabError, gguf_io.GGUFError) as e:
+        print(f"convert_hf: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"convert_hf: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

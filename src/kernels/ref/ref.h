@@ -1,0 +1,64 @@
+// Scalar reference implementation of every op: the oracle that optimised kernels are tested
+// against. Written to read like the maths; never optimised. Accumulates in double.
+// Weights are rows of any computable DType (row r starts at W + r * row_bytes(t, cols)).
+// Shapes are outermost first. All functions are thread-safe (no shared state).
+// Preconditions are the caller's: t computable, cols a multiple of its block size, indices
+// in range. A violated type/length precondition sets the affected outputs to NaN.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace pi::ref {
+
+// y[r] = W[r,:] . x        W: t [rows, cols], x: f32 [cols], y: f32 [rows]
+void matvec(DType t, const void* W, int64_t rows, int64_t cols, const float* x, float* y);
+
+// Y[i, r] = W[r,:] . X[i,:]  X: f32 [m, cols], Y: f32 [m, rows]
+void matmul(DType t, const void* W, int64_t rows, int64_t cols, const float* X, int64_t m,
+            float* Y);
+
+// Row-sparse matvec: for each k < n_idx, y[idx[k]] = W[idx[k],:] . x; other y untouched.
+void matvec_rows(DType t, const void* W, int64_t cols, const int32_t* idx, int64_t n_idx,
+                 const float* x, float* y);
+
+// Sparse axpy over the transposed down projection:
+// y[:] += sum over k < n_idx with a[idx[k]] != 0 of a[idx[k]] * D[idx[k], :]
+// D: t [n_rows, cols] (one row per FFN neuron), a: f32 [n_rows], y: f32 [cols].
+void axpy_rows(DType t, const void* D, int64_t cols, const int32_t* idx, int64_t n_idx,
+               const float* a, float* y);
+
+// Dense y[:] += sum_r a[r] * D[r, :] over all rows (a zero a[r] contributes nothing).
+void axpy_dense(DType t, const void* D, int64_t rows, int64_t cols, const float* a, float* y);
+
+// y = x / sqrt(mean(x^2) + eps) * w          x, w, y: f32 [n]
+void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y);
+// y = (x - mean) / sqrt(var + eps) * w + b   (b may be null)
+void layernorm(const float* x, const float* w, const float* b, int64_t n, float eps, float* y);
+
+enum class RopeMode { Normal, NeoX };
+// Rotates the first n_rot dims of each of n_heads heads of size head_dim at position pos,
+// in place. Normal (GPT-J/llama.cpp "norm"): pairs (2i, 2i+1). NeoX: pairs (i, i + n_rot/2).
+// theta_i = pos * freq_scale * base^(-2i / n_rot).
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos, float base,
+          float freq_scale, RopeMode mode);
+
+void softmax(float* x, int64_t n);  // in place, numerically stable
+void silu(const float* x, float* y, int64_t n);
+void gelu(const float* x, float* y, int64_t n);  // tanh approximation
+void relu(const float* x, float* y, int64_t n);
+void relu_squared(const float* x, float* y, int64_t n);
+void add(const float* a, const float* b, float* y, int64_t n);
+void mul(const float* a, const float* b, float* y, int64_t n);
+
+// Causal attention of one query token over an f16 KV cache, grouped-query:
+// q: f32 [n_head, head_dim]; k_cache, v_cache: f16 bits [n_ctx_used, n_kv_head, head_dim]
+// (row-major, cell t holds position t); out: f32 [n_head, head_dim].
+// Query head h reads kv head h / (n_head / n_kv_head). Scores are scaled by `scale`
+// (usually 1/sqrt(head_dim)) and cover cells [0, n_ctx_used).
+void attention(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
+               int64_t n_ctx_used, int64_t n_head, int64_t n_kv_head, int64_t head_dim,
+               float scale, float* out);
+
+}  // namespace pi::ref

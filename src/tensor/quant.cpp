@@ -1,0 +1,124 @@
+// Row-level entry points of quant.h: validate the type and length, then convert element by
+// element (plain types) or block by block (quant_blocks.cpp, quant_q6k.cpp). Blocks are
+// copied through a local struct, so rows may start at any byte address.
+#include "tensor/quant.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "tensor/quant_blocks.h"
+
+namespace pi {
+namespace {
+
+Status check_row(const char* what, DType t, int64_t n) {
+  const DTypeInfo& info = dtype_info(t);
+  const std::string name(info.name);
+  if (!info.computable) {
+    return err("%s: type %s has no reference implementation", what, name.c_str());
+  }
+  if (n < 0) return err("%s: negative element count %lld", what, static_cast<long long>(n));
+  if (n % info.block_size != 0) {
+    return err("%s: %lld elements is not a multiple of the %s block size %lld", what,
+               static_cast<long long>(n), name.c_str(), static_cast<long long>(info.block_size));
+  }
+  return Status::Ok();
+}
+
+template <typename Block>
+void quantize_blocks(const float* x, void* out, int64_t n, int64_t block_size) {
+  auto* bytes = static_cast<unsigned char*>(out);
+  for (int64_t i = 0; i < n / block_size; ++i) {
+    Block b{};
+    detail::quantize_block(x + i * block_size, b);
+    std::memcpy(bytes + i * sizeof(Block), &b, sizeof(Block));
+  }
+}
+
+template <typename Block>
+void dequantize_blocks(const void* in, float* y, int64_t n, int64_t block_size) {
+  const auto* bytes = static_cast<const unsigned char*>(in);
+  for (int64_t i = 0; i < n / block_size; ++i) {
+    Block b;
+    std::memcpy(&b, bytes + i * sizeof(Block), sizeof(Block));
+    detail::dequantize_block(b, y + i * block_size);
+  }
+}
+
+// Plain element types: one element at a time through a local, so any alignment works.
+template <typename Elem, typename Convert>
+void store_elements(const float* x, void* out, int64_t n, Convert convert) {
+  auto* bytes = static_cast<unsigned char*>(out);
+  for (int64_t i = 0; i < n; ++i) {
+    const Elem v = convert(x[i]);
+    std::memcpy(bytes + i * sizeof(Elem), &v, sizeof(Elem));
+  }
+}
+
+template <typename Elem, typename Convert>
+void load_elements(const void* in, float* y, int64_t n, Convert convert) {
+  const auto* bytes = static_cast<const unsigned char*>(in);
+  for (int64_t i = 0; i < n; ++i) {
+    Elem v;
+    std::memcpy(&v, bytes + i * sizeof(Elem), sizeof(Elem));
+    y[i] = convert(v);
+  }
+}
+
+// I32 from float: round to nearest, ties to even, saturating at the int32 range; NaN gives 0.
+int32_t float_to_i32(float f) {
+  if (std::isnan(f)) return 0;
+  const double r = std::nearbyint(static_cast<double>(f));
+  if (r >= 2147483647.0) return INT32_MAX;
+  if (r <= -2147483648.0) return INT32_MIN;
+  return static_cast<int32_t>(r);
+}
+
+}  // namespace
+
+Status quantize_row(DType t, const float* x, void* out, int64_t n) {
+  PI_TRY(check_row("quantize_row", t, n));
+  const int64_t bs = dtype_info(t).block_size;
+  switch (t) {
+    case DType::F32: store_elements<float>(x, out, n, [](float f) { return f; }); break;
+    case DType::F16: store_elements<uint16_t>(x, out, n, f32_to_f16); break;
+    case DType::BF16: store_elements<uint16_t>(x, out, n, f32_to_bf16); break;
+    case DType::I32: store_elements<int32_t>(x, out, n, float_to_i32); break;
+    case DType::Q4_0: quantize_blocks<BlockQ4_0>(x, out, n, bs); break;
+    case DType::Q4_1: quantize_blocks<BlockQ4_1>(x, out, n, bs); break;
+    case DType::Q5_0: quantize_blocks<BlockQ5_0>(x, out, n, bs); break;
+    case DType::Q5_1: quantize_blocks<BlockQ5_1>(x, out, n, bs); break;
+    case DType::Q8_0: quantize_blocks<BlockQ8_0>(x, out, n, bs); break;
+    case DType::Q6_K: quantize_blocks<BlockQ6_K>(x, out, n, bs); break;
+    default:
+      return err("quantize_row: type %s is computable but has no quantizer",
+                 std::string(dtype_name(t)).c_str());
+  }
+  return Status::Ok();
+}
+
+Status dequantize_row(DType t, const void* in, float* y, int64_t n) {
+  PI_TRY(check_row("dequantize_row", t, n));
+  const int64_t bs = dtype_info(t).block_size;
+  switch (t) {
+    case DType::F32: load_elements<float>(in, y, n, [](float f) { return f; }); break;
+    case DType::F16: load_elements<uint16_t>(in, y, n, f16_to_f32); break;
+    case DType::BF16: load_elements<uint16_t>(in, y, n, bf16_to_f32); break;
+    case DType::I32:
+      load_elements<int32_t>(in, y, n, [](int32_t v) { return static_cast<float>(v); });
+      break;
+    case DType::Q4_0: dequantize_blocks<BlockQ4_0>(in, y, n, bs); break;
+    case DType::Q4_1: dequantize_blocks<BlockQ4_1>(in, y, n, bs); break;
+    case DType::Q5_0: dequantize_blocks<BlockQ5_0>(in, y, n, bs); break;
+    case DType::Q5_1: dequantize_blocks<BlockQ5_1>(in, y, n, bs); break;
+    case DType::Q8_0: dequantize_blocks<BlockQ8_0>(in, y, n, bs); break;
+    case DType::Q6_K: dequantize_blocks<BlockQ6_K>(in, y, n, bs); break;
+    default:
+      return err("dequantize_row: type %s is computable but has no dequantizer",
+                 std::string(dtype_name(t)).c_str());
+  }
+  return Status::Ok();
+}
+
+}  // namespace pi

@@ -1,0 +1,63 @@
+// Block formats with the exact ggml/GGUF byte layout, and the scalar reference for
+// quantizing and dequantizing rows. These are the oracle for every optimised kernel.
+// All functions are pure and thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "tensor/dtype.h"
+
+namespace pi {
+
+// IEEE half and bfloat16 <-> float. f32_to_f16/bf16 round to nearest even; NaN stays NaN,
+// overflow becomes Inf.
+uint16_t f32_to_f16(float f);
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);
+float bf16_to_f32(uint16_t h);
+
+// Scales d (and minimums m) are IEEE half bit patterns.
+struct BlockQ4_0 {  // x = d * (q - 8), q in 0..15; qs[j] holds q[j] (low) and q[j+16] (high)
+  uint16_t d;
+  uint8_t qs[16];
+};
+struct BlockQ4_1 {  // x = d * q + m
+  uint16_t d, m;
+  uint8_t qs[16];
+};
+struct BlockQ5_0 {  // x = d * (q - 16); qh bit j is bit 4 of q[j]
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+struct BlockQ5_1 {  // x = d * q + m
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+struct BlockQ8_0 {  // x = d * q
+  uint16_t d;
+  int8_t qs[32];
+};
+struct BlockQ6_K {  // 256 values: 16 sub-blocks of 16, 6-bit quants, 8-bit sub-block scales
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
+              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ6_K) == 210);
+
+// Quantizes n floats into `out` (row_bytes(t, n) bytes). Fails for types without a
+// reference (dtype_info(t).computable == false) and when n % block_size != 0.
+// F32/F16/BF16/I32 are handled as plain element conversions (I32: round to nearest even,
+// saturating, NaN -> 0). Q4_0..Q8_0 blocks are byte-identical to ggml's reference quantizer;
+// Q6_K uses this engine's own scale search (quant_q6k.cpp states its error bound).
+// Inputs to the block formats must be finite. `out` needs no particular alignment.
+Status quantize_row(DType t, const float* x, void* out, int64_t n);
+// Dequantizes n values; same preconditions as quantize_row, checked here as well. Decoding
+// is bit-exact with ggml for every computable type. `in` needs no particular alignment.
+Status dequantize_row(DType t, const void* in, float* y, int64_t n);
+
+}  // namespace pi

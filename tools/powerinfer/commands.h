@@ -13,5 +13,6 @@ namespace pi::cli {
 using Runner = std::function<int()>;
 
 Runner add_inspect(CLI::App& app);
+Runner add_quantize(CLI::App& app);
 
 }  // namespace pi::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
 
   std::map<std::string, pi::cli::Runner> runners;
   runners["inspect"] = pi::cli::add_inspect(app);
+  runners["quantize"] = pi::cli::add_quantize(app);
 
   try {
     app.parse(argc, argv);

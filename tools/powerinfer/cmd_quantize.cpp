@@ -1,0 +1,68 @@
+// `powerinfer quantize IN OUT TYPE`: converts a model's large matrices to another type,
+// keeping the magic (PWRI stays PWRI), all metadata and the small tensors.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <memory>
+
+#include "commands.h"
+#include "core/log.h"
+#include "quantize_model.h"
+
+namespace pi::cli {
+
+Runner add_quantize(CLI::App& app) {
+  struct Args {
+    tools::QuantizeOptions opts;
+    std::string type;
+    std::vector<std::string> overrides;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand(
+      "quantize",
+      "Convert a GGUF/PowerInfer model to F32, F16, BF16, Q8_0, Q6_K, Q5_1, Q5_0, Q4_1 or Q4_0.\n"
+      "Norms and 1-D tensors stay as they are; predictors follow TYPE; output.weight gets Q6_K\n"
+      "for 4/5-bit targets.");
+  sub->add_option("input", a->opts.input, "Input model")->required()->check(CLI::ExistingFile);
+  sub->add_option("output", a->opts.output, "Output model")->required();
+  sub->add_option("type", a->type, "Target type, e.g. q4_0")->required();
+  sub->add_flag("--allow-requantize", a->opts.allow_requantize,
+                "Allow converting tensors that are already quantized");
+  sub->add_option("--override", a->overrides,
+                  "PATTERN=TYPE: type for tensors whose name matches the glob (repeatable), "
+                  "e.g. 'blk.*.ffn_down_t.weight=q8_0'");
+  sub->add_option("-t,--threads", a->opts.threads, "Threads")->check(CLI::Range(1, 1024));
+  return [a]() -> int {
+    auto target = dtype_from_name(a->type);
+    if (!target || !dtype_info(*target).computable || *target == DType::I32) {
+      log_error("quantize: unknown or unsupported type '%s' (use f32, f16, bf16, q8_0, q6_k, "
+                "q5_1, q5_0, q4_1, q4_0)", a->type.c_str());
+      return 1;
+    }
+    a->opts.target = *target;
+    for (const std::string& o : a->overrides) {
+      auto eq = o.rfind('=');
+      auto t = eq == std::string::npos ? std::nullopt : dtype_from_name(o.substr(eq + 1));
+      if (!t || !dtype_info(*t).computable) {
+        log_error("quantize: bad --override '%s' (expected PATTERN=TYPE)", o.c_str());
+        return 1;
+      }
+      a->opts.overrides.emplace_back(o.substr(0, eq), *t);
+    }
+    auto rep = tools::quantize_model(a->opts);
+    if (!rep.ok()) {
+      log_error("%s", rep.error().message.c_str());
+      return 1;
+    }
+    std::printf("quantized %d tensors, copied %d\n", rep->n_quantized, rep->n_copied);
+    std::printf("tensor data: %.2f MiB -> %.2f MiB; file: %.2f MiB -> %.2f MiB (%.1f%%)\n",
+                static_cast<double>(rep->bytes_in) / 1048576.0,
+                static_cast<double>(rep->bytes_out) / 1048576.0,
+                static_cast<double>(rep->file_in) / 1048576.0,
+                static_cast<double>(rep->file_out) / 1048576.0,
+                100.0 * static_cast<double>(rep->file_out) / static_cast<double>(rep->file_in));
+    return 0;
+  };
+}
+
+}  // namespace pi::cli

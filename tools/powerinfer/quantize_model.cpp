@@ -1,0 +1,198 @@
+#include "quantize_model.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <thread>
+
+#include "core/progress.h"
+#include "gguf/reader.h"
+#include "gguf/writer.h"
+#include "tensor/quant.h"
+
+namespace pi::tools {
+namespace {
+
+bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  if (stat(a.c_str(), &sa) != 0 || stat(b.c_str(), &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// Converts rows [r0, r1) of a tensor from `src` type to `dst` type.
+Status convert_rows(DType src, DType dst, const std::byte* in, std::byte* out, int64_t r0,
+                    int64_t r1, int64_t cols) {
+  std::vector<float> row(static_cast<size_t>(cols));
+  const size_t in_row = row_bytes(src, cols), out_row = row_bytes(dst, cols);
+  for (int64_t r = r0; r < r1; ++r) {
+    PI_TRY(dequantize_row(src, in + static_cast<size_t>(r) * in_row, row.data(), cols));
+    PI_TRY(quantize_row(dst, row.data(), out + static_cast<size_t>(r) * out_row, cols));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool glob_match(const std::string& pattern, const std::string& text) {
+  size_t p = 0, t = 0, star = std::string::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+uint32_t file_type_for(DType target) {
+  switch (target) {
+    case DType::F32: return 0;
+    case DType::F16: return 1;
+    case DType::Q4_0: return 2;
+    case DType::Q4_1: return 3;
+    case DType::Q8_0: return 7;
+    case DType::Q5_0: return 8;
+    case DType::Q5_1: return 9;
+    case DType::Q6_K: return 18;
+    case DType::BF16: return 32;
+    default: return 0;
+  }
+}
+
+DType choose_type(const std::string& name, int rank, int64_t cols, DType source, DType target) {
+  const bool matrix = rank == 2 && name.size() > 7 && name.ends_with(".weight");
+  if (!matrix || source == DType::I32) return source;
+  DType t = target;
+  if (name == "output.weight" &&
+      (target == DType::Q4_0 || target == DType::Q4_1 || target == DType::Q5_0 ||
+       target == DType::Q5_1)) {
+    t = cols % 256 == 0 ? DType::Q6_K : DType::Q8_0;
+  }
+  if (cols % dtype_info(t).block_size != 0) t = DType::F16;
+  return t;
+}
+
+Result<QuantizeReport> quantize_model(const QuantizeOptions& o) {
+  if (!dtype_info(o.target).computable || o.target == DType::I32) {
+    return err("quantize: unsupported target type '%s'", std::string(dtype_name(o.target)).c_str());
+  }
+  if (o.input == o.output || same_file(o.input, o.output)) {
+    return err("quantize: output '%s' is the input file; choose another path", o.output.c_str());
+  }
+  auto in = gguf::File::open(o.input);
+  if (!in.ok()) return in.error();
+  const gguf::File& f = *in;
+
+  gguf::Writer w(f.magic());
+  if (f.alignment() != gguf::kDefaultAlignment) PI_TRY(w.set_alignment(f.alignment()));
+  bool has_file_type = false;
+  for (const auto& kv : f.metadata()) {
+    if (kv.key == "general.alignment" || kv.key == "general.quantized_by") continue;
+    if (kv.key == "general.file_type") {
+      has_file_type = true;
+      PI_TRY(w.add_kv(kv.key, gguf::Value(file_type_for(o.target))));
+      continue;
+    }
+    PI_TRY(w.add_kv(kv.key, kv.value));
+  }
+  if (!has_file_type) PI_TRY(w.add_kv("general.file_type", gguf::Value(file_type_for(o.target))));
+  PI_TRY(w.add_kv("general.quantized_by", gguf::Value(std::string("powerinfer quantize"))));
+
+  std::vector<DType> types;
+  QuantizeReport rep;
+  for (const auto& t : f.tensors()) {
+    DType dst = choose_type(t.name, t.shape.rank, t.shape.cols(), t.type, o.target);
+    for (const auto& [pattern, type] : o.overrides) {
+      if (glob_match(pattern, t.name)) {
+        if (t.shape.cols() % dtype_info(type).block_size != 0) {
+          return err("quantize: override %s for tensor '%s': row length %lld is not a multiple of %lld",
+                     std::string(dtype_name(type)).c_str(), t.name.c_str(),
+                     static_cast<long long>(t.shape.cols()),
+                     static_cast<long long>(dtype_info(type).block_size));
+        }
+        dst = type;
+        break;
+      }
+    }
+    if (dst != t.type) {
+      if (!dtype_info(t.type).computable) {
+        return err("%s: tensor '%s' has type %s, which this engine cannot convert", o.input.c_str(),
+                   t.name.c_str(), std::string(dtype_name(t.type)).c_str());
+      }
+      if (!is_float_type(t.type) && !o.allow_requantize) {
+        return err("%s: tensor '%s' is already %s; pass --allow-requantize to convert it to %s "
+                   "(quality drops compared with quantizing from F16/F32)",
+                   o.input.c_str(), t.name.c_str(), std::string(dtype_name(t.type)).c_str(),
+                   std::string(dtype_name(dst)).c_str());
+      }
+    }
+    types.push_back(dst);
+    PI_TRY(w.add_tensor(t.name, dst, t.shape));
+  }
+  PI_TRY(w.begin(o.output));
+
+  uint64_t total = 0;
+  for (const auto& t : f.tensors()) total += t.nbytes;
+  ProgressBar bar("quantize", total);
+  uint64_t done = 0;
+  const int threads = std::max(1, o.threads);
+  std::vector<std::byte> out;
+  for (size_t i = 0; i < f.tensors().size(); ++i) {
+    const gguf::TensorInfo& t = f.tensors()[i];
+    const gguf::TensorView v = f.view(t);
+    const DType dst = types[i];
+    rep.bytes_in += t.nbytes;
+    rep.bytes_out += w.tensors()[i].nbytes;
+    if (dst == t.type) {
+      PI_TRY(w.write({v.data, t.nbytes}));
+      ++rep.n_copied;
+    } else {
+      const int64_t rows = t.shape.rows(), cols = t.shape.cols();
+      // Chunks of ~16 MiB output keep memory flat for any tensor size.
+      const int64_t chunk =
+          std::max<int64_t>(1, static_cast<int64_t>((16u << 20) / std::max<size_t>(1, row_bytes(dst, cols))));
+      const size_t in_row = row_bytes(t.type, cols), out_row = row_bytes(dst, cols);
+      for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        const int64_t r1 = std::min(rows, r0 + chunk);
+        out.resize(static_cast<size_t>(r1 - r0) * out_row);
+        const std::byte* src = v.data + static_cast<size_t>(r0) * in_row;
+        std::vector<Status> st(static_cast<size_t>(threads));
+        std::vector<std::thread> pool;
+        const int64_t n = r1 - r0, per = (n + threads - 1) / threads;
+        for (int k = 0; k < threads; ++k) {
+          const int64_t a = std::min(n, k * per), b = std::min(n, a + per);
+          if (a >= b) continue;
+          pool.emplace_back([&, k, a, b] {
+            st[static_cast<size_t>(k)] = convert_rows(t.type, dst, src, out.data(), a, b, cols);
+          });
+        }
+        for (auto& th : pool) th.join();
+        for (const Status& s : st) PI_TRY(s);
+        PI_TRY(w.write(out));
+        bar.update(done + static_cast<uint64_t>(r1) * in_row);
+      }
+      ++rep.n_quantized;
+    }
+    done += t.nbytes;
+    bar.update(done);
+  }
+  PI_TRY(w.finish());
+  bar.finish();
+  rep.file_in = std::filesystem::file_size(o.input);
+  rep.file_out = std::filesystem::file_size(o.output);
+  return rep;
+}
+
+}  // namespace pi::tools

@@ -13,6 +13,8 @@ namespace pi::cli {
 using Runner = std::function<int()>;
 
 Runner add_inspect(CLI::App& app);
+Runner add_run(CLI::App& app);
 Runner add_quantize(CLI::App& app);
+Runner add_synth(CLI::App& app);
 
 }  // namespace pi::cli

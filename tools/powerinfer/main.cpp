@@ -18,7 +18,9 @@ int main(int argc, char** argv) {
 
   std::map<std::string, pi::cli::Runner> runners;
   runners["inspect"] = pi::cli::add_inspect(app);
+  runners["run"] = pi::cli::add_run(app);
   runners["quantize"] = pi::cli::add_quantize(app);
+  runners["synth"] = pi::cli::add_synth(app);
 
   try {
     app.parse(argc, argv);

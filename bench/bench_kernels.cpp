@@ -1,0 +1,416 @@
+// Kernel microbenchmarks at Llama-2-7B shapes. Token generation is memory-bound, so the
+// figure of merit is the effective bandwidth over the weight bytes a kernel actually reads,
+// compared with a STREAM-style read probe (a sum over a 2 GiB buffer) run on the same pool,
+// alternating with the kernel (see run_bandwidth): `probe_pct` = kernel GB/s / probe GB/s,
+// the median over rounds.
+//
+// Weights rotate over enough copies that the total exceeds the L3 cache many times, so every
+// call streams from DRAM. Sparse kernels run at 10% active rows (random, sorted) and count
+// only the rows they read. Matmul reports GFLOP/s at 64 and 512 tokens.
+//
+// Usage: bench_kernels [google-benchmark flags], e.g. --benchmark_filter=matvec/q4_0
+// The environment variable PI_KERNELS_ISA selects the kernel ISA as for the library.
+#include <benchmark/benchmark.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/kernels.h"
+#include "tensor/quant.h"
+
+namespace {
+
+using pi::DType;
+using pi::ThreadPool;
+namespace cpu = pi::cpu;
+
+constexpr size_t kProbeBytes = size_t{2} << 30;
+// Weight copies rotate over at least this many bytes: 16x the 32 MiB L3 of the test machine.
+// PI_BENCH_ROTATE_MB overrides it (e.g. 1 keeps one copy, cache-resident for small shapes).
+size_t rotate_bytes() {
+  static const size_t bytes = [] {
+    const char* env = std::getenv("PI_BENCH_ROTATE_MB");
+    return (env != nullptr ? std::strtoull(env, nullptr, 10) : 512ull) << 20;
+  }();
+  return bytes;
+}
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
+
+// PI_BENCH_HUGEPAGES=1 backs weights and the probe with transparent huge pages (fewer TLB
+// misses for sparse row gathers); the default is ordinary 4 KiB pages, as for a mapped file.
+bool huge_pages() {
+  static const bool on = [] {
+    const char* env = std::getenv("PI_BENCH_HUGEPAGES");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  return on;
+}
+
+Buffer alloc(size_t bytes) {
+  const size_t align = huge_pages() ? (size_t{2} << 20) : 64;
+  const size_t size = (bytes + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, size);
+  if (p == nullptr) std::abort();
+  if (huge_pages()) madvise(p, size, MADV_HUGEPAGE);
+  return Buffer(static_cast<uint8_t*>(p));
+}
+
+ThreadPool& pool(int threads) {
+  static ThreadPool p1(1), p2(2);
+  return threads == 1 ? p1 : p2;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// CPU time of the calling thread. On a shared machine a 1-thread pool's bandwidth over CPU
+// time approximates what an idle machine gives (time-slicing removed); reported alongside.
+double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// ---- read probe -------------------------------------------------------------------------
+const uint64_t* probe_data() {
+  static Buffer buf = [] {
+    Buffer b = alloc(kProbeBytes);
+    std::memset(b.get(), 1, kProbeBytes);
+    return b;
+  }();
+  return reinterpret_cast<const uint64_t*>(buf.get());
+}
+
+uint64_t sum_words(const uint64_t* p, size_t n) {
+  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  for (size_t i = 0; i + 4 <= n; i += 4) {
+    s0 += p[i];
+    s1 += p[i + 1];
+    s2 += p[i + 2];
+    s3 += p[i + 3];
+  }
+  return s0 + s1 + s2 + s3;
+}
+
+struct Rate {
+  double wall = 0.0;  // GB/s over wall time
+  double cpu = 0.0;   // GB/s over the calling thread's CPU time (1-thread pools only)
+};
+
+// One pass over `bytes` of the probe buffer starting at `start`, split evenly over the
+// pool's threads.
+Rate probe_pass(ThreadPool& tp, size_t start, size_t bytes) {
+  const uint64_t* data = probe_data() + start / 8;
+  const size_t words = bytes / 8;
+  std::vector<uint64_t> partial(static_cast<size_t>(tp.size()));
+  const auto t0 = std::chrono::steady_clock::now();
+  const double c0 = thread_cpu_seconds();
+  tp.parallel_for(
+      tp.size(),
+      [&](int64_t t, int) {
+        const size_t begin = words * static_cast<size_t>(t) / static_cast<size_t>(tp.size());
+        const size_t end = words * static_cast<size_t>(t + 1) / static_cast<size_t>(tp.size());
+        partial[static_cast<size_t>(t)] = sum_words(data + begin, end - begin);
+      },
+      pi::Schedule::Static);
+  const double dt = seconds_since(t0), dc = thread_cpu_seconds() - c0;
+  benchmark::DoNotOptimize(partial.data());
+  return {static_cast<double>(bytes) / dt / 1e9, static_cast<double>(bytes) / dc / 1e9};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void BM_ReadProbe(benchmark::State& state) {
+  ThreadPool& tp = pool(static_cast<int>(state.range(0)));
+  double total = 0.0;
+  int n = 0;
+  for (auto _ : state) {
+    total += probe_pass(tp, 0, kProbeBytes).wall;
+    ++n;
+  }
+  state.counters["GB/s"] = total / n;
+}
+
+// ---- weights ------------------------------------------------------------------------------
+// Random but valid weights: random quant bytes with sane block scales, finite f16/bf16/f32.
+struct Matrix {
+  DType type;
+  int64_t rows, cols;
+  size_t bytes;  // one copy
+  std::vector<Buffer> copies;
+  const void* copy(size_t i) const { return copies[i % copies.size()].get(); }
+};
+
+void fill_random(DType t, uint8_t* p, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const size_t bytes = pi::row_bytes(t, cols) * static_cast<size_t>(rows);
+  for (size_t i = 0; i + 4 <= bytes; i += 4) {
+    const uint32_t v = rng();
+    std::memcpy(p + i, &v, 4);
+  }
+  const uint16_t scale = pi::f32_to_f16(0.01f), minimum = pi::f32_to_f16(-0.05f);
+  const pi::DTypeInfo& info = pi::dtype_info(t);
+  const size_t n = bytes / info.type_size;
+  for (size_t b = 0; b < n; ++b) {
+    uint8_t* blk = p + b * info.type_size;
+    switch (t) {
+      case DType::F32: {
+        const float v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) * 1e-3f;
+        std::memcpy(blk, &v, 4);
+        break;
+      }
+      case DType::F16: {
+        const uint16_t h = pi::f32_to_f16(static_cast<float>(static_cast<int>(rng() % 2001) - 1000) * 1e-3f);
+        std::memcpy(blk, &h, 2);
+        break;
+      }
+      case DType::BF16: {
+        const uint16_t h = pi::f32_to_bf16(static_cast<float>(static_cast<int>(rng() % 2001) - 1000) * 1e-3f);
+        std::memcpy(blk, &h, 2);
+        break;
+      }
+      case DType::Q6_K:
+        std::memcpy(blk + 208, &scale, 2);
+        break;
+      case DType::Q4_1:
+      case DType::Q5_1:
+        std::memcpy(blk, &scale, 2);
+        std::memcpy(blk + 2, &minimum, 2);
+        break;
+      default:
+        std::memcpy(blk, &scale, 2);
+    }
+  }
+}
+
+const Matrix& matrix(DType t, int64_t rows, int64_t cols) {
+  static std::vector<std::unique_ptr<Matrix>> cache;
+  for (auto& m : cache)
+    if (m->type == t && m->rows == rows && m->cols == cols) return *m;
+  // Keep at most one shape's copies alive to bound memory.
+  cache.clear();
+  auto m = std::make_unique<Matrix>();
+  m->type = t;
+  m->rows = rows;
+  m->cols = cols;
+  m->bytes = pi::row_bytes(t, cols) * static_cast<size_t>(rows);
+  const size_t n = std::max<size_t>(1, (rotate_bytes() + m->bytes - 1) / m->bytes);
+  for (size_t i = 0; i < n; ++i) {
+    m->copies.push_back(alloc(m->bytes));
+    if (i == 0) {
+      fill_random(t, m->copies[0].get(), rows, cols, 1234);
+    } else {
+      std::memcpy(m->copies[i].get(), m->copies[0].get(), m->bytes);
+    }
+  }
+  cache.push_back(std::move(m));
+  return *cache.back();
+}
+
+std::vector<float> random_vector(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& e : v) e = d(rng);
+  return v;
+}
+
+std::vector<int32_t> active_rows(int64_t n, double frac, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> all(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(static_cast<size_t>(static_cast<double>(n) * frac));
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+// Alternates, kRounds times, a pass of the read probe over kWindow bytes and enough kernel
+// calls to read about as many weight bytes, and reports medians: kernel GB/s (over the
+// weight bytes one call reads, `bytes`), probe GB/s, and their ratio per round (probe_pct).
+// Alternating keeps both under the same conditions on a shared machine. For 1-thread pools
+// cpu_pct is the same ratio over thread CPU time (insensitive to time-slicing).
+constexpr int kRounds = 15;
+constexpr size_t kWindow = size_t{512} << 20;
+
+template <typename Call>
+void run_bandwidth(benchmark::State& state, ThreadPool& tp, double bytes, Call call) {
+  const int64_t calls = std::max<int64_t>(2, static_cast<int64_t>(static_cast<double>(kWindow) / bytes));
+  std::vector<double> kernel, probe, pct, cpu_pct;
+  size_t copy = 0;
+  call(copy++);  // warm-up: scratch buffers, page faults
+  for (auto _ : state) {
+    for (int round = 0; round < kRounds; ++round) {
+      const Rate p = probe_pass(tp, (static_cast<size_t>(round) * kWindow) % kProbeBytes, kWindow);
+      const auto t0 = std::chrono::steady_clock::now();
+      const double c0 = thread_cpu_seconds();
+      for (int64_t i = 0; i < calls; ++i) call(copy++);
+      const double total = bytes * static_cast<double>(calls);
+      const double k = total / seconds_since(t0) / 1e9;
+      const double kc = total / (thread_cpu_seconds() - c0) / 1e9;
+      kernel.push_back(k);
+      probe.push_back(p.wall);
+      pct.push_back(100.0 * k / p.wall);
+      cpu_pct.push_back(100.0 * kc / p.cpu);
+    }
+  }
+  state.counters["GB/s"] = median(kernel);
+  state.counters["probe_GB/s"] = median(probe);
+  state.counters["probe_pct"] = median(pct);
+  if (tp.size() == 1) state.counters["cpu_pct"] = median(cpu_pct);
+}
+
+struct Shape {
+  const char* name;
+  int64_t rows, cols;
+};
+constexpr Shape kShapes[] = {{"4096x4096", 4096, 4096}, {"11008x4096", 11008, 4096}, {"4096x11008", 4096, 11008}};
+const DType kTypes[] = {DType::Q4_0, DType::Q8_0, DType::F16,  DType::BF16, DType::F32,
+                        DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q6_K};
+
+void register_all() {
+  benchmark::RegisterBenchmark("probe/read_2GiB", BM_ReadProbe)->Arg(1)->Arg(2)->UseRealTime()->Iterations(5);
+
+  for (DType t : kTypes) {
+    const std::string tn(pi::dtype_name(t));
+    for (const Shape& s : kShapes) {
+      benchmark::RegisterBenchmark(("matvec/" + tn + "/" + s.name).c_str(), [t, s](benchmark::State& st) {
+        ThreadPool& tp = pool(static_cast<int>(st.range(0)));
+        const Matrix& w = matrix(t, s.rows, s.cols);
+        const auto x = random_vector(s.cols, 1);
+        std::vector<float> y(static_cast<size_t>(s.rows));
+        run_bandwidth(st, tp, static_cast<double>(w.bytes), [&](size_t i) {
+          cpu::matvec(tp, t, w.copy(i), s.rows, s.cols, x.data(), y.data());
+        });
+      })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
+    }
+    // Sparse gate/up ([n_ff, n_embd]) and down_t ([n_ff, n_embd]) at 10% active neurons.
+    const Shape ff{"11008x4096", 11008, 4096};
+    benchmark::RegisterBenchmark(("matvec_rows_10pct/" + tn + "/" + ff.name).c_str(), [t, ff](benchmark::State& st) {
+      ThreadPool& tp = pool(static_cast<int>(st.range(0)));
+      const Matrix& w = matrix(t, ff.rows, ff.cols);
+      const auto x = random_vector(ff.cols, 2);
+      const auto idx = active_rows(ff.rows, 0.10, 3);
+      std::vector<float> y(static_cast<size_t>(ff.rows));
+      const double bytes = static_cast<double>(idx.size() * pi::row_bytes(t, ff.cols));
+      run_bandwidth(st, tp, bytes, [&](size_t i) {
+        cpu::matvec_rows(tp, t, w.copy(i), ff.cols, idx.data(), static_cast<int64_t>(idx.size()), x.data(), y.data());
+      });
+    })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
+    benchmark::RegisterBenchmark(("axpy_rows_10pct/" + tn + "/" + ff.name).c_str(), [t, ff](benchmark::State& st) {
+      ThreadPool& tp = pool(static_cast<int>(st.range(0)));
+      const Matrix& w = matrix(t, ff.rows, ff.cols);
+      const auto a = random_vector(ff.rows, 4);
+      const auto idx = active_rows(ff.rows, 0.10, 5);
+      std::vector<float> y(static_cast<size_t>(ff.cols));
+      const double bytes = static_cast<double>(idx.size() * pi::row_bytes(t, ff.cols));
+      run_bandwidth(st, tp, bytes, [&](size_t i) {
+        cpu::axpy_rows(tp, t, w.copy(i), ff.cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), y.data());
+      });
+    })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
+    benchmark::RegisterBenchmark(("axpy_dense/" + tn + "/" + ff.name).c_str(), [t, ff](benchmark::State& st) {
+      ThreadPool& tp = pool(static_cast<int>(st.range(0)));
+      const Matrix& w = matrix(t, ff.rows, ff.cols);
+      const auto a = random_vector(ff.rows, 6);
+      std::vector<float> y(static_cast<size_t>(ff.cols));
+      run_bandwidth(st, tp, static_cast<double>(w.bytes), [&](size_t i) {
+        cpu::axpy_dense(tp, t, w.copy(i), ff.rows, ff.cols, a.data(), y.data());
+      });
+    })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
+  }
+
+  // Compute ceiling: the same kernels on one L2-resident matrix (256 x 4096). GB/s here far
+  // above the probe means the DRAM-sized runs are bound by memory, not by the kernel.
+  for (DType t : kTypes) {
+    const std::string tn(pi::dtype_name(t));
+    benchmark::RegisterBenchmark(("matvec_l2/" + tn + "/256x4096").c_str(), [t](benchmark::State& st) {
+      ThreadPool& tp = pool(1);
+      Buffer w = alloc(pi::row_bytes(t, 4096) * 256);
+      fill_random(t, w.get(), 256, 4096, 9);
+      const auto x = random_vector(4096, 8);
+      std::vector<float> y(256);
+      const auto t0 = std::chrono::steady_clock::now();
+      int64_t n = 0;
+      for (auto _ : st) {
+        cpu::matvec(tp, t, w.get(), 256, 4096, x.data(), y.data());
+        ++n;
+      }
+      st.counters["GB/s"] = benchmark::Counter(static_cast<double>(pi::row_bytes(t, 4096) * 256) * static_cast<double>(n),
+                                               benchmark::Counter::kIsRate);
+      benchmark::DoNotOptimize(t0);
+    });
+    benchmark::RegisterBenchmark(("axpy_l2/" + tn + "/256x4096").c_str(), [t](benchmark::State& st) {
+      ThreadPool& tp = pool(1);
+      Buffer w = alloc(pi::row_bytes(t, 4096) * 256);
+      fill_random(t, w.get(), 256, 4096, 9);
+      const auto a = random_vector(256, 8);
+      std::vector<float> y(4096);
+      const auto t0 = std::chrono::steady_clock::now();
+      int64_t n = 0;
+      for (auto _ : st) {
+        cpu::axpy_dense(tp, t, w.get(), 256, 4096, a.data(), y.data());
+        ++n;
+      }
+      st.counters["GB/s"] = benchmark::Counter(static_cast<double>(pi::row_bytes(t, 4096) * 256) * static_cast<double>(n),
+                                               benchmark::Counter::kIsRate);
+      benchmark::DoNotOptimize(t0);
+    });
+  }
+
+  // Prompt processing: GFLOP/s of matmul over 64 and 512 tokens.
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::F16}) {
+    const std::string tn(pi::dtype_name(t));
+    for (int64_t m : {64, 512}) {
+      benchmark::RegisterBenchmark(("matmul/" + tn + "/4096x4096/m" + std::to_string(m)).c_str(),
+                                   [t, m](benchmark::State& st) {
+        ThreadPool& tp = pool(static_cast<int>(st.range(0)));
+        const Matrix& w = matrix(t, 4096, 4096);
+        const auto X = random_vector(m * 4096, 7);
+        std::vector<float> Y(static_cast<size_t>(m * 4096));
+        size_t i = 0;
+        const auto t0 = std::chrono::steady_clock::now();
+        int64_t n = 0;
+        for (auto _ : st) {
+          cpu::matmul(tp, t, w.copy(i++), 4096, 4096, X.data(), m, Y.data());
+          ++n;
+        }
+        st.counters["GFLOP/s"] = 2.0 * 4096 * 4096 * static_cast<double>(m) * static_cast<double>(n) /
+                                 seconds_since(t0) / 1e9;
+      })->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+    }
+  }
+
+  // Fork/join cost of the pool: an empty parallel_for over 2 tasks.
+  benchmark::RegisterBenchmark("pool/fork_join", [](benchmark::State& st) {
+    ThreadPool& tp = pool(2);
+    for (auto _ : st) tp.parallel_for(2, [](int64_t, int) {});
+  })->UseRealTime();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("kernel_isa", std::string(cpu::isa_name(cpu::active_isa())));
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

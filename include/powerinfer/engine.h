@@ -1,0 +1,132 @@
+// The engine's public API: load a model once (Engine), then run one or more inference
+// sessions over it (Session). A session owns a KV cache of one sequence, a thread pool and a
+// sampler; it feeds prompt tokens in batches and generates one token at a time.
+//
+//   auto engine = pi::Engine::load("model.gguf");            // Result<unique_ptr<Engine>>
+//   auto session = pi::Session::create(**engine, {.n_ctx = 2048, .n_threads = 4});
+//   (*session)->prompt((*engine)->tokenizer()->encode("Hello", true, false));
+//   int32_t t = (*session)->sample();  (*session)->advance(t);  ...
+//
+// Thread-safety: an Engine is immutable and may be shared by sessions on different threads;
+// a Session is driven by one thread at a time. Errors are one-line messages (pi::Error).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "powerinfer/sampling.h"
+#include "powerinfer/sparsity.h"
+
+namespace pi {
+
+class Tokenizer;
+namespace model {
+class Model;
+}
+namespace runtime {
+class Context;
+class Sampler;
+}  // namespace runtime
+
+struct ModelInfo {
+  std::string path;
+  std::string architecture;  // general.architecture
+  std::string name;          // general.name, may be empty
+  bool powerinfer = false;   // PWRI file
+  std::string activation;    // FFN activation that runs: silu | relu | gelu
+  int64_t n_vocab = 0, n_ctx_train = 0, n_embd = 0, n_layer = 0, n_ff = 0;
+  int64_t n_head = 0, n_head_kv = 0;
+  uint64_t file_bytes = 0;
+  uint64_t weight_bytes_per_token = 0;  // bytes of weights one decode step reads
+};
+
+class Engine {
+ public:
+  // Maps the file, loads the architecture's weights and, if the file has a vocabulary
+  // (tokenizer.ggml.model), the tokenizer.
+  static Result<std::unique_ptr<Engine>> load(const std::string& path);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const ModelInfo& info() const { return info_; }
+  // nullptr when the file carries no vocabulary.
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const model::Model& model() const { return *model_; }
+
+ private:
+  Engine() = default;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ModelInfo info_;
+};
+
+struct SessionOptions {
+  int64_t n_ctx = 0;      // KV-cache positions; 0: the model's training context, at most 4096
+  int64_t n_batch = 512;  // prompt tokens per forward pass
+  int n_threads = 0;      // 0: one per hardware thread
+  SamplingParams sampling;
+  SparseOptions sparse;  // PowerInfer files: sparse or dense, threshold, predictor check
+};
+
+// Wall-clock time spent in each phase, for llama.cpp-style timing reports.
+struct Timings {
+  double prompt_ms = 0;
+  int64_t n_prompt = 0;  // tokens fed by prompt()
+  double eval_ms = 0;
+  int64_t n_eval = 0;  // tokens fed by advance()
+  double sample_ms = 0;
+  int64_t n_sample = 0;
+};
+
+class Session {
+ public:
+  // Validates the options (sampling values, sizes) and allocates every buffer.
+  static Result<std::unique_ptr<Session>> create(const Engine& engine, const SessionOptions& o);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Feeds tokens after those already in the context (a prompt or a user turn) and records
+  // them in the sampler's penalty window. Fails before computing anything when they do not
+  // fit: "context overflow: ...".
+  // `stop`, if given, is asked between batches of n_batch tokens (e.g. a Ctrl-C flag); when it
+  // returns true the call fails with "interrupted ...", keeping the batches already fed.
+  Status prompt(std::span<const int32_t> tokens, const std::function<bool()>& stop = {});
+  // Picks the next token from the logits of the last fed token.
+  int32_t sample();
+  // Feeds one generated token.
+  Status advance(int32_t token);
+  // Tokens sample() never returns (e.g. end-of-generation tokens with --ignore-eos).
+  void ban_tokens(std::vector<int32_t> ids);
+
+  std::span<const float> logits() const;  // f32 [n_vocab] of the last fed token
+  int64_t n_past() const;                 // tokens in the context
+  int64_t n_ctx() const;
+  int n_threads() const;
+  int64_t n_batch() const;
+  // Forgets the context and the sampler's window, reseeds the sampler; timings are kept.
+  void reset();
+  // Runs one token through the model and forgets it, so that every weight page is mapped and
+  // every buffer touched before timed work (the first pass over a memory-mapped model pays
+  // for page faults). Leaves the session empty and the timings untouched.
+  Status warmup(int32_t token);
+  const Timings& timings() const { return timings_; }
+  // Sparse execution: whether it is on, the threshold, and per-layer counters since creation or
+  // the last reset_sparsity() (warmup() resets them too).
+  SparsityReport sparsity() const;
+  void reset_sparsity();
+
+ private:
+  Session() = default;
+  std::unique_ptr<runtime::Context> ctx_;
+  std::unique_ptr<runtime::Sampler> sampler_;
+  Timings timings_;
+};
+
+}  // namespace pi

@@ -1,0 +1,54 @@
+// Sparse inference in the public API: the session options that choose sparse or dense
+// execution of PowerInfer (PWRI) files, and the per-layer statistics a session collects.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pi {
+
+struct SparseOptions {
+  // PWRI files run sparse (predictor + active neurons only) unless dense is set; dense still
+  // uses the file's ReLU FFN. Ordinary GGUF files always run dense.
+  bool dense = false;
+  // Predictor threshold (neuron active iff logit >= threshold). Unset: the environment
+  // variable LLAMA_SPARSE_PRED_THRESHOLD if set, else the file's powerinfer.sparse_threshold,
+  // else 0. "-inf" predicts every neuron.
+  std::optional<float> threshold;
+  // Also compute the dense FFN of every layer and compare (recall, precision, FFN output
+  // deviation). About doubles the FFN work; the generated output is unchanged.
+  bool check_predictor = false;
+};
+
+// Counters of one layer since the session was created or reset_sparsity() was called.
+struct LayerSparsity {
+  int64_t tokens = 0;     // tokens this layer processed
+  int64_t n_ff = 0;       // neurons of the layer
+  int64_t predicted = 0;  // predicted active, summed over tokens
+  int64_t computed = 0;   // nonzero activations accumulated from ffn_down_t, summed over tokens
+  uint64_t bytes = 0;     // predictor + FFN weight bytes read (rows actually read)
+  int64_t batch_paths[3] = {0, 0, 0};  // batched gate/up products by path: lists, union, dense
+  double predict_s = 0, rows_s = 0, down_s = 0;  // wall time in predictor, gate/up, down
+  // With check_predictor:
+  int64_t truly_active = 0;  // nonzero activations of the dense FFN, summed over tokens
+  int64_t caught = 0;        // truly active and predicted
+  double max_abs_dev = 0;    // max |sparse - dense| FFN output element
+  double max_abs_dense = 0;  // max |dense| FFN output element
+
+  double active_fraction() const { return tokens > 0 ? double(predicted) / double(tokens * n_ff) : 0; }
+  double recall() const { return truly_active > 0 ? double(caught) / double(truly_active) : 1.0; }
+  double precision() const { return predicted > 0 ? double(caught) / double(predicted) : 1.0; }
+};
+
+struct SparsityReport {
+  bool sparse = false;  // the session runs the sparse FFN
+  bool checked = false;  // check_predictor was on
+  float threshold = 0.0f;
+  std::string threshold_source;  // "flag", "LLAMA_SPARSE_PRED_THRESHOLD", "powerinfer.sparse_threshold", "default"
+  uint64_t ffn_bytes_dense = 0;  // bytes of all FFN matrices (gate, up, down) of all layers
+  std::vector<LayerSparsity> layers;
+};
+
+}  // namespace pi

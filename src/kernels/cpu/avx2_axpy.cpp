@@ -1,0 +1,201 @@
+// AVX2 axpy leaves: y[c0:c1] += sum_k coef_k * D[rows_k, c0:c1] for one column slice. As in
+// avx512_axpy.cpp, one token takes rows eight at a time with y in registers for two blocks,
+// adds the group's rows in list order and one correction per block (offset and minimum),
+// so every y element sees the same operations whatever the slice boundaries.
+// Compiled with -mavx2 -mfma -mf16c.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/avx2_blocks.h"
+#include "kernels/cpu/avx2_leaves.h"
+#include "kernels/cpu/scalar_leaves.h"
+
+namespace pi::cpu::detail {
+namespace {
+
+// y[0:32] += c * (d * (q - offset) + mn) for one block; quants sign-extended from bytes.
+template <class Dec>
+inline void axpy_block(const uint8_t* p, float c, float* y) {
+  __m256i z = Dec::quants(p);
+  if constexpr (Dec::kOffset != 0) z = _mm256_sub_epi8(z, _mm256_set1_epi8(Dec::kOffset));
+  const __m256 s = _mm256_set1_ps(c * Dec::d(p));
+  const __m256 cm = _mm256_set1_ps(c * Dec::mn(p));
+  const __m128i lo = _mm256_castsi256_si128(z), hi = _mm256_extracti128_si256(z, 1);
+  const __m128i parts[4] = {lo, _mm_unpackhi_epi64(lo, lo), hi, _mm_unpackhi_epi64(hi, hi)};
+  for (int q = 0; q < 4; ++q) {
+    __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[q])), s, _mm256_loadu_ps(y + 8 * q));
+    if constexpr (Dec::kMin) v = _mm256_add_ps(v, cm);
+    _mm256_storeu_ps(y + 8 * q, v);
+  }
+}
+
+// ---- one token: groups of rows, y in registers ------------------------------------------
+constexpr int kGroup = 8;
+constexpr int64_t kChunk = 128;  // blocks per scale table: 4096 columns
+
+// Raw quants of one block (no offset) as four vectors of 8 floats.
+template <class Dec>
+inline void raw_values(const uint8_t* p, __m256* w) {
+  const __m256i z = Dec::quants(p);
+  const __m128i lo = _mm256_castsi256_si128(z), hi = _mm256_extracti128_si256(z, 1);
+  w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+  w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo)));
+  w[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+  w[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi)));
+}
+
+// y[32 b .. 32 (b + NB)) += the group's rows (s * q in row order), then each block's
+// correction sum_r (coef_r * mn_r - kOffset * s_r).
+template <class Dec, int NB>
+inline void add_blocks(const uint8_t* const* rows, int g, const uint8_t* const* next, int gn,
+                       const float (*sd)[kChunk], const float* corr, int64_t b, int64_t j, float* Y) {
+  float* y = Y + 32 * b;
+  __m256 acc[4 * NB];
+  for (int i = 0; i < 4 * NB; ++i) acc[i] = _mm256_loadu_ps(y + 8 * i);
+  const size_t off = static_cast<size_t>(b) * Dec::kBytes;
+  for (int r = 0; r < gn; ++r)
+    for (size_t p = 0; p < NB * Dec::kBytes; p += 64) prefetch(next[r] + off + p);
+  for (int r = 0; r < g; ++r) {
+    for (int i = 0; i < NB; ++i) {
+      __m256 w[4];
+      raw_values<Dec>(rows[r] + off + i * Dec::kBytes, w);
+      const __m256 s = _mm256_broadcast_ss(&sd[r][j + i]);
+      for (int q = 0; q < 4; ++q) acc[4 * i + q] = _mm256_fmadd_ps(w[q], s, acc[4 * i + q]);
+    }
+  }
+  for (int i = 0; i < NB; ++i) {
+    const __m256 c = _mm256_broadcast_ss(&corr[j + i]);
+    for (int q = 0; q < 4; ++q) {
+      if constexpr (Dec::kMin || Dec::kOffset != 0) acc[4 * i + q] = _mm256_add_ps(acc[4 * i + q], c);
+      _mm256_storeu_ps(y + 32 * i + 8 * q, acc[4 * i + q]);
+    }
+  }
+}
+
+template <class Dec>
+void axpy_blocks_one(const AxpyTask& t) {
+  alignas(32) float sd[kGroup][kChunk];
+  alignas(32) float corr[kChunk];
+  const int64_t b0 = t.c0 / 32, b1 = t.c1 / 32;
+  for (int64_t k0 = 0; k0 < t.n; k0 += kGroup) {
+    const int g = static_cast<int>(t.n - k0 < kGroup ? t.n - k0 : kGroup);
+    const uint8_t* rows[kGroup];
+    const uint8_t* next[kGroup];
+    for (int r = 0; r < g; ++r) rows[r] = t.D + static_cast<size_t>(t.rows[k0 + r]) * t.row_bytes;
+    const int64_t kn = k0 + kGroup;
+    const int gn = kn < t.n ? static_cast<int>(t.n - kn < kGroup ? t.n - kn : kGroup) : 0;
+    for (int r = 0; r < gn; ++r) next[r] = t.D + static_cast<size_t>(t.rows[kn + r]) * t.row_bytes;
+    for (int64_t cb0 = b0; cb0 < b1; cb0 += kChunk) {
+      const int64_t cb1 = cb0 + kChunk < b1 ? cb0 + kChunk : b1;
+      for (int64_t j = 0; j < cb1 - cb0; ++j) corr[j] = 0.0f;
+      for (int r = 0; r < g; ++r) {
+        const float c = t.coef[k0 + r];
+        const uint8_t* blk = rows[r] + cb0 * Dec::kBytes;
+        for (int64_t j = 0; j < cb1 - cb0; ++j, blk += Dec::kBytes) {
+          const float s = c * Dec::d(blk);
+          sd[r][j] = s;
+          if constexpr (Dec::kMin || Dec::kOffset != 0)
+            corr[j] += c * Dec::mn(blk) - static_cast<float>(Dec::kOffset) * s;
+        }
+      }
+      int64_t b = cb0;
+      for (; b + 2 <= cb1; b += 2) add_blocks<Dec, 2>(rows, g, next, gn, sd, corr, b, b - cb0, t.Y);
+      if (b < cb1) add_blocks<Dec, 1>(rows, g, next, 0, sd, corr, b, b - cb0, t.Y);
+    }
+  }
+}
+
+// ---- several tokens: per row and block, decode once and add to every token ----------------
+template <class Dec>
+void axpy_blocks(const AxpyTask& t) {
+  if (t.m == 1) return axpy_blocks_one<Dec>(t);
+  const int64_t b0 = t.c0 / 32, b1 = t.c1 / 32;
+  for (int64_t k = 0; k < t.n; ++k) {
+    const uint8_t* row = t.D + static_cast<size_t>(t.rows[k]) * t.row_bytes;
+    const uint8_t* next = k + 1 < t.n ? t.D + static_cast<size_t>(t.rows[k + 1]) * t.row_bytes : row;
+    for (int64_t b = b0; b < b1; ++b) {
+      if ((b - b0) % (64 / Dec::kBytes) == 0) prefetch(next + b * Dec::kBytes);
+      for (int64_t i = 0; i < t.m; ++i) {
+        const float c = t.coef[k * t.m + i];
+        if (c != 0.0f) axpy_block<Dec>(row + b * Dec::kBytes, c, t.Y + i * t.ldy + 32 * b);
+      }
+    }
+  }
+}
+
+template <DType T>
+void axpy_floats(const AxpyTask& t) {
+  constexpr int64_t kElem = T == DType::F32 ? 4 : 2;
+  for (int64_t k = 0; k < t.n; ++k) {
+    const uint8_t* row = t.D + static_cast<size_t>(t.rows[k]) * t.row_bytes;
+    const uint8_t* next = k + 1 < t.n ? t.D + static_cast<size_t>(t.rows[k + 1]) * t.row_bytes : row;
+    for (int64_t j = t.c0; j < t.c1; j += 64 / kElem) prefetch(next + j * kElem);
+    for (int64_t i = 0; i < t.m; ++i) {
+      const float c = t.coef[k * t.m + i];
+      if (c == 0.0f) continue;
+      const __m256 vc = _mm256_set1_ps(c);
+      float* y = t.Y + i * t.ldy;
+      int64_t j = t.c0;
+      for (; j + 8 <= t.c1; j += 8)
+        _mm256_storeu_ps(y + j, _mm256_fmadd_ps(load_w<T>(row, j), vc, _mm256_loadu_ps(y + j)));
+      for (; j < t.c1; ++j) {
+        float w;
+        if constexpr (T == DType::F32) std::memcpy(&w, row + 4 * j, 4);
+        if constexpr (T == DType::F16) w = _cvtsh_ss(load_u16(row + 2 * j));
+        if constexpr (T == DType::BF16) w = bf16_to_float(load_u16(row + 2 * j));
+        y[j] = __builtin_fmaf(w, c, y[j]);
+      }
+    }
+  }
+}
+
+void axpy_q6k(const AxpyTask& t) {
+  alignas(32) float w[256];
+  for (int64_t k = 0; k < t.n; ++k) {
+    const uint8_t* row = t.D + static_cast<size_t>(t.rows[k]) * t.row_bytes;
+    for (int64_t s = t.c0 / 256; s < t.c1 / 256; ++s) {
+      const uint8_t* b = row + s * 210;
+      const float d = _cvtsh_ss(load_u16(b + 208));
+      const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+      for (int j = 0; j < 8; ++j) {
+        const __m256i z = _mm256_sub_epi8(q6_quants(b, j), _mm256_set1_epi8(32));
+        for (int h = 0; h < 2; ++h) {
+          const __m128i zz = h == 0 ? _mm256_castsi256_si128(z) : _mm256_extracti128_si256(z, 1);
+          const __m256 s = _mm256_set1_ps(d * static_cast<float>(sc[2 * j + h]));
+          _mm256_store_ps(w + 32 * j + 16 * h, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(zz))));
+          _mm256_store_ps(w + 32 * j + 16 * h + 8,
+                          _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(zz, zz)))));
+        }
+      }
+      for (int64_t i = 0; i < t.m; ++i) {
+        const float c = t.coef[k * t.m + i];
+        if (c == 0.0f) continue;
+        const __m256 vc = _mm256_set1_ps(c);
+        float* y = t.Y + i * t.ldy + 256 * s;
+        for (int j = 0; j < 256; j += 8)
+          _mm256_storeu_ps(y + j, _mm256_fmadd_ps(_mm256_load_ps(w + j), vc, _mm256_loadu_ps(y + j)));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void avx2_axpy(const AxpyTask& t) {
+  switch (t.type) {
+    case DType::Q4_0: return axpy_blocks<BQ4_0>(t);
+    case DType::Q4_1: return axpy_blocks<BQ4_1>(t);
+    case DType::Q5_0: return axpy_blocks<BQ5_0>(t);
+    case DType::Q5_1: return axpy_blocks<BQ5_1>(t);
+    case DType::Q8_0: return axpy_blocks<BQ8_0>(t);
+    case DType::Q6_K: return axpy_q6k(t);
+    case DType::F32: return axpy_floats<DType::F32>(t);
+    case DType::F16: return axpy_floats<DType::F16>(t);
+    case DType::BF16: return axpy_floats<DType::BF16>(t);
+    default: return scalar_axpy(t);
+  }
+}
+
+}  // namespace pi::cpu::detail

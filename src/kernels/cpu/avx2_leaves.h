@@ -1,0 +1,14 @@
+// Internal: the AVX2 (+FMA, F16C) matrix leaves (avx2_matrix.cpp), reached only through
+// avx2_table().
+#pragma once
+
+#include "kernels/cpu/dispatch.h"
+
+namespace pi::cpu::detail {
+
+size_t avx2_act_bytes(DType t, int64_t cols);
+void avx2_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out);
+void avx2_dot(const DotTask& task);
+void avx2_axpy(const AxpyTask& task);
+
+}  // namespace pi::cpu::detail

@@ -1,0 +1,318 @@
+// AVX2 dot-product leaves: activation quantization to Q8, integer dot products of the block
+// types (vpmaddubsw + vpmaddwd) and f32 FMA dot products of F32/F16/BF16 rows. Compiled with
+// -mavx2 -mfma -mf16c.
+//
+// Prepared activation (integer types): per 32-element block one 96-byte slot: 32 int8 quants
+// (natural order), 8 int32 lane terms (-offset * sum of the lane's 4 quants, for types
+// stored as q - offset; the 4-bit and 6-bit quants are unsigned), then f32 dx and
+// f32 dx * sum(quants) (for the types with a minimum). Q8_0 weights are signed and use the
+// sign trick (|w| times x with w's sign), so their offset is 0.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/avx2_blocks.h"
+#include "kernels/cpu/avx2_leaves.h"
+#include "kernels/cpu/scalar_blocks.h"
+#include "kernels/cpu/scalar_leaves.h"
+
+namespace pi::cpu::detail {
+namespace {
+
+constexpr size_t kSlot = 96;
+
+// Lane sums (4 bytes each) of unsigned a times signed b.
+inline __m256i lane_dot(__m256i a, __m256i b) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+}
+
+bool int_path(DType t) {
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
+         t == DType::Q8_0 || t == DType::Q6_K;
+}
+
+int act_offset(DType t) {
+  switch (t) {
+    case DType::Q4_0: return BQ4_0::kOffset;
+    case DType::Q5_0: return BQ5_0::kOffset;
+    case DType::Q6_K: return 32;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+size_t avx2_act_bytes(DType t, int64_t cols) {
+  return int_path(t) ? static_cast<size_t>(cols / 32) * kSlot : 0;
+}
+
+void avx2_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out) {
+  if (!int_path(t)) return;
+  const __m256i neg_off = _mm256_set1_epi32(-act_offset(t));
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const float* xb = x + 32 * b;
+    __m256 v[4], amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(xb + 8 * i);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float am = _mm_cvtss_f32(m4);
+    const float d = _mm256_movemask_ps(nan) != 0 ? __builtin_nanf("") : am / 127.0f;
+    const __m256 id = _mm256_set1_ps(am > 0.0f && am <= 3.4e38f ? 127.0f / am : 0.0f);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+    // Pack 32 int32 -> 32 int8 in order (packs work within 128-bit lanes; fix with a permute).
+    const __m256i w01 = _mm256_packs_epi32(q[0], q[1]), w23 = _mm256_packs_epi32(q[2], q[3]);
+    __m256i b8 = _mm256_packs_epi16(w01, w23);
+    b8 = _mm256_permutevar8x32_epi32(b8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    b8 = _mm256_max_epi8(b8, _mm256_set1_epi8(-127));
+    uint8_t* slot = out + b * kSlot;
+    _mm256_store_si256(reinterpret_cast<__m256i*>(slot), b8);
+    const __m256i sums = lane_dot(_mm256_set1_epi8(1), b8);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(slot + 32), _mm256_mullo_epi32(sums, neg_off));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    const float f[2] = {d, d * static_cast<float>(_mm_cvtsi128_si32(s4))};
+    std::memcpy(slot + 64, f, sizeof f);
+  }
+}
+
+namespace {
+
+// ---- integer dot products: NR rows x NT tokens --------------------------------------------
+template <class Dec, int NR, int NT>
+inline void dot_blocks(const uint8_t* const* rows, const uint8_t* const* next, const uint8_t* const* acts,
+                       int64_t nb, float* out) {
+  __m256 acc[NR][NT];
+  float accm[NR][NT];
+  for (int r = 0; r < NR; ++r)
+    for (int i = 0; i < NT; ++i) {
+      acc[r][i] = _mm256_setzero_ps();
+      accm[r][i] = 0.0f;
+    }
+  for (int64_t b = 0; b < nb; ++b) {
+    const size_t off = static_cast<size_t>(b) * Dec::kBytes;
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* p = rows[r] + off;
+      prefetch(next[r] + off);
+      const __m256i z = Dec::quants(p);
+      const float d = Dec::d(p);
+      const __m256i za = Dec::kSigned ? _mm256_sign_epi8(z, z) : z;
+      for (int i = 0; i < NT; ++i) {
+        const uint8_t* a = acts[i] + b * kSlot;
+        __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(a));
+        if constexpr (Dec::kSigned) xq = _mm256_sign_epi8(xq, z);
+        __m256i s = lane_dot(za, xq);
+        if constexpr (Dec::kOffset != 0)
+          s = _mm256_add_epi32(s, _mm256_load_si256(reinterpret_cast<const __m256i*>(a + 32)));
+        float dx, sx;
+        std::memcpy(&dx, a + 64, 4);
+        acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * dx), acc[r][i]);
+        if constexpr (Dec::kMin) {
+          std::memcpy(&sx, a + 68, 4);
+          accm[r][i] += Dec::mn(p) * sx;
+        }
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int i = 0; i < NT; ++i) {
+      __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[r][i]), _mm256_extractf128_ps(acc[r][i], 1));
+      s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+      s = _mm_add_ss(s, _mm_movehdup_ps(s));
+      out[r * NT + i] = _mm_cvtss_f32(s) + accm[r][i];
+    }
+}
+
+template <int NT>
+inline void dot_q6k(const uint8_t* row, const uint8_t* const* acts, int64_t nsb, float* out) {
+  __m256 acc[NT];
+  for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const uint8_t* b = row + s * 210;
+    const float d = _cvtsh_ss(load_u16(b + 208));
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+    for (int j = 0; j < 8; ++j) {
+      const __m256i z = q6_quants(b, j);
+      const __m128 s0 = _mm_set1_ps(d * static_cast<float>(sc[2 * j]));
+      const __m128 s1 = _mm_set1_ps(d * static_cast<float>(sc[2 * j + 1]));
+      const __m256 scale = _mm256_setr_m128(s0, s1);
+      for (int i = 0; i < NT; ++i) {
+        const uint8_t* a = acts[i] + (8 * s + j) * kSlot;
+        __m256i si = lane_dot(z, _mm256_load_si256(reinterpret_cast<const __m256i*>(a)));
+        si = _mm256_add_epi32(si, _mm256_load_si256(reinterpret_cast<const __m256i*>(a + 32)));
+        float dx;
+        std::memcpy(&dx, a + 64, 4);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(scale, _mm256_set1_ps(dx)), acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < NT; ++i) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    out[i] = _mm_cvtss_f32(s);
+  }
+}
+
+template <DType T, int NR, int NT>
+inline void dot_float(const uint8_t* const* rows, const uint8_t* const* next, const float* const* xs,
+                      int64_t cols, float* out) {
+  __m256 acc[NR][NT];
+  for (int r = 0; r < NR; ++r)
+    for (int i = 0; i < NT; ++i) acc[r][i] = _mm256_setzero_ps();
+  constexpr int64_t kElem = T == DType::F32 ? 4 : 2;
+  int64_t j = 0;
+  for (; j + 8 <= cols; j += 8) {
+    for (int r = 0; r < NR; ++r) {
+      if ((j * kElem) % 64 == 0) prefetch(next[r] + j * kElem);
+      const __m256 w = load_w<T>(rows[r], j);
+      for (int i = 0; i < NT; ++i) acc[r][i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xs[i] + j), acc[r][i]);
+    }
+  }
+  if (j < cols) {
+    const int n = static_cast<int>(cols - j);
+    for (int r = 0; r < NR; ++r) {
+      const __m256 w = load_w_n<T>(rows[r], j, n);
+      for (int i = 0; i < NT; ++i) acc[r][i] = _mm256_fmadd_ps(w, load_x_n(xs[i] + j, n), acc[r][i]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int i = 0; i < NT; ++i) {
+      __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[r][i]), _mm256_extractf128_ps(acc[r][i], 1));
+      s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+      s = _mm_add_ss(s, _mm_movehdup_ps(s));
+      out[r * NT + i] = _mm_cvtss_f32(s);
+    }
+}
+
+// ---- drivers (as in avx512_matrix.cpp) ------------------------------------------------------
+inline int64_t row_of(const DotTask& t, int64_t k) { return t.idx != nullptr ? t.idx[k] : k; }
+inline const uint8_t* row_ptr(const DotTask& t, int64_t k) {
+  return t.W + static_cast<size_t>(row_of(t, k)) * t.row_bytes;
+}
+
+// Calls fn(rows, next, nr, acts-or-xs selector...) for groups: 4 rows x 1 token when the
+// task is a plain one-token product, else 1 row x up to 4 selected tokens.
+template <typename Rows4, typename Row1, typename Tokens>
+void drive(const DotTask& t, Rows4 rows4, Row1 row1, Tokens tokens) {
+  if (t.m == 1 && t.masks == nullptr) {
+    int64_t k = t.k0;
+    for (; k + 4 <= t.k1; k += 4) {
+      const uint8_t* rows[4];
+      const uint8_t* next[4];
+      float out[4];
+      for (int r = 0; r < 4; ++r) {
+        rows[r] = row_ptr(t, k + r);
+        next[r] = k + 4 + r < t.k1 ? row_ptr(t, k + 4 + r) : rows[r];
+      }
+      rows4(rows, next, out);
+      for (int r = 0; r < 4; ++r) t.Y[row_of(t, k + r)] = out[r];
+    }
+    for (; k < t.k1; ++k) {
+      const uint8_t* row = row_ptr(t, k);
+      float out;
+      row1(row, &out);
+      t.Y[row_of(t, k)] = out;
+    }
+    return;
+  }
+  for (int64_t k = t.k0; k < t.k1; ++k) {
+    const uint8_t* row = row_ptr(t, k);
+    int sel[kMaxMaskTokens];
+    int n = 0;
+    for (int64_t i = 0; i < t.m; ++i)
+      if (t.masks == nullptr || ((t.masks[k] >> i) & 1u) != 0) sel[n++] = static_cast<int>(i);
+    for (int g = 0; g < n; g += 4) {
+      const int nt = n - g < 4 ? n - g : 4;
+      float out[4];
+      tokens(row, sel + g, nt, out);
+      for (int i = 0; i < nt; ++i) t.Y[sel[g + i] * t.ldy + row_of(t, k)] = out[i];
+    }
+  }
+}
+
+template <class Dec>
+void dot_quant(const DotTask& t) {
+  const int64_t nb = t.cols / 32;
+  const uint8_t* act0 = t.act;
+  drive(
+      t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_blocks<Dec, 4, 1>(r, n, &act0, nb, o); },
+      [&](const uint8_t* r, float* o) { dot_blocks<Dec, 1, 1>(&r, &r, &act0, nb, o); },
+      [&](const uint8_t* r, const int* sel, int nt, float* o) {
+        const uint8_t* acts[4];
+        for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
+        switch (nt) {
+          case 4: dot_blocks<Dec, 1, 4>(&r, &r, acts, nb, o); break;
+          case 3: dot_blocks<Dec, 1, 3>(&r, &r, acts, nb, o); break;
+          case 2: dot_blocks<Dec, 1, 2>(&r, &r, acts, nb, o); break;
+          default: dot_blocks<Dec, 1, 1>(&r, &r, acts, nb, o); break;
+        }
+      });
+}
+
+void dot_q6k_task(const DotTask& t) {
+  const int64_t nsb = t.cols / 256;
+  const uint8_t* act0 = t.act;
+  auto tokens = [&](const uint8_t* r, const int* sel, int nt, float* o) {
+    const uint8_t* acts[4];
+    for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
+    switch (nt) {
+      case 4: dot_q6k<4>(r, acts, nsb, o); break;
+      case 3: dot_q6k<3>(r, acts, nsb, o); break;
+      case 2: dot_q6k<2>(r, acts, nsb, o); break;
+      default: dot_q6k<1>(r, acts, nsb, o); break;
+    }
+  };
+  drive(
+      t,
+      [&](const uint8_t* const* r, const uint8_t* const*, float* o) {
+        for (int i = 0; i < 4; ++i) dot_q6k<1>(r[i], &act0, nsb, o + i);
+      },
+      [&](const uint8_t* r, float* o) { dot_q6k<1>(r, &act0, nsb, o); }, tokens);
+}
+
+template <DType T>
+void dot_floats(const DotTask& t) {
+  const float* x0 = t.x;
+  drive(
+      t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_float<T, 4, 1>(r, n, &x0, t.cols, o); },
+      [&](const uint8_t* r, float* o) { dot_float<T, 1, 1>(&r, &r, &x0, t.cols, o); },
+      [&](const uint8_t* r, const int* sel, int nt, float* o) {
+        const float* xs[4];
+        for (int i = 0; i < nt; ++i) xs[i] = t.x + sel[i] * t.x_stride;
+        switch (nt) {
+          case 4: dot_float<T, 1, 4>(&r, &r, xs, t.cols, o); break;
+          case 3: dot_float<T, 1, 3>(&r, &r, xs, t.cols, o); break;
+          case 2: dot_float<T, 1, 2>(&r, &r, xs, t.cols, o); break;
+          default: dot_float<T, 1, 1>(&r, &r, xs, t.cols, o); break;
+        }
+      });
+}
+
+}  // namespace
+
+void avx2_dot(const DotTask& t) {
+  switch (t.type) {
+    case DType::Q4_0: return dot_quant<BQ4_0>(t);
+    case DType::Q4_1: return dot_quant<BQ4_1>(t);
+    case DType::Q5_0: return dot_quant<BQ5_0>(t);
+    case DType::Q5_1: return dot_quant<BQ5_1>(t);
+    case DType::Q8_0: return dot_quant<BQ8_0>(t);
+    case DType::Q6_K: return dot_q6k_task(t);
+    case DType::F32: return dot_floats<DType::F32>(t);
+    case DType::F16: return dot_floats<DType::F16>(t);
+    case DType::BF16: return dot_floats<DType::BF16>(t);
+    default: return scalar_dot(t);
+  }
+}
+
+}  // namespace pi::cpu::detail

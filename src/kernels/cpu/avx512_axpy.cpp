@@ -1,0 +1,358 @@
+// AVX-512 axpy leaves: y[c0:c1] += sum_k coef_k * D[rows_k, c0:c1] for one column slice.
+// Rows are taken eight at a time: for each block of the slice, y is loaded once, the
+// group's rows are added in list order, and y is stored, so every y element sees exactly
+// the sequence y += c_0 w_0; y += c_1 w_1; ... whatever the slice boundaries (bit-identical
+// results for any thread count). The next group's row slices are prefetched meanwhile.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/avx512_leaves.h"
+#include "kernels/cpu/scalar_blocks.h"
+#include "kernels/cpu/scalar_leaves.h"
+
+namespace pi::cpu::detail {
+namespace {
+
+constexpr int kGroup = 8;
+
+inline __m128i loadu128(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+
+// Decoders of one 32-element block. values() gives two vectors w with q = kScale * w - kBias
+// (q the raw quant); the block's value is d * (q - kOffset) + mn, with d at byte kD and mn at
+// byte kM (both f16). Kernels add (coef * d * kScale) * w per row and fold the constant part
+// -(kBias + kOffset) * coef * d + coef * mn into one correction per block and group of rows.
+// The 4- and 5-bit quants become floats 1 + q / 2^bits by placing q in the top mantissa
+// bits (integer ops only), which keeps the FP pipes for the FMAs.
+inline __m512 mantissa(__m512i bits_in_place) {
+  return _mm512_castsi512_ps(_mm512_or_si512(bits_in_place, _mm512_set1_epi32(0x3f800000)));
+}
+
+// (shifted & mask) | 1.0f in one vpternlogd whose destination is the temporary `shifted`.
+inline __m512 mantissa_masked(__m512i shifted, __m512i mask) {
+  return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(shifted, mask, _mm512_set1_epi32(0x3f800000), 0xea));
+}
+
+inline void nibble_values(const uint8_t* qs, __m512& w0, __m512& w1) {
+  const __m512i v = _mm512_cvtepu8_epi32(loadu128(qs));
+  const __m512i m = _mm512_set1_epi32(0x00780000);  // bits 19..22
+  w0 = mantissa_masked(_mm512_slli_epi32(v, 19), m);
+  w1 = mantissa_masked(_mm512_slli_epi32(v, 15), m);
+}
+
+struct AxQ4_0 {
+  static constexpr size_t kBytes = 18, kD = 0, kM = 0;
+  static constexpr bool kMin = false;
+  static constexpr int kOffset = 8, kScale = 16, kBias = 16;
+  static void values(const uint8_t* p, __m512& w0, __m512& w1) { nibble_values(p + 2, w0, w1); }
+};
+
+struct AxQ4_1 {
+  static constexpr size_t kBytes = 20, kD = 0, kM = 2;
+  static constexpr bool kMin = true;
+  static constexpr int kOffset = 0, kScale = 16, kBias = 16;
+  static void values(const uint8_t* p, __m512& w0, __m512& w1) { nibble_values(p + 4, w0, w1); }
+};
+
+// 5-bit quants: nibble | fifth bit, as 1 + q / 32.
+inline void five_bit_values(const uint8_t* qs, uint32_t qh, __m512& w0, __m512& w1) {
+  const __m512i v = _mm512_cvtepu8_epi32(loadu128(qs));
+  const __m512i m = _mm512_set1_epi32(0x003c0000);     // nibble at bits 18..21
+  const __m512i fifth = _mm512_set1_epi32(0x00400000);  // bit 22
+  const __m512i lo = _mm512_and_si512(_mm512_slli_epi32(v, 18), m);
+  const __m512i hi = _mm512_and_si512(_mm512_slli_epi32(v, 14), m);
+  w0 = mantissa(_mm512_mask_or_epi32(lo, static_cast<__mmask16>(qh & 0xffffu), lo, fifth));
+  w1 = mantissa(_mm512_mask_or_epi32(hi, static_cast<__mmask16>(qh >> 16), hi, fifth));
+}
+
+struct AxQ5_0 {
+  static constexpr size_t kBytes = 22, kD = 0, kM = 0;
+  static constexpr bool kMin = false;
+  static constexpr int kOffset = 16, kScale = 32, kBias = 32;
+  static void values(const uint8_t* p, __m512& w0, __m512& w1) { five_bit_values(p + 6, load_u32(p + 2), w0, w1); }
+};
+
+struct AxQ5_1 {
+  static constexpr size_t kBytes = 24, kD = 0, kM = 2;
+  static constexpr bool kMin = true;
+  static constexpr int kOffset = 0, kScale = 32, kBias = 32;
+  static void values(const uint8_t* p, __m512& w0, __m512& w1) { five_bit_values(p + 8, load_u32(p + 4), w0, w1); }
+};
+
+struct AxQ8_0 {
+  static constexpr size_t kBytes = 34, kD = 0, kM = 0;
+  static constexpr bool kMin = false;
+  static constexpr int kOffset = 0, kScale = 1, kBias = 0;
+  static void values(const uint8_t* p, __m512& w0, __m512& w1) {
+    w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(loadu128(p + 2)));
+    w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(loadu128(p + 18)));
+  }
+};
+
+inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+
+// The f16 fields at byte `at` of blocks [0, n) (stride kBytes) times coef, converted 16 at
+// a time; out has room for n rounded up to 16. (Scalar loads beat vpgatherdd by far on the
+// CPUs measured.)
+template <size_t kBytes>
+inline void block_fields(const uint8_t* blocks, size_t at, int64_t n, float coef, float* out) {
+  const __m512 c = _mm512_set1_ps(coef);
+  for (int64_t i = 0; i < n; i += 16) {
+    const uint8_t* p = blocks + at + i * kBytes;
+    auto h = [p](int j) { return static_cast<short>(load_u16(p + j * kBytes)); };
+    __m256i v;
+    if (n - i >= 16) {
+      // Built in registers: a staging array would stall on store forwarding.
+      v = _mm256_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7), h(8), h(9), h(10), h(11), h(12),
+                            h(13), h(14), h(15));
+    } else {
+      alignas(32) uint16_t tail[16] = {};
+      for (int j = 0; j < n - i; ++j) tail[j] = load_u16(p + j * kBytes);
+      v = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail));
+    }
+    _mm512_store_ps(out + i, _mm512_mul_ps(_mm512_cvtph_ps(v), c));
+  }
+}
+
+// y[32 b .. 32 (b + NB)) += the group's rows at blocks b .. b+NB-1 (table column j), then the
+// blocks' corrections. NB blocks per call give 2 NB independent accumulation chains, enough
+// to hide the FMA latency of the g sequential row updates.
+template <class Dec, int NB>
+inline void add_blocks(const uint8_t* const* rows, int g, const uint8_t* const* next, int gn,
+                       const float (*sd)[128], const float* corr, int64_t b, int64_t j, float* Y) {
+  constexpr bool kCorr = Dec::kMin || Dec::kOffset + Dec::kBias != 0;
+  float* y = Y + 32 * b;
+  __m512 acc[2 * NB];
+  for (int i = 0; i < 2 * NB; ++i) acc[i] = _mm512_loadu_ps(y + 16 * i);
+  const size_t off = static_cast<size_t>(b) * Dec::kBytes;
+  for (int r = 0; r < gn; ++r)
+    for (size_t p = 0; p < NB * Dec::kBytes; p += 64) prefetch(next[r] + off + p);
+  for (int r = 0; r < g; ++r) {
+    for (int i = 0; i < NB; ++i) {
+      __m512 w0, w1;
+      Dec::values(rows[r] + off + i * Dec::kBytes, w0, w1);
+      const __m512 s = _mm512_set1_ps(sd[r][j + i]);
+      acc[2 * i] = _mm512_fmadd_ps(w0, s, acc[2 * i]);
+      acc[2 * i + 1] = _mm512_fmadd_ps(w1, s, acc[2 * i + 1]);
+    }
+  }
+  for (int i = 0; i < NB; ++i) {
+    if constexpr (kCorr) {
+      const __m512 c = _mm512_set1_ps(corr[j + i]);
+      acc[2 * i] = _mm512_add_ps(acc[2 * i], c);
+      acc[2 * i + 1] = _mm512_add_ps(acc[2 * i + 1], c);
+    }
+    _mm512_storeu_ps(y + 32 * i, acc[2 * i]);
+    _mm512_storeu_ps(y + 32 * i + 16, acc[2 * i + 1]);
+  }
+}
+
+// Block types, one token. Per group of eight rows and chunk of the slice: the rows' scaled
+// block scales s = coef * d * kScale go to a table, and each block gets one correction
+// sum_r (coef_r * mn_r - (kBias + kOffset) * coef_r * d_r). Then for every two blocks y is loaded once, the
+// group's rows add s * q in order, the correction is added, and y is stored. The per-element
+// sequence of operations depends only on the row list, never on the column slice.
+template <class Dec>
+void axpy_blocks_one(const AxpyTask& t) {
+  constexpr int64_t kChunk = 128;  // blocks per chunk: 4096 columns
+  constexpr int kStep = 4;         // blocks per add_blocks call
+  constexpr bool kCorr = Dec::kMin || Dec::kOffset + Dec::kBias != 0;
+  alignas(64) float sd[kGroup][kChunk];
+  alignas(64) float sm[Dec::kMin ? kChunk : 16];
+  alignas(64) float corr[kChunk];
+  const int64_t b0 = t.c0 / 32, b1 = t.c1 / 32;
+  for (int64_t k0 = 0; k0 < t.n; k0 += kGroup) {
+    const int g = static_cast<int>(t.n - k0 < kGroup ? t.n - k0 : kGroup);
+    const uint8_t* rows[kGroup];
+    const uint8_t* next[kGroup];
+    for (int r = 0; r < g; ++r) rows[r] = t.D + static_cast<size_t>(t.rows[k0 + r]) * t.row_bytes;
+    const int64_t kn = k0 + kGroup;
+    const int gn = kn < t.n ? static_cast<int>(t.n - kn < kGroup ? t.n - kn : kGroup) : 0;
+    for (int r = 0; r < gn; ++r) next[r] = t.D + static_cast<size_t>(t.rows[kn + r]) * t.row_bytes;
+    for (int64_t cb0 = b0; cb0 < b1; cb0 += kChunk) {
+      const int64_t cb1 = cb0 + kChunk < b1 ? cb0 + kChunk : b1;
+      const int64_t nc = cb1 - cb0;
+      for (int64_t j = 0; j < nc; j += 16) _mm512_store_ps(corr + j, _mm512_setzero_ps());
+      for (int r = 0; r < g; ++r) {
+        const uint8_t* blocks = rows[r] + cb0 * Dec::kBytes;
+        block_fields<Dec::kBytes>(blocks, Dec::kD, nc, t.coef[k0 + r] * static_cast<float>(Dec::kScale), sd[r]);
+        if constexpr (Dec::kMin) block_fields<Dec::kBytes>(blocks, Dec::kM, nc, t.coef[k0 + r], sm);
+        if constexpr (kCorr) {
+          // (kBias + kOffset) / kScale is exact: a small integer over a power of two.
+          const __m512 k = _mm512_set1_ps(static_cast<float>(Dec::kBias + Dec::kOffset) / static_cast<float>(Dec::kScale));
+          for (int64_t j = 0; j < nc; j += 16) {
+            __m512 c = _mm512_load_ps(corr + j);
+            if constexpr (Dec::kBias + Dec::kOffset != 0) c = _mm512_fnmadd_ps(k, _mm512_load_ps(sd[r] + j), c);
+            if constexpr (Dec::kMin) c = _mm512_add_ps(c, _mm512_load_ps(sm + j));
+            _mm512_store_ps(corr + j, c);
+          }
+        }
+      }
+      int64_t b = cb0;
+      for (; b + kStep <= cb1; b += kStep) add_blocks<Dec, kStep>(rows, g, next, gn, sd, corr, b, b - cb0, t.Y);
+      for (; b < cb1; ++b) add_blocks<Dec, 1>(rows, g, next, 0, sd, corr, b, b - cb0, t.Y);
+    }
+  }
+}
+
+// Block types, several tokens: each row block is decoded once and added to every token
+// with a nonzero coefficient (y rows of the tokens stay in L1 across the group).
+template <class Dec>
+void axpy_blocks_many(const AxpyTask& t) {
+  const int64_t b0 = t.c0 / 32, b1 = t.c1 / 32;
+  for (int64_t k = 0; k < t.n; ++k) {
+    const uint8_t* row = t.D + static_cast<size_t>(t.rows[k]) * t.row_bytes;
+    const float* coef = t.coef + k * t.m;
+    const uint8_t* next = k + 1 < t.n ? t.D + static_cast<size_t>(t.rows[k + 1]) * t.row_bytes : row;
+    for (int64_t b = b0; b < b1; ++b) {
+      const size_t off = static_cast<size_t>(b) * Dec::kBytes;
+      if ((b - b0) % (64 / Dec::kBytes) == 0) prefetch(next + off);
+      __m512 w0, w1;
+      Dec::values(row + off, w0, w1);
+      const float d = _cvtsh_ss(load_u16(row + off + Dec::kD));
+      const float mn = Dec::kMin ? _cvtsh_ss(load_u16(row + off + Dec::kM)) : 0.0f;
+      for (int64_t i = 0; i < t.m; ++i) {
+        if (coef[i] == 0.0f) continue;
+        float* y = t.Y + i * t.ldy + 32 * b;
+        const float s = coef[i] * d;
+        const __m512 vs = _mm512_set1_ps(s * static_cast<float>(Dec::kScale));
+        __m512 y0 = _mm512_fmadd_ps(w0, vs, _mm512_loadu_ps(y));
+        __m512 y1 = _mm512_fmadd_ps(w1, vs, _mm512_loadu_ps(y + 16));
+        if constexpr (Dec::kMin || Dec::kOffset + Dec::kBias != 0) {
+          const __m512 c = _mm512_set1_ps(coef[i] * mn - static_cast<float>(Dec::kOffset + Dec::kBias) * s);
+          y0 = _mm512_add_ps(y0, c);
+          y1 = _mm512_add_ps(y1, c);
+        }
+        _mm512_storeu_ps(y, y0);
+        _mm512_storeu_ps(y + 16, y1);
+      }
+    }
+  }
+}
+
+// ---- f32 / f16 / bf16 ------------------------------------------------------------------
+template <DType T>
+inline __m512 load_w(const uint8_t* row, int64_t j, __mmask16 k) {
+  if constexpr (T == DType::F32) return _mm512_maskz_loadu_ps(k, reinterpret_cast<const float*>(row) + j);
+  if constexpr (T == DType::F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, row + 2 * j));
+  if constexpr (T == DType::BF16)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, row + 2 * j)), 16));
+}
+
+inline __mmask16 mask_upto(int64_t n) {
+  if (n <= 0) return 0;
+  return n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+template <DType T>
+void axpy_float(const AxpyTask& t) {
+  constexpr size_t kElem = T == DType::F32 ? 4 : 2;
+  const bool to_l1 = static_cast<size_t>(kGroup) * static_cast<size_t>(t.c1 - t.c0) * kElem <= 16384;
+  for (int64_t k0 = 0; k0 < t.n; k0 += kGroup) {
+    const int g = static_cast<int>(t.n - k0 < kGroup ? t.n - k0 : kGroup);
+    const int64_t kn = k0 + kGroup;
+    const int gn = kn < t.n ? static_cast<int>(t.n - kn < kGroup ? t.n - kn : kGroup) : 0;
+    for (int64_t j = t.c0; j < t.c1; j += 32) {
+      const __mmask16 k_lo = mask_upto(t.c1 - j), k_hi = mask_upto(t.c1 - j - 16);
+      // The group's slices of big rows exceed L1: the next group goes to L2 (T1) then.
+      for (int r = 0; r < gn; ++r) {
+        const uint8_t* p = t.D + static_cast<size_t>(t.rows[kn + r]) * t.row_bytes + j * kElem;
+        for (size_t o = 0; o < 32 * kElem; o += 64) {
+          if (to_l1) {
+            prefetch(p + o);
+          } else {
+            _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T1);
+          }
+        }
+      }
+      for (int64_t i = 0; i < t.m; ++i) {
+        float* y = t.Y + i * t.ldy + j;
+        __m512 y0 = _mm512_maskz_loadu_ps(k_lo, y), y1 = _mm512_maskz_loadu_ps(k_hi, y + 16);
+        for (int r = 0; r < g; ++r) {
+          const float c = t.coef[(k0 + r) * t.m + i];
+          if (c == 0.0f) continue;
+          const uint8_t* row = t.D + static_cast<size_t>(t.rows[k0 + r]) * t.row_bytes;
+          const __m512 s = _mm512_set1_ps(c);
+          y0 = _mm512_fmadd_ps(load_w<T>(row, j, k_lo), s, y0);
+          y1 = _mm512_fmadd_ps(load_w<T>(row, j + 16, k_hi), s, y1);
+        }
+        _mm512_mask_storeu_ps(y, k_lo, y0);
+        _mm512_mask_storeu_ps(y + 16, k_hi, y1);
+      }
+    }
+  }
+}
+
+// ---- Q6_K: decode a super-block to 256 floats, then add -----------------------------------
+void decode_q6k(const uint8_t* b, float* out) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x03);
+  const float d = _cvtsh_ss(load_u16(b + 208));
+  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+  alignas(64) uint8_t q[256];
+  for (int h = 0; h < 2; ++h) {
+    const __m512i ql = _mm512_loadu_si512(b + 64 * h);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+    const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+    const __m512i h0 = _mm512_slli_epi16(_mm512_and_si512(hh, m2), 4);
+    const __m512i h1 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hh, 4), m2), 4);
+    _mm512_store_si512(q + 128 * h, _mm512_or_si512(_mm512_and_si512(ql, m4), h0));
+    _mm512_store_si512(q + 128 * h + 64, _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), h1));
+  }
+  const __m512i off = _mm512_set1_epi32(32);
+  for (int s = 0; s < 16; ++s) {
+    const __m512i v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q + 16 * s))), off);
+    _mm512_store_ps(out + 16 * s, _mm512_mul_ps(_mm512_set1_ps(d * static_cast<float>(sc[s])), _mm512_cvtepi32_ps(v)));
+  }
+}
+
+void axpy_q6k(const AxpyTask& t) {
+  const int64_t s0 = t.c0 / 256, s1 = t.c1 / 256;
+  alignas(64) float w[256];
+  for (int64_t k = 0; k < t.n; ++k) {
+    const uint8_t* row = t.D + static_cast<size_t>(t.rows[k]) * t.row_bytes;
+    // Rows are decoded one at a time: prefetch four rows ahead to cover DRAM latency.
+    const uint8_t* next = k + 4 < t.n ? t.D + static_cast<size_t>(t.rows[k + 4]) * t.row_bytes : row;
+    for (int64_t s = s0; s < s1; ++s) {
+      for (int l = 0; l < 4; ++l) prefetch(next + s * 210 + 64 * l);
+      decode_q6k(row + s * 210, w);
+      for (int64_t i = 0; i < t.m; ++i) {
+        const float c = t.coef[k * t.m + i];
+        if (c == 0.0f) continue;
+        const __m512 vc = _mm512_set1_ps(c);
+        float* y = t.Y + i * t.ldy + 256 * s;
+        for (int j = 0; j < 256; j += 16)
+          _mm512_storeu_ps(y + j, _mm512_fmadd_ps(_mm512_load_ps(w + j), vc, _mm512_loadu_ps(y + j)));
+      }
+    }
+  }
+}
+
+template <class Dec>
+void axpy_blocks(const AxpyTask& t) {
+  if (t.m == 1) {
+    axpy_blocks_one<Dec>(t);
+  } else {
+    axpy_blocks_many<Dec>(t);
+  }
+}
+
+}  // namespace
+
+void avx512_axpy(const AxpyTask& t) {
+  switch (t.type) {
+    case DType::Q4_0: return axpy_blocks<AxQ4_0>(t);
+    case DType::Q4_1: return axpy_blocks<AxQ4_1>(t);
+    case DType::Q5_0: return axpy_blocks<AxQ5_0>(t);
+    case DType::Q5_1: return axpy_blocks<AxQ5_1>(t);
+    case DType::Q8_0: return axpy_blocks<AxQ8_0>(t);
+    case DType::Q6_K: return axpy_q6k(t);
+    case DType::F32: return axpy_float<DType::F32>(t);
+    case DType::F16: return axpy_float<DType::F16>(t);
+    case DType::BF16: return axpy_float<DType::BF16>(t);
+    default: return scalar_axpy(t);
+  }
+}
+
+}  // namespace pi::cpu::detail

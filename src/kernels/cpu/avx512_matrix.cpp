@@ -1,0 +1,524 @@
+// AVX-512 dot-product leaves: activation quantization to Q8 and the integer dot products
+// of the block types (VNNI vpdpbusd), and f32 FMA dot products of F32/F16/BF16 rows.
+//
+// Prepared activation (integer types), per pair of 32-element blocks A, B, one 192-byte
+// slot: 64 int8 quants, 16 int32 (or f32) lane terms, 16 f32 lane scales. A lane is the
+// 4 bytes vpdpbusd sums. Byte order is natural (A then B) for Q8_0 and Q6_K, and nibble
+// order [A0-15, B0-15, A16-31, B16-31] for the 4/5-bit types, which is the order their
+// packed nibbles unpack to. The lane term is -offset * (sum of the lane's 4 quants) for
+// types stored as q - offset (so vpdpbusd starting from it yields sum (q - offset) * x),
+// or dx * (lane sum) in f32 for the types with a minimum. An odd last block fills A only.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/avx512_leaves.h"
+#include "kernels/cpu/scalar_blocks.h"
+#include "kernels/cpu/scalar_leaves.h"
+
+namespace pi::cpu::detail {
+namespace {
+
+constexpr size_t kSlot = 192;
+
+inline __m128i loadu128(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+inline __m256i loadu256(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Lane -> block maps for the scale vectors: nibble order and natural order.
+inline __m512i nib_lanes() { return _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1); }
+inline __m512i nat_lanes() { return _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1); }
+
+// Two halves (A in bits 0-15, B in bits 16-31) to f32 lanes per `lanes` (index 0 = A).
+inline __m512 half_pair(uint32_t ab, __m512i lanes) {
+  const __m128 h = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(ab)));
+  return _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(h));
+}
+
+// ---- weight decoders: quants as unsigned bytes in the activation's order, scales per lane --
+struct DecQ8_0 {
+  static constexpr size_t kBytes = 34;
+  static constexpr bool kMin = false;
+  static constexpr bool kNibble = false;
+  static constexpr int kOffset = 128;
+  static __m512i quants(const uint8_t* b) {
+    const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(loadu256(b + 2)), loadu256(b + 36), 1);
+    return _mm512_xor_si512(q, _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+  static __m512i quants1(const uint8_t* b) {
+    const __m512i q = _mm512_zextsi256_si512(loadu256(b + 2));
+    return _mm512_mask_xor_epi32(q, 0x00ff, q, _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+  static __m512 scales(const uint8_t* b) { return half_pair(load_u16(b) | uint32_t{load_u16(b + 34)} << 16, nat_lanes()); }
+  static __m512 scales1(const uint8_t* b) { return half_pair(load_u16(b), nat_lanes()); }
+};
+
+// 32 nibbles of one block as [lo 16 | hi 16] bytes, two blocks as [loA loB hiA hiB].
+inline __m512i nibbles2(const uint8_t* qa, const uint8_t* qb) {
+  const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(qa)), loadu128(qb), 1);
+  const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
+  return _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
+}
+inline __m512i nibbles1(const uint8_t* qa) {
+  const __m256i q = _mm256_zextsi128_si256(loadu128(qa));
+  const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
+  return _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
+}
+// Fifth bits qh (bit j = element j) of A and B in nibble order.
+inline __mmask64 fifth_bits(uint32_t ha, uint32_t hb) {
+  return (uint64_t{ha & 0xffffu}) | (uint64_t{hb & 0xffffu} << 16) | (uint64_t{ha >> 16} << 32) |
+         (uint64_t{hb >> 16} << 48);
+}
+
+struct DecQ4_0 {
+  static constexpr size_t kBytes = 18;
+  static constexpr bool kMin = false;
+  static constexpr bool kNibble = true;
+  static constexpr int kOffset = 8;
+  static __m512i quants(const uint8_t* b) { return nibbles2(b + 2, b + 20); }
+  static __m512i quants1(const uint8_t* b) { return nibbles1(b + 2); }
+  static __m512 scales(const uint8_t* b) { return half_pair(load_u16(b) | uint32_t{load_u16(b + 18)} << 16, nib_lanes()); }
+  static __m512 scales1(const uint8_t* b) { return half_pair(load_u16(b), nib_lanes()); }
+};
+
+struct DecQ5_0 {
+  static constexpr size_t kBytes = 22;
+  static constexpr bool kMin = false;
+  static constexpr bool kNibble = true;
+  static constexpr int kOffset = 16;
+  static __m512i quants(const uint8_t* b) {
+    const __m512i z = nibbles2(b + 6, b + 28);
+    return _mm512_mask_add_epi8(z, fifth_bits(load_u32(b + 2), load_u32(b + 24)), z, _mm512_set1_epi8(16));
+  }
+  static __m512i quants1(const uint8_t* b) {
+    const __m512i z = nibbles1(b + 6);
+    return _mm512_mask_add_epi8(z, fifth_bits(load_u32(b + 2), 0), z, _mm512_set1_epi8(16));
+  }
+  static __m512 scales(const uint8_t* b) { return half_pair(load_u16(b) | uint32_t{load_u16(b + 22)} << 16, nib_lanes()); }
+  static __m512 scales1(const uint8_t* b) { return half_pair(load_u16(b), nib_lanes()); }
+};
+
+// Types with a minimum: x = d q + m. scales() yields d per lane, mins() m per lane.
+inline __m512 min_pair(uint16_t ma, uint16_t mb) { return half_pair(ma | uint32_t{mb} << 16, nib_lanes()); }
+
+struct DecQ4_1 {
+  static constexpr size_t kBytes = 20;
+  static constexpr bool kMin = true;
+  static constexpr bool kNibble = true;
+  static constexpr int kOffset = 0;
+  static __m512i quants(const uint8_t* b) { return nibbles2(b + 4, b + 24); }
+  static __m512i quants1(const uint8_t* b) { return nibbles1(b + 4); }
+  static __m512 scales(const uint8_t* b) { return half_pair(load_u16(b) | uint32_t{load_u16(b + 20)} << 16, nib_lanes()); }
+  static __m512 scales1(const uint8_t* b) { return half_pair(load_u16(b), nib_lanes()); }
+  static __m512 mins(const uint8_t* b) { return min_pair(load_u16(b + 2), load_u16(b + 22)); }
+  static __m512 mins1(const uint8_t* b) { return min_pair(load_u16(b + 2), 0); }
+};
+
+struct DecQ5_1 {
+  static constexpr size_t kBytes = 24;
+  static constexpr bool kMin = true;
+  static constexpr bool kNibble = true;
+  static constexpr int kOffset = 0;
+  static __m512i quants(const uint8_t* b) {
+    const __m512i z = nibbles2(b + 8, b + 32);
+    return _mm512_mask_add_epi8(z, fifth_bits(load_u32(b + 4), load_u32(b + 28)), z, _mm512_set1_epi8(16));
+  }
+  static __m512i quants1(const uint8_t* b) {
+    const __m512i z = nibbles1(b + 8);
+    return _mm512_mask_add_epi8(z, fifth_bits(load_u32(b + 4), 0), z, _mm512_set1_epi8(16));
+  }
+  static __m512 scales(const uint8_t* b) { return half_pair(load_u16(b) | uint32_t{load_u16(b + 24)} << 16, nib_lanes()); }
+  static __m512 scales1(const uint8_t* b) { return half_pair(load_u16(b), nib_lanes()); }
+  static __m512 mins(const uint8_t* b) { return min_pair(load_u16(b + 2), load_u16(b + 26)); }
+  static __m512 mins1(const uint8_t* b) { return min_pair(load_u16(b + 2), 0); }
+};
+
+// ---- activation quantization ---------------------------------------------------------
+bool int_path(DType t) {
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
+         t == DType::Q8_0 || t == DType::Q6_K;
+}
+
+// 32 floats -> 32 int8 with d = amax / 127 (NaN when the block holds a NaN, so that every
+// product with it is NaN as in the reference; an Inf gives d = Inf and id = 0).
+inline float quantize32(const float* x, int8_t* q) {
+  const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+  const __m512 amax_v = _mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b));
+  const float amax = _mm512_reduce_max_ps(amax_v);
+  const bool nan = (_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q)) != 0;
+  const float d = nan ? __builtin_nanf("") : amax / 127.0f;
+  const float id = amax > 0.0f && amax <= 3.4e38f ? 127.0f / amax : 0.0f;
+  const __m512 vid = _mm512_set1_ps(id);
+  const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, vid));
+  const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, vid));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(qa));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(qb));
+  return d;
+}
+
+int act_offset(DType t) {
+  switch (t) {
+    case DType::Q4_0: return DecQ4_0::kOffset;
+    case DType::Q5_0: return DecQ5_0::kOffset;
+    case DType::Q8_0: return DecQ8_0::kOffset;
+    case DType::Q6_K: return 32;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+size_t avx512_act_bytes(DType t, int64_t cols) {
+  if (!int_path(t)) return 0;
+  return static_cast<size_t>((cols / 32 + 1) / 2) * kSlot;
+}
+
+void avx512_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out) {
+  if (!int_path(t)) return;
+  const int64_t nb = cols / 32;
+  const bool nibble = t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1;
+  const bool with_min = t == DType::Q4_1 || t == DType::Q5_1;
+  const __m512i lanes = nibble ? nib_lanes() : nat_lanes();
+  const __m512i neg_off = _mm512_set1_epi32(-act_offset(t));
+  for (int64_t p = 0; p < (nb + 1) / 2; ++p) {
+    alignas(64) int8_t q[64] = {};
+    alignas(16) float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    d[0] = quantize32(x + 64 * p, q);
+    if (2 * p + 1 < nb) d[1] = quantize32(x + 64 * p + 32, q + 32);
+    __m512i xq = _mm512_load_si512(q);
+    if (nibble) xq = _mm512_shuffle_i64x2(xq, xq, _MM_SHUFFLE(3, 1, 2, 0));
+    const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), xq);
+    const __m512 dxv = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_load_ps(d)));
+    uint8_t* slot = out + p * kSlot;
+    _mm512_store_si512(slot, xq);
+    if (with_min) {
+      _mm512_store_ps(slot + 64, _mm512_mul_ps(_mm512_cvtepi32_ps(sums), dxv));
+    } else {
+      _mm512_store_si512(slot + 64, _mm512_mullo_epi32(sums, neg_off));
+    }
+    _mm512_store_ps(slot + 128, dxv);
+  }
+}
+
+namespace {
+
+// ---- integer dot products: NR rows x one token ----------------------------------------
+template <class Dec, int NR>
+inline void dot_rows(const uint8_t* const* rows, const uint8_t* const* next, const uint8_t* act,
+                     int64_t nb, float* out) {
+  __m512 acc[NR], accm[NR];
+  for (int r = 0; r < NR; ++r) acc[r] = accm[r] = _mm512_setzero_ps();
+  const int64_t np = nb / 2;
+  for (int64_t p = 0; p < np; ++p) {
+    const uint8_t* a = act + p * kSlot;
+    const __m512i xq = _mm512_load_si512(a);
+    const __m512i aux = _mm512_load_si512(a + 64);
+    const __m512 dxv = _mm512_load_ps(a + 128);
+    const size_t off = static_cast<size_t>(p) * 2 * Dec::kBytes;
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* b = rows[r] + off;
+      _mm_prefetch(reinterpret_cast<const char*>(next[r] + off), _MM_HINT_T0);
+      if constexpr (2 * Dec::kBytes > 64)
+        _mm_prefetch(reinterpret_cast<const char*>(next[r] + off + 64), _MM_HINT_T0);
+      if constexpr (Dec::kMin) {
+        const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), Dec::quants(b), xq);
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dxv), Dec::scales(b), acc[r]);
+        accm[r] = _mm512_fmadd_ps(Dec::mins(b), _mm512_castsi512_ps(aux), accm[r]);
+      } else {
+        const __m512i s = _mm512_dpbusd_epi32(aux, Dec::quants(b), xq);
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dxv), Dec::scales(b), acc[r]);
+      }
+    }
+  }
+  if (nb & 1) {
+    const uint8_t* a = act + np * kSlot;
+    const __m512i xq = _mm512_load_si512(a);
+    const __m512i aux = _mm512_load_si512(a + 64);
+    const __m512 dxv = _mm512_load_ps(a + 128);
+    const size_t off = static_cast<size_t>(np) * 2 * Dec::kBytes;
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* b = rows[r] + off;
+      if constexpr (Dec::kMin) {
+        const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), Dec::quants1(b), xq);
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dxv), Dec::scales1(b), acc[r]);
+        accm[r] = _mm512_fmadd_ps(Dec::mins1(b), _mm512_castsi512_ps(aux), accm[r]);
+      } else {
+        const __m512i s = _mm512_dpbusd_epi32(aux, Dec::quants1(b), xq);
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dxv), Dec::scales1(b), acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], accm[r]));
+}
+
+// One row x NT tokens: the row is decoded once per pair for all tokens.
+template <class Dec, int NT>
+inline void dot_tokens(const uint8_t* row, const uint8_t* const* acts, int64_t nb, float* out) {
+  __m512 acc[NT], accm[NT];
+  for (int i = 0; i < NT; ++i) acc[i] = accm[i] = _mm512_setzero_ps();
+  const int64_t np = nb / 2;
+  for (int64_t p = 0; p <= np; ++p) {
+    if (p == np && (nb & 1) == 0) break;
+    const bool tail = p == np;
+    const uint8_t* b = row + static_cast<size_t>(p) * 2 * Dec::kBytes;
+    const __m512i z = tail ? Dec::quants1(b) : Dec::quants(b);
+    const __m512 dw = tail ? Dec::scales1(b) : Dec::scales(b);
+    __m512 mv = _mm512_setzero_ps();
+    if constexpr (Dec::kMin) mv = tail ? Dec::mins1(b) : Dec::mins(b);
+    for (int i = 0; i < NT; ++i) {
+      const uint8_t* a = acts[i] + p * kSlot;
+      const __m512i xq = _mm512_load_si512(a);
+      const __m512i aux = _mm512_load_si512(a + 64);
+      const __m512 dxv = _mm512_load_ps(a + 128);
+      if constexpr (Dec::kMin) {
+        const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z, xq);
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dxv), dw, acc[i]);
+        accm[i] = _mm512_fmadd_ps(mv, _mm512_castsi512_ps(aux), accm[i]);
+      } else {
+        const __m512i s = _mm512_dpbusd_epi32(aux, z, xq);
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dxv), dw, acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], accm[i]));
+}
+
+// ---- Q6_K: 256-element super-blocks = 4 activation slots -------------------------------
+// Sub-block index of each lane for the j-th 64-element quarter of a super-block.
+inline __m512i q6_sub_lanes(int j) {
+  return _mm512_add_epi32(_mm512_set1_epi32(4 * j),
+                          _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+}
+
+// Quants (0..63) of the super-block's quarters 2h and 2h+1, natural element order.
+inline void q6_quants(const uint8_t* b, int h, __m512i& z0, __m512i& z1) {
+  const __m512i ql = _mm512_loadu_si512(b + 64 * h);
+  const __m256i qh = loadu256(b + 128 + 32 * h);
+  const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x03);
+  const __m512i h0 = _mm512_slli_epi16(_mm512_and_si512(hh, m2), 4);
+  const __m512i h1 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hh, 4), m2), 4);
+  z0 = _mm512_or_si512(_mm512_and_si512(ql, m4), h0);
+  z1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), h1);
+}
+
+template <int NT>
+inline void dot_q6k_tokens(const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, int64_t nsb,
+                           float* out) {
+  __m512 acc[NT];
+  for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const uint8_t* b = row + s * 210;
+    for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(next + s * 210 + 64 * l), _MM_HINT_T0);
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(load_u16(b + 208)));
+    const __m512 sf = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(loadu128(b + 192))), d);
+    for (int h = 0; h < 2; ++h) {
+      __m512i z[2];
+      q6_quants(b, h, z[0], z[1]);
+      for (int g = 0; g < 2; ++g) {
+        const int j = 2 * h + g;  // quarter: elements 64j .. 64j+63
+        const __m512 sc = _mm512_permutexvar_ps(q6_sub_lanes(j), sf);
+        for (int i = 0; i < NT; ++i) {
+          const uint8_t* a = acts[i] + (4 * s + j) * kSlot;
+          const __m512i si = _mm512_dpbusd_epi32(_mm512_load_si512(a + 64), z[g], _mm512_load_si512(a));
+          acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(si), _mm512_load_ps(a + 128)), sc, acc[i]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(acc[i]);
+}
+
+// ---- f32 / f16 / bf16 rows against f32 activations ---------------------------------------
+template <DType T>
+inline __m512 load_w(const uint8_t* row, int64_t j) {
+  if constexpr (T == DType::F32) return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + j);
+  if constexpr (T == DType::F16) return _mm512_cvtph_ps(loadu256(row + 2 * j));
+  if constexpr (T == DType::BF16)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(loadu256(row + 2 * j)), 16));
+}
+template <DType T>
+inline __m512 load_w_n(const uint8_t* row, int64_t j, __mmask16 k) {
+  if constexpr (T == DType::F32) return _mm512_maskz_loadu_ps(k, reinterpret_cast<const float*>(row) + j);
+  if constexpr (T == DType::F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, row + 2 * j));
+  if constexpr (T == DType::BF16)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, row + 2 * j)), 16));
+}
+
+// NR rows x NT tokens (one of them is 1 in practice).
+template <DType T, int NR, int NT>
+inline void dot_float(const uint8_t* const* rows, const uint8_t* const* next, const float* const* xs,
+                      int64_t cols, float* out) {
+  __m512 acc[NR][NT];
+  for (int r = 0; r < NR; ++r)
+    for (int i = 0; i < NT; ++i) acc[r][i] = _mm512_setzero_ps();
+  constexpr int64_t kElemBytes = T == DType::F32 ? 4 : 2;
+  int64_t j = 0;
+  for (; j + 16 <= cols; j += 16) {
+    for (int r = 0; r < NR; ++r) {
+      // Rows of 4 KiB and more: four of them ahead would crowd L1, so they go to L2.
+      if ((j * kElemBytes) % 64 == 0) {
+        if (cols * kElemBytes < 4096) {
+          _mm_prefetch(reinterpret_cast<const char*>(next[r] + j * kElemBytes), _MM_HINT_T0);
+        } else {
+          _mm_prefetch(reinterpret_cast<const char*>(next[r] + j * kElemBytes), _MM_HINT_T1);
+        }
+      }
+      const __m512 w = load_w<T>(rows[r], j);
+      for (int i = 0; i < NT; ++i) acc[r][i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(xs[i] + j), acc[r][i]);
+    }
+  }
+  if (j < cols) {
+    const __mmask16 k = static_cast<__mmask16>((1u << (cols - j)) - 1u);
+    for (int r = 0; r < NR; ++r) {
+      const __m512 w = load_w_n<T>(rows[r], j, k);
+      for (int i = 0; i < NT; ++i)
+        acc[r][i] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(k, xs[i] + j), acc[r][i]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int i = 0; i < NT; ++i) out[r * NT + i] = _mm512_reduce_add_ps(acc[r][i]);
+}
+
+// ---- drivers ---------------------------------------------------------------------------
+inline int64_t row_of(const DotTask& t, int64_t k) { return t.idx != nullptr ? t.idx[k] : k; }
+inline const uint8_t* row_ptr(const DotTask& t, int64_t k) {
+  return t.W + static_cast<size_t>(row_of(t, k)) * t.row_bytes;
+}
+
+// One token: rows in groups of G, prefetching the next group while computing this one.
+template <int G = 4, typename GroupG, typename Group1>
+void rows_one_token(const DotTask& t, GroupG gg, Group1 g1) {
+  int64_t k = t.k0;
+  for (; k + G <= t.k1; k += G) {
+    const uint8_t* rows[G];
+    const uint8_t* next[G];
+    float out[G];
+    for (int r = 0; r < G; ++r) {
+      rows[r] = row_ptr(t, k + r);
+      next[r] = k + G + r < t.k1 ? row_ptr(t, k + G + r) : rows[r];
+    }
+    gg(rows, next, out);
+    for (int r = 0; r < G; ++r) t.Y[row_of(t, k + r)] = out[r];
+  }
+  for (; k < t.k1; ++k) {
+    const uint8_t* row = row_ptr(t, k);
+    float out;
+    g1(&row, &row, &out);
+    t.Y[row_of(t, k)] = out;
+  }
+}
+
+// Several tokens: per row, the selected tokens in groups of up to four.
+template <typename Tokens>
+void rows_many_tokens(const DotTask& t, Tokens fn) {
+  for (int64_t k = t.k0; k < t.k1; ++k) {
+    const uint8_t* row = row_ptr(t, k);
+    const int64_t r = row_of(t, k);
+    int sel[kMaxMaskTokens];
+    int n = 0;
+    for (int64_t i = 0; i < t.m; ++i)
+      if (t.masks == nullptr || ((t.masks[k] >> i) & 1u) != 0) sel[n++] = static_cast<int>(i);
+    for (int g = 0; g < n; g += 4) {
+      const int nt = n - g < 4 ? n - g : 4;
+      float out[4];
+      fn(row, sel + g, nt, out);
+      for (int i = 0; i < nt; ++i) t.Y[sel[g + i] * t.ldy + r] = out[i];
+    }
+  }
+}
+
+template <class Dec>
+void dot_quant(const DotTask& t) {
+  const int64_t nb = t.cols / 32;
+  if (t.m == 1 && t.masks == nullptr) {
+    auto one = [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_rows<Dec, 1>(r, n, t.act, nb, o); };
+    if (t.row_bytes <= 2560) {
+      rows_one_token<4>(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_rows<Dec, 4>(r, n, t.act, nb, o); }, one);
+    } else {
+      // Longer rows (Q8_0 at 4096 columns): two per group keeps this group, the prefetched
+      // next one and the activation within L1. (Prefetching into L2 only when the activation
+      // is large, as for 11008 columns, measured no better.)
+      rows_one_token<2>(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_rows<Dec, 2>(r, n, t.act, nb, o); }, one);
+    }
+    return;
+  }
+  rows_many_tokens(t, [&](const uint8_t* row, const int* sel, int nt, float* out) {
+    const uint8_t* acts[4];
+    for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
+    switch (nt) {
+      case 4: dot_tokens<Dec, 4>(row, acts, nb, out); break;
+      case 3: dot_tokens<Dec, 3>(row, acts, nb, out); break;
+      case 2: dot_tokens<Dec, 2>(row, acts, nb, out); break;
+      default: dot_tokens<Dec, 1>(row, acts, nb, out); break;
+    }
+  });
+}
+
+void dot_q6k(const DotTask& t) {
+  const int64_t nsb = t.cols / 256;
+  if (t.m == 1 && t.masks == nullptr) {
+    // One row at a time, each prefetching the row four places ahead in the list.
+    const uint8_t* act0 = t.act;
+    rows_one_token(
+        t,
+        [&](const uint8_t* const* r, const uint8_t* const* n, float* o) {
+          for (int i = 0; i < 4; ++i) dot_q6k_tokens<1>(r[i], n[i], &act0, nsb, o + i);
+        },
+        [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_q6k_tokens<1>(r[0], n[0], &act0, nsb, o); });
+    return;
+  }
+  rows_many_tokens(t, [&](const uint8_t* row, const int* sel, int nt, float* out) {
+    const uint8_t* acts[4];
+    for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
+    switch (nt) {
+      case 4: dot_q6k_tokens<4>(row, row, acts, nsb, out); break;
+      case 3: dot_q6k_tokens<3>(row, row, acts, nsb, out); break;
+      case 2: dot_q6k_tokens<2>(row, row, acts, nsb, out); break;
+      default: dot_q6k_tokens<1>(row, row, acts, nsb, out); break;
+    }
+  });
+}
+
+template <DType T>
+void dot_floats(const DotTask& t) {
+  if (t.m == 1 && t.masks == nullptr) {
+    const float* x = t.x;
+    rows_one_token(
+        t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_float<T, 4, 1>(r, n, &x, t.cols, o); },
+        [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_float<T, 1, 1>(r, n, &x, t.cols, o); });
+    return;
+  }
+  rows_many_tokens(t, [&](const uint8_t* row, const int* sel, int nt, float* out) {
+    const float* xs[4];
+    for (int i = 0; i < nt; ++i) xs[i] = t.x + sel[i] * t.x_stride;
+    switch (nt) {
+      case 4: dot_float<T, 1, 4>(&row, &row, xs, t.cols, out); break;
+      case 3: dot_float<T, 1, 3>(&row, &row, xs, t.cols, out); break;
+      case 2: dot_float<T, 1, 2>(&row, &row, xs, t.cols, out); break;
+      default: dot_float<T, 1, 1>(&row, &row, xs, t.cols, out); break;
+    }
+  });
+}
+
+}  // namespace
+
+void avx512_dot(const DotTask& t) {
+  switch (t.type) {
+    case DType::Q4_0: return dot_quant<DecQ4_0>(t);
+    case DType::Q4_1: return dot_quant<DecQ4_1>(t);
+    case DType::Q5_0: return dot_quant<DecQ5_0>(t);
+    case DType::Q5_1: return dot_quant<DecQ5_1>(t);
+    case DType::Q8_0: return dot_quant<DecQ8_0>(t);
+    case DType::Q6_K: return dot_q6k(t);
+    case DType::F32: return dot_floats<DType::F32>(t);
+    case DType::F16: return dot_floats<DType::F16>(t);
+    case DType::BF16: return dot_floats<DType::BF16>(t);
+    default: return scalar_dot(t);
+  }
+}
+
+}  // namespace pi::cpu::detail

@@ -1,0 +1,79 @@
+// AVX-512 small ops (ops_generic.inc over 16-lane vectors) and the AVX-512 kernel table.
+// Compiled with AVX-512 flags; reached only through the table after a cpuid check.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/avx512_leaves.h"
+
+namespace pi::cpu::detail {
+namespace avx512_isa {
+namespace {
+
+constexpr int kLanes = 16;
+using VF = __m512;
+
+inline __mmask16 first_n(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
+inline VF vzero() { return _mm512_setzero_ps(); }
+inline VF vset1(float s) { return _mm512_set1_ps(s); }
+inline VF vload(const float* p) { return _mm512_loadu_ps(p); }
+inline VF vload_n(const float* p, int n) { return _mm512_maskz_loadu_ps(first_n(n), p); }
+inline void vstore(float* p, VF a) { _mm512_storeu_ps(p, a); }
+inline void vstore_n(float* p, VF a, int n) { _mm512_mask_storeu_ps(p, first_n(n), a); }
+inline VF vmask_n(VF a, int n) { return _mm512_maskz_mov_ps(first_n(n), a); }
+inline VF vadd(VF a, VF b) { return _mm512_add_ps(a, b); }
+inline VF vsub(VF a, VF b) { return _mm512_sub_ps(a, b); }
+inline VF vmul(VF a, VF b) { return _mm512_mul_ps(a, b); }
+inline VF vdiv(VF a, VF b) { return _mm512_div_ps(a, b); }
+inline VF vfma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+// The x86 max returns its second operand when either is NaN: data goes second.
+inline VF vmax(VF a, VF b) { return _mm512_max_ps(a, b); }
+inline VF vmax0(VF a) { return _mm512_max_ps(_mm512_setzero_ps(), a); }
+inline float vsum(VF a) { return _mm512_reduce_add_ps(a); }
+inline float vhmax(VF a) { return _mm512_reduce_max_ps(a); }
+inline VF vload_f16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline VF vload_f16_n(const uint16_t* p, int n) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(first_n(n), p));
+}
+
+// exp(x) = 2^k exp(r), k = round(x / ln 2), |r| <= ln2 / 2, exp(r) by its degree-7 Taylor
+// polynomial (relative error < 3e-8); scalef applies 2^k with correct overflow to Inf and
+// gradual underflow. NaN propagates (the clamps keep the data operand second).
+inline VF vexp(VF x) {
+  x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
+  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
+  const VF k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  VF r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.4286068202862268e-06f), r);
+  VF p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, k);
+}
+
+#include "kernels/cpu/ops_generic.inc"
+
+}  // namespace
+}  // namespace avx512_isa
+
+const KernelTable& avx512_table() {
+  using namespace avx512_isa;
+  static const KernelTable table = {
+      Isa::Avx512, avx512_act_bytes, avx512_prepare_act, avx512_dot,     avx512_axpy,
+      g_rmsnorm,   g_layernorm,      g_softmax,          g_silu,         g_gelu,
+      g_relu,      g_relu_squared,   g_add,              g_mul,          g_rope,
+      g_attn_head,
+  };
+  return table;
+}
+
+}  // namespace pi::cpu::detail

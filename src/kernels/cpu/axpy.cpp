@@ -1,0 +1,162 @@
+// Threaded front ends of the axpy family (the sparse down projection): y += sum a_r D[r,:].
+// The active rows and their coefficients are compacted once; then each thread owns one
+// contiguous, block-aligned slice of the output columns and walks all active rows in list
+// order. No two threads write the same y element and every element is accumulated in the
+// same order whatever the thread count, so results are bit-identical for any pool size.
+// (The original PowerInfer instead adds per-thread partial vectors without synchronisation.)
+#include <cstring>
+
+#include "kernels/cpu/front.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/scratch.h"
+
+namespace pi::cpu {
+namespace {
+
+using detail::AxpyTask;
+using detail::KernelTable;
+
+// Smallest column slice: whole blocks, and at least 64 floats of y so that slices of
+// different threads never share a cache line of y.
+int64_t granule(DType t) { return std::max<int64_t>(dtype_info(t).block_size, 64); }
+
+// Splits [0, cols) into at most pool.size() granule-aligned slices and runs the leaf once
+// per slice; all tasks walk the same compacted rows.
+void run_axpy(ThreadPool& pool, const KernelTable& kt, const AxpyTask& base, int64_t cols) {
+  if (base.n == 0) return;
+  const int64_t g = granule(base.type);
+  const int64_t n_gran = (cols + g - 1) / g;
+  const int64_t n_slices = std::max<int64_t>(1, std::min<int64_t>(pool.size(), n_gran));
+  pool.parallel_for(
+      n_slices,
+      [&](int64_t s, int) {
+        AxpyTask task = base;
+        task.c0 = std::min(cols, n_gran * s / n_slices * g);
+        task.c1 = std::min(cols, n_gran * (s + 1) / n_slices * g);
+        if (task.c1 > task.c0) kt.axpy(task);
+      },
+      Schedule::Static);
+}
+
+AxpyTask base_task(DType t, const void* D, int64_t cols, float* Y, int64_t ldy) {
+  AxpyTask task{};
+  task.type = t;
+  task.D = static_cast<const uint8_t*>(D);
+  task.row_bytes = row_bytes(t, cols);
+  task.Y = Y;
+  task.ldy = ldy;
+  return task;
+}
+
+}  // namespace
+
+void axpy_rows(ThreadPool& pool, DType t, const void* D, int64_t cols, const int32_t* idx,
+               int64_t n_idx, const float* a, float* y) {
+  detail::check_matrix(t, cols);
+  detail::Scratch scratch;
+  auto* rows = scratch.alloc<int32_t>(n_idx);
+  auto* coef = scratch.alloc<float>(n_idx);
+  int64_t n = 0;
+  for (int64_t k = 0; k < n_idx; ++k) {
+    const float c = a[idx[k]];
+    if (c != 0.0f) {
+      rows[n] = idx[k];
+      coef[n++] = c;
+    }
+  }
+  AxpyTask task = base_task(t, D, cols, y, 0);
+  task.rows = rows;
+  task.coef = coef;
+  task.n = n;
+  task.m = 1;
+  run_axpy(pool, detail::table(), task, cols);
+}
+
+void axpy_dense(ThreadPool& pool, DType t, const void* D, int64_t rows, int64_t cols,
+                const float* a, float* y) {
+  detail::check_matrix(t, cols);
+  detail::Scratch scratch;
+  auto* ids = scratch.alloc<int32_t>(rows);
+  auto* coef = scratch.alloc<float>(rows);
+  int64_t n = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (a[r] != 0.0f) {
+      ids[n] = static_cast<int32_t>(r);
+      coef[n++] = a[r];
+    }
+  }
+  AxpyTask task = base_task(t, D, cols, y, 0);
+  task.rows = ids;
+  task.coef = coef;
+  task.n = n;
+  task.m = 1;
+  run_axpy(pool, detail::table(), task, cols);
+}
+
+void axpy_rows_union(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
+                     const int32_t* idx, int64_t n_idx, const float* A, int64_t m, float* Y) {
+  detail::check_matrix(t, cols);
+  if (m <= 0) return;
+  detail::Scratch scratch;
+  auto* rows = scratch.alloc<int32_t>(n_idx);
+  auto* coef = scratch.alloc<float>(n_idx * m);
+  int64_t n = 0;
+  for (int64_t k = 0; k < n_idx; ++k) {
+    bool any = false;
+    for (int64_t i = 0; i < m; ++i) {
+      const float c = A[i * n_rows + idx[k]];
+      coef[n * m + i] = c;
+      any |= c != 0.0f;
+    }
+    if (any) rows[n++] = idx[k];
+  }
+  AxpyTask task = base_task(t, D, cols, Y, cols);
+  task.rows = rows;
+  task.coef = coef;
+  task.n = n;
+  task.m = m;
+  run_axpy(pool, detail::table(), task, cols);
+}
+
+void axpy_rows_batch(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
+                     const int32_t* idx, const int64_t* offsets, const float* A, int64_t m,
+                     float* Y) {
+  detail::check_matrix(t, cols);
+  if (m <= 0 || n_rows <= 0) return;
+  detail::Scratch scratch;
+  auto* masks = scratch.alloc<uint64_t>(n_rows);
+  auto* rows = scratch.alloc<int32_t>(n_rows);
+  const int64_t gmax = std::min(m, detail::kMaxMaskTokens);
+  auto* coef = scratch.alloc<float>(n_rows * gmax);
+  for (int64_t g0 = 0; g0 < m; g0 += detail::kMaxMaskTokens) {
+    const int64_t gm = std::min(detail::kMaxMaskTokens, m - g0);
+    std::memset(masks, 0, static_cast<size_t>(n_rows) * sizeof(uint64_t));
+    for (int64_t i = 0; i < gm; ++i) {
+      for (int64_t k = offsets[g0 + i]; k < offsets[g0 + i + 1]; ++k) {
+        detail::require(idx[k] >= 0 && idx[k] < n_rows, "row index out of range");
+        masks[idx[k]] |= uint64_t{1} << i;
+      }
+    }
+    // Union rows ascending; a token's coefficient is zero (skipped) unless the row is in
+    // its own list and its activation is nonzero.
+    int64_t n = 0;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      if (masks[r] == 0) continue;
+      bool any = false;
+      for (int64_t i = 0; i < gm; ++i) {
+        const float c = ((masks[r] >> i) & 1u) != 0 ? A[(g0 + i) * n_rows + r] : 0.0f;
+        coef[n * gm + i] = c;
+        any |= c != 0.0f;
+      }
+      if (any) rows[n++] = static_cast<int32_t>(r);
+    }
+    AxpyTask task = base_task(t, D, cols, Y + g0 * cols, cols);
+    task.rows = rows;
+    task.coef = coef;
+    task.n = n;
+    task.m = gm;
+    run_axpy(pool, detail::table(), task, cols);
+  }
+}
+
+}  // namespace pi::cpu

@@ -1,0 +1,112 @@
+// Internal: the table of single-threaded leaf kernels that each ISA file provides, and the
+// task descriptions the threaded front ends (matvec.cpp, axpy.cpp, ops.cpp) hand to them.
+// Leaves work on a slice of the output and never allocate.
+//
+// Adding an ISA (e.g. NEON): write a file that fills a KernelTable, declare its getter below,
+// and list it in isa.cpp. Leaves may delegate types they do not vectorise to the scalar ones.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/kernels.h"
+#include "tensor/dtype.h"
+
+namespace pi::cpu::detail {
+
+// Maximum tokens one masked dot task handles (one bit per token in a uint64_t mask).
+constexpr int64_t kMaxMaskTokens = 64;
+
+// Dot products of weight rows with m token activations.
+// Rows: idx ? idx[k] : k, for k in [k0, k1). Token i is computed for row k when
+// masks == nullptr or bit i of masks[k] is set; then Y[i * ldy + row] = W[row] . x_i.
+struct DotTask {
+  DType type;
+  const uint8_t* W;
+  size_t row_bytes;
+  int64_t cols;
+  const float* x;       // raw activations f32 [m, cols] (token stride x_stride floats)
+  int64_t x_stride;
+  const uint8_t* act;   // activations prepared by prepare_act (token stride act_stride)
+  size_t act_stride;
+  int64_t m;
+  const int32_t* idx;
+  const uint64_t* masks;  // requires m <= kMaxMaskTokens when set
+  int64_t k0, k1;
+  float* Y;
+  int64_t ldy;
+};
+
+// Column slice of an axpy: for k in [0, n) in order, for tokens i in [0, m) with
+// coef[k * m + i] != 0: Y[i * ldy + c] += coef[k * m + i] * D[rows[k], c] for c in [c0, c1).
+// c0 and c1 are multiples of the type's block size (or c1 == cols).
+struct AxpyTask {
+  DType type;
+  const uint8_t* D;
+  size_t row_bytes;
+  const int32_t* rows;
+  int64_t n;
+  const float* coef;
+  int64_t m;
+  int64_t c0, c1;
+  float* Y;
+  int64_t ldy;
+};
+
+// One query head over a range of KV cells: out[0:head_dim] = softmax(scale * q.K^T) V
+// over cells [0, n_ctx). k, v point at the head's first cell; cell stride kv_stride
+// elements. scores: scratch [n_ctx].
+struct AttnHeadTask {
+  const float* q;
+  const uint16_t* k;
+  const uint16_t* v;
+  int64_t kv_stride;
+  int64_t n_ctx;
+  int64_t head_dim;
+  float scale;
+  float* scores;
+  float* out;
+};
+
+struct KernelTable {
+  Isa isa;
+  // Bytes of one token's prepared activation for weight type t (0: leaves read x directly).
+  size_t (*act_bytes)(DType t, int64_t cols);
+  void (*prepare_act)(DType t, const float* x, int64_t cols, uint8_t* out);
+  void (*dot)(const DotTask& task);
+  void (*axpy)(const AxpyTask& task);
+
+  void (*rmsnorm)(const float* x, const float* w, int64_t n, float eps, float* y);
+  void (*layernorm)(const float* x, const float* w, const float* b, int64_t n, float eps,
+                    float* y);
+  void (*softmax)(float* x, int64_t n);
+  void (*silu)(const float* x, float* y, int64_t n);
+  void (*gelu)(const float* x, float* y, int64_t n);
+  void (*relu)(const float* x, float* y, int64_t n);
+  void (*relu_squared)(const float* x, float* y, int64_t n);
+  void (*add)(const float* a, const float* b, float* y, int64_t n);
+  void (*mul)(const float* a, const float* b, float* y, int64_t n);
+  // x: f32 [n_heads, head_dim]; in each head, pair p < n_pairs, (a, b) -> (a c - b s,
+  // a s + b c) with c = cs[p], s = cs[n_pairs + p]. The pair is (p, p + n_pairs) when neox,
+  // else (2p, 2p + 1).
+  void (*rope)(float* x, int64_t n_heads, int64_t head_dim, int64_t n_pairs, const float* cs,
+               bool neox);
+  void (*attn_head)(const AttnHeadTask& task);
+};
+
+const KernelTable& scalar_table();
+#if defined(PI_KERNELS_HAVE_AVX2)
+const KernelTable& avx2_table();
+#endif
+#if defined(PI_KERNELS_HAVE_AVX512)
+const KernelTable& avx512_table();
+#endif
+
+// The table of the active ISA (see active_isa()).
+const KernelTable& table();
+const KernelTable& table_for(Isa isa);
+
+// Aborts with `what` when `ok` is false: kernel preconditions are programming errors.
+void require(bool ok, const char* what);
+
+}  // namespace pi::cpu::detail

@@ -1,0 +1,29 @@
+// Internal: helpers shared by the threaded front ends (matvec.cpp, axpy.cpp): argument checks
+// and how work is cut into tasks.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cpu/dispatch.h"
+
+namespace pi::cpu::detail {
+
+// Checks a matrix kernel's weight type and row length; aborts on a programming error.
+inline void check_matrix(DType t, int64_t cols) {
+  require(supports(t), "unsupported weight type for a matrix kernel");
+  require(cols > 0 && cols % dtype_info(t).block_size == 0,
+          "cols must be a positive multiple of the weight type's block size");
+}
+
+// Items (rows or index entries) per dot task: about 8 tasks per thread so that a dynamic
+// schedule balances a shared machine, but never below 8 rows (per-task overhead) and a
+// multiple of 4 (the multi-row leaves).
+inline int64_t rows_per_task(int64_t n_items, int n_threads) {
+  if (n_threads <= 1) return std::max<int64_t>(n_items, 1);
+  int64_t per = n_items / (static_cast<int64_t>(n_threads) * 8);
+  per = std::max<int64_t>(8, (per + 3) / 4 * 4);
+  return per;
+}
+
+}  // namespace pi::cpu::detail

@@ -1,0 +1,133 @@
+// ISA detection and the choice of kernel table. The active ISA is the one process-wide
+// setting of the kernels (like the log level): chosen once from the CPU and the environment
+// variable PI_KERNELS_ISA, changed only by set_isa() in tests and benchmarks.
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cpu/dispatch.h"
+
+namespace pi::cpu {
+namespace {
+
+bool cpu_has(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar:
+      return true;
+    case Isa::Avx2:
+#if defined(PI_KERNELS_HAVE_AVX2)
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+#else
+      return false;
+#endif
+    case Isa::Avx512:
+#if defined(PI_KERNELS_HAVE_AVX512)
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+             __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+Isa best() {
+  if (cpu_has(Isa::Avx512)) return Isa::Avx512;
+  if (cpu_has(Isa::Avx2)) return Isa::Avx2;
+  return Isa::Scalar;
+}
+
+Isa initial_isa() {
+  const char* env = std::getenv("PI_KERNELS_ISA");
+  if (env != nullptr && *env != '\0') {
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+      if (isa_name(isa) == env) {
+        if (cpu_has(isa)) return isa;
+        std::fprintf(stderr, "PI_KERNELS_ISA=%s is not available here; using %s\n", env,
+                     isa_name(best()).data());
+        return best();
+      }
+    }
+    std::fprintf(stderr, "PI_KERNELS_ISA=%s is unknown (scalar|avx2|avx512); using %s\n", env,
+                 isa_name(best()).data());
+  }
+  return best();
+}
+
+std::atomic<int>& active() {
+  static std::atomic<int> isa{static_cast<int>(initial_isa())};
+  return isa;
+}
+
+}  // namespace
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar:
+      return "scalar";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+bool isa_available(Isa isa) { return cpu_has(isa); }
+
+Isa active_isa() { return static_cast<Isa>(active().load(std::memory_order_relaxed)); }
+
+Status set_isa(Isa isa) {
+  if (!cpu_has(isa)) return err("kernel ISA %s is not available on this build/CPU",
+                                isa_name(isa).data());
+  active().store(static_cast<int>(isa), std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+bool supports(DType t) {
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q8_0:
+    case DType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace detail {
+
+const KernelTable& table_for(Isa isa) {
+  switch (isa) {
+#if defined(PI_KERNELS_HAVE_AVX512)
+    case Isa::Avx512:
+      return avx512_table();
+#endif
+#if defined(PI_KERNELS_HAVE_AVX2)
+    case Isa::Avx2:
+      return avx2_table();
+#endif
+    default:
+      return scalar_table();
+  }
+}
+
+const KernelTable& table() { return table_for(active_isa()); }
+
+void require(bool ok, const char* what) {
+  if (ok) return;
+  std::fprintf(stderr, "pi::cpu kernel precondition failed: %s\n", what);
+  std::abort();
+}
+
+}  // namespace detail
+}  // namespace pi::cpu

@@ -1,0 +1,138 @@
+// Optimised CPU kernels: the same ops as pi::ref (src/kernels/ref/ref.h), on raw pointers and
+// sizes, multi-threaded through a ThreadPool and vectorised for the best instruction set the
+// CPU has. This header is the one dispatch boundary: callers never see the ISA.
+//
+// Conventions (as in ref.h): shapes are outermost first; a weight W: t [rows, cols] has row r
+// at W + r * row_bytes(t, cols); cols must be a multiple of the type's block size.
+// Supported weight types: F32, F16, BF16, Q8_0, Q4_0 (fast paths), Q4_1, Q5_0, Q5_1, Q6_K.
+// Calling a kernel with another type or a misaligned cols is a programming error: it aborts
+// with a message (ask supports() first).
+//
+// Numerics: quantized weight types multiply against activations quantized on the fly to
+// 8-bit blocks of 32 (once per call), so results differ from ref by at most the activation
+// quantization error (|x_block|_max / 254 per element) plus float rounding. Results never
+// depend on the number of threads: every output element is computed by one task in a fixed
+// order. Outputs of different ISAs may differ in the last bits.
+//
+// Thread-safety: kernels are reentrant; concurrent calls on one pool are serialized by it.
+// Scratch memory is a per-calling-thread buffer that grows to the largest call and is reused.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "tensor/dtype.h"
+
+namespace pi::cpu {
+
+// ---- Instruction set selection -------------------------------------------------------
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+std::string_view isa_name(Isa isa);
+// True when kernels for `isa` are compiled into this binary and the CPU executes them.
+bool isa_available(Isa isa);
+// The ISA kernels use now: the environment variable PI_KERNELS_ISA (scalar|avx2|avx512) if
+// set and available, else the best available one.
+Isa active_isa();
+// Forces the ISA for all later kernel calls in this process (tests, benchmarks). Fails when
+// the ISA is not available. Not to be called while kernels run on other threads.
+Status set_isa(Isa isa);
+
+// True for weight types the matrix kernels accept.
+bool supports(DType t);
+
+// ---- Dense matrix products -------------------------------------------------------------
+// y[r] = W[r,:] . x           W: t [rows, cols], x: f32 [cols], y: f32 [rows]
+void matvec(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
+            const float* x, float* y);
+
+// Y[i, r] = W[r,:] . X[i,:]   X: f32 [m, cols], Y: f32 [m, rows]   (prompt processing)
+void matmul(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
+            const float* X, int64_t m, float* Y);
+
+// ---- Neuron-sparse products (PowerInfer gate/up and down) -------------------------------
+// Row-sparse matvec: y[idx[k]] = W[idx[k],:] . x for k < n_idx; other y untouched.
+// Any index order is correct; ascending order streams fastest.
+void matvec_rows(ThreadPool& pool, DType t, const void* W, int64_t cols, const int32_t* idx,
+                 int64_t n_idx, const float* x, float* y);
+
+// Sparse axpy over the transposed down projection, D: t [n_rows, cols] one row per neuron:
+// y[:] += sum over k < n_idx with a[idx[k]] != 0 of a[idx[k]] * D[idx[k], :]
+// a: f32 [n_rows], y: f32 [cols]. Rows are accumulated in list order; threads own disjoint
+// column slices of y, so there is no race and no thread-count dependence.
+void axpy_rows(ThreadPool& pool, DType t, const void* D, int64_t cols, const int32_t* idx,
+               int64_t n_idx, const float* a, float* y);
+
+// Dense y[:] += sum_r a[r] * D[r, :] over all rows (rows with a[r] == 0 are skipped).
+void axpy_dense(ThreadPool& pool, DType t, const void* D, int64_t rows, int64_t cols,
+                const float* a, float* y);
+
+// Several tokens at once. Per-token index lists are in CSR form: token i's list is
+// idx[offsets[i] .. offsets[i+1]) (offsets: [m + 1]), without duplicates, values in
+// [0, n_rows). Each weight row is read once per call however many tokens use it.
+//
+// Y[i, r] = W[r,:] . X[i,:] for r in token i's list; other Y untouched.
+// W: t [n_rows, cols], X: f32 [m, cols], Y: f32 [m, n_rows]
+void matvec_rows_batch(ThreadPool& pool, DType t, const void* W, int64_t n_rows, int64_t cols,
+                       const int32_t* idx, const int64_t* offsets, const float* X, int64_t m,
+                       float* Y);
+// Union-of-masks variant: one list for all tokens, Y[i, idx[k]] = W[idx[k],:] . X[i,:].
+void matvec_rows_union(ThreadPool& pool, DType t, const void* W, int64_t n_rows, int64_t cols,
+                       const int32_t* idx, int64_t n_idx, const float* X, int64_t m, float* Y);
+
+// Y[i, :] += sum over r in token i's list with A[i, r] != 0 of A[i, r] * D[r, :]
+// D: t [n_rows, cols], A: f32 [m, n_rows], Y: f32 [m, cols]
+void axpy_rows_batch(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
+                     const int32_t* idx, const int64_t* offsets, const float* A, int64_t m,
+                     float* Y);
+// Union variant: one list for all tokens (rows where A[i, r] == 0 are skipped per token).
+void axpy_rows_union(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
+                     const int32_t* idx, int64_t n_idx, const float* A, int64_t m, float* Y);
+
+// ---- Small ops (f32 vectors of n elements; same contracts as ref.h) --------------------
+// y = x / sqrt(mean(x^2) + eps) * w
+void rmsnorm(ThreadPool& pool, const float* x, const float* w, int64_t n, float eps, float* y);
+// y = (x - mean) / sqrt(var + eps) * w + b   (b may be null)
+void layernorm(ThreadPool& pool, const float* x, const float* w, const float* b, int64_t n,
+               float eps, float* y);
+
+enum class RopeMode { Normal, NeoX };
+// In place on x: f32 [n_heads, head_dim]; rotates the first n_rot dims of each head at
+// position pos. Normal: pairs (2i, 2i+1). NeoX: pairs (i, i + n_rot/2).
+// theta_i = pos * freq_scale * base^(-2i / n_rot).
+void rope(ThreadPool& pool, float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+          int64_t pos, float base, float freq_scale, RopeMode mode);
+
+void softmax(ThreadPool& pool, float* x, int64_t n);  // in place, numerically stable
+void silu(ThreadPool& pool, const float* x, float* y, int64_t n);
+void gelu(ThreadPool& pool, const float* x, float* y, int64_t n);  // tanh approximation
+void relu(ThreadPool& pool, const float* x, float* y, int64_t n);
+void relu_squared(ThreadPool& pool, const float* x, float* y, int64_t n);
+void add(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n);
+void mul(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n);
+
+// ---- Attention over an f16 KV cache -----------------------------------------------------
+struct AttentionDims {
+  int64_t n_head;     // query heads
+  int64_t n_kv_head;  // key/value heads; query head h reads kv head h / (n_head / n_kv_head)
+  int64_t head_dim;
+  float scale;        // score scale, usually 1 / sqrt(head_dim)
+};
+
+// One query token over cells [0, n_ctx_used):
+// q: f32 [n_head, head_dim]; k_cache, v_cache: f16 bits [>= n_ctx_used, n_kv_head, head_dim]
+// (cell t holds position t); out: f32 [n_head, head_dim].
+void attention(ThreadPool& pool, const AttentionDims& dims, const float* q,
+               const uint16_t* k_cache, const uint16_t* v_cache, int64_t n_ctx_used,
+               float* out);
+
+// A causal batch of n_q query tokens at positions pos0 .. pos0 + n_q - 1; query i attends to
+// cells [0, pos0 + i]. The cache must already hold cells [0, pos0 + n_q).
+// q, out: f32 [n_q, n_head, head_dim].
+void attention_batch(ThreadPool& pool, const AttentionDims& dims, const float* q, int64_t n_q,
+                     int64_t pos0, const uint16_t* k_cache, const uint16_t* v_cache,
+                     float* out);
+
+}  // namespace pi::cpu

@@ -1,0 +1,176 @@
+// Threaded front ends of the dot-product family: dense matvec and matmul, row-sparse matvec
+// and its batched forms. Activations are prepared once per call (quantized to Q8 blocks for
+// the integer paths); tasks own disjoint sets of output rows, so results do not depend on
+// the thread count or schedule.
+#include <cstring>
+
+#include "kernels/cpu/front.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/scratch.h"
+
+namespace pi::cpu {
+namespace {
+
+using detail::DotTask;
+using detail::KernelTable;
+using detail::Scratch;
+
+// Tokens one leaf call handles in batched forms: their prepared activations (~3 bytes per
+// element each) and the rows of one task stay in L2 together.
+constexpr int64_t kTokenTile = 16;
+
+struct Prepared {
+  const uint8_t* act = nullptr;
+  size_t stride = 0;
+};
+
+Prepared prepare(ThreadPool& pool, Scratch& scratch, const KernelTable& kt, DType t,
+                 const float* X, int64_t m, int64_t cols) {
+  const size_t bytes = kt.act_bytes(t, cols);
+  if (bytes == 0) return {};
+  const size_t stride = (bytes + 63) / 64 * 64;
+  auto* buf = static_cast<uint8_t*>(scratch.alloc_bytes(stride * static_cast<size_t>(m)));
+  if (m == 1) {
+    kt.prepare_act(t, X, cols, buf);
+  } else {
+    pool.parallel_for(
+        m, [&](int64_t i, int) { kt.prepare_act(t, X + i * cols, cols, buf + i * stride); },
+        Schedule::Dynamic, 1);
+  }
+  return {buf, stride};
+}
+
+DotTask base_task(DType t, const void* W, int64_t cols, const float* X, const Prepared& p,
+                  float* Y, int64_t ldy) {
+  DotTask task{};
+  task.type = t;
+  task.W = static_cast<const uint8_t*>(W);
+  task.row_bytes = row_bytes(t, cols);
+  task.cols = cols;
+  task.x = X;
+  task.x_stride = cols;
+  task.act = p.act;
+  task.act_stride = p.stride;
+  task.Y = Y;
+  task.ldy = ldy;
+  return task;
+}
+
+// Runs the leaf over items [0, n_items) (rows, or entries of task.idx) for tokens [0, m),
+// in tasks of whole items, each task walking its items once per token tile.
+void run_dot(ThreadPool& pool, const KernelTable& kt, const DotTask& base, int64_t n_items,
+             int64_t m) {
+  if (n_items <= 0 || m <= 0) return;
+  const int64_t per = detail::rows_per_task(n_items, pool.size());
+  const int64_t n_tasks = (n_items + per - 1) / per;
+  pool.parallel_for(
+      n_tasks,
+      [&](int64_t task_id, int) {
+        DotTask task = base;
+        task.k0 = task_id * per;
+        task.k1 = std::min(n_items, task.k0 + per);
+        for (int64_t i0 = 0; i0 < m; i0 += kTokenTile) {
+          task.m = std::min(kTokenTile, m - i0);
+          task.x = base.x + i0 * base.x_stride;
+          task.act = base.act != nullptr ? base.act + i0 * base.act_stride : nullptr;
+          task.Y = base.Y + i0 * base.ldy;
+          kt.dot(task);
+        }
+      },
+      Schedule::Dynamic, 1);
+}
+
+}  // namespace
+
+void matvec(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
+            const float* x, float* y) {
+  detail::check_matrix(t, cols);
+  const KernelTable& kt = detail::table();
+  Scratch scratch;
+  const Prepared p = prepare(pool, scratch, kt, t, x, 1, cols);
+  run_dot(pool, kt, base_task(t, W, cols, x, p, y, rows), rows, 1);
+}
+
+void matmul(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
+            const float* X, int64_t m, float* Y) {
+  detail::check_matrix(t, cols);
+  const KernelTable& kt = detail::table();
+  Scratch scratch;
+  const Prepared p = prepare(pool, scratch, kt, t, X, m, cols);
+  run_dot(pool, kt, base_task(t, W, cols, X, p, Y, rows), rows, m);
+}
+
+void matvec_rows(ThreadPool& pool, DType t, const void* W, int64_t cols, const int32_t* idx,
+                 int64_t n_idx, const float* x, float* y) {
+  detail::check_matrix(t, cols);
+  if (n_idx <= 0) return;
+  const KernelTable& kt = detail::table();
+  Scratch scratch;
+  const Prepared p = prepare(pool, scratch, kt, t, x, 1, cols);
+  DotTask base = base_task(t, W, cols, x, p, y, 0);
+  base.idx = idx;
+  run_dot(pool, kt, base, n_idx, 1);
+}
+
+void matvec_rows_union(ThreadPool& pool, DType t, const void* W, int64_t n_rows, int64_t cols,
+                       const int32_t* idx, int64_t n_idx, const float* X, int64_t m, float* Y) {
+  detail::check_matrix(t, cols);
+  if (n_idx <= 0 || m <= 0) return;
+  const KernelTable& kt = detail::table();
+  Scratch scratch;
+  const Prepared p = prepare(pool, scratch, kt, t, X, m, cols);
+  DotTask base = base_task(t, W, cols, X, p, Y, n_rows);
+  base.idx = idx;
+  run_dot(pool, kt, base, n_idx, m);
+}
+
+void matvec_rows_batch(ThreadPool& pool, DType t, const void* W, int64_t n_rows, int64_t cols,
+                       const int32_t* idx, const int64_t* offsets, const float* X, int64_t m,
+                       float* Y) {
+  detail::check_matrix(t, cols);
+  if (m <= 0 || n_rows <= 0) return;
+  const KernelTable& kt = detail::table();
+  Scratch scratch;
+  const Prepared p = prepare(pool, scratch, kt, t, X, m, cols);
+  auto* masks = scratch.alloc<uint64_t>(n_rows);
+  auto* rows = scratch.alloc<int32_t>(n_rows);
+  auto* row_masks = scratch.alloc<uint64_t>(n_rows);
+  // Tokens in groups of 64: one mask bit per token; each group reads its union of rows once.
+  for (int64_t g0 = 0; g0 < m; g0 += detail::kMaxMaskTokens) {
+    const int64_t gm = std::min(detail::kMaxMaskTokens, m - g0);
+    std::memset(masks, 0, static_cast<size_t>(n_rows) * sizeof(uint64_t));
+    for (int64_t i = 0; i < gm; ++i) {
+      for (int64_t k = offsets[g0 + i]; k < offsets[g0 + i + 1]; ++k) {
+        detail::require(idx[k] >= 0 && idx[k] < n_rows, "row index out of range");
+        masks[idx[k]] |= uint64_t{1} << i;
+      }
+    }
+    int64_t n_union = 0;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      if (masks[r] != 0) {
+        rows[n_union] = static_cast<int32_t>(r);
+        row_masks[n_union++] = masks[r];
+      }
+    }
+    Prepared pg = p;
+    if (pg.act != nullptr) pg.act += g0 * pg.stride;
+    DotTask base = base_task(t, W, cols, X + g0 * cols, pg, Y + g0 * n_rows, n_rows);
+    base.idx = rows;
+    base.masks = row_masks;
+    // One leaf call per task covers the whole group (m <= 64), masks select the tokens.
+    if (n_union == 0) continue;
+    const int64_t per = detail::rows_per_task(n_union, pool.size());
+    pool.parallel_for(
+        (n_union + per - 1) / per,
+        [&](int64_t task_id, int) {
+          DotTask task = base;
+          task.m = gm;
+          task.k0 = task_id * per;
+          task.k1 = std::min(n_union, task.k0 + per);
+          kt.dot(task);
+        },
+        Schedule::Dynamic, 1);
+  }
+}
+
+}  // namespace pi::cpu

@@ -1,0 +1,145 @@
+// Front ends of the small ops and attention. Norms and softmax are one reduction over a
+// short vector and run on the calling thread (a fork would cost more than the op, and one
+// thread keeps the reduction order fixed). Elementwise ops split long vectors into chunks.
+// Attention runs one task per (query, head): each task owns its output head.
+#include <cmath>
+
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/scratch.h"
+
+namespace pi::cpu {
+namespace {
+
+// Elementwise ops shorter than this run on the calling thread.
+constexpr int64_t kParallelElems = int64_t{1} << 16;
+constexpr int64_t kElemChunk = int64_t{1} << 14;
+
+template <typename F>
+void elementwise(ThreadPool& pool, int64_t n, F f) {
+  if (n < kParallelElems || pool.size() == 1) {
+    f(0, n);
+    return;
+  }
+  const int64_t n_tasks = (n + kElemChunk - 1) / kElemChunk;
+  pool.parallel_for(
+      n_tasks,
+      [&](int64_t task, int) {
+        const int64_t i0 = task * kElemChunk;
+        f(i0, std::min(kElemChunk, n - i0));
+      },
+      Schedule::Dynamic, 1);
+}
+
+}  // namespace
+
+void rmsnorm(ThreadPool&, const float* x, const float* w, int64_t n, float eps, float* y) {
+  detail::table().rmsnorm(x, w, n, eps, y);
+}
+
+void layernorm(ThreadPool&, const float* x, const float* w, const float* b, int64_t n,
+               float eps, float* y) {
+  detail::table().layernorm(x, w, b, n, eps, y);
+}
+
+void softmax(ThreadPool&, float* x, int64_t n) { detail::table().softmax(x, n); }
+
+void silu(ThreadPool& pool, const float* x, float* y, int64_t n) {
+  const auto f = detail::table().silu;
+  elementwise(pool, n, [&](int64_t i, int64_t len) { f(x + i, y + i, len); });
+}
+
+void gelu(ThreadPool& pool, const float* x, float* y, int64_t n) {
+  const auto f = detail::table().gelu;
+  elementwise(pool, n, [&](int64_t i, int64_t len) { f(x + i, y + i, len); });
+}
+
+void relu(ThreadPool& pool, const float* x, float* y, int64_t n) {
+  const auto f = detail::table().relu;
+  elementwise(pool, n, [&](int64_t i, int64_t len) { f(x + i, y + i, len); });
+}
+
+void relu_squared(ThreadPool& pool, const float* x, float* y, int64_t n) {
+  const auto f = detail::table().relu_squared;
+  elementwise(pool, n, [&](int64_t i, int64_t len) { f(x + i, y + i, len); });
+}
+
+void add(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n) {
+  const auto f = detail::table().add;
+  elementwise(pool, n, [&](int64_t i, int64_t len) { f(a + i, b + i, y + i, len); });
+}
+
+void mul(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n) {
+  const auto f = detail::table().mul;
+  elementwise(pool, n, [&](int64_t i, int64_t len) { f(a + i, b + i, y + i, len); });
+}
+
+void rope(ThreadPool&, float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
+          float base, float freq_scale, RopeMode mode) {
+  detail::require(n_rot % 2 == 0 && n_rot <= head_dim, "rope: n_rot must be even and <= head_dim");
+  const int64_t n_pairs = n_rot / 2;
+  if (n_pairs == 0) return;
+  detail::Scratch scratch;
+  float* cs = scratch.alloc<float>(2 * n_pairs);
+  // Angles in double: pos * base^(-2i/n_rot) reaches thousands of radians, where an f32
+  // angle would already be off by 1e-4.
+  for (int64_t i = 0; i < n_pairs; ++i) {
+    const double theta = static_cast<double>(pos) * static_cast<double>(freq_scale) *
+                         std::pow(static_cast<double>(base),
+                                  -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+    cs[i] = static_cast<float>(std::cos(theta));
+    cs[n_pairs + i] = static_cast<float>(std::sin(theta));
+  }
+  detail::table().rope(x, n_heads, head_dim, n_pairs, cs, mode == RopeMode::NeoX);
+}
+
+namespace {
+
+// Runs n_q * n_head attention heads; query i sees n_ctx0 + i cells.
+void attention_heads(ThreadPool& pool, const AttentionDims& d, const float* q, int64_t n_q,
+                     int64_t n_ctx0, const uint16_t* k_cache, const uint16_t* v_cache,
+                     float* out) {
+  detail::require(d.n_kv_head > 0 && d.n_head % d.n_kv_head == 0,
+                  "attention: n_head must be a multiple of n_kv_head");
+  const auto head_fn = detail::table().attn_head;
+  const int64_t group = d.n_head / d.n_kv_head;
+  const int64_t kv_stride = d.n_kv_head * d.head_dim;
+  const int64_t max_ctx = n_ctx0 + n_q - 1;
+  detail::Scratch scratch;
+  float* scores = scratch.alloc<float>(pool.size() * std::max<int64_t>(1, max_ctx));
+  pool.parallel_for(
+      n_q * d.n_head,
+      [&](int64_t task, int thread) {
+        const int64_t i = task / d.n_head;
+        const int64_t h = task % d.n_head;
+        const int64_t kvh = h / group;
+        detail::AttnHeadTask t{};
+        t.q = q + (i * d.n_head + h) * d.head_dim;
+        t.k = k_cache + kvh * d.head_dim;
+        t.v = v_cache + kvh * d.head_dim;
+        t.kv_stride = kv_stride;
+        t.n_ctx = n_ctx0 + i;
+        t.head_dim = d.head_dim;
+        t.scale = d.scale;
+        t.scores = scores + thread * std::max<int64_t>(1, max_ctx);
+        t.out = out + (i * d.n_head + h) * d.head_dim;
+        head_fn(t);
+      },
+      Schedule::Dynamic, 1);
+}
+
+}  // namespace
+
+void attention(ThreadPool& pool, const AttentionDims& dims, const float* q,
+               const uint16_t* k_cache, const uint16_t* v_cache, int64_t n_ctx_used,
+               float* out) {
+  attention_heads(pool, dims, q, 1, n_ctx_used, k_cache, v_cache, out);
+}
+
+void attention_batch(ThreadPool& pool, const AttentionDims& dims, const float* q, int64_t n_q,
+                     int64_t pos0, const uint16_t* k_cache, const uint16_t* v_cache,
+                     float* out) {
+  attention_heads(pool, dims, q, n_q, pos0 + 1, k_cache, v_cache, out);
+}
+
+}  // namespace pi::cpu

@@ -1,0 +1,158 @@
+// Internal: portable decoding of weight blocks and half/bfloat16 values for the scalar leaves
+// and the ISA files' tails. Functions have internal linkage (unnamed namespace) so that a
+// copy compiled with ISA flags can never be picked by the linker for another file.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "tensor/dtype.h"
+
+namespace pi::cpu::detail {
+namespace {
+
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);  // Inf / NaN
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {
+    // Subnormal half: normalise.
+    exp = 113;
+    while ((man & 0x400u) == 0) {
+      man <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline float bf16_to_float(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Elements per block and bytes per block of the matrix kernels' weight types.
+inline int block_elems(DType t) {
+  switch (t) {
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q8_0:
+      return 32;
+    case DType::Q6_K:
+      return 256;
+    default:
+      return 1;
+  }
+}
+
+// Decodes the block (or plain element) at p into block_elems(t) floats, with the same
+// arithmetic as the reference dequantizers (tensor/quant_blocks.cpp, quant_q6k.cpp).
+inline void decode_block(DType t, const uint8_t* p, float* y) {
+  switch (t) {
+    case DType::F32:
+      std::memcpy(y, p, 4);
+      return;
+    case DType::F16:
+      y[0] = half_to_float(load_u16(p));
+      return;
+    case DType::BF16:
+      y[0] = bf16_to_float(load_u16(p));
+      return;
+    case DType::Q4_0: {
+      const float d = half_to_float(load_u16(p));
+      for (int j = 0; j < 16; ++j) {
+        y[j] = static_cast<float>((p[2 + j] & 0x0f) - 8) * d;
+        y[j + 16] = static_cast<float>((p[2 + j] >> 4) - 8) * d;
+      }
+      return;
+    }
+    case DType::Q4_1: {
+      const float d = half_to_float(load_u16(p));
+      const float m = half_to_float(load_u16(p + 2));
+      for (int j = 0; j < 16; ++j) {
+        y[j] = static_cast<float>(p[4 + j] & 0x0f) * d + m;
+        y[j + 16] = static_cast<float>(p[4 + j] >> 4) * d + m;
+      }
+      return;
+    }
+    case DType::Q5_0: {
+      const float d = half_to_float(load_u16(p));
+      const uint32_t qh = load_u32(p + 2);
+      for (int j = 0; j < 16; ++j) {
+        const int lo = (p[6 + j] & 0x0f) | static_cast<int>(((qh >> j) & 1u) << 4);
+        const int hi = (p[6 + j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+        y[j] = static_cast<float>(lo - 16) * d;
+        y[j + 16] = static_cast<float>(hi - 16) * d;
+      }
+      return;
+    }
+    case DType::Q5_1: {
+      const float d = half_to_float(load_u16(p));
+      const float m = half_to_float(load_u16(p + 2));
+      const uint32_t qh = load_u32(p + 4);
+      for (int j = 0; j < 16; ++j) {
+        const int lo = (p[8 + j] & 0x0f) | static_cast<int>(((qh >> j) & 1u) << 4);
+        const int hi = (p[8 + j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+        y[j] = static_cast<float>(lo) * d + m;
+        y[j + 16] = static_cast<float>(hi) * d + m;
+      }
+      return;
+    }
+    case DType::Q8_0: {
+      const float d = half_to_float(load_u16(p));
+      for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(p[2 + j])) * d;
+      return;
+    }
+    case DType::Q6_K: {
+      // ql[128] qh[64] scales[16] d: see tensor/quant_q6k.cpp for the element placement.
+      const uint8_t* ql = p;
+      const uint8_t* qh = p + 128;
+      const int8_t* sc = reinterpret_cast<const int8_t*>(p + 192);
+      const float d = half_to_float(load_u16(p + 208));
+      for (int half = 0; half < 2; ++half) {
+        for (int l = 0; l < 32; ++l) {
+          const int h = qh[32 * half + l];
+          const int a = ql[64 * half + l], b = ql[64 * half + l + 32];
+          const int q[4] = {(a & 0x0f) | ((h & 3) << 4), (b & 0x0f) | (((h >> 2) & 3) << 4),
+                            (a >> 4) | (((h >> 4) & 3) << 4), (b >> 4) | (((h >> 6) & 3) << 4)};
+          for (int g = 0; g < 4; ++g) {
+            const int e = 128 * half + 32 * g + l;
+            y[e] = (d * static_cast<float>(sc[e / 16])) * static_cast<float>(q[g] - 32);
+          }
+        }
+      }
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+}  // namespace
+}  // namespace pi::cpu::detail

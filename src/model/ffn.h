@@ -1,0 +1,46 @@
+// The FFN of each layer as a swappable step. The forward pass hands a step the normalized
+// FFN input and the predictor input of every token in the batch and adds the step's output to
+// the residual stream. DenseFfn computes every neuron; the sparse engine supplies a step that
+// predicts the active neurons and computes only those.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/model.h"
+#include "model/ops.h"
+
+namespace pi::model {
+
+struct FfnInput {
+  const float* x = nullptr;        // f32 [m, n_embd]  normalized FFN input
+  const float* pred_in = nullptr;  // f32 [m, n_embd]  predictor input: the residual stream after
+                                   // attention (llama, bamboo) or the layer input (falcon)
+  int64_t m = 0;                   // tokens
+};
+
+class FfnStep {
+ public:
+  virtual ~FfnStep() = default;
+  // Writes the FFN output of layer `il` for in.m tokens to out, f32 [in.m, n_embd]
+  // (overwritten). in.m never exceeds the batch size the step was built for.
+  virtual void run(int64_t il, const FfnInput& in, float* out) = 0;
+};
+
+// Every neuron, with the architecture's FFN kind and activation. PowerInfer files (down_t)
+// run the same maths with the transposed down projection.
+class DenseFfn final : public FfnStep {
+ public:
+  // Allocates its scratch for up to `max_tokens` tokens. `model` and `ops` must outlive it.
+  DenseFfn(const Model& model, Ops& ops, int64_t max_tokens);
+  void run(int64_t il, const FfnInput& in, float* out) override;
+
+ private:
+  const Model& model_;
+  Ops& ops_;
+  std::vector<float> gate_;           // f32 [max_tokens, n_ff]
+  std::vector<float> up_;             // f32 [max_tokens, n_ff]
+  std::vector<int32_t> all_neurons_;  // 0 .. n_ff-1: the row list of the dense down_t product
+};
+
+}  // namespace pi::model

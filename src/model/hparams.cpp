@@ -1,0 +1,162 @@
+#include "model/hparams.h"
+
+#include <cmath>
+#include <string>
+
+namespace pi::model {
+
+const char* arch_name(Arch a) {
+  switch (a) {
+    case Arch::Llama:
+      return "llama";
+    case Arch::Bamboo:
+      return "bamboo";
+    case Arch::Falcon:
+      return "falcon";
+  }
+  return "?";
+}
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::SiLU:
+      return "silu";
+    case Activation::ReLU:
+      return "relu";
+    case Activation::GELU:
+      return "gelu";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string key(const HParams& hp, const char* suffix) { return hp.arch_name + "." + suffix; }
+
+// A required positive integer key.
+Result<int64_t> positive(const gguf::File& f, const std::string& k) {
+  auto v = f.get_int(k);
+  if (!v.ok()) return v.error();
+  if (*v <= 0 || *v > (int64_t{1} << 31)) {
+    return err("%s: metadata key '%s' = %lld is out of range", f.path().c_str(), k.c_str(),
+               static_cast<long long>(*v));
+  }
+  return *v;
+}
+
+// An optional positive integer key with a default.
+Result<int64_t> positive_or(const gguf::File& f, const std::string& k, int64_t def) {
+  if (f.find(k) == nullptr) return def;
+  return positive(f, k);
+}
+
+Result<float> float_or(const gguf::File& f, const std::string& k, float def) {
+  if (f.find(k) == nullptr) return def;
+  auto v = f.get_number(k);
+  if (!v.ok()) return v.error();
+  if (!std::isfinite(*v)) {
+    return err("%s: metadata key '%s' is not finite", f.path().c_str(), k.c_str());
+  }
+  return static_cast<float>(*v);
+}
+
+}  // namespace
+
+Status read_common_hparams(const gguf::File& f, HParams& hp) {
+  const char* path = f.path().c_str();
+  auto n_embd = positive(f, key(hp, "embedding_length"));
+  if (!n_embd.ok()) return n_embd.error();
+  auto n_layer = positive(f, key(hp, "block_count"));
+  if (!n_layer.ok()) return n_layer.error();
+  auto n_head = positive(f, key(hp, "attention.head_count"));
+  if (!n_head.ok()) return n_head.error();
+  auto n_head_kv = positive_or(f, key(hp, "attention.head_count_kv"), *n_head);
+  if (!n_head_kv.ok()) return n_head_kv.error();
+  auto n_ff = positive_or(f, key(hp, "feed_forward_length"), 4 * *n_embd);
+  if (!n_ff.ok()) return n_ff.error();
+  hp.n_embd = *n_embd;
+  hp.n_layer = *n_layer;
+  hp.n_head = *n_head;
+  hp.n_head_kv = *n_head_kv;
+  hp.n_ff = *n_ff;
+  hp.n_ctx_train = f.get_int_or(key(hp, "context_length"), 0);
+
+  if (f.find(key(hp, "attention.key_length")) == nullptr && hp.n_embd % hp.n_head != 0) {
+    return err("%s: embedding_length %lld is not a multiple of attention.head_count %lld", path,
+               static_cast<long long>(hp.n_embd), static_cast<long long>(hp.n_head));
+  }
+  auto head_dim = positive_or(f, key(hp, "attention.key_length"), hp.n_embd / hp.n_head);
+  if (!head_dim.ok()) return head_dim.error();
+  hp.head_dim = *head_dim;
+  auto v_len = positive_or(f, key(hp, "attention.value_length"), hp.head_dim);
+  if (!v_len.ok()) return v_len.error();
+  if (*v_len != hp.head_dim) {
+    return err("%s: attention.value_length %lld differs from key_length %lld (unsupported)", path,
+               static_cast<long long>(*v_len), static_cast<long long>(hp.head_dim));
+  }
+  if (hp.n_head % hp.n_head_kv != 0) {
+    return err("%s: attention.head_count %lld is not a multiple of attention.head_count_kv %lld",
+               path, static_cast<long long>(hp.n_head), static_cast<long long>(hp.n_head_kv));
+  }
+  auto n_rot = positive_or(f, key(hp, "rope.dimension_count"), hp.head_dim);
+  if (!n_rot.ok()) return n_rot.error();
+  if (*n_rot > hp.head_dim || *n_rot % 2 != 0) {
+    return err("%s: rope.dimension_count %lld must be even and at most the head size %lld", path,
+               static_cast<long long>(*n_rot), static_cast<long long>(hp.head_dim));
+  }
+  hp.n_rot = *n_rot;
+
+  auto base = float_or(f, key(hp, "rope.freq_base"), 10000.0f);
+  if (!base.ok()) return base.error();
+  if (*base <= 0.0f) return err("%s: rope.freq_base must be positive", path);
+  hp.rope_base = *base;
+
+  // Linear position scaling: positions are multiplied by 1/factor. Older files write
+  // rope.scale_linear instead of rope.scaling.*.
+  float factor = 1.0f;
+  const std::string type_key = key(hp, "rope.scaling.type");
+  if (f.find(type_key) != nullptr) {
+    auto type = f.get_string(type_key);
+    if (!type.ok()) return type.error();
+    if (*type == "linear") {
+      auto fac = float_or(f, key(hp, "rope.scaling.factor"), 1.0f);
+      if (!fac.ok()) return fac.error();
+      factor = *fac;
+    } else if (*type != "none") {
+      return err("%s: rope.scaling.type '%s' is not supported (supported: none, linear)", path,
+                 type->c_str());
+    }
+  } else {
+    auto fac = float_or(f, key(hp, "rope.scale_linear"), 1.0f);
+    if (!fac.ok()) return fac.error();
+    factor = *fac;
+  }
+  if (factor <= 0.0f) return err("%s: rope scaling factor must be positive", path);
+  hp.rope_freq_scale = 1.0f / factor;
+  return Status::Ok();
+}
+
+Result<Activation> read_activation(const gguf::File& f, const HParams& hp, Activation fallback) {
+  const std::string k = key(hp, "feed_forward_activation");
+  if (f.find(k) == nullptr) return hp.powerinfer ? Activation::ReLU : fallback;
+  auto s = f.get_string(k);
+  if (!s.ok()) return s.error();
+  Activation a;
+  if (*s == "relu") {
+    a = Activation::ReLU;
+  } else if (*s == "silu" || *s == "swish") {
+    a = Activation::SiLU;
+  } else if (*s == "gelu") {
+    a = Activation::GELU;
+  } else {
+    return err("%s: metadata key '%s' = '%s' is not one of relu, silu, gelu", f.path().c_str(),
+               k.c_str(), s->c_str());
+  }
+  if (hp.powerinfer && a != Activation::ReLU) {
+    return err("%s: PowerInfer file declares %s = '%s', but PowerInfer models are ReLU models",
+               f.path().c_str(), k.c_str(), s->c_str());
+  }
+  return a;
+}
+
+}  // namespace pi::model

@@ -1,0 +1,78 @@
+// Hyperparameters of a loaded model, read from the standard GGUF keys of its architecture
+// (`<arch>.embedding_length`, `<arch>.attention.head_count`, ...). Plain data; the
+// architecture files fill it in and the forward pass only reads it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/error.h"
+#include "gguf/reader.h"
+
+namespace pi::model {
+
+enum class Arch { Llama, Bamboo, Falcon };
+
+enum class NormKind {
+  RMS,    // x / rms(x) * w
+  Layer,  // (x - mean) / std(x) * w + b
+};
+
+enum class RopeKind {
+  Normal,  // rotates pairs (2i, 2i+1): llama and GGUF files with permuted q/k
+  NeoX,    // rotates pairs (i, i + n_rot/2): falcon
+};
+
+enum class Activation { SiLU, ReLU, GELU };
+
+// How the FFN combines its projections (act = the model's activation):
+enum class FfnKind {
+  Gated,      // down( act(gate·x) * (up·x) )         llama: SwiGLU, ReGLU
+  GatedBoth,  // down( act(gate·x) * act(up·x) )      bamboo: ReLU on both
+  Plain,      // down( act(up·x) )                    falcon
+};
+
+struct HParams {
+  Arch arch = Arch::Llama;
+  std::string arch_name;    // general.architecture as written in the file
+  bool powerinfer = false;  // PWRI magic: ffn_down_t replaces ffn_down, ReLU FFN
+
+  int64_t n_vocab = 0;      // rows of token_embd
+  int64_t n_ctx_train = 0;  // <arch>.context_length (0 when absent)
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_ff = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;  // n_embd / n_head unless <arch>.attention.key_length says otherwise
+  int64_t n_rot = 0;     // rotated dims per head (<arch>.rope.dimension_count)
+
+  NormKind norm = NormKind::RMS;
+  float norm_eps = 1e-5f;
+  RopeKind rope = RopeKind::Normal;
+  float rope_base = 10000.0f;
+  float rope_freq_scale = 1.0f;  // position multiplier: 1 / rope.scaling.factor for linear scaling
+
+  Activation act = Activation::SiLU;
+  FfnKind ffn = FfnKind::Gated;
+  bool parallel_residual = false;  // falcon: x + attn(n(x)) + ffn(n'(x))
+
+  int64_t n_embd_q() const { return n_head * head_dim; }
+  int64_t n_embd_kv() const { return n_head_kv * head_dim; }
+  int64_t n_group() const { return n_head / n_head_kv; }  // query heads per kv head
+};
+
+const char* arch_name(Arch a);
+const char* activation_name(Activation a);
+
+// Reads the attention/rope/FFN keys shared by every architecture into `hp`
+// (hp.arch_name and hp.powerinfer must be set). Checks the values for consistency
+// (positive sizes, heads dividing evenly, even n_rot <= head_dim) and fails with a message
+// naming the file and key.
+Status read_common_hparams(const gguf::File& f, HParams& hp);
+
+// The FFN activation: `<arch>.feed_forward_activation` ("relu" | "silu" | "gelu") when
+// present; otherwise ReLU for PowerInfer files and `fallback` for plain GGUF files.
+Result<Activation> read_activation(const gguf::File& f, const HParams& hp, Activation fallback);
+
+}  // namespace pi::model

@@ -1,0 +1,44 @@
+// A loaded model: the memory-mapped file, its hyperparameters and views of its weights.
+// Immutable after load(); safe to share between threads and sessions. Weights point into the
+// mapping, so resident memory is the touched part of the file plus a few widened 1-D tensors.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "gguf/reader.h"
+#include "model/hparams.h"
+#include "model/weights.h"
+
+namespace pi::model {
+
+class Model {
+ public:
+  // Opens `path`, picks the architecture from general.architecture and loads every weight
+  // with shape checks. Errors name the file and the key or tensor at fault.
+  static Result<std::unique_ptr<Model>> load(const std::string& path);
+  // The same, from an already opened file (tests build files in memory).
+  static Result<std::unique_ptr<Model>> from_file(gguf::File file);
+
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const gguf::File& file() const { return file_; }
+  const HParams& hparams() const { return hp_; }
+  const ModelWeights& weights() const { return w_; }
+  // Bytes of weights read per generated token (every matrix once, the embedding row aside).
+  uint64_t weight_bytes_per_token() const;
+
+ private:
+  explicit Model(gguf::File file) : file_(std::move(file)) {}
+
+  gguf::File file_;
+  HParams hp_;
+  ModelWeights w_;
+  std::deque<std::vector<float>> widened_;  // f32 copies of non-f32 1-D tensors
+};
+
+}  // namespace pi::model

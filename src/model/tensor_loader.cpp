@@ -1,0 +1,83 @@
+#include "model/tensor_loader.h"
+
+#include <cstdint>
+
+#include "tensor/quant.h"
+
+namespace pi::model {
+
+Result<Matrix> TensorLoader::matrix(const std::string& name, int64_t rows, int64_t cols) {
+  const gguf::TensorInfo* info = file_.find_tensor(name);
+  if (info == nullptr) {
+    return err("%s: missing tensor '%s' (expected shape %s)", file_.path().c_str(), name.c_str(),
+               Shape{rows, cols}.str().c_str());
+  }
+  return load_matrix(*info, rows, cols);
+}
+
+Result<Matrix> TensorLoader::optional_matrix(const std::string& name, int64_t rows, int64_t cols) {
+  const gguf::TensorInfo* info = file_.find_tensor(name);
+  if (info == nullptr) return Matrix{};
+  return load_matrix(*info, rows, cols);
+}
+
+Result<Vector> TensorLoader::vector(const std::string& name, int64_t n) {
+  const gguf::TensorInfo* info = file_.find_tensor(name);
+  if (info == nullptr) {
+    return err("%s: missing tensor '%s' (expected shape %s)", file_.path().c_str(), name.c_str(),
+               Shape{n}.str().c_str());
+  }
+  return load_vector(*info, n);
+}
+
+Result<Vector> TensorLoader::optional_vector(const std::string& name, int64_t n) {
+  const gguf::TensorInfo* info = file_.find_tensor(name);
+  if (info == nullptr) return Vector{};
+  return load_vector(*info, n);
+}
+
+const Shape* TensorLoader::shape(const std::string& name) const {
+  const gguf::TensorInfo* info = file_.find_tensor(name);
+  return info == nullptr ? nullptr : &info->shape;
+}
+
+Result<Matrix> TensorLoader::load_matrix(const gguf::TensorInfo& info, int64_t rows, int64_t cols) {
+  const Shape want{rows, cols};
+  if (!(info.shape == want)) {
+    return err("%s: tensor '%s' has shape %s, expected %s", file_.path().c_str(), info.name.c_str(),
+               info.shape.str().c_str(), want.str().c_str());
+  }
+  if (!dtype_info(info.type).computable) {
+    return err("%s: tensor '%s' has type %s, which this engine cannot compute with",
+               file_.path().c_str(), info.name.c_str(), std::string(dtype_name(info.type)).c_str());
+  }
+  Matrix m;
+  m.type = info.type;
+  m.data = file_.view(info).data;
+  m.rows = rows;
+  m.cols = cols;
+  m.name = info.name;
+  return m;
+}
+
+Result<Vector> TensorLoader::load_vector(const gguf::TensorInfo& info, int64_t n) {
+  if (!(info.shape == Shape{n})) {
+    return err("%s: tensor '%s' has shape %s, expected %s", file_.path().c_str(), info.name.c_str(),
+               info.shape.str().c_str(), Shape{n}.str().c_str());
+  }
+  const std::byte* data = file_.view(info).data;
+  const bool aligned = reinterpret_cast<uintptr_t>(data) % alignof(float) == 0;
+  if (info.type == DType::F32 && aligned) return Vector{reinterpret_cast<const float*>(data), n};
+  if (!dtype_info(info.type).computable) {
+    return err("%s: tensor '%s' has type %s, which this engine cannot compute with",
+               file_.path().c_str(), info.name.c_str(), std::string(dtype_name(info.type)).c_str());
+  }
+  std::vector<float>& out = widened_.emplace_back(static_cast<size_t>(n));
+  Status s = dequantize_row(info.type, data, out.data(), n);
+  if (!s.ok())
+    return err("%s: tensor '%s': %s", file_.path().c_str(), info.name.c_str(),
+               s.error().message.c_str());
+  return Vector{out.data(), n};
+}
+
+}  // namespace pi::model

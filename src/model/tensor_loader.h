@@ -1,0 +1,44 @@
+// Looks up a model's tensors by name and checks their shapes and types, producing the views
+// of weights.h. Every failure is one line naming the file, the tensor, the expected shape and
+// what the file holds: "m.gguf: tensor 'blk.0.attn_q.weight' has shape [64, 32], expected [64,
+// 64]". Not thread-safe; used only while loading.
+#pragma once
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "gguf/reader.h"
+#include "model/weights.h"
+
+namespace pi::model {
+
+class TensorLoader {
+ public:
+  // `widened` receives f32 copies of 1-D tensors stored in another type; it must outlive the
+  // returned views (the Model owns it).
+  TensorLoader(const gguf::File& file, std::deque<std::vector<float>>& widened)
+      : file_(file), widened_(widened) {}
+
+  // A required matrix [rows, cols] of any computable type.
+  Result<Matrix> matrix(const std::string& name, int64_t rows, int64_t cols);
+  // The same, but absent (Matrix with data == nullptr) when the file has no such tensor.
+  Result<Matrix> optional_matrix(const std::string& name, int64_t rows, int64_t cols);
+  // A required 1-D tensor [n], widened to f32 when stored otherwise.
+  Result<Vector> vector(const std::string& name, int64_t n);
+  Result<Vector> optional_vector(const std::string& name, int64_t n);
+
+  bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
+  // Shape of a tensor, for architectures whose sizes are read from tensors.
+  const Shape* shape(const std::string& name) const;
+
+ private:
+  Result<Matrix> load_matrix(const gguf::TensorInfo& info, int64_t rows, int64_t cols);
+  Result<Vector> load_vector(const gguf::TensorInfo& info, int64_t n);
+
+  const gguf::File& file_;
+  std::deque<std::vector<float>>& widened_;
+};
+
+}  // namespace pi::model

@@ -1,0 +1,75 @@
+// Weights of a loaded model: non-owning views into the model file's memory map (nothing is
+// copied except 1-D tensors stored in a non-f32 type, which are widened once at load).
+// Shapes are outermost first: a matrix with one row per output feature is [n_out, n_in].
+// Views stay valid as long as the Model that owns the mapping.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace pi::model {
+
+// A 2-D weight: `rows` rows of `cols` elements of `type`; row r starts at
+// data + r * row_bytes(type, cols). An absent optional weight has data == nullptr.
+struct Matrix {
+  DType type = DType::F32;
+  const std::byte* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::string name;  // tensor name, for diagnostics
+
+  bool present() const { return data != nullptr; }
+  size_t row_stride() const { return row_bytes(type, cols); }
+  const std::byte* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride(); }
+  uint64_t nbytes() const { return static_cast<uint64_t>(rows) * row_stride(); }
+};
+
+// A 1-D f32 weight (norm scale, bias). Absent when data == nullptr.
+struct Vector {
+  const float* data = nullptr;
+  int64_t n = 0;
+
+  bool present() const { return data != nullptr; }
+};
+
+// Attention block of one layer. Either q/k/v are separate or `qkv` is fused (falcon).
+struct AttnWeights {
+  Vector norm;    // f32 [n_embd]  attn_norm
+  Vector norm_b;  // f32 [n_embd]  attn_norm bias (layer norm only)
+  Matrix q;       // [n_embd_q, n_embd]
+  Matrix k;       // [n_embd_kv, n_embd]
+  Matrix v;       // [n_embd_kv, n_embd]
+  Matrix qkv;     // [n_embd_q + 2 * n_embd_kv, n_embd]  rows: q, then k, then v (falcon)
+  Matrix out;     // [n_embd, n_embd_q]
+};
+
+// FFN block of one layer. `norm` is the FFN's own input norm: ffn_norm for llama/bamboo,
+// attn_norm_2 for falcon-40B; absent for falcon-7B, whose FFN reads the attention norm's
+// output. Exactly one of down / down_t is present.
+struct FfnWeights {
+  Vector norm;    // f32 [n_embd]
+  Vector norm_b;  // f32 [n_embd]  (layer norm only)
+  Matrix gate;    // [n_ff, n_embd]  absent for FfnKind::Plain
+  Matrix up;      // [n_ff, n_embd]
+  Matrix down;    // [n_embd, n_ff]  GGUF files
+  Matrix down_t;  // [n_ff, n_embd]  PowerInfer files: one row per neuron
+};
+
+struct LayerWeights {
+  AttnWeights attn;
+  FfnWeights ffn;
+};
+
+struct ModelWeights {
+  Matrix tok_embd;    // [n_vocab, n_embd]  any computable type; rows are dequantized on use
+  Vector out_norm;    // f32 [n_embd]
+  Vector out_norm_b;  // f32 [n_embd]  (layer norm only)
+  Matrix output;      // [n_vocab, n_embd]  token_embd when the file has no output.weight
+  std::vector<LayerWeights> layers;
+};
+
+}  // namespace pi::model

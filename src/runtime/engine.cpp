@@ -1,0 +1,163 @@
+// Implementation of the public API (include/powerinfer/engine.h) over the model layer, the
+// runtime Context and Sampler, and the tokenizer.
+#include "powerinfer/engine.h"
+
+#include <chrono>
+#include <thread>
+
+#include "model/model.h"
+#include "runtime/context.h"
+#include "runtime/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pi {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Engine::~Engine() = default;
+
+Result<std::unique_ptr<Engine>> Engine::load(const std::string& path) {
+  std::unique_ptr<Engine> e(new Engine());
+  auto m = model::Model::load(path);
+  if (!m.ok()) return m.error();
+  e->model_ = std::move(*m);
+  const gguf::File& f = e->model_->file();
+  if (f.find("tokenizer.ggml.model") != nullptr) {
+    auto t = Tokenizer::from_gguf(f);
+    if (!t.ok()) return t.error();
+    e->tokenizer_ = std::make_unique<Tokenizer>(std::move(*t));
+  }
+  const model::HParams& hp = e->model_->hparams();
+  ModelInfo& i = e->info_;
+  i.path = path;
+  i.architecture = hp.arch_name;
+  if (const gguf::Value* v = f.find("general.name"); v != nullptr && v->as_string() != nullptr)
+    i.name = *v->as_string();
+  i.powerinfer = hp.powerinfer;
+  i.activation = model::activation_name(hp.act);
+  i.n_vocab = hp.n_vocab;
+  i.n_ctx_train = hp.n_ctx_train;
+  i.n_embd = hp.n_embd;
+  i.n_layer = hp.n_layer;
+  i.n_ff = hp.n_ff;
+  i.n_head = hp.n_head;
+  i.n_head_kv = hp.n_head_kv;
+  i.file_bytes = f.file_size();
+  i.weight_bytes_per_token = e->model_->weight_bytes_per_token();
+  return e;
+}
+
+Session::~Session() = default;
+
+Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const SessionOptions& o) {
+  PI_TRY(validate_sampling(o.sampling));
+  runtime::ContextOptions co;
+  co.n_ctx = o.n_ctx;
+  co.n_batch = o.n_batch;
+  co.dense = o.sparse.dense;
+  co.sparse_threshold = o.sparse.threshold;
+  co.check_predictor = o.sparse.check_predictor;
+  co.n_threads = o.n_threads > 0
+                     ? o.n_threads
+                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto ctx = runtime::Context::create(engine.model(), co);
+  if (!ctx.ok()) return ctx.error();
+  std::unique_ptr<Session> s(new Session());
+  s->ctx_ = std::move(*ctx);
+  s->sampler_ = std::make_unique<runtime::Sampler>(o.sampling, engine.model().hparams().n_vocab);
+  return s;
+}
+
+Status Session::prompt(std::span<const int32_t> tokens, const std::function<bool()>& stop) {
+  if (tokens.empty()) return Status::Ok();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t before = ctx_->n_past();
+  Status s = ctx_->decode(tokens, nullptr, stop);
+  const int64_t fed = ctx_->n_past() - before;
+  timings_.prompt_ms += ms_since(t0);
+  timings_.n_prompt += fed;
+  for (int64_t i = 0; i < fed; ++i) sampler_->accept(tokens[static_cast<size_t>(i)]);
+  return s;
+}
+
+int32_t Session::sample() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int32_t t = sampler_->sample(ctx_->logits());
+  timings_.sample_ms += ms_since(t0);
+  timings_.n_sample += 1;
+  return t;
+}
+
+Status Session::advance(int32_t token) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int32_t one[1] = {token};
+  PI_TRY(ctx_->decode(one));
+  timings_.eval_ms += ms_since(t0);
+  timings_.n_eval += 1;
+  sampler_->accept(token);
+  return Status::Ok();
+}
+
+void Session::ban_tokens(std::vector<int32_t> ids) { sampler_->set_banned(std::move(ids)); }
+
+std::span<const float> Session::logits() const { return ctx_->logits(); }
+int64_t Session::n_past() const { return ctx_->n_past(); }
+int64_t Session::n_ctx() const { return ctx_->n_ctx(); }
+int Session::n_threads() const { return ctx_->options().n_threads; }
+int64_t Session::n_batch() const { return ctx_->options().n_batch; }
+
+void Session::reset() {
+  (void)ctx_->truncate(0);
+  sampler_->reset();
+}
+
+Status Session::warmup(int32_t token) {
+  const int32_t one[1] = {token};
+  PI_TRY(ctx_->decode(one));
+  reset();
+  reset_sparsity();
+  return Status::Ok();
+}
+
+SparsityReport Session::sparsity() const {
+  SparsityReport r;
+  const sparse::SparseFfn* ffn = ctx_->sparse_ffn();
+  if (ffn == nullptr) return r;
+  const model::Model& m = ctx_->model();
+  r.sparse = true;
+  r.checked = ffn->config().check_predictor;
+  r.threshold = ctx_->sparse_threshold().value;
+  r.threshold_source = sparse::threshold_source_name(ctx_->sparse_threshold().source);
+  for (const model::LayerWeights& L : m.weights().layers)
+    r.ffn_bytes_dense += L.ffn.gate.nbytes() + L.ffn.up.nbytes() + L.ffn.down.nbytes() +
+                         L.ffn.down_t.nbytes();
+  for (const sparse::LayerStats& s : ffn->stats()) {
+    LayerSparsity l;
+    l.tokens = s.tokens;
+    l.n_ff = m.hparams().n_ff;
+    l.predicted = s.predicted;
+    l.computed = s.computed;
+    l.bytes = s.bytes;
+    for (int p = 0; p < 3; ++p) l.batch_paths[p] = s.path_calls[p];
+    l.predict_s = s.predict_s;
+    l.rows_s = s.rows_s;
+    l.down_s = s.down_s;
+    l.truly_active = s.truly_active;
+    l.caught = s.caught;
+    l.max_abs_dev = s.max_abs_dev;
+    l.max_abs_dense = s.max_abs_dense;
+    r.layers.push_back(l);
+  }
+  return r;
+}
+
+void Session::reset_sparsity() {
+  if (sparse::SparseFfn* ffn = ctx_->sparse_ffn(); ffn != nullptr) ffn->reset_stats();
+}
+
+}  // namespace pi

@@ -1,0 +1,60 @@
+// Token sampler: penalties over a window of recent tokens, then greedy argmax or
+// top-k -> top-p -> min-p -> temperature -> a draw from the sampler's own RNG.
+//
+// Order and definitions (as in llama.cpp's default chain):
+// - penalties: for each distinct token t in the last repeat_last_n accepted tokens, with c its
+//   count: logit /= repeat_penalty if logit > 0 else logit *= repeat_penalty; then
+//   logit -= c * frequency_penalty + presence_penalty.
+// - temperature 0: the highest logit wins (lowest id on ties).
+// - top-k keeps the k highest logits; top-p keeps the shortest prefix of the sorted candidates
+//   whose probability mass (softmax at temperature 1) reaches top_p; min-p keeps candidates
+//   with p >= min_p * p_max. Each keeps at least one candidate.
+// - the survivors are drawn from softmax(logit / temperature).
+// Candidates are ordered by (logit desc, id asc), so results depend only on the logits, the
+// accepted tokens and the seed: not on thread counts or platform RNG distributions.
+// Thread-safety: a Sampler is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "powerinfer/sampling.h"
+
+namespace pi::runtime {
+
+class Sampler {
+ public:
+  // n_vocab sizes the scratch up front (no allocation while sampling); 0 sizes it on first use.
+  explicit Sampler(const SamplingParams& p, int64_t n_vocab = 0);
+
+  const SamplingParams& params() const { return p_; }
+
+  // Picks the next token from logits f32 [n_vocab]. Does not record it: call accept().
+  int32_t sample(std::span<const float> logits);
+  // Records a token in the penalty window (prompt tokens too).
+  void accept(int32_t token);
+  // Forgets the window and reseeds the RNG with params().seed.
+  void reset();
+  // Tokens that are never sampled (their logits count as -inf), e.g. EOS with --ignore-eos.
+  void set_banned(std::vector<int32_t> ids) { banned_ = std::move(ids); }
+
+ private:
+  struct Candidate {
+    int32_t id;
+    float logit;
+  };
+  void apply_penalties();
+
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+  std::deque<int32_t> window_;
+  std::vector<int32_t> banned_;
+  std::vector<Candidate> cand_;   // scratch [n_vocab]
+  std::vector<double> probs_;     // scratch
+  std::vector<int32_t> counted_;  // scratch: sorted window
+};
+
+}  // namespace pi::runtime

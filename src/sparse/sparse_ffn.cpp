@@ -1,0 +1,243 @@
+#include "sparse/sparse_ffn.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+namespace pi::sparse {
+namespace {
+
+using model::FfnKind;
+
+size_t sz(int64_t n) { return static_cast<size_t>(n); }
+
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double>(t1 - t0).count();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SparseFfn>> SparseFfn::create(const model::Model& model, model::Ops& ops,
+                                                     int64_t max_tokens, SparseConfig cfg) {
+  const model::HParams& hp = model.hparams();
+  const std::string& path = model.file().path();
+  if (!hp.powerinfer)
+    return err("%s: sparse inference needs a PowerInfer (PWRI) file", path.c_str());
+  if (hp.act != model::Activation::ReLU) {
+    return err("%s: the sparse FFN needs a ReLU FFN, the file declares %s (run with --dense)",
+               path.c_str(), model::activation_name(hp.act));
+  }
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    if (!model.weights().layers[sz(il)].ffn.down_t.present()) {
+      return err("%s: layer %lld has ffn_down instead of ffn_down_t (run with --dense)",
+                 path.c_str(), static_cast<long long>(il));
+    }
+  }
+  if (std::isnan(cfg.threshold)) return err("sparse threshold must not be NaN");
+  auto preds = load_predictors(model);
+  if (!preds.ok()) return preds.error();
+  if (preds->empty()) {
+    return err("%s: the file has no predictors (blk.N.fc1.weight, blk.N.fc2.weight); run with "
+               "--dense",
+               path.c_str());
+  }
+  return std::make_unique<SparseFfn>(model, ops, max_tokens, std::move(*preds), cfg);
+}
+
+SparseFfn::SparseFfn(const model::Model& model, model::Ops& ops, int64_t max_tokens,
+                     std::vector<PredictorWeights> predictors, SparseConfig cfg)
+    : model_(model),
+      ops_(ops),
+      max_tokens_(std::max<int64_t>(max_tokens, 1)),
+      predictors_(std::move(predictors)),
+      cfg_(cfg) {
+  const model::HParams& hp = model.hparams();
+  const int64_t n_ff = hp.n_ff;
+  int64_t max_rank = 0;
+  for (const PredictorWeights& p : predictors_) max_rank = std::max(max_rank, p.rank());
+  stats_.resize(sz(hp.n_layer));
+  lists_.idx.resize(sz(max_tokens_ * n_ff));
+  lists_.offsets.assign(sz(max_tokens_ + 1), 0);
+  z_.resize(sz(max_tokens_ * max_rank));
+  g_.resize(sz(max_tokens_ * n_ff));
+  u_.resize(sz(max_tokens_ * n_ff));
+  counts_.assign(sz(n_ff), 0);
+  union_rows_.resize(sz(n_ff));
+  if (cfg_.check_predictor) {
+    dg_.resize(sz(max_tokens_ * n_ff));
+    du_.resize(sz(max_tokens_ * n_ff));
+    dense_out_.resize(sz(max_tokens_ * hp.n_embd));
+    all_neurons_.resize(sz(n_ff));
+    std::iota(all_neurons_.begin(), all_neurons_.end(), 0);
+    predicted_.resize(sz(max_tokens_ * n_ff));
+  }
+}
+
+void SparseFfn::reset_stats() { std::fill(stats_.begin(), stats_.end(), LayerStats{}); }
+
+void SparseFfn::run(int64_t il, const model::FfnInput& in, float* out) {
+  predict(il, in.pred_in, in.m);
+  compute(il, in, out);
+}
+
+void SparseFfn::run_masked(int64_t il, const model::FfnInput& in, const RowLists& predicted,
+                           float* out) {
+  lists_.m = in.m;
+  const int64_t n = predicted.offsets[sz(in.m)];
+  std::copy(predicted.idx.begin(), predicted.idx.begin() + n, lists_.idx.begin());
+  std::copy(predicted.offsets.begin(), predicted.offsets.begin() + in.m + 1,
+            lists_.offsets.begin());
+  compute(il, in, out);
+}
+
+const RowLists& SparseFfn::predict(int64_t il, const float* pred_in, int64_t m) {
+  const PredictorWeights& p = predictors_[sz(il)];
+  const int64_t r = p.rank(), n_ff = model_.hparams().n_ff;
+  const auto t0 = Clock::now();
+  ops_.linear(p.fc1, pred_in, m, z_.data());  // f32 [m, r]
+  ops_.activate(model::Activation::ReLU, z_.data(), m * r);
+  float* logits = u_.data();  // f32 [m, n_ff]; u_ is free until the up projection
+  ops_.linear(p.fc2, z_.data(), m, logits);
+  const float thr = cfg_.threshold;
+  int64_t n = 0;
+  lists_.m = m;
+  lists_.offsets[0] = 0;
+  int32_t* idx = lists_.idx.data();
+  for (int64_t i = 0; i < m; ++i) {
+    const float* l = logits + i * n_ff;
+    for (int64_t j = 0; j < n_ff; ++j) {
+      idx[n] = static_cast<int32_t>(j);
+      n += l[j] >= thr ? 1 : 0;  // branch-free compaction
+    }
+    lists_.offsets[sz(i + 1)] = n;
+  }
+  stats_[sz(il)].bytes += p.nbytes();
+  stats_[sz(il)].predict_s += seconds(t0, Clock::now());
+  return lists_;
+}
+
+template <typename Keep>
+void SparseFfn::filter_lists(Keep keep) {
+  int32_t* idx = lists_.idx.data();
+  int64_t* off = lists_.offsets.data();
+  int64_t n = 0, begin = off[0];
+  for (int64_t i = 0; i < lists_.m; ++i) {
+    const int64_t end = off[i + 1];
+    for (int64_t k = begin; k < end; ++k) {
+      const int32_t r = idx[k];
+      idx[n] = r;
+      n += keep(i, r) ? 1 : 0;
+    }
+    begin = end;
+    off[i + 1] = n;
+  }
+}
+
+void SparseFfn::rows_product(const model::Matrix& W, const float* X, LayerStats& st, float* Y) {
+  const int64_t m = lists_.m;
+  const int32_t* idx = lists_.idx.data();
+  const int64_t* off = lists_.offsets.data();
+  const CostParams params = has_cost_override_ ? cost_override_ : default_cost_params(W.type);
+  const PathCosts c = batch_costs(params, W.rows, W.row_stride(), idx, off, m, counts_.data());
+  const RowsPath path = forced_path_ >= 0 && m > 1 ? static_cast<RowsPath>(forced_path_) : c.best;
+  switch (path) {
+    case RowsPath::Lists:
+      ops_.linear_rows(W, X, m, idx, off, Y);
+      st.bytes += static_cast<uint64_t>(c.group_rows) * W.row_stride();
+      break;
+    case RowsPath::Union: {
+      // Ascending union of the lists, marked in counts_ and collected in row order.
+      for (int64_t k = 0; k < off[m]; ++k) counts_[sz(idx[k])] = 1;
+      int64_t n = 0;
+      for (int64_t r = 0; r < W.rows; ++r) {
+        union_rows_[sz(n)] = static_cast<int32_t>(r);
+        n += counts_[sz(r)];
+        counts_[sz(r)] = 0;
+      }
+      ops_.linear_rows_union(W, X, m, {union_rows_.data(), sz(n)}, Y);
+      st.bytes += static_cast<uint64_t>(n) * W.row_stride();
+      break;
+    }
+    case RowsPath::Dense:
+      ops_.linear(W, X, m, Y);
+      st.bytes += W.nbytes();
+      break;
+  }
+  if (m > 1) ++st.path_calls[static_cast<int>(path)];
+}
+
+void SparseFfn::compute(int64_t il, const model::FfnInput& in, float* out) {
+  const model::HParams& hp = model_.hparams();
+  const model::FfnWeights& w = model_.weights().layers[sz(il)].ffn;
+  const int64_t m = in.m, n_ff = hp.n_ff;
+  LayerStats& st = stats_[sz(il)];
+  st.tokens += m;
+  st.predicted += lists_.size();
+  if (cfg_.check_predictor) {
+    std::memset(predicted_.data(), 0, sz(m * n_ff));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t k = lists_.offsets[sz(i)]; k < lists_.offsets[sz(i + 1)]; ++k)
+        predicted_[sz(i * n_ff + lists_.idx[sz(k)])] = 1;
+  }
+
+  const auto t0 = Clock::now();
+  float* g = g_.data();  // gate, then the activations a
+  float* u = u_.data();
+  if (hp.ffn == FfnKind::Plain) {
+    rows_product(w.up, in.x, st, u);
+    filter_lists([&](int64_t i, int32_t r) {
+      const float v = u[i * n_ff + r];
+      g[i * n_ff + r] = v;
+      return v > 0.0f;
+    });
+  } else {
+    rows_product(w.gate, in.x, st, g);
+    // ReLU(gate) == 0 zeroes the neuron whatever up is: up is computed only where gate > 0.
+    filter_lists([&](int64_t i, int32_t r) { return g[i * n_ff + r] > 0.0f; });
+    rows_product(w.up, in.x, st, u);
+    const bool relu_up = hp.ffn == FfnKind::GatedBoth;
+    filter_lists([&](int64_t i, int32_t r) {
+      const size_t k = sz(i * n_ff + r);
+      const float up = relu_up ? std::max(u[k], 0.0f) : u[k];
+      g[k] *= up;
+      return g[k] != 0.0f;
+    });
+  }
+  st.computed += lists_.size();
+  const int32_t* idx = lists_.idx.data();
+  const int64_t* off = lists_.offsets.data();
+  const auto t1 = Clock::now();
+  ops_.linear_t_rows(w.down_t, g, m, idx, off, out);
+  st.rows_s += seconds(t0, t1);
+  st.down_s += seconds(t1, Clock::now());
+  st.bytes += static_cast<uint64_t>(group_union_rows(idx, off, m, counts_.data())) *
+              w.down_t.row_stride();
+
+  if (cfg_.check_predictor) check_against_dense(il, in, out);
+}
+
+void SparseFfn::check_against_dense(int64_t il, const model::FfnInput& in, const float* out) {
+  const model::HParams& hp = model_.hparams();
+  const model::FfnWeights& w = model_.weights().layers[sz(il)].ffn;
+  const int64_t m = in.m, n_ff = hp.n_ff, n_embd = hp.n_embd;
+  if (hp.ffn != FfnKind::Plain) ops_.linear(w.gate, in.x, m, dg_.data());
+  ops_.linear(w.up, in.x, m, du_.data());
+  ops_.ffn_combine(hp.ffn, hp.act, dg_.data(), du_.data(), m, n_ff);  // dg_ = activations
+  ops_.linear_t(w.down_t, dg_.data(), m, all_neurons_, dense_out_.data());
+  LayerStats& st = stats_[sz(il)];
+  for (int64_t k = 0; k < m * n_ff; ++k) {
+    const bool active = dg_[sz(k)] != 0.0f;
+    st.truly_active += active ? 1 : 0;
+    st.caught += active && predicted_[sz(k)] != 0 ? 1 : 0;
+  }
+  for (int64_t k = 0; k < m * n_embd; ++k) {
+    const double d = dense_out_[sz(k)];
+    st.max_abs_dense = std::max(st.max_abs_dense, std::fabs(d));
+    st.max_abs_dev = std::max(st.max_abs_dev, std::fabs(static_cast<double>(out[k]) - d));
+  }
+}
+
+}  // namespace pi::sparse

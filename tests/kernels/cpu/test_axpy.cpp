@@ -1,0 +1,200 @@
+// Axpy kernels (sparse down projection) against pi::ref for every weight type and ISA, with
+// guard bytes, zero-coefficient skipping (a NaN row with a == 0 must not leak), and
+// bit-identical outputs for 1, 2 and 3 threads (threads own disjoint column slices).
+//
+// Tolerance: y_c is a sum of n rounded f32 steps y += (a d) q (+ a m for the types with a
+// minimum: two roundings of y), each off by at most u (|a| mag + |y|) where mag is the
+// magnitude of the element's terms (Weights::mag), so
+// |err| <= (2n + 4) u (|y0_c| + sum_k |a_k| mag_kc).
+#include <algorithm>
+
+#include "kernels/ref/ref.h"
+#include "test_util.h"
+
+namespace pi::cpu::test {
+namespace {
+
+std::vector<int64_t> col_sizes(DType t) {
+  if (t == DType::Q6_K) return {256, 768, 4352};
+  if (int_type(t)) return {32, 96, 4128};
+  return {1, 5, 17, 96, 130, 4128};
+}
+
+std::vector<int32_t> subset(int64_t n, double frac, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::bernoulli_distribution keep(frac);
+  std::vector<int32_t> idx;
+  for (int64_t r = 0; r < n; ++r)
+    if (keep(rng)) idx.push_back(static_cast<int32_t>(r));
+  return idx;
+}
+
+void expect_axpy(const Weights& w, const std::vector<int32_t>& idx, const float* a,
+                 const float* y0, const float* y, const float* want) {
+  for (int64_t c = 0; c < w.cols; ++c) {
+    double mag = std::fabs(y0[c]);
+    for (int32_t r : idx)
+      if (a[r] != 0.0f) mag += std::fabs(static_cast<double>(a[r]) * w.mag[r * w.cols + c]);
+    const double tol = (2.0 * static_cast<double>(idx.size()) + 4.0) * kU * mag + 1e-30;
+    ASSERT_NEAR(y[c], want[c], tol) << "col " << c;
+  }
+}
+
+TEST(CpuAxpy, RowsAndDenseMatchReference) {
+  for (Isa isa : isas()) {
+    IsaScope scope(isa);
+    for (DType t : matrix_types()) {
+      for (int64_t cols : col_sizes(t)) {
+        for (int64_t rows : {1, 7, 33}) {
+          SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t) << " "
+                                            << rows << "x" << cols);
+          const Weights w = random_weights(t, rows, cols, static_cast<uint32_t>(cols + rows));
+          auto a = gaussian(rows, 5);
+          a[0] = 0.0f;  // skipped
+          const auto y0 = gaussian(cols, 6);
+          auto idx = subset(rows, 0.5, 7);
+          idx.push_back(0);
+          std::vector<std::vector<float>> sparse, dense;
+          for (int n : {1, 2, 3}) {
+            ThreadPool pool(n);
+            Guarded ys(cols), yd(cols);
+            std::copy(y0.begin(), y0.end(), ys.data());
+            std::copy(y0.begin(), y0.end(), yd.data());
+            axpy_rows(pool, t, w.data(), cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), ys.data());
+            axpy_dense(pool, t, w.data(), rows, cols, a.data(), yd.data());
+            EXPECT_TRUE(ys.guards_intact());
+            EXPECT_TRUE(yd.guards_intact());
+            sparse.push_back(ys.values());
+            dense.push_back(yd.values());
+          }
+          for (int k : {1, 2}) {
+            EXPECT_EQ(0, std::memcmp(sparse[0].data(), sparse[k].data(), cols * 4)) << "threads";
+            EXPECT_EQ(0, std::memcmp(dense[0].data(), dense[k].data(), cols * 4)) << "threads";
+          }
+          auto want_s = y0, want_d = y0;
+          ref::axpy_rows(t, w.data(), cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), want_s.data());
+          ref::axpy_dense(t, w.data(), rows, cols, a.data(), want_d.data());
+          expect_axpy(w, idx, a.data(), y0.data(), sparse[0].data(), want_s.data());
+          std::vector<int32_t> all(static_cast<size_t>(rows));
+          for (int64_t r = 0; r < rows; ++r) all[static_cast<size_t>(r)] = static_cast<int32_t>(r);
+          expect_axpy(w, all, a.data(), y0.data(), dense[0].data(), want_d.data());
+        }
+      }
+    }
+  }
+}
+
+// Exact data: dyadic coefficients and integer weights with block scales 1; every partial sum
+// is exact, so the result must equal the reference bit for bit.
+TEST(CpuAxpy, ExactOnConstructedData) {
+  ThreadPool pool(3);
+  const std::pair<DType, int> cases[] = {{DType::F32, -8}, {DType::F16, -8}, {DType::BF16, -8},
+                                         {DType::Q8_0, -127}, {DType::Q4_0, -8}, {DType::Q5_0, -16}};
+  for (Isa isa : isas()) {
+    IsaScope scope(isa);
+    for (auto [t, lo] : cases) {
+      SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t));
+      const int64_t rows = 40, cols = 4128;
+      std::mt19937 rng(9);
+      std::uniform_int_distribution<int> wv(lo, -lo - 1);
+      std::vector<float> src(static_cast<size_t>(rows * cols));
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 32 == 3 ? lo : wv(rng));
+      const Weights w = make_weights(t, rows, cols, src);
+      const auto a = dyadic(rows, 10);
+      const auto y0 = dyadic(cols, 11);
+      const auto idx = subset(rows, 0.6, 12);
+      auto y = y0, want = y0;
+      axpy_rows(pool, t, w.data(), cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), y.data());
+      ref::axpy_rows(t, w.data(), cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), want.data());
+      EXPECT_EQ(y, want);
+    }
+  }
+}
+
+TEST(CpuAxpy, ZeroCoefficientSkipsNonFiniteRowsAndNonZeroPropagates) {
+  ThreadPool pool(2);
+  for (Isa isa : isas()) {
+    IsaScope scope(isa);
+    for (DType t : matrix_types()) {
+      SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t));
+      const int64_t rows = 4, cols = 512;
+      auto src = gaussian(rows * cols, 13);
+      src[1 * cols + 7] = std::numeric_limits<float>::quiet_NaN();
+      Weights w = make_weights(t, rows, cols, src);
+      if (int_type(t)) {
+        // Quantizers drop NaN; poison row 1's first block scale (an f16 NaN) instead.
+        uint8_t* row1 = w.storage.data() + w.offset + w.row_bytes();
+        const size_t d_at = t == DType::Q6_K ? 208 : 0;
+        row1[d_at] = 0x00;
+        row1[d_at + 1] = 0x7e;
+      }
+      const std::vector<int32_t> idx = {0, 1, 2, 3};
+      for (float a1 : {0.0f, 1.0f}) {
+        const std::vector<float> a = {0.5f, a1, -1.0f, 2.0f};
+        std::vector<float> y(cols, 1.0f), want(cols, 1.0f);
+        axpy_rows(pool, t, w.data(), cols, idx.data(), 4, a.data(), y.data());
+        ref::axpy_rows(t, w.data(), cols, idx.data(), 4, a.data(), want.data());
+        int non_finite = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          ASSERT_EQ(std::isfinite(y[c]), std::isfinite(want[c])) << "col " << c << " a1=" << a1;
+          non_finite += !std::isfinite(y[c]);
+        }
+        EXPECT_EQ(non_finite > 0, a1 != 0.0f);
+      }
+    }
+  }
+}
+
+TEST(CpuAxpy, BatchAndUnionMatchPerTokenReference) {
+  for (Isa isa : isas()) {
+    IsaScope scope(isa);
+    for (DType t : matrix_types()) {
+      for (int64_t m : {1, 4, 70}) {
+        SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t) << " m=" << m);
+        const int64_t n_rows = 45, cols = t == DType::Q6_K ? 512 : 160;
+        const Weights w = random_weights(t, n_rows, cols, 51);
+        auto A = gaussian(m * n_rows, 52);
+        for (size_t i = 0; i < A.size(); i += 3) A[i] = 0.0f;  // ReLU-like zeros
+        const auto Y0 = gaussian(m * cols, 53);
+        std::vector<int32_t> idx;
+        std::vector<int64_t> offsets{0};
+        for (int64_t i = 0; i < m; ++i) {
+          const auto s = subset(n_rows, 0.3, static_cast<uint32_t>(200 + i));
+          idx.insert(idx.end(), s.begin(), s.end());
+          offsets.push_back(static_cast<int64_t>(idx.size()));
+        }
+        const auto uni = subset(n_rows, 0.5, 54);
+        std::vector<std::vector<float>> bo, uo;
+        for (int n : {1, 2, 3}) {
+          ThreadPool pool(n);
+          Guarded Yb(m * cols), Yu(m * cols);
+          std::copy(Y0.begin(), Y0.end(), Yb.data());
+          std::copy(Y0.begin(), Y0.end(), Yu.data());
+          axpy_rows_batch(pool, t, w.data(), n_rows, cols, idx.data(), offsets.data(), A.data(), m, Yb.data());
+          axpy_rows_union(pool, t, w.data(), n_rows, cols, uni.data(), static_cast<int64_t>(uni.size()), A.data(),
+                          m, Yu.data());
+          EXPECT_TRUE(Yb.guards_intact());
+          EXPECT_TRUE(Yu.guards_intact());
+          bo.push_back(Yb.values());
+          uo.push_back(Yu.values());
+        }
+        for (int k : {1, 2}) {
+          EXPECT_EQ(0, std::memcmp(bo[0].data(), bo[k].data(), bo[0].size() * 4));
+          EXPECT_EQ(0, std::memcmp(uo[0].data(), uo[k].data(), uo[0].size() * 4));
+        }
+        for (int64_t i = 0; i < m; ++i) {
+          const float* a = A.data() + i * n_rows;
+          const std::vector<int32_t> mine(idx.begin() + offsets[i], idx.begin() + offsets[i + 1]);
+          std::vector<float> wb(Y0.begin() + i * cols, Y0.begin() + (i + 1) * cols), wu = wb;
+          ref::axpy_rows(t, w.data(), cols, mine.data(), static_cast<int64_t>(mine.size()), a, wb.data());
+          ref::axpy_rows(t, w.data(), cols, uni.data(), static_cast<int64_t>(uni.size()), a, wu.data());
+          expect_axpy(w, mine, a, Y0.data() + i * cols, bo[0].data() + i * cols, wb.data());
+          expect_axpy(w, uni, a, Y0.data() + i * cols, uo[0].data() + i * cols, wu.data());
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pi::cpu::test

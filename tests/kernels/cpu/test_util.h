@@ -1,0 +1,199 @@
+// Shared helpers for the CPU kernel tests: deterministic data, weights in every type, guarded
+// output buffers, ISA iteration, and error bounds derived from the data.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/kernels.h"
+#include "tensor/quant.h"
+
+namespace pi::cpu::test {
+
+constexpr double kU = 5.9604644775390625e-08;  // f32 unit roundoff, 2^-24
+
+inline std::vector<float> gaussian(int64_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& e : v) e = d(rng);
+  return v;
+}
+
+// Small integers times 2^-2: products and sums of a few thousand are exact in f32.
+inline std::vector<float> dyadic(int64_t n, uint32_t seed, int lo = -8, int hi = 8) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& e : v) e = static_cast<float>(d(rng)) * 0.25f;
+  return v;
+}
+
+// All ISAs this binary and CPU can run; each test runs its body under every one.
+inline std::vector<Isa> isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (isa_available(isa)) out.push_back(isa);
+  return out;
+}
+
+// Sets an ISA for the scope and restores the previous one.
+class IsaScope {
+ public:
+  explicit IsaScope(Isa isa) : prev_(active_isa()) { EXPECT_TRUE(set_isa(isa).ok()); }
+  ~IsaScope() { (void)set_isa(prev_); }
+
+ private:
+  Isa prev_;
+};
+
+inline const std::vector<DType>& matrix_types() {
+  static const std::vector<DType> t = {DType::F32,  DType::F16,  DType::BF16,
+                                       DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                       DType::Q5_0, DType::Q5_1, DType::Q6_K};
+  return t;
+}
+
+inline bool int_type(DType t) { return dtype_info(t).quantized; }
+
+// A weight matrix in type t stored at a deliberately odd byte offset, with its exact f32
+// decoding (what the reference multiplies with).
+struct Weights {
+  DType type;
+  int64_t rows, cols;
+  std::vector<uint8_t> storage;
+  size_t offset;
+  std::vector<float> dequant;  // f32 [rows, cols]
+  // Magnitude of each element's terms as kernels compute them: |w| in general; for blocks
+  // decoded as d * (q - o) + m, |d q| + |o d| + |m|.
+  std::vector<float> mag;
+  const void* data() const { return storage.data() + offset; }
+  size_t row_bytes() const { return pi::row_bytes(type, cols); }
+};
+
+inline Weights make_weights(DType t, int64_t rows, int64_t cols, const std::vector<float>& src,
+                            size_t offset = 3) {
+  Weights w{t, rows, cols, {}, offset, std::vector<float>(static_cast<size_t>(rows * cols)), {}};
+  const size_t rb = pi::row_bytes(t, cols);
+  w.storage.assign(rb * static_cast<size_t>(rows) + offset + 64, 0xa5);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* dst = w.storage.data() + offset + r * rb;
+    EXPECT_TRUE(quantize_row(t, src.data() + r * cols, dst, cols).ok());
+    EXPECT_TRUE(dequantize_row(t, dst, w.dequant.data() + r * cols, cols).ok());
+  }
+  // Kernels may compute a block value d * (q - o) + m as d * q, -o * d and m separately, and
+  // the AVX-512 axpy decodes 4/5-bit quants as 1 + q / 2^bits, adding a term 2^bits * d.
+  w.mag.resize(w.dequant.size());
+  const bool with_min = t == DType::Q4_1 || t == DType::Q5_1;
+  const float o = t == DType::Q4_0 ? 8.0f : t == DType::Q5_0 ? 16.0f : 0.0f;
+  const float bias = t == DType::Q4_0 || t == DType::Q4_1   ? 16.0f
+                     : t == DType::Q5_0 || t == DType::Q5_1 ? 32.0f
+                                                            : 0.0f;
+  const size_t bb = pi::row_bytes(t, 32);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = static_cast<size_t>(r * cols + c);
+      float d = 0.0f, m = 0.0f;
+      if (with_min || o != 0.0f) {
+        uint16_t h[2];
+        std::memcpy(h, w.storage.data() + offset + r * rb + (c / 32) * bb, 4);
+        d = f16_to_f32(h[0]);
+        if (with_min) m = f16_to_f32(h[1]);
+      }
+      w.mag[i] = std::fabs(w.dequant[i] - m + o * d) + std::fabs(o * d) + std::fabs(m) + std::fabs(bias * d);
+    }
+  }
+  return w;
+}
+
+inline Weights random_weights(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  return make_weights(t, rows, cols, gaussian(rows * cols, seed, 0.5f));
+}
+
+// An f32 buffer with guard elements on both sides filled with a sentinel bit pattern.
+class Guarded {
+ public:
+  static constexpr int64_t kGuard = 16;
+  explicit Guarded(int64_t n, float fill = 0.0f)
+      : buf_(static_cast<size_t>(n + 2 * kGuard), sentinel()), n_(n) {
+    for (int64_t i = 0; i < n; ++i) buf_[static_cast<size_t>(kGuard + i)] = fill;
+  }
+  float* data() { return buf_.data() + kGuard; }
+  const float* data() const { return buf_.data() + kGuard; }
+  float operator[](int64_t i) const { return buf_[static_cast<size_t>(kGuard + i)]; }
+  int64_t size() const { return n_; }
+  bool guards_intact() const {
+    for (int64_t i = 0; i < kGuard; ++i) {
+      if (!same_bits(buf_[static_cast<size_t>(i)], sentinel())) return false;
+      if (!same_bits(buf_[static_cast<size_t>(kGuard + n_ + i)], sentinel())) return false;
+    }
+    return true;
+  }
+  static float sentinel() {
+    float f;
+    const uint32_t bits = 0x7fbadbadu;  // a signalling-NaN pattern no kernel produces
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  static bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+  std::vector<float> values() const {
+    return std::vector<float>(buf_.begin() + kGuard, buf_.begin() + kGuard + n_);
+  }
+
+ private:
+  std::vector<float> buf_;
+  int64_t n_;
+};
+
+// The activation a kernel on `isa` multiplies with for weight type t: the integer paths
+// quantize each block of 32 to int8 with scale amax/127 (round to nearest even), exactly as
+// emulated here; the f32 paths use x itself.
+inline std::vector<float> effective_x(DType t, Isa isa, const float* x, int64_t cols) {
+  std::vector<float> out(x, x + cols);
+  if (!int_type(t) || isa == Isa::Scalar) return out;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[32 * b + j]));
+    const float d = amax / 127.0f;
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      const float q = std::nearbyint(x[32 * b + j] * id);
+      out[static_cast<size_t>(32 * b + j)] = d * q;
+    }
+  }
+  return out;
+}
+
+// Rounding bound for a dot product of n terms accumulated in f32 by any of the kernels
+// (at least 8 independent partial sums, a final tree of at most 4 levels, and up to three
+// roundings per block term): (n / 8 + 16) u sum |w_j x_j| (+ u for the reference's own
+// final rounding), plus a subnormal floor. w: the weights' term magnitudes (Weights::mag).
+inline double dot_bound(const float* w, const float* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t j = 0; j < n; ++j) s += std::fabs(static_cast<double>(w[j]) * x[j]);
+  return (static_cast<double>(n) / 8.0 + 17.0) * kU * s + 1e-30;
+}
+
+// Worst-case effect of the activation quantization on W[r,:] . x: each element moves by at
+// most half a step dx_b = amax_b / 127 (plus rounding of the scale), so the product moves by
+// at most sum over blocks of (dx_b / 2) * sum_{j in b} |w_j|.
+inline double act_quant_bound(const float* w, const float* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    double amax = 0.0, sw = 0.0;
+    for (int j = 0; j < 32; ++j) {
+      amax = std::fmax(amax, std::fabs(x[32 * b + j]));
+      sw += std::fabs(w[32 * b + j]);
+    }
+    s += (amax / 127.0) * (0.5 + 1e-3) * sw;
+  }
+  return s;
+}
+
+}  // namespace pi::cpu::test

@@ -1,0 +1,95 @@
+#include "model/reference_harness.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "cli/run_command.h"
+#include "model/tiny_model.h"
+
+namespace pi::testing {
+namespace {
+
+const std::string kPython = PI_PYTHON;
+const std::string kRefDir = std::string(PI_SOURCE_DIR) + "/tests/reference/";
+
+std::string join(const std::vector<int32_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(v[i]);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string TinyPyModel::file_name() const {
+  std::string n =
+      "py_" + arch + "_" + outtype + "_kv" + std::to_string(kv_heads) + "_s" + std::to_string(seed);
+  if (!act.empty()) n += "_" + act;
+  if (tied) n += "_tied";
+  return n + (pwri ? ".pwri.gguf" : ".gguf");
+}
+
+bool python_available() {
+  if (!std::filesystem::exists(kPython)) return false;
+  return run_command(kPython + " -c 'import numpy'").exit_code == 0;
+}
+
+Result<std::string> make_py_model(const TinyPyModel& m) {
+  const std::string path = temp_path(m.file_name());
+  if (std::filesystem::exists(path)) return path;
+  std::string cmd = kPython + " " + kRefDir + "make_tiny_model.py --arch " + m.arch +
+                    " --outtype " + m.outtype + " --kv-heads " + std::to_string(m.kv_heads) +
+                    " --seed " + std::to_string(m.seed) + " --out " + path;
+  if (m.pwri) cmd += " --pwri";
+  if (!m.act.empty()) cmd += " --act " + m.act;
+  if (m.tied) cmd += " --tied";
+  CommandResult r = run_command(cmd);
+  if (r.exit_code != 0) return err("make_tiny_model.py failed: %s", r.output.c_str());
+  return path;
+}
+
+Result<std::vector<float>> reference_logits(const std::string& path,
+                                            const std::vector<int32_t>& tokens, Oracle oracle) {
+  const bool f16kv = oracle == Oracle::F16Kv;
+  const std::string out =
+      path + "." + std::to_string(tokens.size()) + (f16kv ? ".f16kv" : "") + ".logits.bin";
+  const std::string script = f16kv ? std::string(PI_SOURCE_DIR) + "/tests/model/reference_f16kv.py"
+                                   : kRefDir + "reference_forward.py";
+  CommandResult r = run_command(kPython + " " + script + " " + path + " --tokens " + join(tokens) +
+                                " --out " + out);
+  if (r.exit_code != 0) return err("reference_forward.py failed: %s", r.output.c_str());
+  std::ifstream in(out, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> logits(bytes.size() / sizeof(float));
+  std::memcpy(logits.data(), bytes.data(), logits.size() * sizeof(float));
+  return logits;
+}
+
+Result<std::vector<int32_t>> reference_greedy(const std::string& path,
+                                              const std::vector<int32_t>& tokens, int n) {
+  CommandResult r = run_command(kPython + " " + kRefDir + "reference_forward.py " + path +
+                                " --tokens " + join(tokens) + " --greedy " + std::to_string(n));
+  if (r.exit_code != 0) return err("reference_forward.py failed: %s", r.output.c_str());
+  std::vector<int32_t> ids;
+  std::istringstream ss(r.output);
+  int32_t t;
+  while (ss >> t) ids.push_back(t);
+  return ids;
+}
+
+std::vector<int32_t> test_tokens(int n, int32_t lo, int32_t hi, uint32_t seed) {
+  std::vector<int32_t> t;
+  uint32_t x = seed * 2654435761u + 12345u;
+  for (int i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    t.push_back(lo + static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(hi - lo)));
+  }
+  return t;
+}
+
+}  // namespace pi::testing

@@ -1,0 +1,48 @@
+// Runs the Python oracle (tests/reference/*.py, through the project's venv PI_PYTHON) and our
+// engine on the same tiny model, for the reference-agreement tests.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace pi::testing {
+
+struct TinyPyModel {
+  std::string arch = "llama";   // llama | bamboo | falcon
+  std::string outtype = "f32";  // f32 | f16 | q8_0 | q4_0
+  bool pwri = false;
+  int kv_heads = 2;  // falcon: 1 = 7B layout, more = 40B layout
+  std::string act;   // --act for dense files; empty: the architecture's default
+  bool tied = false;
+  int seed = 1;
+
+  std::string file_name() const;
+};
+inline void PrintTo(const TinyPyModel& m, std::ostream* os) { *os << m.file_name(); }
+
+// True when PI_PYTHON exists and can import numpy (tests skip otherwise).
+bool python_available();
+
+// Writes the model with make_tiny_model.py (cached per process by file name); returns its path.
+Result<std::string> make_py_model(const TinyPyModel& m);
+
+// Which oracle to run: reference_forward.py as it is, or with the KV cache's f16 storage of
+// keys and values emulated (tests/model/reference_f16kv.py).
+enum class Oracle { Exact, F16Kv };
+
+// reference_forward.py --out: float64 maths, logits f32 [tokens.size(), n_vocab].
+Result<std::vector<float>> reference_logits(const std::string& path,
+                                            const std::vector<int32_t>& tokens,
+                                            Oracle oracle = Oracle::Exact);
+// reference_forward.py --greedy n.
+Result<std::vector<int32_t>> reference_greedy(const std::string& path,
+                                              const std::vector<int32_t>& tokens, int n);
+
+// Deterministic pseudo-random token ids in [lo, hi).
+std::vector<int32_t> test_tokens(int n, int32_t lo, int32_t hi, uint32_t seed);
+
+}  // namespace pi::testing

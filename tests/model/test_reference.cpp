@@ -1,0 +1,228 @@
+// Agreement with the independent float64 NumPy forward pass (tests/reference/
+// reference_forward.py) on tiny random models of every architecture, layout and weight
+// format, dense GGUF and PowerInfer files alike (run dense here), and greedy continuations.
+//
+// Metric: for each token row, max_j |ours_j - ref_j| / max_j |ref_j|; the bound is on the
+// worst row. Both sides use the same stored weights, so weight quantization itself cancels;
+// what remains is how we compute. Bounds, derived from the storage and kernel precision:
+//  - The KV cache stores keys and values as f16: relative rounding <= 2^-11 = 4.9e-4 per
+//    element. Attention scores and outputs are weighted sums of such values, so the logits
+//    move by at most about that much: bound 1e-3 (2 x 2^-11) vs the exact oracle for f32 and
+//    f16 weights (measured 2e-4 .. 2.6e-4).
+//  - Against the oracle that rounds its keys and values to f16 too (reference_f16kv.py) only
+//    the f32 arithmetic remains: typically 1e-7 .. 1e-6, but a value that lies within ~1e-7 of
+//    an f16 rounding midpoint rounds the other way on one side (about one such element per
+//    model), which costs up to ~1e-4: bound 5e-4.
+//  - q8_0/q4_0 weights: the kernels quantize activations to 8-bit blocks of 32 (scale
+//    amax/127, error uniform in +-amax/254). With amax ~2.5 x the block rms that is a
+//    relative rms error of eps_a = 2.5 / (254 sqrt 3) = 0.57% per quantized product. A logit
+//    sees two layers of ~3 successive quantized products (projection, attention output or
+//    FFN up/gate, FFN down) plus the head, each adding its own eps_a: bound 6 x eps_a =
+//    3.5e-2 (measured 1.0% .. 1.6%).
+// Greedy continuations of 64 tokens must be identical for f32 weights.
+//
+// Without PI_REFERENCE_FULL: a subset that still covers every architecture, layout and format
+// (label fast); with it, the rest of the matrix (label slow).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <string>
+
+#ifndef PI_REFERENCE_FULL
+#define PI_REFERENCE_FULL 0
+#endif
+
+#include "model/model.h"
+#include "model/reference_harness.h"
+#include "runtime/context.h"
+
+namespace {
+
+using namespace pi;
+using pi::testing::TinyPyModel;
+
+struct Case {
+  TinyPyModel model;
+  double tol_exact;  // vs the unmodified oracle
+  double tol;        // vs the oracle with the f16 KV storage emulated
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.model.file_name(); }
+
+constexpr double kFloatTolExact = 1e-3, kFloatTol = 5e-4;  // f32, f16 weights
+constexpr double kQuantTol = 3.5e-2;                       // q8_0, q4_0 weights
+
+double rel_error(const std::vector<float>& ours, const std::vector<float>& ref, int64_t n_vocab) {
+  double worst = 0;
+  for (size_t r = 0; r * n_vocab < ref.size(); ++r) {
+    double num = 0, den = 0;
+    for (int64_t j = 0; j < n_vocab; ++j) {
+      const size_t k = r * static_cast<size_t>(n_vocab) + static_cast<size_t>(j);
+      num = std::max(num, std::fabs(static_cast<double>(ours[k]) - ref[k]));
+      den = std::max(den, std::fabs(static_cast<double>(ref[k])));
+    }
+    worst = std::max(worst, num / std::max(den, 1e-30));
+  }
+  return worst;
+}
+
+// Our logits for every token, prompt fed in batches of n_batch.
+std::vector<float> our_logits(const model::Model& m, const std::vector<int32_t>& tokens,
+                              int64_t n_batch, int n_threads) {
+  runtime::ContextOptions o;
+  o.n_ctx = 128;
+  o.dense = true;  // PowerInfer files too: this compares the dense forward pass
+  o.n_batch = n_batch;
+  o.n_threads = n_threads;
+  o.all_logits = true;
+  auto ctx = runtime::Context::create(m, o);
+  EXPECT_TRUE(ctx.ok());
+  std::vector<float> all;
+  Status s = (*ctx)->decode(tokens, &all);
+  EXPECT_TRUE(s.ok()) << s.error().message;
+  return all;
+}
+
+std::vector<int32_t> our_greedy(const model::Model& m, const std::vector<int32_t>& prompt, int n) {
+  runtime::ContextOptions o;
+  o.n_ctx = 128;
+  o.dense = true;  // PowerInfer files too: this compares the dense forward pass
+  o.n_batch = 16;
+  o.n_threads = 2;
+  auto ctx = runtime::Context::create(m, o);
+  EXPECT_TRUE(ctx.ok());
+  EXPECT_TRUE((*ctx)->decode(prompt).ok());
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    auto l = (*ctx)->logits();
+    const auto t = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    out.push_back(t);
+    EXPECT_TRUE((*ctx)->decode(std::vector<int32_t>{t}).ok());
+  }
+  return out;
+}
+
+class ReferenceTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!pi::testing::python_available()) GTEST_SKIP() << "no Python with NumPy at " PI_PYTHON;
+  }
+};
+
+TEST_P(ReferenceTest, LogitsAgree) {
+  const Case& c = GetParam();
+  auto path = pi::testing::make_py_model(c.model);
+  ASSERT_TRUE(path.ok()) << path.error().message;
+  auto m = model::Model::load(*path);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const auto tokens =
+      pi::testing::test_tokens(40, 3, static_cast<int32_t>((*m)->hparams().n_vocab), 7);
+  auto exact = pi::testing::reference_logits(*path, tokens, pi::testing::Oracle::Exact);
+  ASSERT_TRUE(exact.ok()) << exact.error().message;
+  auto f16kv = pi::testing::reference_logits(*path, tokens, pi::testing::Oracle::F16Kv);
+  ASSERT_TRUE(f16kv.ok()) << f16kv.error().message;
+  const std::vector<float> ours = our_logits(**m, tokens, 16, 2);
+  ASSERT_EQ(ours.size(), exact->size());
+  const int64_t n_vocab = (*m)->hparams().n_vocab;
+  const double e_exact = rel_error(ours, *exact, n_vocab);
+  const double e_f16kv = rel_error(ours, *f16kv, n_vocab);
+  std::printf("  %-40s rel error %.3g vs exact (bound %.3g), %.3g vs f16-KV oracle (bound %.3g)\n",
+              c.model.file_name().c_str(), e_exact, c.tol_exact, e_f16kv, c.tol);
+  EXPECT_LE(e_exact, c.tol_exact) << c.model.file_name();
+  EXPECT_LE(e_f16kv, c.tol) << c.model.file_name();
+}
+
+TinyPyModel py(const char* arch, const char* fmt, bool pwri, int kv_heads, const char* act = "",
+               bool tied = false) {
+  TinyPyModel m;
+  m.arch = arch;
+  m.outtype = fmt;
+  m.pwri = pwri;
+  m.kv_heads = kv_heads;
+  m.act = act;
+  m.tied = tied;
+  return m;
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  const char* formats[] = {"f32", "f16", "q8_0", "q4_0"};
+  const bool full = PI_REFERENCE_FULL;
+  for (int fi = 0; fi < 4; ++fi) {
+    const char* fmt = formats[fi];
+    const bool quant = fmt[0] == 'q';
+    const double te = quant ? kQuantTol : kFloatTolExact, t = quant ? kQuantTol : kFloatTol;
+    for (int pi = 0; pi < 2; ++pi) {
+      const bool pwri = pi == 1;
+      const TinyPyModel ms[] = {py("llama", fmt, pwri, 2), py("bamboo", fmt, pwri, 2),
+                                py("falcon", fmt, pwri, 1), py("falcon", fmt, pwri, 2)};
+      for (int j = 0; j < 4; ++j) {
+        // The fast subset: every f32 model; for each other format one GGUF and one PWRI
+        // model, rotating through the architectures and layouts. The slow binary runs the rest.
+        const bool in_fast = fi == 0 || j == (fi + 2 * pi) % 4;
+        if (in_fast != full) cases.push_back({ms[j], te, t});
+      }
+    }
+  }
+  if (!full) {
+    cases.push_back({py("llama", "f32", false, 4, "relu", true), kFloatTolExact, kFloatTol});
+    cases.push_back({py("llama", "f32", false, 1, "gelu"), kFloatTolExact, kFloatTol});
+  }
+  return cases;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string n = info.param.model.file_name();
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ReferenceTest, ::testing::ValuesIn(all_cases()), case_name);
+
+// Greedy continuations of 64 tokens equal the oracle's, for f32 weights of every
+// architecture and layout (the prompt is fed in batches, then one token at a time).
+class GreedyTest : public ::testing::TestWithParam<TinyPyModel> {
+ protected:
+  void SetUp() override {
+    if (!pi::testing::python_available()) GTEST_SKIP() << "no Python with NumPy at " PI_PYTHON;
+  }
+};
+
+TEST_P(GreedyTest, SixtyFourTokensIdentical) {
+  auto path = pi::testing::make_py_model(GetParam());
+  ASSERT_TRUE(path.ok()) << path.error().message;
+  auto m = model::Model::load(*path);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const auto prompt =
+      pi::testing::test_tokens(20, 3, static_cast<int32_t>((*m)->hparams().n_vocab), 11);
+  auto ref = pi::testing::reference_greedy(*path, prompt, 64);
+  ASSERT_TRUE(ref.ok()) << ref.error().message;
+  ASSERT_EQ(ref->size(), 64u);
+  EXPECT_EQ(our_greedy(**m, prompt, 64), *ref);
+}
+
+std::vector<TinyPyModel> greedy_models() {
+  if (PI_REFERENCE_FULL) {
+    return {py("llama", "f32", true, 2), py("bamboo", "f32", true, 2),
+            py("falcon", "f32", false, 2), py("falcon", "f32", true, 1),
+            py("llama", "f32", false, 4, "relu", true)};
+  }
+  return {py("llama", "f32", false, 2), py("bamboo", "f32", false, 2),
+          py("falcon", "f32", false, 1), py("falcon", "f32", true, 2)};
+}
+
+std::string model_name(const ::testing::TestParamInfo<TinyPyModel>& info) {
+  std::string n = info.param.file_name();
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(F32Models, GreedyTest, ::testing::ValuesIn(greedy_models()), model_name);
+
+}  // namespace

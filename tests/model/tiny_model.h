@@ -1,0 +1,43 @@
+// Writes tiny random models of every supported architecture with gguf::Writer, for tests that
+// need no Python: loading errors (dropped or mis-shaped tensors), thread and batch invariance,
+// KV-cache behaviour. Weights are seeded and deterministic. With `vocab`, the file also carries
+// a small SentencePiece-style vocabulary (byte fallback pieces plus a few words).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+
+#include "core/error.h"
+#include "tensor/dtype.h"
+#include "tensor/shape.h"
+
+namespace pi::testing {
+
+struct TinySpec {
+  std::string arch = "llama";  // general.architecture (any string, to test rejection)
+  bool pwri = false;           // PowerInfer magic; writes ffn_down_t instead of ffn_down
+  DType wtype = DType::F32;    // type of the 2-D weights (token_embd included)
+  int64_t n_vocab = 300;       // >= 259 when vocab is true (specials + 256 bytes)
+  int64_t n_embd = 64;
+  int64_t n_ff = 96;
+  int64_t n_layer = 2;
+  int64_t n_head = 4;
+  int64_t n_head_kv = 2;
+  int64_t n_ctx_train = 256;
+  bool falcon_two_norms = false;  // falcon-40B layout (attn_norm_2)
+  bool tied_output = false;       // no output.weight
+  std::string activation;         // <arch>.feed_forward_activation; empty: key absent
+  uint64_t seed = 1;
+  bool vocab = true;
+  std::set<std::string> drop;            // tensors to leave out
+  std::map<std::string, Shape> reshape;  // tensors written with another shape
+};
+
+Status write_tiny_model(const TinySpec& spec, const std::string& path);
+
+// A fresh path under the test temp directory: <tmp>/pi_test_<pid>/<name>.
+std::string temp_path(const std::string& name);
+
+}  // namespace pi::testing

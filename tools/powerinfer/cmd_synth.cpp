@@ -1,0 +1,94 @@
+// `powerinfer synth`: writes a model of a real shape with random weights whose ReLU
+// activations are sparse with a power-law distribution of neuron frequencies, and (for
+// PowerInfer files) predictors that predict them. See docs/SYNTH.md.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "commands.h"
+#include "core/log.h"
+#include "synth_model.h"
+#include "synth_spec.h"
+
+namespace pi::cli {
+
+Runner add_synth(CLI::App& app) {
+  auto o = std::make_shared<tools::synth::Options>();
+  CLI::App* sub = app.add_subcommand(
+      "synth",
+      "Write a synthetic model (real shapes, random weights) for speed work: sparse ReLU\n"
+      "activations with a power-law neuron frequency distribution and working predictors.");
+  sub->add_option("-o,--output", o->output, "Output model file")->required();
+  sub->add_option("--preset", o->preset,
+                  "Shapes: tiny, llama2-7b, llama2-13b, bamboo-7b, falcon-40b")
+      ->capture_default_str();
+  sub->add_option("--arch", o->arch, "Override the architecture: llama, bamboo, falcon");
+  sub->add_option("--layers", o->layers, "Number of blocks");
+  sub->add_option("--embd", o->embd, "Embedding width (multiple of 32)");
+  sub->add_option("--ff", o->ff, "FFN width (neurons per layer)");
+  sub->add_option("--heads", o->heads, "Attention heads");
+  sub->add_option("--kv-heads", o->kv_heads, "Key/value heads");
+  sub->add_option("--vocab", o->vocab, "Vocabulary size (>= 259)");
+  sub->add_option("--ctx", o->ctx, "Training context length recorded in the file");
+  sub->add_option("--type", o->type,
+                  "Type of the 2-D weights: f32, f16, q8_0, q4_0 (norms stay f32)")
+      ->capture_default_str();
+  sub->add_flag("--pwri", o->pwri,
+                "Write a PowerInfer file (PWRI magic, ffn_down_t, fc1/fc2 predictors)");
+  sub->add_option("--activity", o->activity, "Mean fraction of neurons firing per token")
+      ->capture_default_str();
+  sub->add_option("--hot-fraction", o->hot_fraction, "Fraction of neurons that are 'hot'")
+      ->capture_default_str();
+  sub->add_option("--hot-share", o->hot_share, "Share of activations the hot neurons carry")
+      ->capture_default_str();
+  sub->add_option("--predictor-rank", o->predictor_rank,
+                  "Rows of fc1 (default n_embd/4 rounded down to 32, at least 64)");
+  sub->add_option("--noise", o->noise,
+                  "Gate noise the predictor cannot see, relative to the part it can")
+      ->capture_default_str();
+  sub->add_option("--margin", o->margin,
+                  "Predictor threshold below 0, in standard deviations of the logit")
+      ->capture_default_str();
+  sub->add_option("--activation-dir", o->activation_dir,
+                  "Also write DIR/activation_N.npy: each neuron's expected firing frequency");
+  sub->add_option("--seed", o->seed, "Random seed")->capture_default_str();
+  sub->add_option("-t,--threads", o->threads, "Threads (default: all)")->check(CLI::Range(0, 1024));
+  sub->add_flag(
+      "--no-progress", [o](int64_t) { o->progress = false; }, "No progress bar");
+  return [o]() -> int {
+    auto spec = tools::synth::resolve(*o);
+    if (!spec.ok()) {
+      log_error("%s", spec.error().message.c_str());
+      return 1;
+    }
+    int threads = o->threads > 0
+                      ? o->threads
+                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    auto start = std::chrono::steady_clock::now();
+    auto rep = tools::synth::write_model(*spec, threads, o->progress);
+    if (!rep.ok()) {
+      log_error("%s", rep.error().message.c_str());
+      return 1;
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("wrote %s: %s %s, %d tensors, %.2f MiB in %.1f s\n", spec->output.c_str(),
+                spec->pwri ? "PowerInfer" : "GGUF", spec->name.c_str(), rep->n_tensors,
+                static_cast<double>(rep->file_bytes) / 1048576.0, secs);
+    std::printf("activity %.4f, top %.0f%% of neurons carry %.0f%% (power law exponent %.4f)\n",
+                rep->expected_activity, 100 * spec->hot_fraction, 100 * spec->hot_share,
+                rep->alpha);
+    if (spec->pwri) {
+      std::printf("predictor rank %lld, threshold %.6g\n", static_cast<long long>(spec->rank),
+                  static_cast<double>(spec->threshold()));
+    }
+    if (rep->n_activation_files > 0) {
+      std::printf("wrote %d activation files to %s\n", rep->n_activation_files,
+                  spec->activation_dir.c_str());
+    }
+    return 0;
+  };
+}
+
+}  // namespace pi::cli

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# README's first command: installs what is needed, builds, and runs the main job.
-# Extra arguments are passed to the run (e.g. -p "In the beginning" -n 64).
+# README's first command: installs what is needed, builds, and runs the main job: text
+# generation with the bundled PowerInfer model (sparse FFN driven by its predictors).
+# Extra arguments are passed to `powerinfer run`, e.g. scripts/run.sh -p "And God said" -n 128
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
-mkdir -p build/demo
-build/bin/make_example_gguf build/demo/example.gguf --pwri >/dev/null
-build/bin/powerinfer inspect build/demo/example.gguf "$@"
+model=models/kjv-relu/kjv-relu.pwri.gguf
+if [ "$#" -eq 0 ]; then
+  set -- -p "In the beginning" -n 96 --seed 1 --repeat-penalty 1.1
+fi
+exec build/bin/powerinfer run -m "$model" "$@"

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Train the small ReLU-LLaMA on the KJV training split and save it in Hugging Face layout.
+
+AdamW + linear warm-up + cosine decay, fixed number of steps (deterministic: seeded
+initialisation and batch sampling, fixed thread count). The validation loss is measured
+on the whole validation split every --eval-every steps; the checkpoint with the best
+validation loss is the one written to --out (config.json, model.safetensors, tokenizer.model).
+
+Every evaluation also writes a full training state (weights, AdamW moments, sampler RNG,
+log) to <work>/train_state.pt; --resume continues from it and yields the same result as an
+uninterrupted run.
+
+Use --measure to time a few steps on this machine and size --steps for a wall-clock budget.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # spinning OpenMP threads crawl on a busy machine
+import numpy as np
+import sentencepiece as spm
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from data import llamacpp_style_ppl, load_stream, mean_nll, random_batch, tiled_windows  # noqa: E402
+from model import Config, LlamaReLU, save_hf  # noqa: E402
+
+
+def lr_at(step, args):
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    t = (step - args.warmup) / max(1, args.steps - args.warmup)
+    return args.min_lr + 0.5 * (args.lr - args.min_lr) * (1 + math.cos(math.pi * min(1.0, t)))
+
+
+def plot_losses(log, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    tr = [(r["step"], r["train_loss"]) for r in log if "train_loss" in r]
+    va = [(r["step"], r["val_loss"]) for r in log if "val_loss" in r]
+    ax.plot(*zip(*tr), label="train (mean over interval)", lw=1)
+    ax.plot(*zip(*va), "o-", label="validation (whole split)", ms=3)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_title("kjv-relu training")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", default="tools/train/work")
+    ap.add_argument("--out", default="tools/train/work/hf", help="HF checkpoint folder")
+    ap.add_argument("--model-dir", default="models/kjv-relu", help="where loss.png / train_metrics.json go")
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--ctx", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=1800)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--min-lr", type=float, default=1e-4)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--measure", action="store_true", help="time 10 training steps and exit")
+    ap.add_argument("--resume", action="store_true", help="continue from <work>/train_state.pt")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+
+    tok_path = os.path.join(args.work, "tokenizer.model")
+    sp = spm.SentencePieceProcessor(model_file=tok_path)
+    cfg = Config(vocab_size=sp.vocab_size(), num_hidden_layers=args.layers, max_position_embeddings=args.ctx,
+                 bos_token_id=sp.bos_id(), eos_token_id=sp.eos_id())
+    train = load_stream(sp, os.path.join(args.work, "train.txt"))
+    val = load_stream(sp, os.path.join(args.work, "val.txt"))
+    test = load_stream(sp, os.path.join(args.work, "heldout.txt"))
+    print(f"tokens: train {len(train)}, val {len(val)}, held-out {len(test)}")
+    val_windows = tiled_windows(val, args.ctx, cfg.bos_token_id)
+
+    model = LlamaReLU(cfg)
+    model.init_weights(args.seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model: {cfg.num_hidden_layers} layers, {n_params / 1e6:.2f} M parameters")
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+
+    steps = 10 if args.measure else args.steps
+    log, best, acc, acc_n, start, t_prev = [], float("inf"), 0.0, 0, 0, 0.0
+    state_path = os.path.join(args.work, "train_state.pt")
+    if args.resume:
+        st = torch.load(state_path, weights_only=False)
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        rng.bit_generator.state = st["rng"]
+        log, best, start, t_prev = st["log"], st["best"], st["step"], st["elapsed_s"]
+        print(f"resumed at step {start}, best val loss {best:.4f}")
+    t0 = time.time() - t_prev
+    t_session = time.time()
+    for step in range(start, steps):
+        model.train()
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, args)
+        x, y = random_batch(train, args.batch, args.ctx, cfg.bos_token_id, rng)
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        acc, acc_n = acc + loss.item(), acc_n + 1
+
+        done = step + 1
+        if args.measure:
+            if done == 2:
+                t1 = time.time()
+            continue
+        if done % args.log_every == 0:
+            el = time.time() - t0
+            eta = (time.time() - t_session) / (done - start) * (steps - done)
+            log.append({"step": done, "train_loss": acc / acc_n, "lr": lr_at(step, args), "elapsed_s": el})
+            print(f"step {done:5d}/{steps} loss {acc / acc_n:.4f} lr {lr_at(step, args):.2e} "
+                  f"{el:6.0f}s elapsed, eta {eta:5.0f}s", flush=True)
+            acc, acc_n = 0.0, 0
+        if done % args.eval_every == 0 or done == steps:
+            model.eval()
+            vl, _ = mean_nll(model, val_windows)
+            log.append({"step": done, "val_loss": vl, "elapsed_s": time.time() - t0})
+            mark = ""
+            if vl < best:
+                best, mark = vl, " (best, saved)"
+                save_hf(model, args.out, tok_path)
+            print(f"  val loss {vl:.4f} ppl {math.exp(vl):.2f}{mark}", flush=True)
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "rng": rng.bit_generator.state,
+                        "log": log, "best": best, "step": done, "elapsed_s": time.time() - t0}, state_path)
+            with open(os.path.join(args.work, "train_log.json"), "w") as f:
+                json.dump({"args": vars(args), "log": log}, f, indent=1)
+            plot_losses(log, os.path.join(args.model_dir, "loss.png"))
+
+    if args.measure:
+        dt = (time.time() - t1) / (steps - 2)
+        print(f"{dt:.3f} s/step, {args.batch * args.ctx / dt:.0f} tokens/s; "
+              f"40 min budget ~ {int(2400 / dt)} steps (minus ~5% for evaluation)")
+        return
+
+    train_s = time.time() - t0
+    from model import load_hf
+    model = load_hf(args.out)  # best checkpoint
+    vl, n_val = mean_nll(model, val_windows)
+    tl, n_test = mean_nll(model, tiled_windows(test, args.ctx, cfg.bos_token_id))
+    lppl, n_lc = llamacpp_style_ppl(model, test, args.ctx, cfg.bos_token_id)
+    best_step = min((r for r in log if "val_loss" in r), key=lambda r: r["val_loss"])["step"]
+    metrics = {
+        "parameters": n_params, "layers": cfg.num_hidden_layers, "steps": steps, "best_step": best_step,
+        "batch_tokens": args.batch * args.ctx, "train_seconds": round(train_s, 1),
+        "final_train_loss": next(r["train_loss"] for r in reversed(log) if "train_loss" in r),
+        "val_loss": vl, "val_tokens": n_val,
+        "heldout_loss": tl, "heldout_ppl_per_token": math.exp(tl), "heldout_tokens": n_test,
+        "heldout_ppl_llamacpp_style_ctx%d" % args.ctx: lppl, "heldout_llamacpp_scored_tokens": n_lc,
+    }
+    with open(os.path.join(args.model_dir, "train_metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=2)
+    print(json.dumps(metrics, indent=2))
+
+
+if __name__ == "__main__":
+    main()

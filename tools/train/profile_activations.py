@@ -13,6 +13,9 @@ Outputs (in --work):
   profile/layer_N_h.npy        float32 [n_tokens, n_embd]
   profile/layer_N_mask.npy     uint8 [n_tokens, n_ff/8], np.packbits(active, axis=1)
   profile/meta.json            token count, windows, per-layer sparsity
+  profile/extra_layer_N_*.npy  the same pairs for --extra-train-windows random windows of the
+                               TRAINING split: more predictor-training data (statistics, activation
+                               files and all predictor evaluation use the validation split only)
 and --model-dir/activation_frequency.png: per-layer frequencies sorted descending, log-log.
 Tokens are taken window by window (BOS + 255 tokens, tiling the split), in order, so a
 contiguous tail of the arrays is a clean held-out part for predictor evaluation.
@@ -63,6 +66,23 @@ def plot(freqs, path):
     plt.close(fig)
 
 
+def collect(model, windows, label):
+    """Run the windows through the model; per layer lists of h [T, n_embd] and active [T, n_ff]."""
+    L = model.cfg.num_hidden_layers
+    hs, masks = [[] for _ in range(L)], [[] for _ in range(L)]
+    with torch.no_grad():
+        for w, (x, _) in enumerate(windows):
+            taps = []
+            model(x, taps=taps)
+            for i, (h, a) in enumerate(taps):
+                hs[i].append(h[0].numpy())
+                masks[i].append(a[0].numpy())
+            if (w + 1) % 20 == 0 or w + 1 == len(windows):
+                print(f"\r{label}: profiled {w + 1}/{len(windows)} windows", end="", flush=True)
+    print()
+    return hs, masks
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", default="tools/train/work")
@@ -70,6 +90,11 @@ def main():
     ap.add_argument("--split", default="val.txt", help="text file in --work to profile on")
     ap.add_argument("--model-dir", default="models/kjv-relu")
     ap.add_argument("--ctx", type=int, default=256)
+    ap.add_argument("--extra-train-windows", type=int, default=600,
+                    help="also record (h, active) pairs for this many random windows of train.txt "
+                         "(profile/extra_layer_N_*.npy): extra predictor-training data only, "
+                         "never used for the statistics or for predictor evaluation")
+    ap.add_argument("--seed", type=int, default=99)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -80,18 +105,7 @@ def main():
     stream = load_stream(sp, os.path.join(args.work, args.split))
     windows = tiled_windows(stream, args.ctx, cfg.bos_token_id)
     L = cfg.num_hidden_layers
-    hs, masks = [[] for _ in range(L)], [[] for _ in range(L)]
-    with torch.no_grad():
-        for w, (x, _) in enumerate(windows):
-            taps = []
-            model(x, taps=taps)
-            for i, (h, a) in enumerate(taps):
-                hs[i].append(h[0].numpy())
-                masks[i].append(a[0].numpy())
-            if (w + 1) % 20 == 0 or w + 1 == len(windows):
-                print(f"\rprofiled {w + 1}/{len(windows)} windows", end="", flush=True)
-    print()
-
+    hs, masks = collect(model, windows, args.split)
     act_dir = os.path.join(args.work, "activation")
     prof_dir = os.path.join(args.work, "profile")
     os.makedirs(act_dir, exist_ok=True)
@@ -132,6 +146,18 @@ def main():
     with open(os.path.join(args.model_dir, "activation_stats.json"), "w") as f:
         json.dump(meta, f, indent=1)
     plot(freqs, os.path.join(args.model_dir, "activation_frequency.png"))
+    if args.extra_train_windows > 0:
+        tr = load_stream(sp, os.path.join(args.work, "train.txt"))
+        tw = tiled_windows(tr, args.ctx, cfg.bos_token_id)
+        pick = np.random.default_rng(args.seed).choice(len(tw), min(len(tw), args.extra_train_windows),
+                                                        replace=False)
+        ehs, ems = collect(model, [tw[j] for j in sorted(pick)], "train.txt (extra)")
+        for i in range(L):
+            np.save(os.path.join(prof_dir, f"extra_layer_{i}_h.npy"), np.concatenate(ehs[i]).astype(np.float32))
+            np.save(os.path.join(prof_dir, f"extra_layer_{i}_mask.npy"), np.packbits(np.concatenate(ems[i]), axis=1))
+        meta["extra_train_tokens"] = int(sum(m.shape[0] for m in ems[0]))
+        with open(os.path.join(prof_dir, "meta.json"), "w") as f:
+            json.dump(meta, f, indent=1)
     print(f"{n_tok} tokens profiled, mean sparsity {meta['mean_sparsity']:.3f}; wrote {act_dir}, {prof_dir}")
 
 

@@ -72,6 +72,7 @@ struct SessionOptions {
   int n_threads = 0;      // 0: one per hardware thread
   SamplingParams sampling;
   SparseOptions sparse;  // PowerInfer files: sparse or dense, threshold, predictor check
+  bool all_logits = false;  // keep the logits of every fed token (prompt_logits(), perplexity)
 };
 
 // Wall-clock time spent in each phase, for llama.cpp-style timing reports.
@@ -98,6 +99,10 @@ class Session {
   // `stop`, if given, is asked between batches of n_batch tokens (e.g. a Ctrl-C flag); when it
   // returns true the call fails with "interrupted ...", keeping the batches already fed.
   Status prompt(std::span<const int32_t> tokens, const std::function<bool()>& stop = {});
+  // Feeds tokens as prompt() does and appends the logits of every one of them to `out`,
+  // f32 [n, n_vocab] row-major. Needs SessionOptions::all_logits (fails before computing
+  // anything without it).
+  Status prompt_logits(std::span<const int32_t> tokens, std::vector<float>& out);
   // Picks the next token from the logits of the last fed token.
   int32_t sample();
   // Feeds one generated token.

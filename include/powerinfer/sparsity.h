@@ -29,7 +29,8 @@ struct LayerSparsity {
   int64_t predicted = 0;  // predicted active, summed over tokens
   int64_t computed = 0;   // nonzero activations accumulated from ffn_down_t, summed over tokens
   uint64_t bytes = 0;     // predictor + FFN weight bytes read (rows actually read)
-  int64_t batch_paths[3] = {0, 0, 0};  // batched gate/up products by path: lists, union, dense
+  // Batched gate/up products by path: per-token, lists, union, dense (sparse/batch_cost.h).
+  int64_t batch_paths[4] = {0, 0, 0, 0};
   double predict_s = 0, rows_s = 0, down_s = 0;  // wall time in predictor, gate/up, down
   // With check_predictor:
   int64_t truly_active = 0;  // nonzero activations of the dense FFN, summed over tokens
@@ -37,16 +38,19 @@ struct LayerSparsity {
   double max_abs_dev = 0;    // max |sparse - dense| FFN output element
   double max_abs_dense = 0;  // max |dense| FFN output element
 
-  double active_fraction() const { return tokens > 0 ? double(predicted) / double(tokens * n_ff) : 0; }
+  double active_fraction() const {
+    return tokens > 0 ? double(predicted) / double(tokens * n_ff) : 0.0;
+  }
   double recall() const { return truly_active > 0 ? double(caught) / double(truly_active) : 1.0; }
   double precision() const { return predicted > 0 ? double(caught) / double(predicted) : 1.0; }
 };
 
 struct SparsityReport {
-  bool sparse = false;  // the session runs the sparse FFN
+  bool sparse = false;   // the session runs the sparse FFN
   bool checked = false;  // check_predictor was on
   float threshold = 0.0f;
-  std::string threshold_source;  // "flag", "LLAMA_SPARSE_PRED_THRESHOLD", "powerinfer.sparse_threshold", "default"
+  // "flag", "LLAMA_SPARSE_PRED_THRESHOLD", "powerinfer.sparse_threshold" or "default"
+  std::string threshold_source;
   uint64_t ffn_bytes_dense = 0;  // bytes of all FFN matrices (gate, up, down) of all layers
   std::vector<LayerSparsity> layers;
 };

@@ -62,6 +62,7 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.dense = o.sparse.dense;
   co.sparse_threshold = o.sparse.threshold;
   co.check_predictor = o.sparse.check_predictor;
+  co.all_logits = o.all_logits;
   co.n_threads = o.n_threads > 0
                      ? o.n_threads
                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -78,6 +79,20 @@ Status Session::prompt(std::span<const int32_t> tokens, const std::function<bool
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t before = ctx_->n_past();
   Status s = ctx_->decode(tokens, nullptr, stop);
+  const int64_t fed = ctx_->n_past() - before;
+  timings_.prompt_ms += ms_since(t0);
+  timings_.n_prompt += fed;
+  for (int64_t i = 0; i < fed; ++i) sampler_->accept(tokens[static_cast<size_t>(i)]);
+  return s;
+}
+
+Status Session::prompt_logits(std::span<const int32_t> tokens, std::vector<float>& out) {
+  if (!ctx_->options().all_logits)
+    return err("prompt_logits needs a session created with SessionOptions::all_logits");
+  if (tokens.empty()) return Status::Ok();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t before = ctx_->n_past();
+  Status s = ctx_->decode(tokens, &out);
   const int64_t fed = ctx_->n_past() - before;
   timings_.prompt_ms += ms_since(t0);
   timings_.n_prompt += fed;
@@ -143,7 +158,7 @@ SparsityReport Session::sparsity() const {
     l.predicted = s.predicted;
     l.computed = s.computed;
     l.bytes = s.bytes;
-    for (int p = 0; p < 3; ++p) l.batch_paths[p] = s.path_calls[p];
+    for (int p = 0; p < 4; ++p) l.batch_paths[p] = s.path_calls[p];
     l.predict_s = s.predict_s;
     l.rows_s = s.rows_s;
     l.down_s = s.down_s;

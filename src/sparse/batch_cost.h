@@ -1,27 +1,28 @@
-// The cost model that decides, per layer and per weight matrix, how a row-sparse product over
-// a prompt batch is computed. Costs are in bytes read from memory ("byte equivalents"):
+// The cost model that picks, per layer and weight matrix, how a row-sparse product over a
+// prompt batch of m tokens is computed. Costs are times measured in one unit: the time the
+// one-token kernel (cpu::matvec_rows) takes to stream one listed weight row from memory and
+// dot it with one token; multiplied by the row size this is a byte count ("bytes the one-token
+// kernel would read in that time"). The paths and their costs, with L_i the rows listed for
+// token i, S = sum_i |L_i|, U the union of the lists, U_g that of 64-token group g, n the rows:
 //
-//   cost(path) = sum over the weight rows the path reads of
-//                row_bytes * (1 + gather if the rows are gathered) * max(1, rho * t_r)
+//   PerToken  each token alone through the one-token kernel:     S
+//   Lists     cpu::matvec_rows_batch; each 64-token group reads U_g once and dots a row only
+//             with the tokens listing it:                        list_row sum_g |U_g| + list_dot S
+//   Union     cpu::matvec_rows_union, every row of U with every token:
+//                                                                |U| (1 + gather) max(1, many_dot m)
+//   Dense     cpu::matmul over all n rows:                       n max(1, many_dot m)
 //
-// where t_r is the number of tokens the kernel computes on row r. A row costs at least one read
-// from DRAM (decode is memory-bound); when many tokens use it the dot products dominate, each
-// costing rho row reads (rho: time of one row x token dot from cache / time to stream the row
-// from DRAM, measured per weight type). The paths:
-//
-//   Lists  per-token row lists (cpu::matvec_rows_batch): each 64-token group reads the union of
-//          its tokens' rows once and computes a row only for the tokens that list it:
-//          t_r = tokens of the group that list r; gathered.
-//   Union  the union of all tokens' lists for every token (cpu::matvec_rows_union), then
-//          per-token masking (entries a token did not list are never read): t_r = m; gathered.
-//   Dense  every row for every token (cpu::matmul), then per-token masking: t_r = m; streamed.
-//
-// Running the tokens one by one costs sum_i |L_i| * row_bytes * (1 + gather) (each token
-// streams its rows; its single dot per row hides behind the read). With rho <= 1 the Lists cost
-// never exceeds that (max(1, rho k) <= k for k >= 1), and the chosen path is the cheapest of the
-// three, so a batch is never costed above its tokens one by one. The choice depends only on the
-// row lists and the weight type, never on the thread count, and every path produces the same
-// entries for the listed (row, token) pairs, so results do not depend on it.
+// (Union and Dense compute entries a token did not list; they are never read: per-token masking.)
+// A row is read at least once (cost 1); beyond that the many-token kernels cost many_dot per
+// row x token dot. The constants are fitted per weight type to measured times of the paths on
+// a real prompt (docs/BENCHMARKS.md, "Sparse decode"). On the development machine the batched
+// kernels' dot costs more than the one-token kernel's streamed row for Q4_0 and Q8_0
+// (list_dot 1.6: token by token wins; rows shared by consecutive tokens stay in L3), about the
+// same for F16, and less for F32 (list_dot 0.63: the batched lists win); Union and Dense only
+// pay for dense masks of F32 weights. PerToken is the cost of running the tokens one by one,
+// and the chosen path is the cheapest, so a batch is never costed above its tokens one by one.
+// The choice depends only on the lists and the weight type (never on the thread count), and
+// all paths produce the same listed entries.
 #pragma once
 
 #include <cstddef>
@@ -31,36 +32,37 @@
 
 namespace pi::sparse {
 
-enum class RowsPath { Lists = 0, Union = 1, Dense = 2 };
-inline constexpr int kNumRowsPaths = 3;
+enum class RowsPath { PerToken = 0, Lists = 1, Union = 2, Dense = 3 };
+inline constexpr int kNumRowsPaths = 4;
 const char* rows_path_name(RowsPath p);
 
+// Costs relative to one row x token of the one-token kernel (see above).
 struct CostParams {
-  double rho_lists = 0.25;  // masked kernel: one row x token dot, in DRAM row reads
-  double rho_dense = 0.20;  // unmasked kernels (union, dense)
-  double gather = 0.05;     // extra cost of reading listed rows instead of streaming them all
+  double list_row = 0.3;   // Lists: one row of a group's union
+  double list_dot = 1.6;   // Lists: one listed row x token dot
+  double many_dot = 1.5;   // Union, Dense: one row x token dot
+  double gather = 0.03;    // Union: reading listed rows instead of streaming all rows
 };
 
-// Measured defaults for weight type t (see docs/BENCHMARKS.md, "Sparse decode").
+// Measured constants for weight type t.
 CostParams default_cost_params(DType t);
 
 struct PathCosts {
-  double lists = 0, union_rows = 0, dense = 0;  // byte equivalents
-  double one_by_one = 0;                        // the tokens run one at a time
-  int64_t union_size = 0;                       // rows listed by any token
-  int64_t group_rows = 0;  // rows the Lists path reads: union sizes summed over 64-token groups
-  RowsPath best = RowsPath::Lists;
+  double per_token = 0, lists = 0, union_rows = 0, dense = 0;
+  int64_t union_size = 0;  // |U|
+  int64_t group_rows = 0;  // sum over 64-token groups of |U_g|: rows the Lists path reads
+  RowsPath best = RowsPath::PerToken;
 };
 
-// Costs of the three paths for per-token lists in CSR form (token i's rows are
-// idx[offsets[i] .. offsets[i+1]), no duplicates, values in [0, n_rows)) of m tokens over a
-// matrix of n_rows rows of row_bytes bytes. `counts` is scratch [n_rows], all zero on entry
-// and left all zero. Ties prefer Lists, then Union.
-PathCosts batch_costs(const CostParams& p, int64_t n_rows, size_t row_bytes, const int32_t* idx,
+// Costs of the paths for per-token lists in CSR form (token i's rows are
+// idx[offsets[i] .. offsets[i+1]), no duplicates, values in [0, n_rows)) of m tokens.
+// `counts` is scratch [n_rows], all zero on entry and left all zero. A single token always
+// takes PerToken. Ties (within rounding) prefer the earlier path in the order above.
+PathCosts batch_costs(const CostParams& p, int64_t n_rows, const int32_t* idx,
                       const int64_t* offsets, int64_t m, int32_t* counts);
 
-// Rows a per-token-lists kernel reads (matvec_rows_batch, axpy_rows_batch): the sizes of the
-// unions of each 64-token group's lists, summed. `counts` as for batch_costs.
+// Rows a per-token-lists kernel reads: the sizes of the unions of each 64-token group's lists,
+// summed. `counts` as for batch_costs.
 int64_t group_union_rows(const int32_t* idx, const int64_t* offsets, int64_t m, int32_t* counts);
 
 }  // namespace pi::sparse

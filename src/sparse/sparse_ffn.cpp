@@ -40,9 +40,10 @@ Result<std::unique_ptr<SparseFfn>> SparseFfn::create(const model::Model& model, 
   auto preds = load_predictors(model);
   if (!preds.ok()) return preds.error();
   if (preds->empty()) {
-    return err("%s: the file has no predictors (blk.N.fc1.weight, blk.N.fc2.weight); run with "
-               "--dense",
-               path.c_str());
+    return err(
+        "%s: the file has no predictors (blk.N.fc1.weight, blk.N.fc2.weight); run with "
+        "--dense",
+        path.c_str());
   }
   return std::make_unique<SparseFfn>(model, ops, max_tokens, std::move(*preds), cfg);
 }
@@ -141,9 +142,16 @@ void SparseFfn::rows_product(const model::Matrix& W, const float* X, LayerStats&
   const int32_t* idx = lists_.idx.data();
   const int64_t* off = lists_.offsets.data();
   const CostParams params = has_cost_override_ ? cost_override_ : default_cost_params(W.type);
-  const PathCosts c = batch_costs(params, W.rows, W.row_stride(), idx, off, m, counts_.data());
+  const PathCosts c = batch_costs(params, W.rows, idx, off, m, counts_.data());
   const RowsPath path = forced_path_ >= 0 && m > 1 ? static_cast<RowsPath>(forced_path_) : c.best;
   switch (path) {
+    case RowsPath::PerToken:
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t one[2] = {0, off[i + 1] - off[i]};
+        ops_.linear_rows(W, X + i * W.cols, 1, idx + off[i], one, Y + i * W.rows);
+      }
+      st.bytes += static_cast<uint64_t>(off[m]) * W.row_stride();
+      break;
     case RowsPath::Lists:
       ops_.linear_rows(W, X, m, idx, off, Y);
       st.bytes += static_cast<uint64_t>(c.group_rows) * W.row_stride();
@@ -209,12 +217,16 @@ void SparseFfn::compute(int64_t il, const model::FfnInput& in, float* out) {
   st.computed += lists_.size();
   const int32_t* idx = lists_.idx.data();
   const int64_t* off = lists_.offsets.data();
+  // The down projection runs token by token: the kernels' many-token axpy costs more per row
+  // x token than the one-token axpy at every batch size measured (docs/BENCHMARKS.md).
   const auto t1 = Clock::now();
-  ops_.linear_t_rows(w.down_t, g, m, idx, off, out);
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t one[2] = {0, off[i + 1] - off[i]};
+    ops_.linear_t_rows(w.down_t, g + i * n_ff, 1, idx + off[i], one, out + i * hp.n_embd);
+  }
   st.rows_s += seconds(t0, t1);
   st.down_s += seconds(t1, Clock::now());
-  st.bytes += static_cast<uint64_t>(group_union_rows(idx, off, m, counts_.data())) *
-              w.down_t.row_stride();
+  st.bytes += static_cast<uint64_t>(off[m]) * w.down_t.row_stride();
 
   if (cfg_.check_predictor) check_against_dense(il, in, out);
 }

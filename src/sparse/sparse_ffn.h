@@ -12,9 +12,9 @@
 //
 // Prompt batches (m > 1): the predictor runs as a matrix x matrix product; the row lists stay
 // per token, and for each of gate and up the cost model of batch_cost.h picks per layer between
-// the per-token lists, their union and the dense product (the union and dense results are
-// masked per token, so every path computes the same function). The down projection reads the
-// union of the tokens' nonzero neurons once per 64 tokens, each token accumulating only its own.
+// running the tokens one by one, the batched per-token lists, their union and the dense product
+// (union and dense results are masked per token, so every path computes the same function).
+// The down projection runs token by token (the one-token axpy is the fastest measured).
 //
 // Determinism: the lists, the path choice and every kernel are independent of the thread
 // count, and each output element is accumulated by one thread in a fixed order, so the output
@@ -52,7 +52,7 @@ struct LayerStats {
   int64_t predicted = 0;  // neurons predicted active, summed over tokens
   int64_t computed = 0;   // neurons with a nonzero activation accumulated from down_t
   uint64_t bytes = 0;     // weight bytes read: predictor + gate/up/down rows (per kernel call)
-  int64_t path_calls[kNumRowsPaths] = {0, 0, 0};  // gate/up products by path (batches only)
+  int64_t path_calls[kNumRowsPaths] = {};  // gate/up products by RowsPath (batches only)
   double predict_s = 0, rows_s = 0, down_s = 0;   // wall time: predictor, gate/up, down
   // check_predictor only:
   int64_t truly_active = 0;  // neurons with a nonzero activation in the dense FFN

@@ -48,8 +48,8 @@ int32_t argmax(std::span<const float> l) {
   return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
 }
 
-std::unique_ptr<Session> session(const Engine& e, bool dense, int threads, std::optional<float> thr = {},
-                                 bool check = false) {
+std::unique_ptr<Session> session(const Engine& e, bool dense, int threads,
+                                 std::optional<float> thr = {}, bool check = false) {
   SessionOptions o;
   o.n_ctx = 256;
   o.n_batch = 16;
@@ -113,10 +113,12 @@ TEST_F(BundledModel, SparseGreedyDiffersFromDenseOnlyWherePredictorMisses) {
         ++agree;
       } else {
         all_same = false;
-        EXPECT_GT(misses(sp->sparsity()), 0) << "argmax differs at step " << i << " without a predictor miss";
+        EXPECT_GT(misses(sp->sparsity()), 0)
+            << "argmax differs at step " << i << " without a predictor miss";
       }
       ASSERT_TRUE(sp->advance(ts).ok());
-      ASSERT_TRUE(de->advance(ts).ok());  // teacher forcing: the dense run follows the sparse tokens
+      ASSERT_TRUE(
+          de->advance(ts).ok());  // teacher forcing: the dense run follows the sparse tokens
     }
     identical_runs += all_same ? 1 : 0;
     const SparsityReport r = sp->sparsity();
@@ -127,15 +129,18 @@ TEST_F(BundledModel, SparseGreedyDiffersFromDenseOnlyWherePredictorMisses) {
       predicted += l.predicted;
       slots += l.tokens * l.n_ff;
     }
-    std::printf("  prompt of %zu tokens: predicted %.3f, recall %.4f, argmax agreement so far %lld/%lld\n",
-                prompt.size(), static_cast<double>(predicted) / static_cast<double>(slots),
-                active > 0 ? static_cast<double>(caught) / static_cast<double>(active) : 1.0,
-                static_cast<long long>(agree), static_cast<long long>(total));
+    std::printf(
+        "  prompt of %zu tokens: predicted %.3f, recall %.4f, argmax agreement so far %lld/%lld\n",
+        prompt.size(), static_cast<double>(predicted) / static_cast<double>(slots),
+        active > 0 ? static_cast<double>(caught) / static_cast<double>(active) : 1.0,
+        static_cast<long long>(agree), static_cast<long long>(total));
   }
-  std::printf("  greedy next-token agreement sparse vs dense: %lld/%lld steps (%.1f%%), %lld/%zu prompts identical\n",
-              static_cast<long long>(agree), static_cast<long long>(total),
-              100.0 * static_cast<double>(agree) / static_cast<double>(total),
-              static_cast<long long>(identical_runs), prompts_.size());
+  std::printf(
+      "  greedy next-token agreement sparse vs dense: %lld/%lld steps (%.1f%%), %lld/%zu prompts "
+      "identical\n",
+      static_cast<long long>(agree), static_cast<long long>(total),
+      100.0 * static_cast<double>(agree) / static_cast<double>(total),
+      static_cast<long long>(identical_runs), prompts_.size());
 }
 
 TEST_F(BundledModel, EveryNeuronPredictedEqualsDense) {

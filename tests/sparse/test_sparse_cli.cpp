@@ -18,7 +18,8 @@ using pi::testing::run_command;
 const std::string kBin = std::string(PI_BIN_DIR) + "/powerinfer";
 
 std::string tmp(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("pi_sparse_cli_" + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("pi_sparse_cli_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   return (dir / name).string();
 }
@@ -34,7 +35,8 @@ const std::string& model() {
 }
 
 std::string run(const std::string& args, const std::string& env = "") {
-  auto r = run_command(env + " " + kBin + " run -m " + model() + " -p 'a b c' --temp 0 -n 24 --ignore-eos " + args);
+  auto r = run_command(env + " " + kBin + " run -m " + model() +
+                       " -p 'a b c' --temp 0 -n 24 --ignore-eos " + args);
   EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
   return r.output;
 }
@@ -42,9 +44,10 @@ std::string run(const std::string& args, const std::string& env = "") {
 // Generated text only (stdout), sampled at temperature 1 with a fixed seed: a varied sequence
 // that any change of a logit bit could change.
 std::string text(const std::string& args) {
-  auto r = run_command("(" + kBin + " run -m " + model() +
-                       " -p 'a b c' --temp 1 --top-k 0 --top-p 1 --min-p 0 -s 5 -n 40 --ignore-eos " +
-                       args + " 2>/dev/null)");
+  auto r =
+      run_command("(" + kBin + " run -m " + model() +
+                  " -p 'a b c' --temp 1 --top-k 0 --top-p 1 --min-p 0 -s 5 -n 40 --ignore-eos " +
+                  args + " 2>/dev/null)");
   EXPECT_EQ(r.exit_code, 0) << args;
   return r.output;
 }
@@ -58,7 +61,9 @@ std::pair<double, double> all_row(const std::string& out) {
   return {std::stod(m[1]), std::stod(m[2])};
 }
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 TEST(SparseCli, PowerInferFilesRunSparseUnlessDense) {
   EXPECT_TRUE(has(run(""), "PowerInfer file run sparse"));
@@ -89,11 +94,13 @@ TEST(SparseCli, ThresholdFlagAndEnvironmentVariable) {
   EXPECT_EQ(pred(env), 1.0);
   EXPECT_TRUE(has(env, "(LLAMA_SPARSE_PRED_THRESHOLD)")) << env;
   // The flag wins over the environment variable.
-  const std::string both = run("--sparsity-report --sparse-threshold 1e9", "LLAMA_SPARSE_PRED_THRESHOLD=-inf");
+  const std::string both =
+      run("--sparsity-report --sparse-threshold 1e9", "LLAMA_SPARSE_PRED_THRESHOLD=-inf");
   EXPECT_EQ(pred(both), 0.0);
   EXPECT_TRUE(has(both, "(flag)")) << both;
 
-  auto bad = run_command("LLAMA_SPARSE_PRED_THRESHOLD=abc " + kBin + " run -m " + model() + " -p a -n 1");
+  auto bad =
+      run_command("LLAMA_SPARSE_PRED_THRESHOLD=abc " + kBin + " run -m " + model() + " -p a -n 1");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_TRUE(has(bad.output, "LLAMA_SPARSE_PRED_THRESHOLD='abc' is not a number")) << bad.output;
   bad = run_command(kBin + " run -m " + model() + " -p a -n 1 --sparse-threshold x");
@@ -117,10 +124,16 @@ TEST(SparseCli, CheckPredictorReportsRecallAndLogitDeviation) {
   const std::string out = run("--check-predictor");
   EXPECT_TRUE(has(out, "recall")) << out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(\n\s+all\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+))"))) << out;
+  ASSERT_TRUE(std::regex_search(
+      out, m, std::regex(R"(\n\s+all\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+))")))
+      << out;
   EXPECT_GE(std::stod(m[3]), 0.9) << "recall";
   EXPECT_GE(std::stod(m[4]), 0.6) << "precision";
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(\((\d+) positions\): max \|diff\| ([0-9.e+-]+) .*argmax agrees at (\d+)/(\d+))"))) << out;
+  ASSERT_TRUE(std::regex_search(
+      out, m,
+      std::regex(
+          R"(\((\d+) positions\): max \|diff\| ([0-9.e+-]+) .*argmax agrees at (\d+)/(\d+))")))
+      << out;
   EXPECT_EQ(m[1], "25");  // the prompt's last token, then 24 generated ones
   EXPECT_LT(std::stod(m[2]), 1.0);
   EXPECT_EQ(m[3], m[4]);  // synth's predictor is good enough that argmax never changes here

@@ -3,7 +3,8 @@
 // runtime::Context:
 //  - the predictor's lists equal a float64 evaluation of fc2 · ReLU(fc1 · h) >= threshold
 //    (except logits within rounding of the threshold);
-//  - threshold -inf (every neuron predicted) gives exactly the logits and tokens of --dense;
+//  - threshold -inf (every neuron predicted) gives exactly the logits and tokens of --dense
+//    (prompt batches of block-format weights: logits within 1e-5, same tokens);
 //  - 1, 2 and 3 threads give bit-identical logits and tokens;
 //  - batch splits (1, 7, 512) give the same masks, the same greedy tokens and logits equal
 //    within rounding (the kernels' one-token and many-token forms sum in different orders);
@@ -44,10 +45,12 @@ struct Synth {
 void PrintTo(const Synth& s, std::ostream* os) { *os << s.arch << "_" << s.type; }
 
 std::string synth_path(const Synth& s) {
-  const std::string path = pi::testing::temp_path(std::string("synth_") + s.arch + "_" + s.type + ".pwri.gguf");
+  const std::string path =
+      pi::testing::temp_path(std::string("synth_") + s.arch + "_" + s.type + ".pwri.gguf");
   if (!std::filesystem::exists(path)) {
-    auto r = pi::testing::run_command(kBin + "/powerinfer synth --preset tiny --pwri --no-progress --arch " +
-                                      s.arch + " --type " + s.type + " -o " + path);
+    auto r = pi::testing::run_command(
+        kBin + "/powerinfer synth --preset tiny --pwri --no-progress --arch " + s.arch +
+        " --type " + s.type + " -o " + path);
     EXPECT_EQ(r.exit_code, 0) << r.output;
   }
   return path;
@@ -74,8 +77,8 @@ std::vector<int32_t> prompt() {
 }
 
 struct Outcome {
-  std::vector<float> logits;  // prompt logits, every token
-  std::vector<int32_t> tokens;  // greedy continuation
+  std::vector<float> logits;       // prompt logits, every token
+  std::vector<int32_t> tokens;     // greedy continuation
   std::vector<int64_t> predicted;  // per layer, summed over tokens
 };
 
@@ -121,7 +124,8 @@ TEST_P(SparseModelTest, RunsSparseWithTheFileThreshold) {
   EXPECT_EQ(c->sparse_ffn()->predictors()[0].rank(), 64);  // read from the fc1 tensor
   const Outcome r = run(*c);
   for (const auto& st : c->sparse_ffn()->stats()) {
-    const double frac = static_cast<double>(st.predicted) / static_cast<double>(st.tokens * model_->hparams().n_ff);
+    const double frac =
+        static_cast<double>(st.predicted) / static_cast<double>(st.tokens * model_->hparams().n_ff);
     EXPECT_GT(frac, 0.04);
     EXPECT_LT(frac, 0.25);
     EXPECT_LE(st.computed, st.predicted);
@@ -141,7 +145,9 @@ TEST_P(SparseModelTest, PredictorMatchesFloat64) {
   uint32_t x = 12345;
   for (size_t k = 0; k < h.size(); ++k) {
     x = x * 1664525u + 1013904223u;
-    h[k] = (k % static_cast<size_t>(hp.n_embd)) < 32 ? 2.0f : static_cast<float>(static_cast<int32_t>(x >> 8) % 2000) / 1000.0f - 1.0f;
+    h[k] = (k % static_cast<size_t>(hp.n_embd)) < 32
+               ? 2.0f
+               : static_cast<float>(static_cast<int32_t>(x >> 8) % 2000) / 1000.0f - 1.0f;
   }
   const bool quant = std::strcmp(GetParam().type, "f32") != 0;
   for (int64_t il = 0; il < hp.n_layer; ++il) {
@@ -159,7 +165,8 @@ TEST_P(SparseModelTest, PredictorMatchesFloat64) {
       // f32: float rounding only; quantized: the kernels' 8-bit activations (~1% of the scale).
       const double tol = (quant ? 2e-2 : 1e-5) * scale;
       std::vector<char> listed(static_cast<size_t>(hp.n_ff), 0);
-      for (int64_t k = got.offsets[static_cast<size_t>(i)]; k < got.offsets[static_cast<size_t>(i) + 1]; ++k)
+      for (int64_t k = got.offsets[static_cast<size_t>(i)];
+           k < got.offsets[static_cast<size_t>(i) + 1]; ++k)
         listed[static_cast<size_t>(got.idx[static_cast<size_t>(k)])] = 1;
       for (int64_t j = 0; j < hp.n_ff; ++j) {
         const double v = l[static_cast<size_t>(j)] - (-0.01);
@@ -170,7 +177,8 @@ TEST_P(SparseModelTest, PredictorMatchesFloat64) {
         mismatches += (v >= 0) != (listed[static_cast<size_t>(j)] != 0) ? 1 : 0;
       }
     }
-    EXPECT_EQ(mismatches, 0) << "layer " << il << " (" << near << " logits within rounding of the threshold)";
+    EXPECT_EQ(mismatches, 0) << "layer " << il << " (" << near
+                             << " logits within rounding of the threshold)";
   }
 }
 
@@ -180,9 +188,17 @@ TEST_P(SparseModelTest, ThresholdMinusInfEqualsDenseExactly) {
     ASSERT_NE(all->sparse_ffn(), nullptr);
     auto dense = context(*model_, b, 2, true);
     const Outcome s = run(*all), d = run(*dense);
-    EXPECT_EQ(s.logits, d.logits) << "batch " << b;
+    // Block formats in batches: the sparse down projection runs token by token, the dense one
+    // through the many-token axpy, which sums in another order (see test_sparse_ffn.cpp).
+    const bool block = GetParam().type[0] == 'q';
+    if (b == 1 || !block) {
+      EXPECT_EQ(s.logits, d.logits) << "batch " << b;
+    } else {
+      EXPECT_LE(max_rel_diff(s.logits, d.logits), 1e-5) << "batch " << b;
+    }
     EXPECT_EQ(s.tokens, d.tokens) << "batch " << b;
-    for (int64_t p : s.predicted) EXPECT_EQ(p, (static_cast<int64_t>(prompt().size()) + 16) * model_->hparams().n_ff);
+    for (int64_t p : s.predicted)
+      EXPECT_EQ(p, (static_cast<int64_t>(prompt().size()) + 16) * model_->hparams().n_ff);
   }
 }
 
@@ -201,8 +217,8 @@ TEST_P(SparseModelTest, BatchSplitKeepsMasksAndTokens) {
   for (int64_t b : {7, 512}) {
     const Outcome r = run(*context(*model_, b, 2));
     const double d = max_rel_diff(r.logits, b1.logits);
-    std::printf("  %s_%s batch %lld vs 1: logits %.3g (bound %.3g)\n", GetParam().arch, GetParam().type,
-                static_cast<long long>(b), d, GetParam().batch_tol);
+    std::printf("  %s_%s batch %lld vs 1: logits %.3g (bound %.3g)\n", GetParam().arch,
+                GetParam().type, static_cast<long long>(b), d, GetParam().batch_tol);
     EXPECT_LE(d, GetParam().batch_tol);
     EXPECT_EQ(r.tokens, b1.tokens) << "batch " << b;
     EXPECT_EQ(r.predicted, b1.predicted) << "batch " << b;
@@ -228,13 +244,14 @@ TEST_P(SparseModelTest, PredictorCheckChangesNothingAndMeasuresRecall) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Synth, SparseModelTest,
-                         ::testing::Values(Synth{"llama", "f32", 1e-4}, Synth{"bamboo", "f16", 1e-4},
-                                           Synth{"falcon", "f32", 1e-4}, Synth{"llama", "q4_0", 1e-3},
-                                           Synth{"bamboo", "q8_0", 1e-3}, Synth{"falcon", "q4_0", 1e-3}),
-                         [](const ::testing::TestParamInfo<Synth>& i) {
-                           return std::string(i.param.arch) + "_" + i.param.type;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Synth, SparseModelTest,
+    ::testing::Values(Synth{"llama", "f32", 1e-4}, Synth{"bamboo", "f16", 1e-4},
+                      Synth{"falcon", "f32", 1e-4}, Synth{"llama", "q4_0", 1e-3},
+                      Synth{"bamboo", "q8_0", 1e-3}, Synth{"falcon", "q4_0", 1e-3}),
+    [](const ::testing::TestParamInfo<Synth>& i) {
+      return std::string(i.param.arch) + "_" + i.param.type;
+    });
 
 // Copies a GGUF file, leaving out one tensor.
 Status copy_gguf(const std::string& src, const std::string& dst, const std::string& drop) {

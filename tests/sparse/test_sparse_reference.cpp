@@ -47,8 +47,8 @@ std::string join(const std::vector<int32_t>& v) {
 std::vector<float> oracle_logits(const std::string& path, const std::vector<int32_t>& tokens,
                                  const std::string& threshold) {
   const std::string out = path + ".sparse" + threshold + ".logits.bin";
-  std::string cmd = kPython + " " + kOracle + " " + path + " --sparse --tokens " + join(tokens) +
-                    " --out " + out;
+  std::string cmd =
+      kPython + " " + kOracle + " " + path + " --sparse --tokens " + join(tokens) + " --out " + out;
   if (!threshold.empty()) cmd += " --threshold=" + threshold;
   auto r = pi::testing::run_command(cmd);
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -123,8 +123,9 @@ std::string model_path(const Case& c) {
   }
   const std::string path = pi::testing::temp_path("ref_synth_" + f[1] + "_" + f[2] + ".pwri.gguf");
   if (!std::filesystem::exists(path)) {
-    auto r = pi::testing::run_command(std::string(PI_BIN_DIR) + "/powerinfer synth --preset tiny --pwri --no-progress --arch " +
-                                      f[1] + " --type " + f[2] + " -o " + path);
+    auto r = pi::testing::run_command(
+        std::string(PI_BIN_DIR) + "/powerinfer synth --preset tiny --pwri --no-progress --arch " +
+        f[1] + " --type " + f[2] + " -o " + path);
     EXPECT_EQ(r.exit_code, 0) << r.output;
   }
   return path;
@@ -148,27 +149,35 @@ TEST_P(SparseReferenceTest, LogitsAgreeWithSparseOracle) {
   const auto ref = oracle_logits(path, tokens, "");
   ASSERT_EQ(ours.size(), ref.size());
   const double e = rel_error(ours, ref, n_vocab);
-  std::printf("  %-22s sparse rel error %.3g (bound %.3g)\n", GetParam().name.c_str(), e, GetParam().tol);
+  std::printf("  %-22s sparse rel error %.3g (bound %.3g)\n", GetParam().name.c_str(), e,
+              GetParam().tol);
   EXPECT_LE(e, GetParam().tol);
 
   // Every neuron predicted: the oracle's --threshold -inf is its dense FFN.
   std::vector<float> all;
-  ASSERT_TRUE(sparse_context(**m, -std::numeric_limits<float>::infinity(), true)->decode(tokens, &all).ok());
+  ASSERT_TRUE(sparse_context(**m, -std::numeric_limits<float>::infinity(), true)
+                  ->decode(tokens, &all)
+                  .ok());
   const auto ref_all = oracle_logits(path, tokens, "-inf");
   const double e_all = rel_error(all, ref_all, n_vocab);
-  std::printf("  %-22s threshold -inf rel error %.3g (bound %.3g)\n", GetParam().name.c_str(), e_all,
-              GetParam().tol);
+  std::printf("  %-22s threshold -inf rel error %.3g (bound %.3g)\n", GetParam().name.c_str(),
+              e_all, GetParam().tol);
   EXPECT_LE(e_all, GetParam().tol);
 }
 
 std::vector<Case> cases() {
   constexpr double kFloat = 1e-3, kQuant = 3.5e-2;
   return {
-      {"py_llama_f32", "py:llama:f32:2", kFloat},   {"py_bamboo_f32", "py:bamboo:f32:2", kFloat},
-      {"py_falcon7_f32", "py:falcon:f32:1", kFloat}, {"py_falcon40_f32", "py:falcon:f32:2", kFloat},
-      {"py_llama_f16", "py:llama:f16:2", kFloat},   {"py_llama_q8_0", "py:llama:q8_0:2", kQuant},
-      {"py_bamboo_q4_0", "py:bamboo:q4_0:2", kQuant}, {"py_falcon40_q4_0", "py:falcon:q4_0:2", kQuant},
-      {"synth_llama_f32", "synth:llama:f32", kFloat}, {"synth_llama_q4_0", "synth:llama:q4_0", kQuant},
+      {"py_llama_f32", "py:llama:f32:2", kFloat},
+      {"py_bamboo_f32", "py:bamboo:f32:2", kFloat},
+      {"py_falcon7_f32", "py:falcon:f32:1", kFloat},
+      {"py_falcon40_f32", "py:falcon:f32:2", kFloat},
+      {"py_llama_f16", "py:llama:f16:2", kFloat},
+      {"py_llama_q8_0", "py:llama:q8_0:2", kQuant},
+      {"py_bamboo_q4_0", "py:bamboo:q4_0:2", kQuant},
+      {"py_falcon40_q4_0", "py:falcon:q4_0:2", kQuant},
+      {"synth_llama_f32", "synth:llama:f32", kFloat},
+      {"synth_llama_q4_0", "synth:llama:q4_0", kQuant},
   };
 }
 
@@ -177,13 +186,14 @@ INSTANTIATE_TEST_SUITE_P(Models, SparseReferenceTest, ::testing::ValuesIn(cases(
 
 // Greedy continuations (prompt in batches, then one token at a time) equal the oracle's for
 // f32 weights of every architecture.
-TEST_P(SparseReferenceTest, GreedyEqualsSparseOracle) {
-  if (GetParam().tol != 1e-3 || GetParam().name.find("f16") != std::string::npos)
-    GTEST_SKIP() << "f32 models only";
+class SparseGreedyTest : public SparseReferenceTest {};
+
+TEST_P(SparseGreedyTest, GreedyEqualsSparseOracle) {
   const std::string path = model_path(GetParam());
   auto m = model::Model::load(path);
   ASSERT_TRUE(m.ok()) << m.error().message;
-  const auto prompt = pi::testing::test_tokens(20, 3, static_cast<int32_t>((*m)->hparams().n_vocab), 11);
+  const auto prompt =
+      pi::testing::test_tokens(20, 3, static_cast<int32_t>((*m)->hparams().n_vocab), 11);
   auto c = sparse_context(**m, {}, false, 7);
   ASSERT_TRUE(c->decode(prompt).ok());
   std::vector<int32_t> ours;
@@ -194,5 +204,15 @@ TEST_P(SparseReferenceTest, GreedyEqualsSparseOracle) {
   }
   EXPECT_EQ(ours, oracle_greedy(path, prompt, 24));
 }
+
+std::vector<Case> f32_cases() {
+  std::vector<Case> f32;
+  for (const Case& c : cases())
+    if (c.name.size() > 4 && c.name.substr(c.name.size() - 4) == "_f32") f32.push_back(c);
+  return f32;
+}
+
+INSTANTIATE_TEST_SUITE_P(F32Models, SparseGreedyTest, ::testing::ValuesIn(f32_cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 }  // namespace

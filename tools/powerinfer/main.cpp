@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   runners["run"] = pi::cli::add_run(app);
   runners["quantize"] = pi::cli::add_quantize(app);
   runners["synth"] = pi::cli::add_synth(app);
+  runners["bench"] = pi::cli::add_bench(app);
+  runners["perplexity"] = pi::cli::add_perplexity(app);
 
   try {
     app.parse(argc, argv);

@@ -42,13 +42,16 @@ void print_sparsity_report(const SparsityReport& r, const ModelInfo& info,
     return;
   }
   const int64_t tokens = r.layers.empty() ? 0 : r.layers[0].tokens;
-  log_info("sparsity report: threshold %g (%s), %lld tokens per layer", static_cast<double>(r.threshold),
-           r.threshold_source.c_str(), static_cast<long long>(tokens));
+  log_info("sparsity report: threshold %g (%s), %lld tokens per layer",
+           static_cast<double>(r.threshold), r.threshold_source.c_str(),
+           static_cast<long long>(tokens));
   if (r.checked) {
     log_info("%5s %9s %9s %8s %9s %8s %9s %10s  %s", "layer", "predicted", "computed", "recall",
-             "precision", "true", "ffn_dev", "ffn_max", "batch paths (lists/union/dense)");
+             "precision", "true", "ffn_dev", "ffn_max",
+             "batch gate/up paths (per-token/lists/union/dense)");
   } else {
-    log_info("%5s %9s %9s  %s", "layer", "predicted", "computed", "batch paths (lists/union/dense)");
+    log_info("%5s %9s %9s  %s", "layer", "predicted", "computed",
+             "batch gate/up paths (per-token/lists/union/dense)");
   }
   LayerSparsity all;
   double worst_dev = 0;
@@ -56,8 +59,10 @@ void print_sparsity_report(const SparsityReport& r, const ModelInfo& info,
     const LayerSparsity& l = r.layers[il];
     const double denom = static_cast<double>(std::max<int64_t>(1, l.tokens * l.n_ff));
     char paths[64];
-    std::snprintf(paths, sizeof paths, "%lld/%lld/%lld", static_cast<long long>(l.batch_paths[0]),
-                  static_cast<long long>(l.batch_paths[1]), static_cast<long long>(l.batch_paths[2]));
+    std::snprintf(
+        paths, sizeof paths, "%lld/%lld/%lld/%lld", static_cast<long long>(l.batch_paths[0]),
+        static_cast<long long>(l.batch_paths[1]), static_cast<long long>(l.batch_paths[2]),
+        static_cast<long long>(l.batch_paths[3]));
     if (r.checked) {
       const double rel = l.max_abs_dense > 0 ? l.max_abs_dev / l.max_abs_dense : 0.0;
       worst_dev = std::max(worst_dev, rel);
@@ -84,8 +89,9 @@ void print_sparsity_report(const SparsityReport& r, const ModelInfo& info,
     log_info("%5s %9.4f %9.4f %8.4f %9.4f %8.4f %9.2e", "all", all.active_fraction(),
              static_cast<double>(all.computed) / denom, all.recall(), all.precision(),
              static_cast<double>(all.truly_active) / denom, worst_dev);
-    log_info("ffn_dev: max |sparse - dense| FFN output element of the layer over max |dense| "
-             "(ffn_max), both FFNs on the same input");
+    log_info(
+        "ffn_dev: max |sparse - dense| FFN output element of the layer over max |dense| "
+        "(ffn_max), both FFNs on the same input");
   } else {
     log_info("%5s %9.4f %9.4f", "all", all.active_fraction(),
              static_cast<double>(all.computed) / denom);
@@ -94,24 +100,26 @@ void print_sparsity_report(const SparsityReport& r, const ModelInfo& info,
     const double mib = 1.0 / 1048576.0;
     const double sparse_bytes = static_cast<double>(all.bytes) / static_cast<double>(tokens);
     const double other = static_cast<double>(info.weight_bytes_per_token - r.ffn_bytes_dense);
-    log_info("weight bytes per token: %.1f MiB = attention + output head %.1f MiB + predictors and "
-             "FFN rows read %.1f MiB (the dense FFN reads %.1f MiB)",
-             (other + sparse_bytes) * mib, other * mib, sparse_bytes * mib,
-             static_cast<double>(r.ffn_bytes_dense) * mib);
+    log_info(
+        "weight bytes per token: %.1f MiB = attention + output head %.1f MiB + predictors and "
+        "FFN rows read %.1f MiB (the dense FFN reads %.1f MiB)",
+        (other + sparse_bytes) * mib, other * mib, sparse_bytes * mib,
+        static_cast<double>(r.ffn_bytes_dense) * mib);
   }
   if (tokens > 0) {
     const double ms = 1e3 / static_cast<double>(tokens);
-    log_info("sparse FFN time per token: predictors %.2f ms, gate/up rows %.2f ms, down rows %.2f ms",
-             all.predict_s * ms, all.rows_s * ms, all.down_s * ms);
+    log_info(
+        "sparse FFN time per token: predictors %.2f ms, gate/up rows %.2f ms, down rows %.2f ms",
+        all.predict_s * ms, all.rows_s * ms, all.down_s * ms);
   }
   if (shadow != nullptr && shadow->positions() > 0) {
-    log_info("final logits vs a dense run fed the same tokens (%lld positions): max |diff| %.4g "
-             "(max |logit| %.4g, relative %.3g), argmax agrees at %lld/%lld",
-             static_cast<long long>(shadow->positions()), shadow->max_abs_dev(),
-             shadow->max_abs_logit(),
-             shadow->max_abs_logit() > 0 ? shadow->max_abs_dev() / shadow->max_abs_logit() : 0.0,
-             static_cast<long long>(shadow->argmax_agree()),
-             static_cast<long long>(shadow->positions()));
+    log_info(
+        "final logits vs a dense run fed the same tokens (%lld positions): max |diff| %.4g "
+        "(max |logit| %.4g, relative %.3g), argmax agrees at %lld/%lld",
+        static_cast<long long>(shadow->positions()), shadow->max_abs_dev(), shadow->max_abs_logit(),
+        shadow->max_abs_logit() > 0 ? shadow->max_abs_dev() / shadow->max_abs_logit() : 0.0,
+        static_cast<long long>(shadow->argmax_agree()),
+        static_cast<long long>(shadow->positions()));
   }
 }
 

@@ -1,0 +1,278 @@
+#include "bench_report.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+namespace pi::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
+std::string fmt(const char* f, ...) {
+  va_list ap, again;
+  va_start(ap, f);
+  va_copy(again, ap);
+  const int n = std::vsnprintf(nullptr, 0, f, ap);
+  va_end(ap);
+  std::string out(n > 0 ? static_cast<size_t>(n) : 0, '\0');
+  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, f, again);
+  va_end(again);
+  return out;
+}
+
+constexpr double kMiB = 1048576.0, kGiB = 1073741824.0;
+
+std::string basename(const std::string& path) {
+  return std::filesystem::path(path).filename().string();
+}
+
+std::string format_label(const ModelSummary& m) {
+  if (!m.powerinfer) return "GGUF";
+  return m.has_predictors ? "PWRI" : "PWRI (no predictors)";
+}
+
+std::string size_text(uint64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  return b >= kGiB ? fmt("%.2f GiB", b / kGiB) : fmt("%.2f MiB", b / kMiB);
+}
+
+std::string params_text(int64_t n) {
+  if (n >= 1000000000) return fmt("%.2f B", static_cast<double>(n) / 1e9);
+  if (n >= 1000000) return fmt("%.2f M", static_cast<double>(n) / 1e6);
+  return fmt("%.1f K", static_cast<double>(n) / 1e3);
+}
+
+std::string load_text(const LoadAverage& l) {
+  return l.m1 < 0 ? "unknown" : fmt("%.2f / %.2f / %.2f", l.m1, l.m5, l.m15);
+}
+
+Json load_json(const LoadAverage& l) {
+  if (l.m1 < 0) return nullptr;
+  return Json::array({l.m1, l.m5, l.m15});
+}
+
+Json probe_json(const ProbeStats& p) {
+  return Json{{"threads", p.threads},
+              {"gbps_median", p.median},
+              {"gbps_min", p.min},
+              {"gbps_max", p.max},
+              {"passes_gbps", p.passes}};
+}
+
+Json nullable(bool present, double v) { return present ? Json(v) : Json(nullptr); }
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) {
+    if (c == '"') q += '"';
+    q += c;
+  }
+  return q + "\"";
+}
+
+}  // namespace
+
+std::string format_markdown(const BenchReport& r) {
+  const MachineInfo& m = r.machine;
+  const BuildInfo& b = r.build;
+  std::string s = "## powerinfer bench\n\n";
+  s += fmt("- date: %s\n", m.date_utc.c_str());
+  s +=
+      fmt("- machine: %s, %d logical CPUs, %.1f GiB RAM, %s; CPU flags: %s\n", m.cpu_model.c_str(),
+          m.logical_cpus, m.mem_gib, m.os.c_str(), m.cpu_flags.empty() ? "-" : m.cpu_flags.c_str());
+  s += fmt("- kernels: %s; read probe: %s loads over %zu MiB, median of %d passes\n",
+           m.kernel_isa.c_str(), r.probe_isa.c_str(), r.probe_bytes >> 20, r.options.probe_passes);
+  s += fmt("- load average (1 / 5 / 15 min): %s at start, %s at end\n",
+           load_text(r.load_start).c_str(), load_text(r.load_end).c_str());
+  s += fmt("- build: powerinfer %s, commit %s, %s, %s, flags `%s`\n", b.version.c_str(),
+           b.commit.c_str(), b.compiler.c_str(), b.build_type.c_str(), b.flags.c_str());
+
+  if (!r.models.empty()) {
+    s += "\n| # | model | arch | type | format | size | params | layers | n_embd | n_ff | act | "
+         "synth activity | dense MiB/token |\n";
+    s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (size_t i = 0; i < r.models.size(); ++i) {
+      const ModelSummary& md = r.models[i];
+      s += fmt("| %zu | %s | %s | %s | %s | %s | %s | %lld | %lld | %lld | %s | %s | %.1f |\n",
+               i + 1, basename(md.path).c_str(), md.arch.c_str(), md.type.c_str(),
+               format_label(md).c_str(), size_text(md.file_bytes).c_str(),
+               params_text(md.params).c_str(), static_cast<long long>(md.n_layer),
+               static_cast<long long>(md.n_embd), static_cast<long long>(md.n_ff),
+               md.activation.c_str(),
+               md.synth_activity >= 0 ? fmt("%.2f", md.synth_activity).c_str() : "-",
+               static_cast<double>(md.weight_bytes_per_token) / kMiB);
+    }
+  }
+
+  s += "\n| threads | probe GB/s (median) | min | max |\n|---|---|---|---|\n";
+  for (const ProbeStats& p : r.probe)
+    s += fmt("| %d | %.1f | %.1f | %.1f |\n", p.threads, p.median, p.min, p.max);
+
+  if (r.options.probe_only) return s;
+  s += "\n| model | mode | threads | test | t/s | min - max | active | MiB/token | GB/s | "
+       "probe GB/s | of probe |\n";
+  s += "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const BenchRow& row : r.rows) {
+    const ModelSummary& md = r.models[row.model];
+    const std::string active =
+        row.active_fraction >= 0 ? fmt("%.1f%%", 100 * row.active_fraction) : "all";
+    std::string bytes = "-", gbps = "-", ratio = "-";
+    if (row.has_bytes) {
+      bytes = fmt("%.1f", row.bytes.total() / kMiB);
+      gbps = fmt("%.1f", row.gbps);
+      ratio = fmt("%.0f%%", 100 * row.probe_ratio);
+    }
+    s += fmt("| %s | %s | %d | %s | %.2f | %.2f - %.2f | %s | %s | %s | %.1f | %s |\n",
+             basename(md.path).c_str(), mode_name(row.mode), row.threads, row.test.c_str(),
+             row.ts_median, row.ts_min, row.ts_max, active.c_str(), bytes.c_str(), gbps.c_str(),
+             row.probe.median, ratio.c_str());
+  }
+  s +=
+      fmt("\nt/s: median of %d repetitions after a warm-up run. MiB/token (generation): weights "
+          "read per token (sparse: attention, output head, predictors and the FFN rows the "
+          "predictor selected, as counted by the sparse engine) plus the KV cache read. GB/s = "
+          "MiB/token x t/s; of probe = GB/s / the read probe on as many threads, measured "
+          "around the row's repetitions.\n",
+          r.options.reps);
+  return s;
+}
+
+std::string format_json(const BenchReport& r) {
+  const MachineInfo& m = r.machine;
+  const BuildInfo& b = r.build;
+  const BenchOptions& o = r.options;
+  Json j;
+  j["powerinfer_bench_version"] = 1;
+  j["date_utc"] = m.date_utc;
+  j["machine"] = Json{{"cpu_model", m.cpu_model},
+                      {"cpu_flags", m.cpu_flags},
+                      {"logical_cpus", m.logical_cpus},
+                      {"mem_gib", m.mem_gib},
+                      {"os", m.os},
+                      {"kernel_isa", m.kernel_isa}};
+  j["build"] = Json{{"version", b.version},
+                    {"commit", b.commit},
+                    {"compiler", b.compiler},
+                    {"build_type", b.build_type},
+                    {"flags", b.flags}};
+  Json modes = Json::array();
+  for (BenchMode md : o.modes) modes.push_back(mode_name(md));
+  j["options"] = Json{{"probe_only", o.probe_only},
+                      {"models", o.models},
+                      {"n_prompt", o.n_prompt},
+                      {"n_gen", o.n_gen},
+                      {"threads", o.threads},
+                      {"modes", modes},
+                      {"reps", o.reps},
+                      {"n_batch", o.n_batch},
+                      {"probe_bytes", o.probe_bytes},
+                      {"probe_passes", o.probe_passes},
+                      {"warmup_gen", o.warmup_gen}};
+  j["load_average"] = Json{{"start", load_json(r.load_start)}, {"end", load_json(r.load_end)}};
+  Json table = Json::array();
+  for (const ProbeStats& p : r.probe) table.push_back(probe_json(p));
+  j["probe"] = Json{{"isa", r.probe_isa}, {"bytes", r.probe_bytes}, {"table", table}};
+
+  Json models = Json::array();
+  for (const ModelSummary& md : r.models) {
+    models.push_back(Json{{"path", md.path},
+                          {"file", basename(md.path)},
+                          {"name", md.name},
+                          {"arch", md.arch},
+                          {"type", md.type},
+                          {"format", md.powerinfer ? "PWRI" : "GGUF"},
+                          {"has_predictors", md.has_predictors},
+                          {"activation", md.activation},
+                          {"synth_activity", nullable(md.synth_activity >= 0, md.synth_activity)},
+                          {"file_bytes", md.file_bytes},
+                          {"params", md.params},
+                          {"predictor_params", md.predictor_params},
+                          {"n_layer", md.n_layer},
+                          {"n_embd", md.n_embd},
+                          {"n_ff", md.n_ff},
+                          {"n_head", md.n_head},
+                          {"n_head_kv", md.n_head_kv},
+                          {"n_vocab", md.n_vocab},
+                          {"weight_bytes_per_token", md.weight_bytes_per_token},
+                          {"ffn_bytes", md.ffn_bytes},
+                          {"predictor_bytes", md.predictor_bytes},
+                          {"kv_bytes_per_cell", md.kv_bytes_per_cell}});
+  }
+  j["models"] = models;
+
+  Json rows = Json::array();
+  for (const BenchRow& row : r.rows) {
+    Json bytes = nullptr;
+    if (row.has_bytes) {
+      bytes = Json{{"other_weights", row.bytes.other_weights},
+                   {"ffn", row.bytes.ffn},
+                   {"predictors", row.bytes.predictors},
+                   {"kv", row.bytes.kv},
+                   {"total", row.bytes.total()}};
+    }
+    const bool sparse = row.active_fraction >= 0;
+    rows.push_back(Json{{"model", row.model},
+                        {"file", basename(r.models[row.model].path)},
+                        {"mode", mode_name(row.mode)},
+                        {"threads", row.threads},
+                        {"n_batch", row.n_batch},
+                        {"test", row.test},
+                        {"n_prompt", row.n_prompt},
+                        {"n_gen", row.n_gen},
+                        {"reps", row.samples.size()},
+                        {"samples_ts", row.samples},
+                        {"ts_median", row.ts_median},
+                        {"ts_min", row.ts_min},
+                        {"ts_max", row.ts_max},
+                        {"ts_stddev", row.ts_stddev},
+                        {"active_fraction", nullable(sparse, row.active_fraction)},
+                        {"computed_fraction", nullable(sparse, row.computed_fraction)},
+                        {"bytes_per_token", bytes},
+                        {"gbps", nullable(row.has_bytes, row.gbps)},
+                        {"probe", probe_json(row.probe)},
+                        {"probe_ratio", nullable(row.has_bytes, row.probe_ratio)},
+                        {"load_1m", nullable(row.load_1m >= 0, row.load_1m)}});
+  }
+  j["results"] = rows;
+  return j.dump(2) + "\n";
+}
+
+std::string format_csv(const BenchReport& r) {
+  std::string s;
+  if (r.options.probe_only) {
+    s = "threads,probe_gbps_median,probe_gbps_min,probe_gbps_max,probe_isa,probe_bytes,cpu_model,"
+        "commit\n";
+    for (const ProbeStats& p : r.probe)
+      s += fmt("%d,%.3f,%.3f,%.3f,%s,%zu,%s,%s\n", p.threads, p.median, p.min, p.max,
+               r.probe_isa.c_str(), r.probe_bytes, csv_field(r.machine.cpu_model).c_str(),
+               csv_field(r.build.commit).c_str());
+    return s;
+  }
+  s = "file,arch,type,format,mode,threads,n_batch,test,n_prompt,n_gen,reps,ts_median,ts_min,ts_max,"
+      "ts_stddev,active_fraction,bytes_per_token,gbps,probe_gbps,probe_ratio,load_1m,kernel_isa,"
+      "cpu_model,commit\n";
+  for (const BenchRow& row : r.rows) {
+    const ModelSummary& md = r.models[row.model];
+    const std::string active = row.active_fraction >= 0 ? fmt("%.5f", row.active_fraction) : "";
+    const std::string bytes = row.has_bytes ? fmt("%.0f", row.bytes.total()) : "";
+    const std::string gbps = row.has_bytes ? fmt("%.3f", row.gbps) : "";
+    const std::string ratio = row.has_bytes ? fmt("%.4f", row.probe_ratio) : "";
+    s += fmt(
+        "%s,%s,%s,%s,%s,%d,%lld,%s,%lld,%lld,%zu,%.4f,%.4f,%.4f,%.4f,%s,%s,%s,%.3f,%s,%.2f,%s,%s,%"
+        "s\n",
+        csv_field(basename(md.path)).c_str(), md.arch.c_str(), md.type.c_str(),
+        md.powerinfer ? "PWRI" : "GGUF", mode_name(row.mode), row.threads,
+        static_cast<long long>(row.n_batch), row.test.c_str(), static_cast<long long>(row.n_prompt),
+        static_cast<long long>(row.n_gen), row.samples.size(), row.ts_median, row.ts_min,
+        row.ts_max, row.ts_stddev, active.c_str(), bytes.c_str(), gbps.c_str(), row.probe.median,
+        ratio.c_str(), row.load_1m, r.machine.kernel_isa.c_str(),
+        csv_field(r.machine.cpu_model).c_str(), csv_field(r.build.commit).c_str());
+  }
+  return s;
+}
+
+}  // namespace pi::cli

@@ -1,0 +1,382 @@
+#include "bench_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <span>
+#include <string_view>
+
+#include "core/bandwidth_probe.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "gguf/reader.h"
+#include "model/model.h"
+#include "powerinfer/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pi::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+bool has_predictors(const gguf::File& f) { return f.find_tensor("blk.0.fc1.weight") != nullptr; }
+
+// The modes to run for a file: the requested ones that apply to it, or its natural mode.
+std::vector<BenchMode> modes_for(const BenchOptions& o, bool powerinfer) {
+  if (o.modes.empty()) return {powerinfer ? BenchMode::Sparse : BenchMode::Dense};
+  std::vector<BenchMode> out;
+  for (BenchMode m : o.modes)
+    if (m == BenchMode::Dense || powerinfer) out.push_back(m);
+  return out;
+}
+
+// Opens every file before anything is timed, so that a missing file or a sparse request on a
+// dense file fails at once rather than after the other models' runs.
+Status check_models(const BenchOptions& o) {
+  for (const std::string& path : o.models) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec))
+      return err("%s: no such model file", path.c_str());
+    auto f = gguf::File::open(path);
+    if (!f.ok()) return f.error();
+    const bool wants_sparse =
+        std::find(o.modes.begin(), o.modes.end(), BenchMode::Sparse) != o.modes.end();
+    const bool only_sparse = wants_sparse && o.modes.size() == 1;
+    if (only_sparse && !f->is_powerinfer())
+      return err(
+          "--sparse: %s is a dense GGUF file; sparse execution needs a PowerInfer (PWRI) "
+          "file with predictors (run it with --dense, or use --mode dense,sparse to run "
+          "PowerInfer files both ways and dense files dense)",
+          path.c_str());
+    if (wants_sparse && f->is_powerinfer() && !has_predictors(*f))
+      return err(
+          "--sparse: %s is a PowerInfer file without predictors (blk.N.fc1/fc2); it can "
+          "only run --dense",
+          path.c_str());
+    if (!o.modes.empty() && wants_sparse && !f->is_powerinfer())
+      log_warn("%s is a dense GGUF file: it runs dense only", path.c_str());
+  }
+  return Status::Ok();
+}
+
+ModelSummary summarize_model(const Engine& engine) {
+  const ModelInfo& info = engine.info();
+  const model::Model& m = engine.model();
+  const gguf::File& f = m.file();
+  const model::HParams& hp = m.hparams();
+  ModelSummary s;
+  s.path = info.path;
+  s.name = info.name;
+  s.arch = info.architecture;
+  s.powerinfer = info.powerinfer;
+  s.has_predictors = has_predictors(f);
+  s.activation = info.activation;
+  s.synth_activity = f.get_number_or("synth.activity", -1.0);
+  s.file_bytes = info.file_bytes;
+  s.n_layer = hp.n_layer;
+  s.n_embd = hp.n_embd;
+  s.n_ff = hp.n_ff;
+  s.n_head = hp.n_head;
+  s.n_head_kv = hp.n_head_kv;
+  s.n_vocab = hp.n_vocab;
+  s.weight_bytes_per_token = info.weight_bytes_per_token;
+  std::map<DType, uint64_t> bytes_by_type;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    s.params += t.shape.numel();
+    bytes_by_type[t.type] += t.nbytes;
+    if (ends_with(t.name, ".fc1.weight") || ends_with(t.name, ".fc2.weight")) {
+      s.predictor_params += t.shape.numel();
+      s.predictor_bytes += t.nbytes;
+    }
+  }
+  const auto top =
+      std::max_element(bytes_by_type.begin(), bytes_by_type.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  s.type = top != bytes_by_type.end() ? std::string(dtype_name(top->first)) : "?";
+  for (const model::LayerWeights& L : m.weights().layers)
+    for (const model::Matrix* w : {&L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
+      if (w->present()) s.ffn_bytes += w->nbytes();
+  s.kv_bytes_per_cell = static_cast<uint64_t>(hp.n_layer * 2 * hp.n_head_kv * hp.head_dim) * 2;
+  return s;
+}
+
+ProbeStats probe_stats(int threads, std::vector<double> passes) {
+  ProbeStats p;
+  p.threads = threads;
+  p.median = median_of(passes);
+  p.min = passes.empty() ? 0 : *std::min_element(passes.begin(), passes.end());
+  p.max = passes.empty() ? 0 : *std::max_element(passes.begin(), passes.end());
+  p.passes = std::move(passes);
+  return p;
+}
+
+// Sparse counters of the session since the last reset, summed over layers.
+struct SparseTotals {
+  int64_t tokens = 0;  // tokens per layer
+  int64_t neurons = 0, predicted = 0, computed = 0;
+  uint64_t bytes = 0;
+};
+
+SparseTotals sparse_totals(const Session& s) {
+  SparseTotals t;
+  const SparsityReport r = s.sparsity();
+  if (!r.layers.empty()) t.tokens = r.layers[0].tokens;
+  for (const LayerSparsity& l : r.layers) {
+    t.neurons += l.tokens * l.n_ff;
+    t.predicted += l.predicted;
+    t.computed += l.computed;
+    t.bytes += l.bytes;
+  }
+  return t;
+}
+
+// One model, mode and thread count: a session and the tests run on it.
+class RowRunner {
+ public:
+  RowRunner(const BenchOptions& o, const ModelSummary& model, const BandwidthProbe& probe,
+            Session& session, int32_t bos, int threads)
+      : o_(o), model_(model), probe_(probe), session_(session), bos_(bos), pool_(threads) {}
+
+  Status prompt_test(int64_t n, BenchRow& row) {
+    std::vector<int32_t> tokens(static_cast<size_t>(n));
+    std::mt19937_64 rng(0x5EEDu + static_cast<uint64_t>(n));
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(model_.n_vocab - 1));
+    for (int32_t& t : tokens) t = id(rng);
+    auto once = [&]() -> Result<double> {
+      session_.reset();
+      session_.reset_sparsity();
+      const auto t0 = Clock::now();
+      PI_TRY(session_.prompt(tokens));
+      return seconds_since(t0);
+    };
+    auto warmup = once();
+    if (!warmup.ok()) return warmup.error();
+    return repeat(row, n, once);
+  }
+
+  Status gen_test(int64_t n, BenchRow& row) {
+    auto run = [&](int64_t count) -> Result<double> {
+      session_.reset();
+      const int32_t first[1] = {bos_};
+      PI_TRY(session_.prompt(first));
+      session_.reset_sparsity();
+      const auto t0 = Clock::now();
+      for (int64_t i = 0; i < count; ++i) PI_TRY(session_.advance(session_.sample()));
+      return seconds_since(t0);
+    };
+    if (o_.warmup_gen > 0) {
+      auto warmup = run(std::min<int64_t>(n, o_.warmup_gen));
+      if (!warmup.ok()) return warmup.error();
+    }
+    return repeat(row, n, [&] { return run(n); });
+  }
+
+ private:
+  // The timed repetitions of `once` (which returns the seconds of one run of `tokens`
+  // tokens), with probe passes before the first and after each; sparse counters are summed
+  // over the repetitions. Fills the row's samples, fractions, bytes and ratios.
+  template <typename Once>
+  Status repeat(BenchRow& row, int64_t tokens, Once once) {
+    std::vector<double> passes = probe_.measure(pool_, o_.probe_passes);
+    SparseTotals sum;
+    for (int r = 0; r < o_.reps; ++r) {
+      auto dt = once();
+      if (!dt.ok()) return dt.error();
+      row.samples.push_back(*dt > 0 ? static_cast<double>(tokens) / *dt : 0.0);
+      const SparseTotals t = sparse_totals(session_);
+      sum.tokens += t.tokens;
+      sum.neurons += t.neurons;
+      sum.predicted += t.predicted;
+      sum.computed += t.computed;
+      sum.bytes += t.bytes;
+      passes.push_back(probe_.pass(pool_).gbps);
+      log_debug("bench:   repetition %d/%d: %.2f tokens/s", r + 1, o_.reps, row.samples.back());
+    }
+    row.probe = probe_stats(row.threads, std::move(passes));
+    if (row.mode == BenchMode::Sparse && sum.neurons > 0) {
+      row.active_fraction = static_cast<double>(sum.predicted) / static_cast<double>(sum.neurons);
+      row.computed_fraction = static_cast<double>(sum.computed) / static_cast<double>(sum.neurons);
+    }
+    if (row.n_gen > 0) {
+      row.has_bytes = true;
+      ByteBreakdown& b = row.bytes;
+      b.other_weights = static_cast<double>(model_.weight_bytes_per_token - model_.ffn_bytes);
+      // Cells read by the k-th generated token (k = 0 .. n-1): the BOS, earlier tokens, itself.
+      b.kv =
+          static_cast<double>(model_.kv_bytes_per_cell) * (static_cast<double>(row.n_gen) + 3) / 2;
+      if (row.mode == BenchMode::Dense) {
+        b.ffn = static_cast<double>(model_.ffn_bytes);
+      } else if (sum.tokens > 0) {
+        b.predictors = static_cast<double>(model_.predictor_bytes);
+        b.ffn = static_cast<double>(sum.bytes) / static_cast<double>(sum.tokens) - b.predictors;
+      }
+    }
+    summarize(row);
+    if (row.has_bytes) {
+      row.gbps = row.bytes.total() * row.ts_median / 1e9;
+      row.probe_ratio = row.probe.median > 0 ? row.gbps / row.probe.median : 0.0;
+    }
+    return Status::Ok();
+  }
+
+  const BenchOptions& o_;
+  const ModelSummary& model_;
+  const BandwidthProbe& probe_;
+  Session& session_;
+  int32_t bos_;
+  ThreadPool pool_;  // the probe's threads, as many as the session's
+};
+
+// Maps every weight page into this process: a dense step on a throwaway session reads every
+// matrix once. A sparse session's own warm-up touches only the predicted rows; without this,
+// page faults on rows first used in later tokens would be timed.
+Status map_all_weights(const Engine& engine, int32_t bos, int threads) {
+  SessionOptions so;
+  so.n_ctx = 8;
+  so.n_batch = 1;
+  so.n_threads = threads;
+  so.sampling.temperature = 0.0f;
+  so.sparse.dense = true;
+  auto s = Session::create(engine, so);
+  if (!s.ok()) return s.error();
+  return (*s)->warmup(bos);
+}
+
+Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t index,
+                 BenchReport& report) {
+  const std::string& path = o.models[index];
+  log_info("bench: loading %s", path.c_str());
+  auto engine = Engine::load(path);
+  if (!engine.ok()) return engine.error();
+  report.models.push_back(summarize_model(**engine));
+  const ModelSummary& model = report.models.back();
+  const Tokenizer* tok = (*engine)->tokenizer();
+  const int32_t bos = tok != nullptr && tok->bos() >= 0 ? tok->bos() : 0;
+
+  int64_t n_ctx = 1;
+  for (int64_t p : o.n_prompt) n_ctx = std::max(n_ctx, p);
+  for (int64_t n : o.n_gen) n_ctx = std::max(n_ctx, n + 1);
+  if (model.n_vocab < 1) return err("%s: the model has no vocabulary rows", path.c_str());
+
+  bool mapped = false;
+  for (BenchMode mode : modes_for(o, model.powerinfer)) {
+    for (int threads : o.threads) {
+      SessionOptions so;
+      so.n_ctx = n_ctx;
+      so.n_batch = o.n_batch;
+      so.n_threads = threads;
+      so.sampling.temperature = 0.0f;  // greedy
+      so.sparse.dense = mode == BenchMode::Dense;
+      if (mode == BenchMode::Sparse && !mapped) {
+        PI_TRY(map_all_weights(**engine, bos, threads));
+        mapped = true;
+      }
+      auto session = Session::create(**engine, so);
+      if (!session.ok()) return session.error();
+      if (mode == BenchMode::Sparse && !(*session)->sparsity().sparse)
+        return err("%s: the session did not start sparse (no usable predictors)", path.c_str());
+      PI_TRY((*session)->warmup(bos));
+      RowRunner runner(o, model, probe, **session, bos, threads);
+
+      auto add_row = [&](int64_t n_prompt, int64_t n_gen) -> Status {
+        BenchRow row;
+        row.model = index;
+        row.mode = mode;
+        row.threads = threads;
+        row.n_batch = (*session)->n_batch();
+        row.n_prompt = n_prompt;
+        row.n_gen = n_gen;
+        row.test = n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
+        row.load_1m = read_load_average().m1;
+        log_info("bench: %s %s t=%d %s (load %.2f)", std::filesystem::path(path).filename().c_str(),
+                 mode_name(mode), threads, row.test.c_str(), row.load_1m);
+        PI_TRY(n_prompt > 0 ? runner.prompt_test(n_prompt, row) : runner.gen_test(n_gen, row));
+        std::string each;
+        for (double v : row.samples)
+          each += (each.empty() ? "" : ", ") + std::to_string(v).substr(0, 8);
+        if (row.has_bytes) {
+          log_info(
+              "bench:   median %.2f tokens/s (%s), %.1f MiB/token, %.1f GB/s = %.0f%% of probe "
+              "%.1f GB/s",
+              row.ts_median, each.c_str(), row.bytes.total() / 1048576.0, row.gbps,
+              100 * row.probe_ratio, row.probe.median);
+        } else {
+          log_info("bench:   median %.2f tokens/s (%s)", row.ts_median, each.c_str());
+        }
+        report.rows.push_back(std::move(row));
+        return Status::Ok();
+      };
+      for (int64_t p : o.n_prompt) PI_TRY(add_row(p, 0));
+      for (int64_t n : o.n_gen) PI_TRY(add_row(0, n));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void summarize(BenchRow& row) {
+  const std::vector<double>& s = row.samples;
+  if (s.empty()) return;
+  row.ts_median = median_of(s);
+  row.ts_min = *std::min_element(s.begin(), s.end());
+  row.ts_max = *std::max_element(s.begin(), s.end());
+  double mean = 0;
+  for (double v : s) mean += v;
+  mean /= static_cast<double>(s.size());
+  double ss = 0;
+  for (double v : s) ss += (v - mean) * (v - mean);
+  row.ts_stddev = s.size() > 1 ? std::sqrt(ss / static_cast<double>(s.size() - 1)) : 0.0;
+}
+
+Result<BenchReport> run_bench(const BenchOptions& o) {
+  BenchReport report;
+  report.options = o;
+  report.machine = read_machine_info();
+  report.build = read_build_info();
+  report.load_start = read_load_average();
+  if (!o.probe_only) PI_TRY(check_models(o));
+
+  if (o.probe_bytes < (size_t{1} << 30))
+    log_warn("bench: the probe buffer (%zu MiB) is below 1 GiB: caches may inflate its rate",
+             o.probe_bytes >> 20);
+  auto probe = BandwidthProbe::create(o.probe_bytes);
+  if (!probe.ok()) return probe.error();
+  report.probe_isa = std::string(probe_isa_name((*probe)->isa()));
+  report.probe_bytes = (*probe)->bytes();
+
+  // The probe table: every thread count of -t, or 1..max(-t) for --probe.
+  std::vector<int> counts = o.threads;
+  if (o.probe_only) {
+    counts.clear();
+    for (int t = 1; t <= *std::max_element(o.threads.begin(), o.threads.end()); ++t)
+      counts.push_back(t);
+  }
+  for (int t : counts) {
+    ThreadPool pool(t);
+    (void)(*probe)->pass(pool);  // wakes the workers, faults nothing (pages are resident)
+    report.probe.push_back(probe_stats(t, (*probe)->measure(pool, o.probe_passes)));
+    log_info("bench: probe %d thread%s: %.1f GB/s (median of %d passes, %s loads, %zu MiB)", t,
+             t == 1 ? "" : "s", report.probe.back().median, o.probe_passes,
+             report.probe_isa.c_str(), report.probe_bytes >> 20);
+  }
+
+  if (!o.probe_only)
+    for (size_t i = 0; i < o.models.size(); ++i) PI_TRY(run_model(o, **probe, i, report));
+  report.load_end = read_load_average();
+  return report;
+}
+
+}  // namespace pi::cli

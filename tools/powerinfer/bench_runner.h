@@ -1,0 +1,99 @@
+// `powerinfer bench`: runs the test grid and collects everything the reports print.
+//
+// For each model, mode (dense / sparse), thread count and test, one untimed warm-up run and
+// then `reps` timed repetitions:
+//  - prompt test ppP: P random (fixed-seed) token ids in [0, n_vocab) fed by Session::prompt
+//    in batches of -b; tokens/s = P / time of the prompt() call;
+//  - generation test tgN: the context holds one token (BOS), then N tokens are generated
+//    greedily (sample + advance), never stopping at end-of-text; only the N steps are timed.
+// Generation rows also get the bytes read per token (weights + KV cache), the effective GB/s
+// (bytes per token x median tokens/s) and its ratio to the read probe measured on the same
+// number of threads around the row's repetitions (the probe passes alternate with the runs, so
+// both see the same machine conditions).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench_args.h"
+#include "bench_machine.h"
+#include "core/error.h"
+
+namespace pi::cli {
+
+struct ModelSummary {
+  std::string path;
+  std::string name;         // general.name, may be empty
+  std::string arch;         // general.architecture
+  std::string type;         // weight type holding the most bytes, e.g. "q4_0"
+  bool powerinfer = false;  // PWRI file
+  bool has_predictors = false;
+  std::string activation;
+  double synth_activity = -1;  // synth.activity of `powerinfer synth` files, else -1
+  uint64_t file_bytes = 0;
+  int64_t params = 0;            // elements of every tensor, predictors included
+  int64_t predictor_params = 0;  // elements of fc1/fc2
+  int64_t n_layer = 0, n_embd = 0, n_ff = 0, n_head = 0, n_head_kv = 0, n_vocab = 0;
+  uint64_t weight_bytes_per_token = 0;  // the dense step: every matrix once (no predictors)
+  uint64_t ffn_bytes = 0;               // FFN matrices of all layers (part of the above)
+  uint64_t predictor_bytes = 0;         // fc1 + fc2 of all layers
+  uint64_t kv_bytes_per_cell = 0;       // f16 K and V of one position, all layers
+};
+
+struct ProbeStats {
+  int threads = 0;
+  std::vector<double> passes;  // GB/s of each pass, in order
+  double median = 0, min = 0, max = 0;
+};
+
+// Per generated token (generation tests only), in bytes.
+struct ByteBreakdown {
+  double other_weights = 0;  // attention, norms, output head: every non-FFN matrix
+  double ffn = 0;            // FFN rows read (dense: all of them)
+  double predictors = 0;     // sparse only
+  double kv = 0;             // K and V cells attention reads, mean over the generated tokens
+  double total() const { return other_weights + ffn + predictors + kv; }
+};
+
+struct BenchRow {
+  size_t model = 0;  // index into BenchReport::models
+  BenchMode mode = BenchMode::Dense;
+  int threads = 0;
+  int64_t n_batch = 0;
+  int64_t n_prompt = 0, n_gen = 0;  // one of them is 0
+  std::string test;                 // "pp512", "tg128"
+  std::vector<double> samples;      // tokens/s of each repetition
+  double ts_median = 0, ts_min = 0, ts_max = 0, ts_stddev = 0;
+  // Sparse mode: predicted-active and accumulated neuron fractions over the timed tokens and
+  // layers; -1 in dense mode.
+  double active_fraction = -1, computed_fraction = -1;
+  bool has_bytes = false;  // generation tests
+  ByteBreakdown bytes;
+  double gbps = 0;         // bytes.total() x ts_median / 1e9
+  ProbeStats probe;        // passes run around this row's repetitions
+  double probe_ratio = 0;  // gbps / probe.median
+  double load_1m = -1;     // load average when the row started
+};
+
+struct BenchReport {
+  MachineInfo machine;
+  BuildInfo build;
+  BenchOptions options;
+  std::string probe_isa;
+  size_t probe_bytes = 0;
+  std::vector<ProbeStats> probe;  // one per thread count, measured before the models
+  std::vector<ModelSummary> models;
+  std::vector<BenchRow> rows;
+  LoadAverage load_start, load_end;
+};
+
+// Runs the probe table and (unless probe_only) the grid. Progress goes to the log (stderr).
+// Fails on the first file that cannot be opened or run in a requested mode, before any timing
+// starts where this can be known from the file.
+Result<BenchReport> run_bench(const BenchOptions& o);
+
+// Sample statistics of tokens/s: median, min, max, standard deviation (n - 1; 0 for n < 2).
+void summarize(BenchRow& row);
+
+}  // namespace pi::cli

@@ -8,18 +8,6 @@
 
 namespace pi::tools::synth {
 
-const char* arch_name(Arch a) {
-  switch (a) {
-    case Arch::Llama:
-      return "llama";
-    case Arch::Bamboo:
-      return "bamboo";
-    case Arch::Falcon:
-      return "falcon";
-  }
-  return "?";
-}
-
 namespace {
 
 struct Preset {

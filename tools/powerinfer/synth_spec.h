@@ -8,12 +8,14 @@
 
 #include "core/error.h"
 #include "gguf/writer.h"
+#include "model/hparams.h"
 #include "tensor/dtype.h"
 
 namespace pi::tools::synth {
 
-enum class Arch { Llama, Bamboo, Falcon };
-const char* arch_name(Arch a);
+// Architectures are the model layer's: synth writes exactly what the loader reads.
+using model::Arch;
+using model::arch_name;
 
 // As given on the command line; unset optionals take the preset's value.
 struct Options {

@@ -281,7 +281,10 @@ struct Shape {
   const char* name;
   int64_t rows, cols;
 };
-constexpr Shape kShapes[] = {{"4096x4096", 4096, 4096}, {"11008x4096", 11008, 4096}, {"4096x11008", 4096, 11008}};
+// Attention and FFN matrices of Llama-2-7B, then its predictor (rank 1024): fc1 and fc2.
+constexpr Shape kShapes[] = {{"4096x4096", 4096, 4096},   {"11008x4096", 11008, 4096},
+                             {"4096x11008", 4096, 11008}, {"1024x4096", 1024, 4096},
+                             {"11008x1024", 11008, 1024}};
 const DType kTypes[] = {DType::Q4_0, DType::Q8_0, DType::F16,  DType::BF16, DType::F32,
                         DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q6_K};
 

@@ -8,6 +8,14 @@
 // packed nibbles unpack to. The lane term is -offset * (sum of the lane's 4 quants) for
 // types stored as q - offset (so vpdpbusd starting from it yields sum (q - offset) * x),
 // or dx * (lane sum) in f32 for the types with a minimum. An odd last block fills A only.
+//
+// Q4_0, the format of most deployed models, has its own wider layout: per quad of four
+// 32-element blocks one 256-byte slot of low halves (elements 0-15 of block j at bytes
+// 16j..16j+15), high halves (elements 16-31, same places), lane terms -8 * (lane sum of both
+// halves) and scales dx per lane (lane k belongs to block k / 4). The weights of a quad (72
+// bytes) are loaded with two loads and their nibbles gathered by one byte permute, so one
+// quad costs about what one pair costs in the layout above. A partial last quad is zero-padded
+// (its weights are read with masked loads, never past the row).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -20,6 +28,7 @@ namespace pi::cpu::detail {
 namespace {
 
 constexpr size_t kSlot = 192;
+constexpr size_t kQuadSlot = 256;  // Q4_0: four blocks
 
 inline __m128i loadu128(const uint8_t* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -169,15 +178,43 @@ int act_offset(DType t) {
   }
 }
 
+// Q4_0 activation quads (see the header comment): blocks beyond nb are zero.
+void prepare_quads(const float* x, int64_t nb, uint8_t* out) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t qd = 0; qd < (nb + 3) / 4; ++qd) {
+    alignas(64) int8_t lo[64] = {};
+    alignas(64) int8_t hi[64] = {};
+    alignas(64) float dx[16] = {};
+    for (int j = 0; j < 4 && 4 * qd + j < nb; ++j) {
+      alignas(64) int8_t q[32];
+      const float d = quantize32(x + 32 * (4 * qd + j), q);
+      for (int e = 0; e < 16; ++e) {
+        lo[16 * j + e] = q[e];
+        hi[16 * j + e] = q[16 + e];
+      }
+      for (int l = 0; l < 4; ++l) dx[4 * j + l] = d;
+    }
+    const __m512i xlo = _mm512_load_si512(lo), xhi = _mm512_load_si512(hi);
+    const __m512i sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xlo), ones, xhi);
+    uint8_t* slot = out + qd * kQuadSlot;
+    _mm512_store_si512(slot, xlo);
+    _mm512_store_si512(slot + 64, xhi);
+    _mm512_store_si512(slot + 128, _mm512_mullo_epi32(sums, _mm512_set1_epi32(-DecQ4_0::kOffset)));
+    _mm512_store_ps(slot + 192, _mm512_load_ps(dx));
+  }
+}
+
 }  // namespace
 
 size_t avx512_act_bytes(DType t, int64_t cols) {
   if (!int_path(t)) return 0;
+  if (t == DType::Q4_0) return static_cast<size_t>((cols / 32 + 3) / 4) * kQuadSlot;
   return static_cast<size_t>((cols / 32 + 1) / 2) * kSlot;
 }
 
 void avx512_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out) {
   if (!int_path(t)) return;
+  if (t == DType::Q4_0) return prepare_quads(x, cols / 32, out);
   const int64_t nb = cols / 32;
   const bool nibble = t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1;
   const bool with_min = t == DType::Q4_1 || t == DType::Q5_1;
@@ -286,6 +323,95 @@ inline void dot_tokens(const uint8_t* row, const uint8_t* const* acts, int64_t n
   for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], accm[i]));
 }
 
+// ---- Q4_0 quads: four blocks per step ------------------------------------------------------
+// Source byte of each permuted byte: quants of block j (bytes 18j+2 .. 18j+17 of the quad;
+// 64 and up come from the second register), and the f16 scale word of the block of each lane.
+inline __m512i q4_quant_bytes() {
+  alignas(64) static const uint8_t idx[64] = {
+      2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 20, 21, 22, 23, 24, 25,
+      26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49,
+      50, 51, 52, 53, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71};
+  return _mm512_load_si512(idx);
+}
+inline __m512i q4_scale_words() {
+  return _mm512_setr_epi32(0, 0, 9 | 9 << 16, 9 | 9 << 16, 18 | 18 << 16, 18 | 18 << 16, 27 | 27 << 16,
+                           27 | 27 << 16, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+
+// A quad's weights: nibble halves lo/hi in the activation's order and the scale per lane.
+struct Q4Quad {
+  __m512i lo, hi;
+  __m512 dw;
+};
+inline Q4Quad q4_decode(__m512i v0, __m512i v1, __m512i perm, __m512i words) {
+  const __m512i p = _mm512_permutex2var_epi8(v0, perm, v1);
+  const __m512i m = _mm512_set1_epi8(0x0f);
+  const __m256i w = _mm512_castsi512_si256(_mm512_permutexvar_epi16(words, v0));
+  return {_mm512_and_si512(p, m), _mm512_and_si512(_mm512_srli_epi16(p, 4), m), _mm512_cvtph_ps(w)};
+}
+inline Q4Quad q4_load(const uint8_t* b, __m512i perm, __m512i words) {
+  return q4_decode(_mm512_loadu_si512(b), _mm512_zextsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 64))), perm, words);
+}
+// The last, partial quad of a row: nbt (1..3) blocks, nothing read past them.
+inline Q4Quad q4_load_tail(const uint8_t* b, int64_t nbt, __m512i perm, __m512i words) {
+  const __mmask64 k = (__mmask64{1} << (18 * nbt)) - 1;
+  return q4_decode(_mm512_maskz_loadu_epi8(k, b), _mm512_setzero_si512(), perm, words);
+}
+// acc += (sum over the quad's lanes of w . x) per lane, scaled.
+inline __m512 q4_step(const Q4Quad& w, const uint8_t* a, __m512 acc) {
+  __m512i s = _mm512_dpbusd_epi32(_mm512_load_si512(a + 128), w.lo, _mm512_load_si512(a));
+  s = _mm512_dpbusd_epi32(s, w.hi, _mm512_load_si512(a + 64));
+  return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_load_ps(a + 192)), w.dw, acc);
+}
+
+// NR rows x one token. Every (row, token) pair sees the same operations in the same order
+// here and in q4_tokens, so one-token and many-token products agree bit for bit.
+// kLight: prefetch each line of the next rows once (one per quad, plus the ninth line of
+// every eight quads), else both ends of every quad (most lines twice). Light measured ~15%
+// faster for short consecutive rows (the predictor's fc2: 1024 columns) and slower for the
+// 4096-column matrices of the model.
+template <int NR, bool kLight = false>
+inline void q4_rows(const uint8_t* const* rows, const uint8_t* const* next, const uint8_t* act, int64_t nb,
+                    float* out) {
+  const __m512i perm = q4_quant_bytes(), words = q4_scale_words();
+  __m512 acc[NR];
+  for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
+  const int64_t nq = nb / 4;
+  for (int64_t qd = 0; qd < nq; ++qd) {
+    const uint8_t* a = act + qd * kQuadSlot;
+    const size_t off = static_cast<size_t>(qd) * 72;
+    for (int r = 0; r < NR; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(next[r] + off), _MM_HINT_T0);
+      if (!kLight || (qd & 7) == 7)
+        _mm_prefetch(reinterpret_cast<const char*>(next[r] + off + (kLight ? 64 : 71)), _MM_HINT_T0);
+      acc[r] = q4_step(q4_load(rows[r] + off, perm, words), a, acc[r]);
+    }
+  }
+  if (nb % 4 != 0) {
+    const uint8_t* a = act + nq * kQuadSlot;
+    for (int r = 0; r < NR; ++r) acc[r] = q4_step(q4_load_tail(rows[r] + nq * 72, nb % 4, perm, words), a, acc[r]);
+  }
+  for (int r = 0; r < NR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+// One row x NT tokens: the row is decoded once per quad for all tokens.
+template <int NT>
+inline void q4_tokens(const uint8_t* row, const uint8_t* const* acts, int64_t nb, float* out) {
+  const __m512i perm = q4_quant_bytes(), words = q4_scale_words();
+  __m512 acc[NT];
+  for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
+  const int64_t nq = nb / 4;
+  for (int64_t qd = 0; qd < nq; ++qd) {
+    const Q4Quad w = q4_load(row + qd * 72, perm, words);
+    for (int i = 0; i < NT; ++i) acc[i] = q4_step(w, acts[i] + qd * kQuadSlot, acc[i]);
+  }
+  if (nb % 4 != 0) {
+    const Q4Quad w = q4_load_tail(row + nq * 72, nb % 4, perm, words);
+    for (int i = 0; i < NT; ++i) acc[i] = q4_step(w, acts[i] + nq * kQuadSlot, acc[i]);
+  }
+  for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(acc[i]);
+}
+
 // ---- Q6_K: 256-element super-blocks = 4 activation slots -------------------------------
 // Sub-block index of each lane for the j-th 64-element quarter of a super-block.
 inline __m512i q6_sub_lanes(int j) {
@@ -389,9 +515,17 @@ inline const uint8_t* row_ptr(const DotTask& t, int64_t k) {
   return t.W + static_cast<size_t>(row_of(t, k)) * t.row_bytes;
 }
 
-// One token: rows in groups of G, prefetching the next group while computing this one.
+// Bytes of weights the one-token leaves prefetch ahead of the rows they compute: about the
+// bandwidth-latency product of one core (~40 GB/s x ~150 ns). One group of short rows (the
+// predictor's fc2 has 576-byte rows) is far less, so short rows look several groups ahead.
+constexpr size_t kPrefetchAhead = 6144;
+
+// One token: rows in groups of G, prefetching the group `ahead` groups on while computing
+// this one (ahead chosen so that about kPrefetchAhead bytes are in flight).
 template <int G = 4, typename GroupG, typename Group1>
 void rows_one_token(const DotTask& t, GroupG gg, Group1 g1) {
+  const size_t group_bytes = G * t.row_bytes;
+  const int64_t ahead = G * static_cast<int64_t>((kPrefetchAhead + group_bytes - 1) / group_bytes);
   int64_t k = t.k0;
   for (; k + G <= t.k1; k += G) {
     const uint8_t* rows[G];
@@ -399,7 +533,7 @@ void rows_one_token(const DotTask& t, GroupG gg, Group1 g1) {
     float out[G];
     for (int r = 0; r < G; ++r) {
       rows[r] = row_ptr(t, k + r);
-      next[r] = k + G + r < t.k1 ? row_ptr(t, k + G + r) : rows[r];
+      next[r] = k + ahead + r < t.k1 ? row_ptr(t, k + ahead + r) : rows[r];
     }
     gg(rows, next, out);
     for (int r = 0; r < G; ++r) t.Y[row_of(t, k + r)] = out[r];
@@ -458,6 +592,30 @@ void dot_quant(const DotTask& t) {
   });
 }
 
+void dot_q4_0(const DotTask& t) {
+  const int64_t nb = t.cols / 32;
+  if (t.m == 1 && t.masks == nullptr) {
+    auto one = [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { q4_rows<1>(r, n, t.act, nb, o); };
+    if (t.idx == nullptr && t.row_bytes <= 1152) {
+      // Short consecutive rows (up to 2048 columns): eight per group, light prefetch.
+      rows_one_token<8>(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { q4_rows<8, true>(r, n, t.act, nb, o); }, one);
+    } else {
+      rows_one_token<4>(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { q4_rows<4>(r, n, t.act, nb, o); }, one);
+    }
+    return;
+  }
+  rows_many_tokens(t, [&](const uint8_t* row, const int* sel, int nt, float* out) {
+    const uint8_t* acts[4];
+    for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
+    switch (nt) {
+      case 4: q4_tokens<4>(row, acts, nb, out); break;
+      case 3: q4_tokens<3>(row, acts, nb, out); break;
+      case 2: q4_tokens<2>(row, acts, nb, out); break;
+      default: q4_tokens<1>(row, acts, nb, out); break;
+    }
+  });
+}
+
 void dot_q6k(const DotTask& t) {
   const int64_t nsb = t.cols / 256;
   if (t.m == 1 && t.masks == nullptr) {
@@ -508,7 +666,7 @@ void dot_floats(const DotTask& t) {
 
 void avx512_dot(const DotTask& t) {
   switch (t.type) {
-    case DType::Q4_0: return dot_quant<DecQ4_0>(t);
+    case DType::Q4_0: return dot_q4_0(t);
     case DType::Q4_1: return dot_quant<DecQ4_1>(t);
     case DType::Q5_0: return dot_quant<DecQ5_0>(t);
     case DType::Q5_1: return dot_quant<DecQ5_1>(t);

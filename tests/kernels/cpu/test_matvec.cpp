@@ -15,7 +15,7 @@ namespace {
 
 std::vector<int64_t> col_sizes(DType t) {
   if (t == DType::Q6_K) return {256, 768, 4352};
-  if (int_type(t)) return {32, 96, 256, 4128};
+  if (int_type(t)) return {32, 64, 96, 256, 4128};  // 1, 2, 3, 0, 1 blocks past a multiple of 4
   return {1, 5, 17, 32, 96, 4128};
 }
 
@@ -176,6 +176,44 @@ std::vector<int32_t> subset(int64_t n, double frac, uint32_t seed) {
   for (int64_t r = 0; r < n; ++r)
     if (keep(rng)) idx.push_back(static_cast<int32_t>(r));
   return idx;
+}
+
+// Batch invariance: a token's outputs do not depend on the other tokens of its batch. The
+// many-token forms (matmul, and the batched and union sparse forms) give every (row, token)
+// the operations of the one-token form in the same order, so they agree bit for bit; batched
+// decoding of several sequences relies on this.
+TEST(CpuMatmul, EachTokenBitIdenticalToMatvec) {
+  for (Isa isa : isas()) {
+    IsaScope scope(isa);
+    for (DType t : matrix_types()) {
+      SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t));
+      const int64_t rows = 37, cols = t == DType::Q6_K ? 512 : 4160, m = 6;
+      const Weights w = random_weights(t, rows, cols, 5);
+      const auto X = gaussian(m * cols, 6);
+      ThreadPool pool(2);
+      std::vector<float> Y(static_cast<size_t>(m * rows)), y(static_cast<size_t>(rows));
+      matmul(pool, t, w.data(), rows, cols, X.data(), m, Y.data());
+      std::vector<int32_t> idx;
+      std::vector<int64_t> offsets{0};
+      for (int64_t i = 0; i < m; ++i) {
+        const auto s = subset(rows, 0.5, static_cast<uint32_t>(60 + i));
+        idx.insert(idx.end(), s.begin(), s.end());
+        offsets.push_back(static_cast<int64_t>(idx.size()));
+      }
+      std::vector<float> Yb(static_cast<size_t>(m * rows), 0.0f), yr(static_cast<size_t>(rows), 0.0f);
+      matvec_rows_batch(pool, t, w.data(), rows, cols, idx.data(), offsets.data(), X.data(), m, Yb.data());
+      for (int64_t i = 0; i < m; ++i) {
+        matvec(pool, t, w.data(), rows, cols, X.data() + i * cols, y.data());
+        EXPECT_EQ(0, std::memcmp(y.data(), Y.data() + i * rows, rows * 4)) << "matmul token " << i;
+        matvec_rows(pool, t, w.data(), cols, idx.data() + offsets[i], offsets[i + 1] - offsets[i],
+                    X.data() + i * cols, yr.data());
+        for (int64_t k = offsets[i]; k < offsets[i + 1]; ++k) {
+          const int32_t r = idx[static_cast<size_t>(k)];
+          EXPECT_EQ(0, std::memcmp(&yr[r], &Yb[i * rows + r], 4)) << "batched rows, token " << i << " row " << r;
+        }
+      }
+    }
+  }
 }
 
 TEST(CpuMatvecRows, WritesOnlyListedRows) {

@@ -1,6 +1,6 @@
 // AVX2 axpy leaves: y[c0:c1] += sum_k coef_k * D[rows_k, c0:c1] for one column slice. As in
 // avx512_axpy.cpp, one token takes rows eight at a time with y in registers for two blocks,
-// adds the group's rows in list order and one correction per block (offset and minimum),
+// adds the group's rows in list order and one correction per block (the minimum),
 // so every y element sees the same operations whatever the slice boundaries.
 // Compiled with -mavx2 -mfma -mf16c.
 #include <immintrin.h>
@@ -35,10 +35,13 @@ inline void axpy_block(const uint8_t* p, float c, float* y) {
 constexpr int kGroup = 8;
 constexpr int64_t kChunk = 128;  // blocks per scale table: 4096 columns
 
-// Raw quants of one block (no offset) as four vectors of 8 floats.
+// Quants minus the offset (exact small integers) of one block as four vectors of 8 floats.
+// Subtracting the offset here rather than in a per-block correction keeps the one-token sum
+// identical to the many-token one (axpy_block) for the types without a minimum.
 template <class Dec>
 inline void raw_values(const uint8_t* p, __m256* w) {
-  const __m256i z = Dec::quants(p);
+  __m256i z = Dec::quants(p);
+  if constexpr (Dec::kOffset != 0) z = _mm256_sub_epi8(z, _mm256_set1_epi8(Dec::kOffset));
   const __m128i lo = _mm256_castsi256_si128(z), hi = _mm256_extracti128_si256(z, 1);
   w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
   w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo)));
@@ -46,8 +49,8 @@ inline void raw_values(const uint8_t* p, __m256* w) {
   w[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi)));
 }
 
-// y[32 b .. 32 (b + NB)) += the group's rows (s * q in row order), then each block's
-// correction sum_r (coef_r * mn_r - kOffset * s_r).
+// y[32 b .. 32 (b + NB)) += the group's rows (s * (q - offset) in row order), then, for the
+// types with a minimum, each block's correction sum_r coef_r * mn_r.
 template <class Dec, int NB>
 inline void add_blocks(const uint8_t* const* rows, int g, const uint8_t* const* next, int gn,
                        const float (*sd)[kChunk], const float* corr, int64_t b, int64_t j, float* Y) {
@@ -68,7 +71,7 @@ inline void add_blocks(const uint8_t* const* rows, int g, const uint8_t* const* 
   for (int i = 0; i < NB; ++i) {
     const __m256 c = _mm256_broadcast_ss(&corr[j + i]);
     for (int q = 0; q < 4; ++q) {
-      if constexpr (Dec::kMin || Dec::kOffset != 0) acc[4 * i + q] = _mm256_add_ps(acc[4 * i + q], c);
+      if constexpr (Dec::kMin) acc[4 * i + q] = _mm256_add_ps(acc[4 * i + q], c);
       _mm256_storeu_ps(y + 32 * i + 8 * q, acc[4 * i + q]);
     }
   }
@@ -96,8 +99,7 @@ void axpy_blocks_one(const AxpyTask& t) {
         for (int64_t j = 0; j < cb1 - cb0; ++j, blk += Dec::kBytes) {
           const float s = c * Dec::d(blk);
           sd[r][j] = s;
-          if constexpr (Dec::kMin || Dec::kOffset != 0)
-            corr[j] += c * Dec::mn(blk) - static_cast<float>(Dec::kOffset) * s;
+          if constexpr (Dec::kMin) corr[j] += c * Dec::mn(blk);
         }
       }
       int64_t b = cb0;

@@ -1,6 +1,13 @@
 // The engine's public API: load a model once (Engine), then run one or more inference
-// sessions over it (Session). A session owns a KV cache of one sequence, a thread pool and a
-// sampler; it feeds prompt tokens in batches and generates one token at a time.
+// sessions over it (Session). A session owns a KV cache, a thread pool and a sampler per
+// sequence; it feeds prompt tokens in batches and generates one token at a time. A session
+// created with n_seq_max > 1 also decodes several sequences at once (batched generation):
+//
+//   (*session)->prompt(prompt_tokens);                      // sequence 0
+//   for (int s = 1; s < n; ++s) (*session)->fork(0, s);     // shares the prompt's cells
+//   int32_t t = (*session)->sample(s, (*session)->logits());  // per sequence
+//   (*session)->decode(batch);  // {token, seq, pos, logits} entries, one forward pass
+//   t = (*session)->sample(s, (*session)->batch_logits(i));  ...
 //
 //   auto engine = pi::Engine::load("model.gguf");            // Result<unique_ptr<Engine>>
 //   auto session = pi::Session::create(**engine, {.n_ctx = 2048, .n_threads = 4});
@@ -19,6 +26,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "powerinfer/batch.h"
 #include "powerinfer/sampling.h"
 #include "powerinfer/sparsity.h"
 
@@ -73,6 +81,9 @@ struct SessionOptions {
   SamplingParams sampling;
   SparseOptions sparse;  // PowerInfer files: sparse or dense, threshold, predictor check
   bool all_logits = false;  // keep the logits of every fed token (prompt_logits(), perplexity)
+  // Sequences the session holds (1..64), ids 0 .. n_seq_max-1. Sequence i samples with seed
+  // sampling.seed + i, so a one-sequence session seeded S + i reproduces sequence i.
+  int n_seq_max = 1;
 };
 
 // Wall-clock time spent in each phase, for llama.cpp-style timing reports.
@@ -80,7 +91,8 @@ struct Timings {
   double prompt_ms = 0;
   int64_t n_prompt = 0;  // tokens fed by prompt()
   double eval_ms = 0;
-  int64_t n_eval = 0;  // tokens fed by advance()
+  int64_t n_eval = 0;         // tokens fed by advance() and decode()
+  int64_t n_eval_passes = 0;  // forward passes of advance() and decode()
   double sample_ms = 0;
   int64_t n_sample = 0;
 };
@@ -110,12 +122,37 @@ class Session {
   // Tokens sample() never returns (e.g. end-of-generation tokens with --ignore-eos).
   void ban_tokens(std::vector<int32_t> ids);
 
+  // ---- Several sequences (n_seq_max > 1); the calls above work on sequence 0 ----
+  // Evaluates tokens of any sequences in one forward pass (more than n_batch: several) and
+  // records each in its sequence's penalty window. Fails without changing anything for bad
+  // sequence ids, token ids or positions (each must be above what its sequence holds), more
+  // than n_seq_max entries asking for logits, or a full context ("context overflow").
+  Status decode(std::span<const BatchToken> batch);
+  // Logits of entry i of the last decode(), f32 [n_vocab]; empty unless it asked for them.
+  std::span<const float> batch_logits(size_t i) const;
+  // Picks a token for sequence seq from `logits` with that sequence's sampler (its seed and
+  // penalty window). Does not record it: decode() does. -1 when seq is outside
+  // [0, n_seq_max).
+  int32_t sample(int32_t seq, std::span<const float> logits);
+  // Sequence dst (holding nothing) becomes a copy of src: it shares src's cached positions
+  // (no data copied) and takes its penalty window; its RNG restarts from its own seed.
+  Status fork(int32_t src, int32_t dst);
+  // Sequence seq (-1: all) forgets positions [p0, p1) (p1 = -1: to the end); its sampler is
+  // reset when it holds nothing afterwards.
+  Status seq_rm(int32_t seq, int32_t p0, int32_t p1 = -1);
+  // Sequence dst also holds src's positions [p0, p1) (p1 = -1: to the end), sharing cells.
+  Status seq_cp(int32_t src, int32_t dst, int32_t p0 = 0, int32_t p1 = -1);
+  // Highest position sequence seq holds; -1 when none.
+  int32_t seq_pos_max(int32_t seq) const;
+  int n_seq_max() const;
+
   std::span<const float> logits() const;  // f32 [n_vocab] of the last fed token
   int64_t n_past() const;                 // tokens in the context
   int64_t n_ctx() const;
   int n_threads() const;
   int64_t n_batch() const;
-  // Forgets the context and the sampler's window, reseeds the sampler; timings are kept.
+  // Forgets the context of every sequence and the samplers' windows, reseeds the samplers;
+  // timings are kept.
   void reset();
   // Runs one token through the model and forgets it, so that every weight page is mapped and
   // every buffer touched before timed work (the first pass over a memory-mapped model pays
@@ -130,7 +167,7 @@ class Session {
  private:
   Session() = default;
   std::unique_ptr<runtime::Context> ctx_;
-  std::unique_ptr<runtime::Sampler> sampler_;
+  std::vector<std::unique_ptr<runtime::Sampler>> samplers_;  // one per sequence
   Timings timings_;
 };
 

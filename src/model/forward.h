@@ -9,8 +9,13 @@
 //   logits = head · norm_out(x)
 //
 // A batch of m tokens is processed with matrix x matrix products (m = 1 is generation).
-// All activations live in StepBuffers, allocated once for the largest batch; eval() allocates
-// nothing. Thread-safety: one Forward per session.
+// eval() runs tokens at consecutive positions whose cells are the positions (one sequence);
+// eval_batch() runs any tokens placed by a KvBatch (several sequences, shared cells). Both
+// compute each token's numbers with the same kernels, and attention visits a token's cells in
+// its list order, so a token's results do not depend on which path ran it as long as the
+// kernels' many-token and one-token forms agree (docs/ARCHITECTURE.md, batch invariance).
+// All activations live in StepBuffers, allocated once for the largest batch; eval() and
+// eval_batch() allocate nothing. Thread-safety: one Forward per session.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +34,7 @@ namespace pi::model {
 struct ForwardOptions {
   int64_t n_batch = 512;    // most tokens per eval() call
   bool all_logits = false;  // logits for every token of a batch, not only the last
+  int64_t n_outputs = 1;    // most logit rows one eval_batch() call may ask for
 };
 
 // Activations of one step for up to n_batch tokens, row-major [tokens, features].
@@ -44,9 +50,9 @@ struct StepBuffers {
   std::vector<float> proj;     // f32 [n_batch, n_embd]  attention output projection
   std::vector<float> ffn_out;  // f32 [n_batch, n_embd]
   std::vector<float> out_in;   // f32 [n_logits, n_embd]  normalized input of the output head
-  std::vector<float> logits;   // f32 [n_logits, n_vocab]  n_logits = n_batch or 1
+  std::vector<float> logits;   // f32 [n_logits, n_vocab]
 
-  static StepBuffers allocate(const HParams& hp, int64_t n_batch, bool all_logits);
+  static StepBuffers allocate(const HParams& hp, int64_t n_batch, int64_t n_logits);
 };
 
 class Forward {
@@ -66,16 +72,34 @@ class Forward {
   // vocabulary, or positions beyond kv.n_ctx.
   Status eval(std::span<const int32_t> tokens, int64_t pos0, const KvView& kv);
 
-  // Logits of the last eval(): one row per token with all_logits, else the last token's row.
-  // f32 [rows, n_vocab]
+  // Runs a general batch: token i at position b.pos[i], written to cell b.cell[i], attending
+  // its listed cells (which must hold the keys and values of the earlier positions; its own
+  // cell is written first). Logits are computed for the tokens listed in `outputs`
+  // (ascending indices), at most options().n_outputs of them; logits() returns them in that
+  // order. Fails (writing nothing) for an empty or oversized batch, a token id outside the
+  // vocabulary, cells outside kv.n_ctx, empty attention lists or too many outputs.
+  Status eval_batch(std::span<const int32_t> tokens, const KvBatch& b, const KvView& kv,
+                    std::span<const int32_t> outputs);
+
+  // Logits of the last eval(): one row per token with all_logits, else the last token's row;
+  // of the last eval_batch(): one row per output. f32 [rows, n_vocab]
   std::span<const float> logits() const {
     return {buf_.logits.data(), n_logit_rows_ * static_cast<size_t>(n_vocab())};
   }
   int64_t n_vocab() const { return static_cast<int64_t>(model_.hparams().n_vocab); }
 
  private:
-  void attention_block(int64_t il, int64_t m, int64_t pos0, const KvLayer& kv);
-  void output_head(int64_t m);
+  // Where the m tokens of a call sit: consecutive positions pos0.. in cells pos0.. (eval),
+  // or as `batch` says (eval_batch).
+  struct Placement {
+    int64_t pos0 = 0;
+    const KvBatch* batch = nullptr;
+  };
+  Status check_tokens(std::span<const int32_t> tokens) const;
+  void layers(std::span<const int32_t> tokens, const Placement& at, const KvView& kv);
+  void attention_block(int64_t il, int64_t m, const Placement& at, const KvLayer& kv);
+  // Logits of the rows listed in `rows` (ascending), or of the last `n` rows when rows is empty.
+  void output_head(std::span<const int32_t> rows, int64_t m, int64_t n);
 
   const Model& model_;
   Ops& ops_;

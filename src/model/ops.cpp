@@ -154,27 +154,60 @@ void Ops::rope(float* X, int64_t m, int64_t n_heads, const HParams& hp, int64_t 
   });
 }
 
+void Ops::rope_at(float* X, int64_t m, int64_t n_heads, const HParams& hp, const int32_t* pos) {
+  pool_.parallel_for(m, [&](int64_t i, int) {
+    cpu::rope(pool_, X + i * n_heads * hp.head_dim, n_heads, hp.head_dim, hp.n_rot, pos[i],
+              hp.rope_base, hp.rope_freq_scale, rope_mode(hp.rope));
+  });
+}
+
+namespace {
+
+// K, V f32 [n_embd_kv] -> f16 cell contents.
+void store_cell(const float* K, const float* V, int64_t n_embd_kv, uint16_t* k, uint16_t* v) {
+  for (int64_t j = 0; j < n_embd_kv; ++j) {
+    k[j] = f32_to_f16(K[j]);
+    v[j] = f32_to_f16(V[j]);
+  }
+}
+
+cpu::AttentionDims attention_dims(const HParams& hp) {
+  return {hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
+}
+
+}  // namespace
+
 void Ops::store_kv(const float* K, const float* V, int64_t m, int64_t n_embd_kv, const KvLayer& kv,
                    int64_t pos0) {
   pool_.parallel_for(m, [&](int64_t i, int) {
-    uint16_t* k = kv.k + (pos0 + i) * n_embd_kv;
-    uint16_t* v = kv.v + (pos0 + i) * n_embd_kv;
-    for (int64_t j = 0; j < n_embd_kv; ++j) {
-      k[j] = f32_to_f16(K[i * n_embd_kv + j]);
-      v[j] = f32_to_f16(V[i * n_embd_kv + j]);
-    }
+    store_cell(K + i * n_embd_kv, V + i * n_embd_kv, n_embd_kv, kv.k + (pos0 + i) * n_embd_kv,
+               kv.v + (pos0 + i) * n_embd_kv);
+  });
+}
+
+void Ops::store_kv_cells(const float* K, const float* V, int64_t m, int64_t n_embd_kv,
+                         const KvLayer& kv, const int32_t* cells) {
+  pool_.parallel_for(m, [&](int64_t i, int) {
+    const int64_t c = cells[i];
+    store_cell(K + i * n_embd_kv, V + i * n_embd_kv, n_embd_kv, kv.k + c * n_embd_kv,
+               kv.v + c * n_embd_kv);
   });
 }
 
 void Ops::attention(const float* Q, int64_t m, const KvLayer& kv, const HParams& hp, int64_t pos0,
                     float* out) {
-  const cpu::AttentionDims dims{hp.n_head, hp.n_head_kv, hp.head_dim,
-                                1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
+  const cpu::AttentionDims dims = attention_dims(hp);
   if (m == 1) {
     cpu::attention(pool_, dims, Q, kv.k, kv.v, pos0 + 1, out);
   } else {
     cpu::attention_batch(pool_, dims, Q, m, pos0, kv.k, kv.v, out);
   }
+}
+
+void Ops::attention_cells(const float* Q, int64_t m, const KvLayer& kv, const HParams& hp,
+                          const KvBatch& batch, float* out) {
+  cpu::attention_cells(pool_, attention_dims(hp), Q, m, batch.attn_cells, batch.attn_begin,
+                       batch.attn_len, kv.k, kv.v, out);
 }
 
 void Ops::activate(Activation act, float* x, int64_t n) {

@@ -62,14 +62,24 @@ class Ops {
   // head_dim]
   void rope(float* X, int64_t m, int64_t n_heads, const HParams& hp, int64_t pos0);
 
+  // The same with token i at position pos[i].
+  void rope_at(float* X, int64_t m, int64_t n_heads, const HParams& hp, const int32_t* pos);
+
   // Writes K[i], V[i] (f32 [n_embd_kv]) as f16 into cell pos0 + i of `kv`.
   void store_kv(const float* K, const float* V, int64_t m, int64_t n_embd_kv, const KvLayer& kv,
                 int64_t pos0);
+
+  // The same into cell cells[i].
+  void store_kv_cells(const float* K, const float* V, int64_t m, int64_t n_embd_kv,
+                      const KvLayer& kv, const int32_t* cells);
 
   // Causal attention: query row i (position pos0 + i, f32 [n_head, head_dim]) attends cells
   // [0, pos0 + i]. Q f32 [m, n_embd_q], out f32 [m, n_embd_q]
   void attention(const float* Q, int64_t m, const KvLayer& kv, const HParams& hp, int64_t pos0,
                  float* out);
+  // Query row i attends the cells batch lists for it, in list order.
+  void attention_cells(const float* Q, int64_t m, const KvLayer& kv, const HParams& hp,
+                       const KvBatch& batch, float* out);
 
   // x = act(x) in place, x f32 [n]
   void activate(Activation act, float* x, int64_t n);

@@ -19,7 +19,19 @@ Context::Context(const model::Model& model, ContextOptions opts)
       ops_(pool_),
       cache_(model.hparams(), opts.n_ctx),
       forward_(std::make_unique<model::Forward>(
-          model, ops_, model::ForwardOptions{opts.n_batch, opts.all_logits})) {}
+          model, ops_, model::ForwardOptions{opts.n_batch, opts.all_logits, opts.n_seq_max})) {
+  const auto n_batch = static_cast<size_t>(opts.n_batch);
+  const auto n_ctx = static_cast<size_t>(opts.n_ctx);
+  lists_.cells.reserve(n_ctx * std::min(static_cast<size_t>(opts.n_seq_max), n_batch));
+  lists_.begin.reserve(n_batch);
+  lists_.len.reserve(n_batch);
+  lists_.scratch.reserve(n_ctx);
+  chunk_tokens_.reserve(n_batch);
+  chunk_outputs_.reserve(n_batch);
+  all_rows_.resize(n_batch);
+  for (size_t i = 0; i < n_batch; ++i) all_rows_[i] = static_cast<int32_t>(i);
+  batch_logits_.resize(static_cast<size_t>(opts.n_seq_max * model.hparams().n_vocab));
+}
 
 Result<std::unique_ptr<Context>> Context::create(const model::Model& model, ContextOptions opts) {
   if (opts.n_ctx < 0)
@@ -27,6 +39,9 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
   if (opts.n_batch < 1)
     return err("batch size must be >= 1 (got %lld)", static_cast<long long>(opts.n_batch));
   if (opts.n_threads < 1) return err("thread count must be >= 1 (got %d)", opts.n_threads);
+  if (opts.n_seq_max < 1 || opts.n_seq_max > kMaxSeqs) {
+    return err("the number of sequences must be 1..%d (got %d)", kMaxSeqs, opts.n_seq_max);
+  }
   opts.n_ctx = resolve_n_ctx(model.hparams(), opts.n_ctx);
   opts.n_batch = std::min(opts.n_batch, opts.n_ctx);
   std::unique_ptr<Context> ctx(new Context(model, opts));
@@ -53,11 +68,46 @@ Status Context::install_ffn() {
   return Status::Ok();
 }
 
+Status Context::check_seq(SeqId s) const {
+  if (s < 0 || s >= opts_.n_seq_max) {
+    return err("sequence id %d outside [0, %d) (the context holds %d sequences)", s,
+               opts_.n_seq_max, opts_.n_seq_max);
+  }
+  return Status::Ok();
+}
+
+Status Context::eval_slot(std::span<const int32_t> tokens, const KvSlot& slot,
+                          std::span<const int32_t> outputs) {
+  const int64_t m = slot.size();
+  // The contiguous path: one sequence's next positions in the cells equal to them, after the
+  // sequence's cells [0, pos0); and logit rows the contiguous path produces.
+  const SeqId s = slot.seq[0];
+  const int32_t pos0 = slot.pos[0];
+  bool contiguous = true;
+  for (int64_t i = 0; i < m && contiguous; ++i) {
+    const auto k = static_cast<size_t>(i);
+    contiguous = slot.seq[k] == s && slot.pos[k] == pos0 + i && slot.cells[k] == pos0 + i;
+  }
+  const bool rows_fit =
+      opts_.all_logits ? static_cast<int64_t>(outputs.size()) == m
+                       : outputs.empty() || (outputs.size() == 1 && outputs[0] == m - 1);
+  if (contiguous && rows_fit && cache_.holds_prefix(s, pos0)) {
+    PI_TRY(forward_->eval(tokens, pos0, cache_.view()));
+  } else {
+    cache_.attention_lists(slot, lists_);
+    const model::KvBatch b{slot.pos.data(), slot.cells.data(), lists_.cells.data(),
+                           lists_.begin.data(), lists_.len.data()};
+    PI_TRY(forward_->eval_batch(tokens, b, cache_.view(), outputs));
+  }
+  return cache_.apply(KvEdit::commit(slot));
+}
+
 Status Context::decode(std::span<const int32_t> tokens, std::vector<float>* all,
                        const std::function<bool()>& stop) {
   // Check the whole request first so that an overflow leaves the cache as it was.
   auto whole = cache_.find_slot(static_cast<int64_t>(tokens.size()));
   if (!whole.ok()) return whole.error();
+  const int64_t past = n_past();
   for (size_t done = 0; done < tokens.size();) {
     if (stop && stop()) {
       return err("interrupted after %zu of %zu tokens", done, tokens.size());
@@ -65,8 +115,12 @@ Status Context::decode(std::span<const int32_t> tokens, std::vector<float>* all,
     const size_t n = std::min(tokens.size() - done, static_cast<size_t>(opts_.n_batch));
     auto slot = cache_.find_slot(static_cast<int64_t>(n));
     if (!slot.ok()) return slot.error();
-    PI_TRY(forward_->eval(tokens.subspan(done, n), slot->pos0, cache_.view()));
-    PI_TRY(cache_.apply(KvEdit::commit(*slot)));
+    slot->assign_sequential(0, static_cast<int32_t>(past + static_cast<int64_t>(done)));
+    const int32_t last[1] = {static_cast<int32_t>(n - 1)};
+    const std::span<const int32_t> rows =
+        opts_.all_logits ? std::span<const int32_t>(all_rows_.data(), n)
+                         : std::span<const int32_t>(last, 1);
+    PI_TRY(eval_slot(tokens.subspan(done, n), *slot, rows));
     if (all != nullptr && opts_.all_logits) {
       auto l = forward_->logits();
       all->insert(all->end(), l.begin(), l.end());
@@ -80,6 +134,81 @@ std::span<const float> Context::logits() const {
   auto l = forward_->logits();
   const auto n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
   return l.size() >= n_vocab ? l.subspan(l.size() - n_vocab) : l;
+}
+
+Status Context::decode_batch(std::span<const BatchToken> batch) {
+  const model::HParams& hp = model_.hparams();
+  if (batch.empty()) return err("empty batch");
+  int32_t last[kMaxSeqs];
+  for (SeqId s = 0; s < kMaxSeqs; ++s) last[s] = cache_.seq_pos_max(s);
+  int64_t n_out = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const BatchToken& e = batch[i];
+    PI_TRY(check_seq(e.seq));
+    if (e.token < 0 || e.token >= hp.n_vocab) {
+      return err("batch entry %zu: token id %d outside the vocabulary [0, %lld)", i, e.token,
+                 static_cast<long long>(hp.n_vocab));
+    }
+    if (e.pos <= last[e.seq]) {
+      return err("batch entry %zu: position %d of sequence %d must be above %d", i, e.pos, e.seq,
+                 last[e.seq]);
+    }
+    last[e.seq] = e.pos;
+    n_out += e.logits ? 1 : 0;
+  }
+  if (n_out > opts_.n_seq_max) {
+    return err("%lld batch entries ask for logits, at most %d (the number of sequences)",
+               static_cast<long long>(n_out), opts_.n_seq_max);
+  }
+  auto whole = cache_.find_slot(static_cast<int64_t>(batch.size()));
+  if (!whole.ok()) return whole.error();
+
+  batch_row_.assign(batch.size(), -1);
+  const auto n_vocab = static_cast<size_t>(hp.n_vocab);
+  int32_t row = 0;
+  for (size_t done = 0; done < batch.size();) {
+    const size_t n = std::min(batch.size() - done, static_cast<size_t>(opts_.n_batch));
+    auto slot = cache_.find_slot(static_cast<int64_t>(n));
+    if (!slot.ok()) return slot.error();
+    slot->pos.resize(n);
+    slot->seq.resize(n);
+    chunk_tokens_.resize(n);
+    chunk_outputs_.clear();
+    for (size_t k = 0; k < n; ++k) {
+      const BatchToken& e = batch[done + k];
+      chunk_tokens_[k] = e.token;
+      slot->pos[k] = e.pos;
+      slot->seq[k] = e.seq;
+      if (e.logits) chunk_outputs_.push_back(static_cast<int32_t>(k));
+    }
+    PI_TRY(eval_slot(chunk_tokens_, *slot, chunk_outputs_));
+    const auto l = forward_->logits();
+    for (size_t j = 0; j < chunk_outputs_.size(); ++j, ++row) {
+      std::copy(l.begin() + static_cast<ptrdiff_t>(j * n_vocab),
+                l.begin() + static_cast<ptrdiff_t>((j + 1) * n_vocab),
+                batch_logits_.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(row) * n_vocab));
+      batch_row_[done + static_cast<size_t>(chunk_outputs_[j])] = row;
+    }
+    done += n;
+  }
+  return Status::Ok();
+}
+
+std::span<const float> Context::batch_logits(size_t i) const {
+  if (i >= batch_row_.size() || batch_row_[i] < 0) return {};
+  const auto n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
+  return {batch_logits_.data() + static_cast<size_t>(batch_row_[i]) * n_vocab, n_vocab};
+}
+
+Status Context::seq_rm(SeqId seq, int32_t p0, int32_t p1) {
+  if (seq != kAllSeqs) PI_TRY(check_seq(seq));
+  return cache_.apply(KvEdit::remove(seq, p0, p1));
+}
+
+Status Context::seq_cp(SeqId src, SeqId dst, int32_t p0, int32_t p1) {
+  PI_TRY(check_seq(src));
+  PI_TRY(check_seq(dst));
+  return cache_.apply(KvEdit::copy(src, dst, p0, p1));
 }
 
 }  // namespace pi::runtime

@@ -1,6 +1,13 @@
 // One inference context over a loaded model: thread pool, kernels boundary, forward pass and
-// KV cache of a single sequence. decode() feeds tokens after those already cached, in batches
-// of n_batch (matrix x matrix products), and commits each batch to the cache.
+// KV cache. decode() feeds tokens of sequence 0 after those already cached, in batches of
+// n_batch (matrix x matrix products), and commits each batch to the cache. decode_batch()
+// feeds tokens of several sequences (ids 0 .. n_seq_max-1) in one forward pass; seq_cp()
+// shares a sequence's cells with another, seq_rm() forgets positions.
+//
+// A batch whose tokens are one sequence's next positions, in cells equal to their positions
+// after the sequence's cells [0, pos0), runs the forward pass's contiguous path; any other
+// batch runs the general path with per-token cell lists. Both give a token the same numbers
+// when the kernels' many-token and one-token forms agree.
 // Thread-safety: one thread drives a Context; the pool runs the kernels.
 #pragma once
 
@@ -16,6 +23,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/ops.h"
+#include "powerinfer/batch.h"
 #include "runtime/kv_cache.h"
 #include "sparse/sparse_ffn.h"
 
@@ -33,6 +41,7 @@ struct ContextOptions {
   // else 0 (sparse::resolve_threshold).
   std::optional<float> sparse_threshold;
   bool check_predictor = false;  // sparse only: also run the dense FFN and measure the predictor
+  int n_seq_max = 1;             // sequences the cache holds (1..64): ids 0 .. n_seq_max-1
 };
 
 class Context {
@@ -43,7 +52,8 @@ class Context {
   const model::Model& model() const { return model_; }
   const ContextOptions& options() const { return opts_; }
   int64_t n_ctx() const { return cache_.n_ctx(); }
-  int64_t n_past() const { return cache_.n_used(); }
+  // Positions sequence 0 holds (its highest + 1).
+  int64_t n_past() const { return cache_.seq_pos_max(0) + 1; }
 
   // Evaluates `tokens` at positions n_past() .. n_past() + n - 1. Fails before computing
   // anything when they do not fit the context ("context overflow"). With all_logits and a
@@ -53,11 +63,28 @@ class Context {
   Status decode(std::span<const int32_t> tokens, std::vector<float>* all = nullptr,
                 const std::function<bool()>& stop = {});
 
-  // Logits of the last evaluated token, f32 [n_vocab].
+  // Logits of the last evaluated token of decode(), f32 [n_vocab].
   std::span<const float> logits() const;
 
-  // Forgets every cached position after the first n (0: start over).
+  // Evaluates a batch of tokens of several sequences (any number: split into forward passes
+  // of n_batch). Checks everything first and fails without changing the cache for: an empty
+  // batch, a sequence id outside [0, n_seq_max), a token id outside the vocabulary, a position
+  // that is negative or not above its sequence's earlier positions (in the cache and in the
+  // batch), more than n_seq_max entries asking for logits, or tokens that do not fit the free
+  // cells ("context overflow").
+  Status decode_batch(std::span<const BatchToken> batch);
+  // Logits of entry i of the last decode_batch() (it must have asked for them), f32 [n_vocab];
+  // empty otherwise.
+  std::span<const float> batch_logits(size_t i) const;
+
+  // Forgets every cached position after the first n of every sequence (0: start over).
   Status truncate(int64_t n) { return cache_.apply(KvEdit::truncate(n)); }
+  // Sequence seq (kAllSeqs: all) forgets positions [p0, p1) (p1 = kPosEnd: to the end).
+  Status seq_rm(SeqId seq, int32_t p0, int32_t p1);
+  // Sequence dst also holds src's positions [p0, p1), sharing their cells (no data copied).
+  Status seq_cp(SeqId src, SeqId dst, int32_t p0, int32_t p1);
+  // Highest position sequence s holds, -1 when none.
+  int32_t seq_pos_max(SeqId s) const { return cache_.seq_pos_max(s); }
 
   model::Forward& forward() { return *forward_; }
   model::Ops& ops() { return ops_; }
@@ -71,6 +98,12 @@ class Context {
   Context(const model::Model& model, ContextOptions opts);
   // Installs the SparseFfn for PWRI files unless opts_.dense (see ContextOptions).
   Status install_ffn();
+  Status check_seq(SeqId s) const;
+  // Evaluates one forward pass of slot.size() <= n_batch tokens placed by `slot` (positions
+  // and sequences filled in) and commits it. Logits: those of the tokens listed in `outputs`
+  // (ascending) are in forward().logits(), or with outputs empty those decode() keeps.
+  Status eval_slot(std::span<const int32_t> tokens, const KvSlot& slot,
+                   std::span<const int32_t> outputs);
 
   const model::Model& model_;
   ContextOptions opts_;
@@ -80,6 +113,12 @@ class Context {
   std::unique_ptr<model::Forward> forward_;
   sparse::SparseFfn* sparse_ = nullptr;  // owned by forward_
   sparse::Threshold threshold_;
+  // decode_batch() scratch, allocated by create().
+  AttnLists lists_;
+  std::vector<int32_t> chunk_tokens_, chunk_outputs_;  // [n_batch]
+  std::vector<int32_t> all_rows_;                      // 0 .. n_batch-1
+  std::vector<float> batch_logits_;                    // f32 [n_out, n_vocab]
+  std::vector<int32_t> batch_row_;                     // entry -> row of batch_logits_, -1: none
 };
 
 // n_ctx the options resolve to for this model (0 -> training context, capped at 4096).

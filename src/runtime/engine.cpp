@@ -63,6 +63,7 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.sparse_threshold = o.sparse.threshold;
   co.check_predictor = o.sparse.check_predictor;
   co.all_logits = o.all_logits;
+  co.n_seq_max = o.n_seq_max;
   co.n_threads = o.n_threads > 0
                      ? o.n_threads
                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -70,7 +71,12 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   if (!ctx.ok()) return ctx.error();
   std::unique_ptr<Session> s(new Session());
   s->ctx_ = std::move(*ctx);
-  s->sampler_ = std::make_unique<runtime::Sampler>(o.sampling, engine.model().hparams().n_vocab);
+  for (int i = 0; i < o.n_seq_max; ++i) {
+    SamplingParams p = o.sampling;
+    p.seed = o.sampling.seed + static_cast<uint64_t>(i);
+    s->samplers_.push_back(
+        std::make_unique<runtime::Sampler>(p, engine.model().hparams().n_vocab));
+  }
   return s;
 }
 
@@ -82,7 +88,7 @@ Status Session::prompt(std::span<const int32_t> tokens, const std::function<bool
   const int64_t fed = ctx_->n_past() - before;
   timings_.prompt_ms += ms_since(t0);
   timings_.n_prompt += fed;
-  for (int64_t i = 0; i < fed; ++i) sampler_->accept(tokens[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < fed; ++i) samplers_[0]->accept(tokens[static_cast<size_t>(i)]);
   return s;
 }
 
@@ -96,13 +102,16 @@ Status Session::prompt_logits(std::span<const int32_t> tokens, std::vector<float
   const int64_t fed = ctx_->n_past() - before;
   timings_.prompt_ms += ms_since(t0);
   timings_.n_prompt += fed;
-  for (int64_t i = 0; i < fed; ++i) sampler_->accept(tokens[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < fed; ++i) samplers_[0]->accept(tokens[static_cast<size_t>(i)]);
   return s;
 }
 
-int32_t Session::sample() {
+int32_t Session::sample() { return sample(0, ctx_->logits()); }
+
+int32_t Session::sample(int32_t seq, std::span<const float> logits) {
   const auto t0 = std::chrono::steady_clock::now();
-  const int32_t t = sampler_->sample(ctx_->logits());
+  if (seq < 0 || seq >= n_seq_max()) return -1;
+  const int32_t t = samplers_[static_cast<size_t>(seq)]->sample(logits);
   timings_.sample_ms += ms_since(t0);
   timings_.n_sample += 1;
   return t;
@@ -114,11 +123,54 @@ Status Session::advance(int32_t token) {
   PI_TRY(ctx_->decode(one));
   timings_.eval_ms += ms_since(t0);
   timings_.n_eval += 1;
-  sampler_->accept(token);
+  timings_.n_eval_passes += 1;
+  samplers_[0]->accept(token);
   return Status::Ok();
 }
 
-void Session::ban_tokens(std::vector<int32_t> ids) { sampler_->set_banned(std::move(ids)); }
+void Session::ban_tokens(std::vector<int32_t> ids) {
+  for (auto& s : samplers_) s->set_banned(ids);
+}
+
+Status Session::decode(std::span<const BatchToken> batch) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PI_TRY(ctx_->decode_batch(batch));
+  timings_.eval_ms += ms_since(t0);
+  timings_.n_eval += static_cast<int64_t>(batch.size());
+  timings_.n_eval_passes +=
+      (static_cast<int64_t>(batch.size()) + ctx_->options().n_batch - 1) / ctx_->options().n_batch;
+  for (const BatchToken& e : batch) samplers_[static_cast<size_t>(e.seq)]->accept(e.token);
+  return Status::Ok();
+}
+
+std::span<const float> Session::batch_logits(size_t i) const { return ctx_->batch_logits(i); }
+
+Status Session::fork(int32_t src, int32_t dst) {
+  if (src == dst) return err("cannot fork sequence %d into itself", src);
+  if (dst >= 0 && dst < n_seq_max() && ctx_->seq_pos_max(dst) >= 0) {
+    return err("cannot fork into sequence %d: it holds positions (remove them first)", dst);
+  }
+  PI_TRY(ctx_->seq_cp(src, dst, 0, runtime::kPosEnd));
+  runtime::Sampler& d = *samplers_[static_cast<size_t>(dst)];
+  d.reset();
+  d.copy_window(*samplers_[static_cast<size_t>(src)]);
+  return Status::Ok();
+}
+
+Status Session::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
+  PI_TRY(ctx_->seq_rm(seq, p0, p1));
+  for (int32_t s = 0; s < n_seq_max(); ++s) {
+    if ((seq < 0 || s == seq) && ctx_->seq_pos_max(s) < 0) samplers_[static_cast<size_t>(s)]->reset();
+  }
+  return Status::Ok();
+}
+
+Status Session::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+  return ctx_->seq_cp(src, dst, p0, p1);
+}
+
+int32_t Session::seq_pos_max(int32_t seq) const { return ctx_->seq_pos_max(seq); }
+int Session::n_seq_max() const { return ctx_->options().n_seq_max; }
 
 std::span<const float> Session::logits() const { return ctx_->logits(); }
 int64_t Session::n_past() const { return ctx_->n_past(); }
@@ -128,7 +180,7 @@ int64_t Session::n_batch() const { return ctx_->options().n_batch; }
 
 void Session::reset() {
   (void)ctx_->truncate(0);
-  sampler_->reset();
+  for (auto& s : samplers_) s->reset();
 }
 
 Status Session::warmup(int32_t token) {

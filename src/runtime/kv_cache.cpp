@@ -1,10 +1,39 @@
 #include "runtime/kv_cache.h"
 
+#include <algorithm>
+#include <string>
+
 namespace pi::runtime {
+namespace {
+
+bool valid_seq(SeqId s) { return s >= 0 && s < kMaxSeqs; }
+uint64_t bit(SeqId s) { return uint64_t{1} << s; }
+
+long long ll(int64_t v) { return static_cast<long long>(v); }
+
+// "[p0, p1)" or "[p0, end)" for messages.
+std::string range_text(int32_t p0, int32_t p1) {
+  return "[" + std::to_string(p0) + ", " + (p1 == kPosEnd ? "end" : std::to_string(p1)) + ")";
+}
+
+Status check_range(int32_t p0, int32_t p1) {
+  if (p0 < 0 || (p1 != kPosEnd && p1 < p0))
+    return err("KV cache: invalid position range %s", range_text(p0, p1).c_str());
+  return Status::Ok();
+}
+
+}  // namespace
+
+void KvSlot::assign_sequential(SeqId s, int32_t pos0) {
+  pos.resize(cells.size());
+  seq.assign(cells.size(), s);
+  for (size_t i = 0; i < cells.size(); ++i) pos[i] = pos0 + static_cast<int32_t>(i);
+}
 
 KvCache::KvCache(const model::HParams& hp, int64_t n_ctx)
     : n_ctx_(n_ctx),
-      cell_pos_(static_cast<size_t>(n_ctx), -1),
+      cells_(static_cast<size_t>(n_ctx)),
+      seq_max_(static_cast<size_t>(kMaxSeqs), -1),
       storage_(static_cast<size_t>(hp.n_layer * 2 * n_ctx * hp.n_embd_kv()), 0) {
   const auto per_tensor = static_cast<size_t>(n_ctx * hp.n_embd_kv());
   view_.n_ctx = n_ctx;
@@ -15,39 +44,188 @@ KvCache::KvCache(const model::HParams& hp, int64_t n_ctx)
   }
 }
 
-Result<KvSlot> KvCache::find_slot(int64_t n) const {
-  if (n < 0) return err("invalid batch size %lld", static_cast<long long>(n));
-  if (n > n_free()) {
-    return err("context overflow: %lld tokens do not fit (context size %lld, %lld in use)",
-               static_cast<long long>(n), static_cast<long long>(n_ctx_),
-               static_cast<long long>(n_used_));
+int32_t KvCache::seq_pos_max(SeqId s) const {
+  return valid_seq(s) ? seq_max_[static_cast<size_t>(s)] : -1;
+}
+
+int64_t KvCache::seq_cells(SeqId s) const {
+  if (!valid_seq(s)) return 0;
+  int64_t n = 0;
+  for (const Cell& c : cells_) n += (c.seqs & bit(s)) != 0 ? 1 : 0;
+  return n;
+}
+
+bool KvCache::holds_prefix(SeqId s, int64_t p) const {
+  if (!valid_seq(s) || p < 0 || p > n_ctx_) return false;
+  int64_t n = 0;
+  for (int64_t c = 0; c < n_ctx_; ++c) {
+    const Cell& cell = cells_[static_cast<size_t>(c)];
+    if ((cell.seqs & bit(s)) == 0) continue;
+    if (c >= p || cell.pos != c) return false;
+    ++n;
   }
-  return KvSlot{n_used_, n};
+  return n == p;
+}
+
+Result<KvSlot> KvCache::find_slot(int64_t n) const {
+  if (n < 0) return err("invalid batch size %lld", ll(n));
+  if (n > n_free()) {
+    return err("context overflow: %lld tokens do not fit (context size %lld, %lld in use)", ll(n),
+               ll(n_ctx_), ll(n_used_));
+  }
+  KvSlot slot;
+  slot.cells.reserve(static_cast<size_t>(n));
+  if (n == 0) return slot;
+  // The first run of n free cells.
+  int64_t run = 0;
+  for (int64_t c = 0; c < n_ctx_; ++c) {
+    run = cells_[static_cast<size_t>(c)].pos < 0 ? run + 1 : 0;
+    if (run == n) {
+      for (int64_t k = c - n + 1; k <= c; ++k) slot.cells.push_back(static_cast<int32_t>(k));
+      return slot;
+    }
+  }
+  // No run is long enough: the lowest free cells.
+  for (int64_t c = 0; c < n_ctx_ && slot.size() < n; ++c)
+    if (cells_[static_cast<size_t>(c)].pos < 0) slot.cells.push_back(static_cast<int32_t>(c));
+  return slot;
+}
+
+void KvCache::attention_lists(const KvSlot& slot, AttnLists& out) const {
+  const auto m = static_cast<size_t>(slot.size());
+  out.cells.clear();
+  out.begin.resize(m);
+  out.len.resize(m);
+  uint64_t done = 0;
+  for (size_t i = 0; i < m; ++i) {
+    const SeqId s = slot.seq[i];
+    if ((done & bit(s)) != 0) continue;
+    done |= bit(s);
+    // (position, cell) of the sequence's cached cells and of its tokens in this batch.
+    auto& pc = out.scratch;
+    pc.clear();
+    for (int64_t c = 0; c < n_ctx_; ++c) {
+      const Cell& cell = cells_[static_cast<size_t>(c)];
+      if ((cell.seqs & bit(s)) != 0) pc.emplace_back(cell.pos, static_cast<int32_t>(c));
+    }
+    for (size_t j = i; j < m; ++j)
+      if (slot.seq[j] == s) pc.emplace_back(slot.pos[j], slot.cells[j]);
+    std::sort(pc.begin(), pc.end());
+    const auto begin = static_cast<int64_t>(out.cells.size());
+    for (const auto& e : pc) out.cells.push_back(e.second);
+    for (size_t j = i; j < m; ++j) {
+      if (slot.seq[j] != s) continue;
+      const auto upto = std::upper_bound(pc.begin(), pc.end(),
+                                         std::make_pair(slot.pos[j], INT32_MAX));
+      out.begin[j] = begin;
+      out.len[j] = upto - pc.begin();
+    }
+  }
 }
 
 Status KvCache::apply(const KvEdit& edit) {
   switch (edit.kind) {
-    case KvEdit::Kind::Commit: {
-      const KvSlot& s = edit.slot;
-      if (s.pos0 != n_used_ || s.n < 0 || s.n > n_free()) {
-        return err("KV cache: cannot commit cells [%lld, %lld) with %lld of %lld in use",
-                   static_cast<long long>(s.pos0), static_cast<long long>(s.pos0 + s.n),
-                   static_cast<long long>(n_used_), static_cast<long long>(n_ctx_));
-      }
-      for (int64_t c = s.pos0; c < s.pos0 + s.n; ++c)
-        cell_pos_[static_cast<size_t>(c)] = static_cast<int32_t>(c);
-      n_used_ += s.n;
-      return Status::Ok();
-    }
-    case KvEdit::Kind::Truncate: {
-      if (edit.n < 0)
-        return err("KV cache: cannot truncate to %lld", static_cast<long long>(edit.n));
-      for (int64_t c = edit.n; c < n_used_; ++c) cell_pos_[static_cast<size_t>(c)] = -1;
-      if (edit.n < n_used_) n_used_ = edit.n;
-      return Status::Ok();
-    }
+    case KvEdit::Kind::Commit:
+      if (edit.slot == nullptr) return err("KV cache: commit without a slot");
+      return commit(*edit.slot);
+    case KvEdit::Kind::Remove:
+      return remove(edit.seq, edit.p0, edit.p1);
+    case KvEdit::Kind::Copy:
+      return copy(edit.seq, edit.dst, edit.p0, edit.p1);
   }
   return err("KV cache: unknown edit");
+}
+
+Status KvCache::commit(const KvSlot& slot) {
+  const auto m = static_cast<size_t>(slot.size());
+  if (slot.pos.size() != m || slot.seq.size() != m) {
+    return err("KV cache: commit of %zu cells with %zu positions and %zu sequence ids", m,
+               slot.pos.size(), slot.seq.size());
+  }
+  int32_t last[kMaxSeqs];
+  std::copy(seq_max_.begin(), seq_max_.end(), last);
+  for (size_t i = 0; i < m; ++i) {
+    const int32_t c = slot.cells[i];
+    const SeqId s = slot.seq[i];
+    if (c < 0 || c >= n_ctx_ || cells_[static_cast<size_t>(c)].pos >= 0) {
+      return err("KV cache: cannot commit cell %d (context size %lld, %lld in use)", c,
+                 ll(n_ctx_), ll(n_used_));
+    }
+    if (!valid_seq(s))
+      return err("KV cache: sequence id %d outside [0, %d)", s, kMaxSeqs);
+    if (slot.pos[i] <= last[s]) {
+      return err("KV cache: position %d of sequence %d does not follow its position %d", slot.pos[i],
+                 s, last[s]);
+    }
+    last[s] = slot.pos[i];
+  }
+  // Repeated cells: mark each cell (pos -2) and undo the marks whatever happens.
+  bool repeated = false;
+  size_t marked = 0;
+  for (; marked < m; ++marked) {
+    Cell& cell = cells_[static_cast<size_t>(slot.cells[marked])];
+    if (cell.pos == -2) {
+      repeated = true;
+      break;
+    }
+    cell.pos = -2;
+  }
+  for (size_t i = 0; i < marked; ++i) cells_[static_cast<size_t>(slot.cells[i])].pos = -1;
+  if (repeated) return err("KV cache: cell %d planned twice in one batch", slot.cells[marked]);
+
+  for (size_t i = 0; i < m; ++i) {
+    cells_[static_cast<size_t>(slot.cells[i])] = Cell{slot.pos[i], bit(slot.seq[i])};
+  }
+  std::copy(last, last + kMaxSeqs, seq_max_.begin());
+  n_used_ += static_cast<int64_t>(m);
+  return Status::Ok();
+}
+
+Status KvCache::remove(SeqId seq, int32_t p0, int32_t p1) {
+  PI_TRY(check_range(p0, p1));
+  if (seq != kAllSeqs && !valid_seq(seq))
+    return err("KV cache: sequence id %d outside [0, %d)", seq, kMaxSeqs);
+  const uint64_t mask = seq == kAllSeqs ? ~uint64_t{0} : bit(seq);
+  for (Cell& cell : cells_) {
+    if (cell.pos < 0 || (cell.seqs & mask) == 0 || !in_range(cell.pos, p0, p1)) continue;
+    cell.seqs &= ~mask;
+    if (cell.seqs == 0) cell.pos = -1;
+  }
+  recount();
+  return Status::Ok();
+}
+
+Status KvCache::copy(SeqId src, SeqId dst, int32_t p0, int32_t p1) {
+  PI_TRY(check_range(p0, p1));
+  if (!valid_seq(src) || !valid_seq(dst)) {
+    return err("KV cache: sequence ids %d -> %d: both must be in [0, %d)", src, dst, kMaxSeqs);
+  }
+  if (src == dst) return err("KV cache: cannot copy sequence %d to itself", src);
+  for (const Cell& cell : cells_) {
+    if ((cell.seqs & bit(dst)) != 0 && (cell.seqs & bit(src)) == 0 && in_range(cell.pos, p0, p1)) {
+      return err("KV cache: sequence %d already holds position %d of the range %s copied from %d",
+                 dst, cell.pos, range_text(p0, p1).c_str(), src);
+    }
+  }
+  for (Cell& cell : cells_) {
+    if ((cell.seqs & bit(src)) == 0 || !in_range(cell.pos, p0, p1)) continue;
+    cell.seqs |= bit(dst);
+    seq_max_[static_cast<size_t>(dst)] = std::max(seq_max_[static_cast<size_t>(dst)], cell.pos);
+  }
+  return Status::Ok();
+}
+
+void KvCache::recount() {
+  n_used_ = 0;
+  std::fill(seq_max_.begin(), seq_max_.end(), -1);
+  for (const Cell& cell : cells_) {
+    if (cell.pos < 0) continue;
+    ++n_used_;
+    for (uint64_t m = cell.seqs; m != 0; m &= m - 1) {
+      int32_t& mx = seq_max_[static_cast<size_t>(__builtin_ctzll(m))];
+      mx = std::max(mx, cell.pos);
+    }
+  }
 }
 
 }  // namespace pi::runtime

@@ -38,6 +38,8 @@ class Sampler {
   void accept(int32_t token);
   // Forgets the window and reseeds the RNG with params().seed.
   void reset();
+  // Takes o's penalty window (the tokens o accepted) in place of its own; the RNG is untouched.
+  void copy_window(const Sampler& o) { window_ = o.window_; }
   // Tokens that are never sampled (their logits count as -inf), e.g. EOS with --ignore-eos.
   void set_banned(std::vector<int32_t> ids) { banned_ = std::move(ids); }
 

@@ -104,4 +104,68 @@ TEST(Session, BannedTokensAndOverflow) {
   EXPECT_EQ(s->n_past(), 3);
 }
 
+// The multi-sequence API: sequence i of a batched session samples with seed + i and, after
+// fork(0, i), reproduces a one-sequence session seeded seed + i (penalty window included);
+// seq_rm frees a sequence for a new fork; bad ids are refused.
+TEST(Session, ForkedSequencesReproduceSingleSessionsWithSeedPlusI) {
+  auto e = load_engine("engine_multi.gguf");
+  ASSERT_NE(e, nullptr);
+  pi::SessionOptions o;
+  o.n_ctx = 64;
+  o.n_threads = 2;
+  o.sampling.seed = 21;
+  o.sampling.temperature = 1.0f;
+  o.sampling.repeat_penalty = 1.5f;
+  const std::vector<int32_t> prompt = e->tokenizer()->encode("in the", true, false);
+  const int n_gen = 8, n_seq = 3;
+  std::vector<std::vector<int32_t>> want;
+  for (int i = 0; i < n_seq; ++i) {
+    pi::SessionOptions one = o;
+    one.sampling.seed = o.sampling.seed + static_cast<uint64_t>(i);
+    auto s = std::move(pi::Session::create(*e, one)).value();
+    EXPECT_TRUE(s->prompt(prompt).ok());
+    std::vector<int32_t> out;
+    for (int k = 0; k < n_gen; ++k) {
+      out.push_back(s->sample());
+      EXPECT_TRUE(s->advance(out.back()).ok());
+    }
+    want.push_back(out);
+  }
+  pi::SessionOptions multi = o;
+  multi.n_seq_max = n_seq;
+  auto s = std::move(pi::Session::create(*e, multi)).value();
+  EXPECT_EQ(s->n_seq_max(), n_seq);
+  ASSERT_TRUE(s->prompt(prompt).ok());
+  for (int i = 1; i < n_seq; ++i) ASSERT_TRUE(s->fork(0, i).ok());
+  EXPECT_FALSE(s->fork(0, 1).ok());  // sequence 1 holds positions
+  EXPECT_FALSE(s->fork(0, n_seq).ok());
+  EXPECT_EQ(s->sample(n_seq, s->logits()), -1);
+  std::vector<std::vector<int32_t>> got(n_seq);
+  const auto p = static_cast<int32_t>(prompt.size());
+  for (int k = 0; k < n_gen; ++k) {
+    std::vector<pi::BatchToken> batch;
+    for (int i = 0; i < n_seq; ++i) {
+      const auto logits = k == 0 ? s->logits() : s->batch_logits(static_cast<size_t>(i));
+      got[i].push_back(s->sample(i, logits));
+      batch.push_back({got[i].back(), i, p + k, true});
+    }
+    ASSERT_TRUE(s->decode(batch).ok());
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(s->seq_pos_max(2), p + n_gen - 1);
+  EXPECT_EQ(s->timings().n_eval, n_seq * n_gen);
+  EXPECT_EQ(s->timings().n_eval_passes, n_gen);
+  // Removing sequence 2 lets it be forked again; a refused batch changes nothing.
+  ASSERT_TRUE(s->seq_rm(2, 0).ok());
+  EXPECT_EQ(s->seq_pos_max(2), -1);
+  ASSERT_TRUE(s->fork(1, 2).ok());
+  EXPECT_EQ(s->seq_pos_max(2), p + n_gen - 1);
+  EXPECT_FALSE(s->decode(std::vector<pi::BatchToken>{{5, 0, 0, true}}).ok());
+  EXPECT_FALSE(s->seq_rm(7, 0).ok());
+  EXPECT_FALSE(s->seq_cp(0, 7).ok());
+  s->reset();
+  EXPECT_EQ(s->seq_pos_max(1), -1);
+  EXPECT_EQ(s->n_past(), 0);
+}
+
 }  // namespace

@@ -23,14 +23,13 @@
 
 #include "commands.h"
 #include "core/log.h"
+#include "gen_options.h"
 #include "powerinfer/engine.h"
 #include "sparsity_report.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pi::cli {
 namespace {
-
-constexpr const char* kDefaultModel = "models/kjv-relu/kjv-relu.pwri.gguf";
 
 // Set by the SIGINT handler, read and cleared by the generation loop. The handler does
 // nothing else.
@@ -49,86 +48,12 @@ void install_sigint_handler() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
-struct RunOptions {
-  std::string model;
-  std::string prompt;
-  std::string prompt_file;
-  int64_t n_predict = -1;
-  int n_threads = 0;
-  int64_t n_ctx = 0;
-  int64_t n_batch = 512;
-  SamplingParams sampling;
-  int64_t seed = -1;
-  bool ignore_eos = false;
-  bool escape = false;
+struct RunOptions : GenOptions {
   bool interactive = false;
-  bool no_display_prompt = false;
-  bool warmup = true;
-  // PowerInfer files (see SparseOptions): --dense, --sparse-threshold, --sparsity-report,
-  // --check-predictor (implies the report).
-  bool dense = false;
-  std::string sparse_threshold;  // empty: not given
+  // PowerInfer files: --sparsity-report, --check-predictor (implies the report).
   bool sparsity_report = false;
   bool check_predictor = false;
 };
-
-// Processes the escapes \n \t \r \a \b \f \v \\ \' \" \? \0 and \xHH; other sequences stay.
-std::string unescape(const std::string& s) {
-  static constexpr std::string_view kFrom = "ntrabfv\\'\"?0";
-  static constexpr std::string_view kTo{"\n\t\r\a\b\f\v\\'\"?\0", 12};
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '\\' || i + 1 == s.size()) {
-      out += s[i];
-      continue;
-    }
-    const char c = s[++i];
-    if (const size_t k = kFrom.find(c); k != std::string_view::npos) {
-      out += kTo[k];
-    } else if (c == 'x' && i + 1 < s.size() &&
-               std::isxdigit(static_cast<unsigned char>(s[i + 1]))) {
-      size_t n = 1;
-      if (i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 2]))) n = 2;
-      out += static_cast<char>(std::stoi(s.substr(i + 1, n), nullptr, 16));
-      i += n;
-    } else {
-      out += '\\';
-      out += c;
-    }
-  }
-  return out;
-}
-
-// Checks flag values that CLI11's type conversion lets through. Messages name the flag.
-Status validate(const RunOptions& o) {
-  if (o.n_predict < -1)
-    return err("-n must be -1 (no limit) or >= 0 (got %lld)", static_cast<long long>(o.n_predict));
-  if (o.n_threads < 1) return err("-t must be >= 1 (got %d)", o.n_threads);
-  if (o.n_ctx < 0)
-    return err("-c must be >= 0 (0: the model's context length; got %lld)",
-               static_cast<long long>(o.n_ctx));
-  if (o.n_batch < 1) return err("-b must be >= 1 (got %lld)", static_cast<long long>(o.n_batch));
-  if (!o.prompt.empty() && !o.prompt_file.empty()) return err("-p and -f are mutually exclusive");
-  const SamplingParams& s = o.sampling;
-  if (!(s.temperature >= 0.0f))
-    return err("--temp must be >= 0 (got %g)", static_cast<double>(s.temperature));
-  if (!(s.top_p > 0.0f && s.top_p <= 1.0f))
-    return err("--top-p must be in (0, 1] (got %g)", static_cast<double>(s.top_p));
-  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f))
-    return err("--min-p must be in [0, 1] (got %g)", static_cast<double>(s.min_p));
-  if (!(s.repeat_penalty > 0.0f))
-    return err("--repeat-penalty must be > 0 (got %g)", static_cast<double>(s.repeat_penalty));
-  if (s.repeat_last_n < -1) return err("--repeat-last-n must be >= -1 (got %d)", s.repeat_last_n);
-  return validate_sampling(s);
-}
-
-Result<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return err("%s: cannot read prompt file: %s", path.c_str(), std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void print_piece(const std::string& s) {
   if (s.empty()) return;
@@ -189,27 +114,25 @@ bool read_line(std::string& line) {
 
 int run(const RunOptions& o_in) {
   RunOptions o = o_in;
-  if (o.model.empty()) {
-    if (!std::filesystem::exists(kDefaultModel)) {
-      log_error("no model given: pass -m FILE (the bundled %s was not found)", kDefaultModel);
-      return 1;
-    }
-    o.model = kDefaultModel;
-  }
-  if (Status s = validate(o); !s.ok()) {
-    log_error("%s", s.error().message.c_str());
+  auto model = resolve_model(o);
+  if (!model.ok()) {
+    log_error("%s", model.error().message.c_str());
     return 1;
   }
-  std::string prompt = o.prompt;
-  if (!o.prompt_file.empty()) {
-    auto text = read_file(o.prompt_file);
-    if (!text.ok()) {
-      log_error("%s", text.error().message.c_str());
-      return 1;
-    }
-    prompt = std::move(*text);
+  o.model = *model;
+  Status valid = o.n_predict < -1 ? err("-n must be -1 (no limit) or >= 0 (got %lld)",
+                                        static_cast<long long>(o.n_predict))
+                                  : validate_gen(o);
+  if (!valid.ok()) {
+    log_error("%s", valid.error().message.c_str());
+    return 1;
   }
-  if (o.escape) prompt = unescape(prompt);
+  auto text = load_prompt(o);
+  if (!text.ok()) {
+    log_error("%s", text.error().message.c_str());
+    return 1;
+  }
+  const std::string prompt = std::move(*text);
   o.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
 
   // From here on Ctrl-C only sets a flag; generation checks it between tokens.
@@ -226,22 +149,13 @@ int run(const RunOptions& o_in) {
               o.model.c_str());
     return 1;
   }
-  SessionOptions so;
-  so.n_ctx = o.n_ctx;
-  so.n_batch = o.n_batch;
-  so.n_threads = o.n_threads;
-  so.sampling = o.sampling;
-  so.sparse.dense = o.dense;
-  so.sparse.check_predictor = o.check_predictor;
-  if (!o.sparse_threshold.empty()) {
-    char* end = nullptr;
-    const float v = std::strtof(o.sparse_threshold.c_str(), &end);
-    if (end == o.sparse_threshold.c_str() || *end != '\0' || std::isnan(v)) {
-      log_error("--sparse-threshold: '%s' is not a number", o.sparse_threshold.c_str());
-      return 1;
-    }
-    so.sparse.threshold = v;
+  auto so_r = session_options(o, o.sampling.seed);
+  if (!so_r.ok()) {
+    log_error("%s", so_r.error().message.c_str());
+    return 1;
   }
+  SessionOptions so = *so_r;
+  so.sparse.check_predictor = o.check_predictor;
   auto session_r = Session::create(**engine, so);
   if (!session_r.ok()) {
     log_error("%s", session_r.error().message.c_str());
@@ -290,12 +204,7 @@ int run(const RunOptions& o_in) {
       static_cast<double>(sp.min_p), static_cast<double>(sp.repeat_penalty), sp.repeat_last_n,
       static_cast<double>(sp.presence_penalty), static_cast<double>(sp.frequency_penalty));
 
-  if (o.ignore_eos) {
-    std::vector<int32_t> eog;
-    for (int32_t id = 0; id < tok->n_vocab(); ++id)
-      if (tok->is_eog(id)) eog.push_back(id);
-    session.ban_tokens(std::move(eog));
-  }
+  if (o.ignore_eos) session.ban_tokens(eog_tokens(*tok));
 
   // An interactive session without a prompt starts with the user's first line.
   std::vector<int32_t> tokens;
@@ -417,54 +326,13 @@ Runner add_run(CLI::App& app) {
       "Generate text with a GGUF or PowerInfer model (PowerInfer files run sparse unless\n"
       "--dense). Prints the prompt and the continuation as it is produced, then timings.\n"
       "Ctrl-C stops (exit code 130).");
-  sub->add_option("-m,--model", o->model,
-                  std::string("Model file (default: ") + kDefaultModel + " if present)");
-  sub->add_option("-p,--prompt", o->prompt, "Prompt text");
-  sub->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
-  sub->add_option("-n,--n-predict", o->n_predict,
-                  "Tokens to generate (-1: until end of text or a full context)")
-      ->capture_default_str();
-  sub->add_option("-t,--threads", o->n_threads, "Threads")->capture_default_str();
+  add_gen_flags(sub, *o, "Tokens to generate (-1: until end of text or a full context)");
   sub->add_option("-c,--ctx-size", o->n_ctx,
                   "Context size in tokens (0: the model's, at most 4096)")
       ->capture_default_str();
-  sub->add_option("-b,--batch-size", o->n_batch, "Prompt tokens per forward pass")
-      ->capture_default_str();
-  sub->add_option("--temp", o->sampling.temperature, "Temperature (0: greedy)")
-      ->capture_default_str();
-  sub->add_option("--top-k", o->sampling.top_k, "Top-k (<= 0: off)")->capture_default_str();
-  sub->add_option("--top-p", o->sampling.top_p, "Top-p, in (0, 1] (1: off)")->capture_default_str();
-  sub->add_option("--min-p", o->sampling.min_p, "Min-p, in [0, 1] (0: off)")->capture_default_str();
-  sub->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Repetition penalty (1: off)")
-      ->capture_default_str();
-  sub->add_option("--repeat-last-n", o->sampling.repeat_last_n,
-                  "Penalty window (0: off, -1: whole context)")
-      ->capture_default_str();
-  sub->add_option("--presence-penalty", o->sampling.presence_penalty, "Presence penalty (0: off)")
-      ->capture_default_str();
-  sub->add_option("--frequency-penalty", o->sampling.frequency_penalty,
-                  "Frequency penalty (0: off)")
-      ->capture_default_str();
-  sub->add_option("-s,--seed", o->seed, "RNG seed (-1: random)")->capture_default_str();
-  sub->add_flag("--ignore-eos", o->ignore_eos,
-                "Never stop at end-of-text tokens (they are not sampled)");
-  sub->add_flag("-e,--escape", o->escape, "Process escapes (\\n, \\t, \\xHH, ...) in the prompt");
   sub->add_flag(
       "-i,--interactive,--chat", o->interactive,
       "Interactive: after each answer, read a line from stdin; the context is kept across turns");
-  sub->add_flag("--no-display-prompt", o->no_display_prompt, "Print only the generated text");
-  sub->add_flag(
-      "!--no-warmup", o->warmup,
-      "Skip the warm-up pass (one token, then forgotten) that maps the weights before timing; "
-      "its cost is part of the load time");
-  sub->add_flag("--dense", o->dense,
-                "PowerInfer files: compute every FFN neuron (still ReLU) instead of the "
-                "predicted ones");
-  sub->add_option("--sparse-threshold", o->sparse_threshold,
-                  "Predictor threshold: neuron active iff logit >= T (default: the environment "
-                  "variable LLAMA_SPARSE_PRED_THRESHOLD, else the file's "
-                  "powerinfer.sparse_threshold, else 0; this flag wins). Negative values as "
-                  "--sparse-threshold=-inf");
   sub->add_flag("--sparsity-report", o->sparsity_report,
                 "After the run, print per layer the predicted active fraction of FFN neurons and "
                 "the weight bytes read per token");

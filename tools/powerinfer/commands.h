@@ -18,5 +18,7 @@ Runner add_quantize(CLI::App& app);
 Runner add_synth(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_perplexity(CLI::App& app);
+Runner add_batched(CLI::App& app);
+Runner add_batched_bench(CLI::App& app);
 
 }  // namespace pi::cli

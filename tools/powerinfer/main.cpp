@@ -4,9 +4,28 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "core/log.h"
+
+namespace {
+
+// llama.cpp spells some long options with one dash; CLI11 accepts only one-letter short
+// options, so these spellings become --np, --npp, ... before parsing.
+constexpr const char* kOneDashLong[] = {"-np", "-npp", "-ntg", "-npl", "-pps"};
+
+std::vector<std::string> normalized_args(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    for (const char* name : kOneDashLong) {
+      if (args[i] == name) args[i] = std::string("-") + name;
+    }
+  }
+  return args;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"powerinfer: fast local LLM inference that exploits activation sparsity"};
@@ -23,9 +42,14 @@ int main(int argc, char** argv) {
   runners["synth"] = pi::cli::add_synth(app);
   runners["bench"] = pi::cli::add_bench(app);
   runners["perplexity"] = pi::cli::add_perplexity(app);
+  runners["batched"] = pi::cli::add_batched(app);
+  runners["batched-bench"] = pi::cli::add_batched_bench(app);
 
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> args = normalized_args(argc, argv);
+    std::vector<char*> ptrs;
+    for (std::string& a : args) ptrs.push_back(a.data());
+    app.parse(static_cast<int>(ptrs.size()), ptrs.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

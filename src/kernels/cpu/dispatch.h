@@ -53,14 +53,17 @@ struct AxpyTask {
   int64_t ldy;
 };
 
-// One query head over a range of KV cells: out[0:head_dim] = softmax(scale * q.K^T) V
-// over cells [0, n_ctx). k, v point at the head's first cell; cell stride kv_stride
-// elements. scores: scratch [n_ctx].
+// One query head over n_ctx KV cells: out[0:head_dim] = softmax(scale * q.K^T) V over
+// cells [0, n_ctx), or over cells[0 .. n_ctx) in that order when `cells` is set (scores and
+// sums follow the list order, so a list 0, 1, ..., n_ctx-1 gives the same bits as no list).
+// k, v point at the head's part of cell 0; cell stride kv_stride elements.
+// scores: scratch [n_ctx].
 struct AttnHeadTask {
   const float* q;
   const uint16_t* k;
   const uint16_t* v;
   int64_t kv_stride;
+  const int32_t* cells;  // nullptr: cells 0 .. n_ctx-1
   int64_t n_ctx;
   int64_t head_dim;
   float scale;

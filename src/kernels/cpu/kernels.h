@@ -135,4 +135,13 @@ void attention_batch(ThreadPool& pool, const AttentionDims& dims, const float* q
                      int64_t pos0, const uint16_t* k_cache, const uint16_t* v_cache,
                      float* out);
 
+// Queries over listed cells (a multi-sequence batch): query i attends the cells
+// cells[begin[i] .. begin[i] + len[i]) in that order, len[i] >= 1. With the list 0, 1, ..., n-1
+// the result is bit-identical to attention() over n cells; a list visiting the same keys and
+// values in the same order gives the same bits wherever the cells lie.
+// q, out: f32 [n_q, n_head, head_dim]; cells < the cache's cell count.
+void attention_cells(ThreadPool& pool, const AttentionDims& dims, const float* q, int64_t n_q,
+                     const int32_t* cells, const int64_t* begin, const int64_t* len,
+                     const uint16_t* k_cache, const uint16_t* v_cache, float* out);
+
 }  // namespace pi::cpu

@@ -2,6 +2,7 @@
 // short vector and run on the calling thread (a fork would cost more than the op, and one
 // thread keeps the reduction order fixed). Elementwise ops split long vectors into chunks.
 // Attention runs one task per (query, head): each task owns its output head.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/dispatch.h"
@@ -95,20 +96,32 @@ void rope(ThreadPool&, float* x, int64_t n_heads, int64_t head_dim, int64_t n_ro
 
 namespace {
 
-// Runs n_q * n_head attention heads; query i sees n_ctx0 + i cells.
-void attention_heads(ThreadPool& pool, const AttentionDims& d, const float* q, int64_t n_q,
-                     int64_t n_ctx0, const uint16_t* k_cache, const uint16_t* v_cache,
+// Runs n_q * n_head attention heads, one task each. Query i sees n_ctx0 + i cells from cell 0,
+// or, with `cells`, the cells[begin[i] .. begin[i] + len[i]).
+struct AttnQueries {
+  int64_t n_q = 0;
+  int64_t n_ctx0 = 0;
+  const int32_t* cells = nullptr;
+  const int64_t* begin = nullptr;
+  const int64_t* len = nullptr;
+
+  int64_t n_ctx(int64_t i) const { return cells != nullptr ? len[i] : n_ctx0 + i; }
+};
+
+void attention_heads(ThreadPool& pool, const AttentionDims& d, const float* q,
+                     const AttnQueries& qs, const uint16_t* k_cache, const uint16_t* v_cache,
                      float* out) {
   detail::require(d.n_kv_head > 0 && d.n_head % d.n_kv_head == 0,
                   "attention: n_head must be a multiple of n_kv_head");
   const auto head_fn = detail::table().attn_head;
   const int64_t group = d.n_head / d.n_kv_head;
   const int64_t kv_stride = d.n_kv_head * d.head_dim;
-  const int64_t max_ctx = n_ctx0 + n_q - 1;
+  int64_t max_ctx = 1;
+  for (int64_t i = 0; i < qs.n_q; ++i) max_ctx = std::max(max_ctx, qs.n_ctx(i));
   detail::Scratch scratch;
-  float* scores = scratch.alloc<float>(pool.size() * std::max<int64_t>(1, max_ctx));
+  float* scores = scratch.alloc<float>(pool.size() * max_ctx);
   pool.parallel_for(
-      n_q * d.n_head,
+      qs.n_q * d.n_head,
       [&](int64_t task, int thread) {
         const int64_t i = task / d.n_head;
         const int64_t h = task % d.n_head;
@@ -118,10 +131,11 @@ void attention_heads(ThreadPool& pool, const AttentionDims& d, const float* q, i
         t.k = k_cache + kvh * d.head_dim;
         t.v = v_cache + kvh * d.head_dim;
         t.kv_stride = kv_stride;
-        t.n_ctx = n_ctx0 + i;
+        t.cells = qs.cells != nullptr ? qs.cells + qs.begin[i] : nullptr;
+        t.n_ctx = qs.n_ctx(i);
         t.head_dim = d.head_dim;
         t.scale = d.scale;
-        t.scores = scores + thread * std::max<int64_t>(1, max_ctx);
+        t.scores = scores + thread * max_ctx;
         t.out = out + (i * d.n_head + h) * d.head_dim;
         head_fn(t);
       },
@@ -133,13 +147,21 @@ void attention_heads(ThreadPool& pool, const AttentionDims& d, const float* q, i
 void attention(ThreadPool& pool, const AttentionDims& dims, const float* q,
                const uint16_t* k_cache, const uint16_t* v_cache, int64_t n_ctx_used,
                float* out) {
-  attention_heads(pool, dims, q, 1, n_ctx_used, k_cache, v_cache, out);
+  attention_heads(pool, dims, q, AttnQueries{1, n_ctx_used}, k_cache, v_cache, out);
 }
 
 void attention_batch(ThreadPool& pool, const AttentionDims& dims, const float* q, int64_t n_q,
                      int64_t pos0, const uint16_t* k_cache, const uint16_t* v_cache,
                      float* out) {
-  attention_heads(pool, dims, q, n_q, pos0 + 1, k_cache, v_cache, out);
+  attention_heads(pool, dims, q, AttnQueries{n_q, pos0 + 1}, k_cache, v_cache, out);
+}
+
+void attention_cells(ThreadPool& pool, const AttentionDims& dims, const float* q, int64_t n_q,
+                     const int32_t* cells, const int64_t* begin, const int64_t* len,
+                     const uint16_t* k_cache, const uint16_t* v_cache, float* out) {
+  detail::require(cells != nullptr && begin != nullptr && len != nullptr,
+                  "attention_cells: cells, begin and len are required");
+  attention_heads(pool, dims, q, AttnQueries{n_q, 0, cells, begin, len}, k_cache, v_cache, out);
 }
 
 }  // namespace pi::cpu

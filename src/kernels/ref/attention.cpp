@@ -3,7 +3,7 @@
 //   p = softmax(score)
 //   out_h = sum_t p[t] * v[t, g]
 // With n_ctx_used == 0 there is nothing to attend to and out is all zeros. n_head must be a
-// multiple of n_kv_head.
+// multiple of n_kv_head. attention_cells() is the same over a list of cells (t -> cells[t]).
 #include <cmath>
 #include <vector>
 
@@ -12,9 +12,11 @@
 
 namespace pi::ref {
 
-void attention(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
-               int64_t n_ctx_used, int64_t n_head, int64_t n_kv_head, int64_t head_dim,
-               float scale, float* out) {
+void attention_cells(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
+                     const int32_t* cells, int64_t n_cells, int64_t n_head, int64_t n_kv_head,
+                     int64_t head_dim, float scale, float* out) {
+  const int64_t n_ctx_used = n_cells;
+  const auto cell = [cells](int64_t t) { return cells != nullptr ? int64_t{cells[t]} : t; };
   const int64_t group = n_head / n_kv_head;
   const int64_t cell_stride = n_kv_head * head_dim;  // elements per cache cell
   std::vector<double> p(static_cast<size_t>(n_ctx_used));
@@ -25,7 +27,7 @@ void attention(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
     double max = -INFINITY;
     bool has_nan = false;
     for (int64_t t = 0; t < n_ctx_used; ++t) {
-      const uint16_t* k = k_cache + t * cell_stride + g * head_dim;
+      const uint16_t* k = k_cache + cell(t) * cell_stride + g * head_dim;
       double s = 0.0;
       for (int64_t d = 0; d < head_dim; ++d) s += static_cast<double>(qh[d]) * f16_to_f32(k[d]);
       s *= scale;
@@ -43,12 +45,19 @@ void attention(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
     for (int64_t d = 0; d < head_dim; ++d) {
       double acc = 0.0;
       for (int64_t t = 0; t < n_ctx_used; ++t) {
-        const uint16_t* v = v_cache + t * cell_stride + g * head_dim;
+        const uint16_t* v = v_cache + cell(t) * cell_stride + g * head_dim;
         acc += p[static_cast<size_t>(t)] / sum * f16_to_f32(v[d]);
       }
       o[d] = static_cast<float>(acc);
     }
   }
+}
+
+void attention(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
+               int64_t n_ctx_used, int64_t n_head, int64_t n_kv_head, int64_t head_dim,
+               float scale, float* out) {
+  attention_cells(q, k_cache, v_cache, nullptr, n_ctx_used, n_head, n_kv_head, head_dim, scale,
+                  out);
 }
 
 }  // namespace pi::ref

@@ -60,5 +60,10 @@ void mul(const float* a, const float* b, float* y, int64_t n);
 void attention(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
                int64_t n_ctx_used, int64_t n_head, int64_t n_kv_head, int64_t head_dim,
                float scale, float* out);
+// The same over the listed cells: position t of the softmax is cell cells[t], t < n_cells
+// (cells == nullptr: cell t).
+void attention_cells(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
+                     const int32_t* cells, int64_t n_cells, int64_t n_head, int64_t n_kv_head,
+                     int64_t head_dim, float scale, float* out);
 
 }  // namespace pi::ref

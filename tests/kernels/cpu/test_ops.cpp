@@ -267,6 +267,83 @@ TEST(CpuAttention, SingleAndBatchedMatchReference) {
   }
 }
 
+// Listed cells (multi-sequence batches): against the reference over the same list; bit-equal
+// to attention() over the listed cells gathered into a contiguous cache (the order of the list
+// is all that matters, not where the cells lie); the identity list equals attention_batch.
+TEST(CpuAttention, ListedCellsMatchReferenceAndContiguousBits) {
+  for (Isa isa : isas()) {
+    IsaScope scope(isa);
+    const int64_t n_head = 8, n_kv = 2, hd = 40, n_cells = 61, cell = n_kv * hd;
+    SCOPED_TRACE(::testing::Message() << isa_name(isa));
+    const auto kf = gaussian(n_cells * cell, 20), vf = gaussian(n_cells * cell, 21);
+    std::vector<uint16_t> K(kf.size()), V(vf.size());
+    std::vector<float> kd(kf.size()), vd(vf.size());
+    for (size_t i = 0; i < kf.size(); ++i) {
+      K[i] = f32_to_f16(kf[i]);
+      V[i] = f32_to_f16(vf[i]);
+      kd[i] = f16_to_f32(K[i]);
+      vd[i] = f16_to_f32(V[i]);
+    }
+    // A scattered list of 37 cells; queries attend prefixes of 37, 1 and 20 of it, then the
+    // identity list (0..n-1) for two queries, like a contiguous causal batch at pos0 = 9.
+    std::vector<int32_t> cells(37);
+    for (int32_t k = 0; k < 37; ++k) cells[k] = (k * 23 + 5) % static_cast<int32_t>(n_cells);
+    const int64_t list0 = 37;
+    for (int32_t c = 0; c < 11; ++c) cells.push_back(c);
+    const std::vector<int64_t> begin = {0, 0, 0, list0, list0};
+    const std::vector<int64_t> len = {37, 1, 20, 10, 11};
+    const int64_t n_q = static_cast<int64_t>(len.size());
+    const auto Q = gaussian(n_q * n_head * hd, 22, 0.5f);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const AttentionDims dims{n_head, n_kv, hd, scale};
+    std::vector<std::vector<float>> outs;
+    for (int threads : {1, 3}) {
+      ThreadPool pool(threads);
+      Guarded out(n_q * n_head * hd);
+      attention_cells(pool, dims, Q.data(), n_q, cells.data(), begin.data(), len.data(), K.data(),
+                      V.data(), out.data());
+      EXPECT_TRUE(out.guards_intact());
+      outs.push_back(out.values());
+    }
+    EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * 4));
+    ThreadPool pool(2);
+    for (int64_t i = 0; i < n_q; ++i) {
+      const int32_t* list = cells.data() + begin[i];
+      // The same cells gathered contiguously, in list order.
+      std::vector<uint16_t> gk, gv;
+      std::vector<float> gkd, gvd;
+      for (int64_t t = 0; t < len[i]; ++t) {
+        const int64_t c = list[t];
+        gk.insert(gk.end(), K.begin() + c * cell, K.begin() + (c + 1) * cell);
+        gv.insert(gv.end(), V.begin() + c * cell, V.begin() + (c + 1) * cell);
+        gkd.insert(gkd.end(), kd.begin() + c * cell, kd.begin() + (c + 1) * cell);
+        gvd.insert(gvd.end(), vd.begin() + c * cell, vd.begin() + (c + 1) * cell);
+      }
+      std::vector<float> contiguous(n_head * hd), want(n_head * hd);
+      attention(pool, dims, Q.data() + i * n_head * hd, gk.data(), gv.data(), len[i],
+                contiguous.data());
+      EXPECT_EQ(0, std::memcmp(contiguous.data(), outs[0].data() + i * n_head * hd,
+                               contiguous.size() * 4))
+          << "query " << i;
+      ref::attention_cells(Q.data() + i * n_head * hd, K.data(), V.data(), list, len[i], n_head,
+                           n_kv, hd, scale, want.data());
+      for (int64_t h = 0; h < n_head; ++h) {
+        const int64_t g = h / (n_head / n_kv);
+        for (int64_t d = 0; d < hd; ++d) {
+          const double tol = attn_bound(Q.data() + (i * n_head + h) * hd, gkd, gvd, cell, g * hd,
+                                        len[i], hd, scale, d);
+          ASSERT_NEAR(outs[0][(i * n_head + h) * hd + d], want[h * hd + d], tol)
+              << "query " << i << " head " << h << " dim " << d;
+        }
+      }
+    }
+    // The identity lists of queries 3 and 4 are a causal batch of two at pos0 = 9.
+    std::vector<float> batch(2 * n_head * hd);
+    attention_batch(pool, dims, Q.data() + 3 * n_head * hd, 2, 9, K.data(), V.data(), batch.data());
+    EXPECT_EQ(0, std::memcmp(batch.data(), outs[0].data() + 3 * n_head * hd, batch.size() * 4));
+  }
+}
+
 TEST(CpuAttention, NaNInQueryPoisonsOnlyItsHead) {
   ThreadPool pool(2);
   for (Isa isa : isas()) {

@@ -115,5 +115,26 @@ TEST(RefAttention, NaNInKeysPoisonsOnlyHeadsThatReadIt) {
   }
 }
 
+// Attending a list of cells equals attending a cache holding those cells contiguously.
+TEST(RefAttention, ListedCellsEqualGatheredCache) {
+  const int64_t n_head = 4, n_kv_head = 2, head_dim = 8, n_ctx = 9;
+  const Cache c = random_cache(n_ctx, n_kv_head, head_dim, 5);
+  const std::vector<int32_t> cells = {7, 2, 8, 0, 5};
+  Cache g{static_cast<int64_t>(cells.size()), n_kv_head, head_dim, {}, {}};
+  const int64_t cell = n_kv_head * head_dim;
+  for (int32_t t : cells) {
+    g.k.insert(g.k.end(), c.k.begin() + t * cell, c.k.begin() + (t + 1) * cell);
+    g.v.insert(g.v.end(), c.v.begin() + t * cell, c.v.begin() + (t + 1) * cell);
+  }
+  std::vector<float> q(n_head * head_dim);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  std::vector<float> listed(q.size()), gathered(q.size());
+  attention_cells(q.data(), c.k.data(), c.v.data(), cells.data(), g.n_ctx, n_head, n_kv_head,
+                  head_dim, 0.35f, listed.data());
+  attention(q.data(), g.k.data(), g.v.data(), g.n_ctx, n_head, n_kv_head, head_dim, 0.35f,
+            gathered.data());
+  EXPECT_EQ(listed, gathered);
+}
+
 }  // namespace
 }  // namespace pi::ref

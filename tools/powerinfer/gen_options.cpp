@@ -1,0 +1,153 @@
+#include "gen_options.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+
+#include "tokenizer/tokenizer.h"
+
+namespace pi::cli {
+
+void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help) {
+  sub->add_option("-m,--model", o.model,
+                  std::string("Model file (default: ") + kDefaultModel + " if present)");
+  sub->add_option("-p,--prompt", o.prompt, "Prompt text");
+  sub->add_option("-f,--file", o.prompt_file, "Read the prompt from a file");
+  sub->add_option("-n,--n-predict", o.n_predict, n_help)->capture_default_str();
+  sub->add_option("-t,--threads", o.n_threads, "Threads")->capture_default_str();
+  sub->add_option("-b,--batch-size", o.n_batch, "Prompt tokens per forward pass")
+      ->capture_default_str();
+  sub->add_option("--temp", o.sampling.temperature, "Temperature (0: greedy)")
+      ->capture_default_str();
+  sub->add_option("--top-k", o.sampling.top_k, "Top-k (<= 0: off)")->capture_default_str();
+  sub->add_option("--top-p", o.sampling.top_p, "Top-p, in (0, 1] (1: off)")->capture_default_str();
+  sub->add_option("--min-p", o.sampling.min_p, "Min-p, in [0, 1] (0: off)")->capture_default_str();
+  sub->add_option("--repeat-penalty", o.sampling.repeat_penalty, "Repetition penalty (1: off)")
+      ->capture_default_str();
+  sub->add_option("--repeat-last-n", o.sampling.repeat_last_n,
+                  "Penalty window (0: off, -1: whole context)")
+      ->capture_default_str();
+  sub->add_option("--presence-penalty", o.sampling.presence_penalty, "Presence penalty (0: off)")
+      ->capture_default_str();
+  sub->add_option("--frequency-penalty", o.sampling.frequency_penalty,
+                  "Frequency penalty (0: off)")
+      ->capture_default_str();
+  sub->add_option("-s,--seed", o.seed, "RNG seed (-1: random)")->capture_default_str();
+  sub->add_flag("--ignore-eos", o.ignore_eos,
+                "Never stop at end-of-text tokens (they are not sampled)");
+  sub->add_flag("-e,--escape", o.escape, "Process escapes (\\n, \\t, \\xHH, ...) in the prompt");
+  sub->add_flag("--no-display-prompt", o.no_display_prompt, "Print only the generated text");
+  sub->add_flag(
+      "!--no-warmup", o.warmup,
+      "Skip the warm-up pass (one token, then forgotten) that maps the weights before timing; "
+      "its cost is part of the load time");
+  sub->add_flag("--dense", o.dense,
+                "PowerInfer files: compute every FFN neuron (still ReLU) instead of the "
+                "predicted ones");
+  sub->add_option("--sparse-threshold", o.sparse_threshold,
+                  "Predictor threshold: neuron active iff logit >= T (default: the environment "
+                  "variable LLAMA_SPARSE_PRED_THRESHOLD, else the file's "
+                  "powerinfer.sparse_threshold, else 0; this flag wins). Negative values as "
+                  "--sparse-threshold=-inf");
+}
+
+Status validate_gen(const GenOptions& o) {
+  if (o.n_threads < 1) return err("-t must be >= 1 (got %d)", o.n_threads);
+  if (o.n_ctx < 0)
+    return err("-c must be >= 0 (0: the default size; got %lld)", static_cast<long long>(o.n_ctx));
+  if (o.n_batch < 1) return err("-b must be >= 1 (got %lld)", static_cast<long long>(o.n_batch));
+  if (!o.prompt.empty() && !o.prompt_file.empty()) return err("-p and -f are mutually exclusive");
+  const SamplingParams& s = o.sampling;
+  if (!(s.temperature >= 0.0f))
+    return err("--temp must be >= 0 (got %g)", static_cast<double>(s.temperature));
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f))
+    return err("--top-p must be in (0, 1] (got %g)", static_cast<double>(s.top_p));
+  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f))
+    return err("--min-p must be in [0, 1] (got %g)", static_cast<double>(s.min_p));
+  if (!(s.repeat_penalty > 0.0f))
+    return err("--repeat-penalty must be > 0 (got %g)", static_cast<double>(s.repeat_penalty));
+  if (s.repeat_last_n < -1) return err("--repeat-last-n must be >= -1 (got %d)", s.repeat_last_n);
+  return validate_sampling(s);
+}
+
+Result<std::string> resolve_model(const GenOptions& o) {
+  if (!o.model.empty()) return o.model;
+  if (!std::filesystem::exists(kDefaultModel)) {
+    return err("no model given: pass -m FILE (the bundled %s was not found)", kDefaultModel);
+  }
+  return std::string(kDefaultModel);
+}
+
+std::string unescape(const std::string& s) {
+  static constexpr std::string_view kFrom = "ntrabfv\\'\"?0";
+  static constexpr std::string_view kTo{"\n\t\r\a\b\f\v\\'\"?\0", 12};
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\' || i + 1 == s.size()) {
+      out += s[i];
+      continue;
+    }
+    const char c = s[++i];
+    if (const size_t k = kFrom.find(c); k != std::string_view::npos) {
+      out += kTo[k];
+    } else if (c == 'x' && i + 1 < s.size() &&
+               std::isxdigit(static_cast<unsigned char>(s[i + 1]))) {
+      size_t n = 1;
+      if (i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 2]))) n = 2;
+      out += static_cast<char>(std::stoi(s.substr(i + 1, n), nullptr, 16));
+      i += n;
+    } else {
+      out += '\\';
+      out += c;
+    }
+  }
+  return out;
+}
+
+Result<std::string> load_prompt(const GenOptions& o) {
+  std::string prompt = o.prompt;
+  if (!o.prompt_file.empty()) {
+    std::ifstream in(o.prompt_file, std::ios::binary);
+    if (!in) {
+      return err("%s: cannot read prompt file: %s", o.prompt_file.c_str(), std::strerror(errno));
+    }
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    prompt = ss.str();
+  }
+  return o.escape ? unescape(prompt) : prompt;
+}
+
+Result<SessionOptions> session_options(const GenOptions& o, uint64_t seed) {
+  SessionOptions so;
+  so.n_ctx = o.n_ctx;
+  so.n_batch = o.n_batch;
+  so.n_threads = o.n_threads;
+  so.sampling = o.sampling;
+  so.sampling.seed = seed;
+  so.sparse.dense = o.dense;
+  if (!o.sparse_threshold.empty()) {
+    char* end = nullptr;
+    const float v = std::strtof(o.sparse_threshold.c_str(), &end);
+    if (end == o.sparse_threshold.c_str() || *end != '\0' || std::isnan(v)) {
+      return err("--sparse-threshold: '%s' is not a number", o.sparse_threshold.c_str());
+    }
+    so.sparse.threshold = v;
+  }
+  return so;
+}
+
+std::vector<int32_t> eog_tokens(const Tokenizer& tok) {
+  std::vector<int32_t> eog;
+  for (int32_t id = 0; id < tok.n_vocab(); ++id)
+    if (tok.is_eog(id)) eog.push_back(id);
+  return eog;
+}
+
+}  // namespace pi::cli

@@ -1,0 +1,65 @@
+// Flags shared by the generating subcommands (`run`, `batched`): model, prompt, sizes,
+// sampling, sparse execution. Each subcommand registers them with add_gen_flags() and adds its
+// own; validate_gen() checks the values CLI11's type conversion lets through, with messages
+// naming the flag.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "powerinfer/engine.h"
+
+namespace pi {
+class Tokenizer;
+}
+
+namespace pi::cli {
+
+inline constexpr const char* kDefaultModel = "models/kjv-relu/kjv-relu.pwri.gguf";
+
+struct GenOptions {
+  std::string model;
+  std::string prompt;
+  std::string prompt_file;
+  int64_t n_predict = -1;
+  int n_threads = 0;
+  int64_t n_ctx = 0;
+  int64_t n_batch = 512;
+  SamplingParams sampling;
+  int64_t seed = -1;
+  bool ignore_eos = false;
+  bool escape = false;
+  bool no_display_prompt = false;
+  bool warmup = true;
+  // PowerInfer files (see SparseOptions): --dense, --sparse-threshold.
+  bool dense = false;
+  std::string sparse_threshold;  // empty: not given
+};
+
+// Registers -m -p -f -n -t -b, the sampling flags, -s --ignore-eos -e --no-display-prompt
+// --no-warmup --dense --sparse-threshold on `sub`. `n_help` describes -n; -c (whose default
+// differs) is the caller's.
+void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help);
+
+// Checks the values (-t >= 1, -c >= 0, sampling ranges, -p with -f, ...). -n is the caller's.
+Status validate_gen(const GenOptions& o);
+
+// The model path: -m, else the bundled model when present.
+Result<std::string> resolve_model(const GenOptions& o);
+
+// The prompt text: -p or the contents of -f, escapes processed with -e.
+Result<std::string> load_prompt(const GenOptions& o);
+
+// Processes the escapes \n \t \r \a \b \f \v \\ \' \" \? \0 and \xHH; other sequences stay.
+std::string unescape(const std::string& s);
+
+// Session options from the flags (threads, sizes, sampling with the resolved seed, sparse).
+Result<SessionOptions> session_options(const GenOptions& o, uint64_t seed);
+
+// The end-of-generation tokens of the vocabulary (banned with --ignore-eos).
+std::vector<int32_t> eog_tokens(const Tokenizer& tok);
+
+}  // namespace pi::cli

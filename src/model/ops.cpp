@@ -163,12 +163,11 @@ void Ops::rope_at(float* X, int64_t m, int64_t n_heads, const HParams& hp, const
 
 namespace {
 
-// K, V f32 [n_embd_kv] -> f16 cell contents.
-void store_cell(const float* K, const float* V, int64_t n_embd_kv, uint16_t* k, uint16_t* v) {
-  for (int64_t j = 0; j < n_embd_kv; ++j) {
-    k[j] = f32_to_f16(K[j]);
-    v[j] = f32_to_f16(V[j]);
-  }
+// K, V f32 [n_embd_kv] -> f16 cell contents (on the calling thread: one cell is small).
+void store_cell(ThreadPool& pool, const float* K, const float* V, int64_t n_embd_kv, uint16_t* k,
+                uint16_t* v) {
+  cpu::to_f16(pool, K, k, n_embd_kv);
+  cpu::to_f16(pool, V, v, n_embd_kv);
 }
 
 cpu::AttentionDims attention_dims(const HParams& hp) {
@@ -180,7 +179,7 @@ cpu::AttentionDims attention_dims(const HParams& hp) {
 void Ops::store_kv(const float* K, const float* V, int64_t m, int64_t n_embd_kv, const KvLayer& kv,
                    int64_t pos0) {
   pool_.parallel_for(m, [&](int64_t i, int) {
-    store_cell(K + i * n_embd_kv, V + i * n_embd_kv, n_embd_kv, kv.k + (pos0 + i) * n_embd_kv,
+    store_cell(pool_, K + i * n_embd_kv, V + i * n_embd_kv, n_embd_kv, kv.k + (pos0 + i) * n_embd_kv,
                kv.v + (pos0 + i) * n_embd_kv);
   });
 }
@@ -189,7 +188,7 @@ void Ops::store_kv_cells(const float* K, const float* V, int64_t m, int64_t n_em
                          const KvLayer& kv, const int32_t* cells) {
   pool_.parallel_for(m, [&](int64_t i, int) {
     const int64_t c = cells[i];
-    store_cell(K + i * n_embd_kv, V + i * n_embd_kv, n_embd_kv, kv.k + c * n_embd_kv,
+    store_cell(pool_, K + i * n_embd_kv, V + i * n_embd_kv, n_embd_kv, kv.k + c * n_embd_kv,
                kv.v + c * n_embd_kv);
   });
 }

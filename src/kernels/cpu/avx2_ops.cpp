@@ -51,6 +51,15 @@ inline VF vload_f16_n(const uint16_t* p, int n) {
   for (int i = 0; i < n; ++i) tmp[i] = p[i];
   return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
 }
+// f32 -> f16 rounding to nearest even (vcvtps2ph; NaN stays NaN with the quiet bit set).
+inline void vstore_f16(uint16_t* p, VF a) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+inline void vstore_f16_n(uint16_t* p, VF a, int n) {
+  alignas(16) uint16_t tmp[8];
+  _mm_store_si128(reinterpret_cast<__m128i*>(tmp), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (int i = 0; i < n; ++i) p[i] = tmp[i];
+}
 
 // exp as in avx512_ops.cpp; without scalef, 2^k is applied as 2 * 2^(k-1) so that k = 128
 // (x just below the overflow threshold) stays representable, and results below the
@@ -88,7 +97,7 @@ const KernelTable& avx2_table() {
       Isa::Avx2, avx2_act_bytes, avx2_prepare_act, avx2_dot,      avx2_axpy,
       g_rmsnorm, g_layernorm,    g_softmax,        g_silu,        g_gelu,
       g_relu,    g_relu_squared, g_add,            g_mul,         g_rope,
-      g_attn_head,
+      g_attn_head, g_to_f16,
   };
   return table;
 }

@@ -38,6 +38,13 @@ inline VF vload_f16(const uint16_t* p) {
 inline VF vload_f16_n(const uint16_t* p, int n) {
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(first_n(n), p));
 }
+// f32 -> f16 rounding to nearest even (vcvtps2ph; NaN stays NaN with the quiet bit set).
+inline void vstore_f16(uint16_t* p, VF a) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+inline void vstore_f16_n(uint16_t* p, VF a, int n) {
+  _mm256_mask_storeu_epi16(p, first_n(n), _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 
 // exp(x) = 2^k exp(r), k = round(x / ln 2), |r| <= ln2 / 2, exp(r) by its degree-7 Taylor
 // polynomial (relative error < 3e-8); scalef applies 2^k with correct overflow to Inf and
@@ -71,7 +78,7 @@ const KernelTable& avx512_table() {
       Isa::Avx512, avx512_act_bytes, avx512_prepare_act, avx512_dot,     avx512_axpy,
       g_rmsnorm,   g_layernorm,      g_softmax,          g_silu,         g_gelu,
       g_relu,      g_relu_squared,   g_add,              g_mul,          g_rope,
-      g_attn_head,
+      g_attn_head, g_to_f16,
   };
   return table;
 }

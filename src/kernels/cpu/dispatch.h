@@ -95,6 +95,8 @@ struct KernelTable {
   void (*rope)(float* x, int64_t n_heads, int64_t head_dim, int64_t n_pairs, const float* cs,
                bool neox);
   void (*attn_head)(const AttnHeadTask& task);
+  // y = x rounded to f16 (nearest even; bit patterns as pi::f32_to_f16), n elements.
+  void (*to_f16)(const float* x, uint16_t* y, int64_t n);
 };
 
 const KernelTable& scalar_table();

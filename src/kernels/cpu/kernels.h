@@ -112,6 +112,9 @@ void relu(ThreadPool& pool, const float* x, float* y, int64_t n);
 void relu_squared(ThreadPool& pool, const float* x, float* y, int64_t n);
 void add(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n);
 void mul(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n);
+// y = x as f16 bit patterns, rounded to nearest even; identical to pi::f32_to_f16 for every
+// input (NaN included).
+void to_f16(ThreadPool& pool, const float* x, uint16_t* y, int64_t n);
 
 // ---- Attention over an f16 KV cache -----------------------------------------------------
 struct AttentionDims {

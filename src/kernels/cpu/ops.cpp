@@ -75,6 +75,11 @@ void mul(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n) 
   elementwise(pool, n, [&](int64_t i, int64_t len) { f(a + i, b + i, y + i, len); });
 }
 
+void to_f16(ThreadPool& pool, const float* x, uint16_t* y, int64_t n) {
+  const auto f = detail::table().to_f16;
+  elementwise(pool, n, [&](int64_t i, int64_t len) { f(x + i, y + i, len); });
+}
+
 void rope(ThreadPool&, float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
           float base, float freq_scale, RopeMode mode) {
   detail::require(n_rot % 2 == 0 && n_rot <= head_dim, "rope: n_rot must be even and <= head_dim");

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/scalar_blocks.h"
 #include "kernels/cpu/scalar_leaves.h"
+#include "tensor/quant.h"
 
 namespace pi::cpu::detail {
 namespace scalar_isa {
@@ -48,6 +49,12 @@ inline VF vload_f16(const uint16_t* p) { return each([p](int l) { return half_to
 inline VF vload_f16_n(const uint16_t* p, int n) {
   return each([=](int l) { return l < n ? half_to_float(p[l]) : 0.0f; });
 }
+inline void vstore_f16(uint16_t* p, VF a) {
+  for (int l = 0; l < kLanes; ++l) p[l] = f32_to_f16(a.v[l]);
+}
+inline void vstore_f16_n(uint16_t* p, VF a, int n) {
+  for (int l = 0; l < n; ++l) p[l] = f32_to_f16(a.v[l]);
+}
 inline float vsum(VF a) {
   return ((a.v[0] + a.v[4]) + (a.v[2] + a.v[6])) + ((a.v[1] + a.v[5]) + (a.v[3] + a.v[7]));
 }
@@ -70,7 +77,7 @@ const KernelTable& scalar_table() {
   static const KernelTable table = {
       Isa::Scalar,  act_bytes, prepare_act, scalar_dot, scalar_axpy, g_rmsnorm, g_layernorm,
       g_softmax,    g_silu,    g_gelu,      g_relu,     g_relu_squared, g_add,  g_mul,
-      g_rope,       g_attn_head,
+      g_rope,       g_attn_head, g_to_f16,
   };
   return table;
 }

@@ -2,9 +2,12 @@
 // non-finite parity and thread-count independence. Bounds come from the f32 rounding of
 // each op's formula (u = 2^-24) and the inputs' magnitudes.
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <numeric>
 
 #include "kernels/ref/ref.h"
+#include "tensor/quant.h"
 #include "test_util.h"
 
 namespace pi::cpu::test {
@@ -153,6 +156,29 @@ TEST(CpuOps, AddMulExact) {
       ref::mul(a.data(), b.data(), wm.data(), n);
       EXPECT_EQ(ya.values(), wa);
       EXPECT_EQ(ym.values(), wm);
+    }
+  }
+}
+
+// The KV cache's f32 -> f16 store: bit patterns identical to the scalar conversion for normal,
+// subnormal, overflowing, halfway (ties to even) and non-finite inputs.
+TEST(CpuOps, ToF16MatchesScalarConversion) {
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 65520.0f, 1e6f, -1e6f, 6e-8f, 3e-8f,
+                          1e-5f, -7e-6f, INFINITY, -INFINITY, NAN, -NAN,
+                          1.0f + 1.0f / 2048.0f,                 // halfway, rounds down to even
+                          1.0f + 3.0f / 2048.0f,                 // halfway, rounds up to even
+                          std::bit_cast<float>(0x7f812345u)};    // NaN with a payload
+  const auto g = gaussian(5000, 17);
+  for (size_t i = 0; i < g.size(); ++i) x.push_back(g[i] * std::pow(10.0f, static_cast<float>(i % 13) - 8.0f));
+  for (Isa isa : isas()) {
+    IsaScope scope(isa);
+    ThreadPool pool(2);
+    for (int64_t n : {int64_t{1}, int64_t{19}, static_cast<int64_t>(x.size())}) {
+      std::vector<uint16_t> y(static_cast<size_t>(n) + 1, 0xabcd);
+      to_f16(pool, x.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(y[i], f32_to_f16(x[i])) << isa_name(isa) << " element " << i << " = " << x[i];
+      EXPECT_EQ(y[n], 0xabcd) << "wrote past the end";
     }
   }
 }

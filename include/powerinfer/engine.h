@@ -50,14 +50,24 @@ struct ModelInfo {
   int64_t n_vocab = 0, n_ctx_train = 0, n_embd = 0, n_layer = 0, n_ff = 0;
   int64_t n_head = 0, n_head_kv = 0;
   uint64_t file_bytes = 0;
+  bool mmap = true;              // mapped (true) or read into memory (LoadOptions::mmap)
+  uint64_t huge_page_bytes = 0;  // read into memory: bytes the kernel backs with huge pages
   uint64_t weight_bytes_per_token = 0;  // bytes of weights one decode step reads
+};
+
+struct LoadOptions {
+  // true: map the file (instant load, pages shared with the page cache). false: read it into
+  // memory backed by transparent huge pages (llama.cpp's --no-mmap): a copy at load, faster
+  // decoding, most of all for neuron-sparse decoding's scattered rows.
+  bool mmap = true;
 };
 
 class Engine {
  public:
-  // Maps the file, loads the architecture's weights and, if the file has a vocabulary
-  // (tokenizer.ggml.model), the tokenizer.
-  static Result<std::unique_ptr<Engine>> load(const std::string& path);
+  // Maps (or reads) the file, loads the architecture's weights and, if the file has a
+  // vocabulary (tokenizer.ggml.model), the tokenizer.
+  static Result<std::unique_ptr<Engine>> load(const std::string& path,
+                                              const LoadOptions& opts = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

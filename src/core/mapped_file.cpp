@@ -5,7 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -13,33 +16,68 @@ namespace pi {
 
 MappedFile::~MappedFile() { reset(); }
 
-MappedFile::MappedFile(MappedFile&& other) noexcept
-    : path_(std::move(other.path_)), data_(other.data_), size_(other.size_) {
-  other.data_ = nullptr;
-  other.size_ = 0;
-}
+MappedFile::MappedFile(MappedFile&& other) noexcept { *this = std::move(other); }
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
     reset();
     path_ = std::move(other.path_);
-    data_ = other.data_;
-    size_ = other.size_;
-    other.data_ = nullptr;
-    other.size_ = 0;
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    region_ = std::exchange(other.region_, nullptr);
+    region_size_ = std::exchange(other.region_size_, 0);
+    mode_ = other.mode_;
   }
   return *this;
 }
 
 void MappedFile::reset() {
-  if (data_ != nullptr && size_ > 0) {
-    munmap(const_cast<std::byte*>(data_), size_);
-  }
+  if (region_ != nullptr) munmap(region_, region_size_);
+  region_ = nullptr;
+  region_size_ = 0;
   data_ = nullptr;
   size_ = 0;
 }
 
-Result<MappedFile> MappedFile::open(const std::string& path) {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// Reads the whole file into a fresh anonymous region advised for huge pages. The region is
+// over-allocated by one huge page so that the data can start on a 2 MiB boundary.
+Status read_into_memory(int fd, const std::string& path, size_t size, void*& region,
+                        size_t& region_size, const std::byte*& data) {
+  region_size = (size + kHugePage - 1) / kHugePage * kHugePage + kHugePage;
+  void* p = mmap(nullptr, region_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    region_size = 0;
+    return err("%s: cannot allocate %zu bytes to read the file into: %s", path.c_str(), size,
+               std::strerror(errno));
+  }
+  region = p;
+  auto* aligned = reinterpret_cast<std::byte*>(
+      (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage);
+  madvise(aligned, region_size - static_cast<size_t>(aligned - static_cast<std::byte*>(p)),
+          MADV_HUGEPAGE);  // best effort: without THP the copy still works
+  size_t done = 0;
+  while (done < size) {
+    const size_t chunk = std::min<size_t>(size - done, size_t{64} << 20);
+    const ssize_t r = ::pread(fd, aligned + done, chunk, static_cast<off_t>(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      return err("%s: read failed at offset %zu of %zu: %s", path.c_str(), done, size,
+                 r < 0 ? std::strerror(errno) : "unexpected end of file");
+    }
+    done += static_cast<size_t>(r);
+  }
+  mprotect(p, region_size, PROT_READ);
+  data = aligned;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<MappedFile> MappedFile::open(const std::string& path, LoadMode mode) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return err("%s: cannot open: %s", path.c_str(), std::strerror(errno));
   struct stat st {};
@@ -54,19 +92,51 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
   }
   MappedFile f;
   f.path_ = path;
-  f.size_ = static_cast<size_t>(st.st_size);
-  if (f.size_ > 0) {
-    void* p = mmap(nullptr, f.size_, PROT_READ, MAP_SHARED, fd, 0);
+  f.mode_ = mode;
+  const auto size = static_cast<size_t>(st.st_size);
+  if (size > 0 && mode == LoadMode::Read) {
+    const Status s = read_into_memory(fd, path, size, f.region_, f.region_size_, f.data_);
+    ::close(fd);
+    if (!s.ok()) return s.error();
+    f.size_ = size;
+    return f;
+  }
+  if (size > 0) {
+    void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       int e = errno;
       ::close(fd);
-      f.size_ = 0;
       return err("%s: cannot mmap: %s", path.c_str(), std::strerror(e));
     }
+    f.region_ = p;
+    f.region_size_ = size;
     f.data_ = static_cast<const std::byte*>(p);
+    f.size_ = size;
   }
   ::close(fd);
   return f;
+}
+
+size_t MappedFile::huge_page_bytes() const {
+  if (mode_ != LoadMode::Read || region_ == nullptr) return 0;
+  std::FILE* smaps = std::fopen("/proc/self/smaps", "r");
+  if (smaps == nullptr) return 0;
+  const auto begin = reinterpret_cast<uintptr_t>(region_);
+  bool in_region = false;
+  size_t kib = 0;
+  char line[512];
+  while (std::fgets(line, sizeof line, smaps) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && std::strchr(line, '-') != nullptr &&
+        std::strncmp(line, "AnonHugePages", 13) != 0) {
+      in_region = lo >= begin && hi <= begin + region_size_;
+      continue;
+    }
+    size_t v = 0;
+    if (in_region && std::sscanf(line, "AnonHugePages: %zu kB", &v) == 1) kib += v;
+  }
+  std::fclose(smaps);
+  return kib * 1024;
 }
 
 void MappedFile::prefetch(size_t offset, size_t length) const {

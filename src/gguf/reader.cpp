@@ -318,8 +318,8 @@ Status Parser::parse() {
   return Status::Ok();
 }
 
-Result<File> File::open(const std::string& path, const ReadLimits& limits) {
-  auto map = MappedFile::open(path);
+Result<File> File::open(const std::string& path, const ReadLimits& limits, LoadMode mode) {
+  auto map = MappedFile::open(path, mode);
   if (!map.ok()) return map.error();
   File f;
   f.map_ = std::move(*map);

@@ -66,8 +66,9 @@ struct ReadLimits {
 
 class File {
  public:
-  // Maps and parses `path`.
-  static Result<File> open(const std::string& path, const ReadLimits& limits = {});
+  // Maps (or, with LoadMode::Read, reads into memory) and parses `path`.
+  static Result<File> open(const std::string& path, const ReadLimits& limits = {},
+                           LoadMode mode = LoadMode::Map);
 
   const std::string& path() const { return path_; }
   Magic magic() const { return magic_; }
@@ -77,6 +78,8 @@ class File {
   uint64_t data_offset() const { return data_offset_; }
   uint64_t file_size() const { return size_; }
   const std::byte* base() const { return base_; }
+  // The file's memory (mapped or read); empty for in-memory images (parse_bytes).
+  const MappedFile& mapping() const { return map_; }
 
   const std::vector<KeyValue>& metadata() const { return kvs_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }

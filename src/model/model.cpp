@@ -5,8 +5,8 @@
 
 namespace pi::model {
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
-  auto f = gguf::File::open(path);
+Result<std::unique_ptr<Model>> Model::load(const std::string& path, LoadMode mode) {
+  auto f = gguf::File::open(path, {}, mode);
   if (!f.ok()) return f.error();
   return from_file(std::move(*f));
 }

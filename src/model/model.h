@@ -19,7 +19,8 @@ class Model {
  public:
   // Opens `path`, picks the architecture from general.architecture and loads every weight
   // with shape checks. Errors name the file and the key or tensor at fault.
-  static Result<std::unique_ptr<Model>> load(const std::string& path);
+  static Result<std::unique_ptr<Model>> load(const std::string& path,
+                                             LoadMode mode = LoadMode::Map);
   // The same, from an already opened file (tests build files in memory).
   static Result<std::unique_ptr<Model>> from_file(gguf::File file);
 

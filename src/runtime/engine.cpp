@@ -21,9 +21,9 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 Engine::~Engine() = default;
 
-Result<std::unique_ptr<Engine>> Engine::load(const std::string& path) {
+Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const LoadOptions& opts) {
   std::unique_ptr<Engine> e(new Engine());
-  auto m = model::Model::load(path);
+  auto m = model::Model::load(path, opts.mmap ? LoadMode::Map : LoadMode::Read);
   if (!m.ok()) return m.error();
   e->model_ = std::move(*m);
   const gguf::File& f = e->model_->file();
@@ -48,6 +48,8 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path) {
   i.n_head = hp.n_head;
   i.n_head_kv = hp.n_head_kv;
   i.file_bytes = f.file_size();
+  i.mmap = opts.mmap;
+  i.huge_page_bytes = f.mapping().huge_page_bytes();
   i.weight_bytes_per_token = e->model_->weight_bytes_per_token();
   return e;
 }

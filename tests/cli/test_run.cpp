@@ -83,6 +83,17 @@ TEST(CliRun, GreedyOutputIndependentOfThreadsAndBatchSize) {
   EXPECT_EQ(generated(base + " -t 1 -b 7"), ref);
 }
 
+// --no-mmap reads the weights into memory instead of mapping them: the same numbers, so the
+// same text, and the load line says how much landed in huge pages.
+TEST(CliRun, NoMmapGivesTheSameOutput) {
+  const std::string m = model("nommap.pwri.gguf", arch("llama", true, pi::DType::Q4_0));
+  const std::string base = kRun + "-m " + m + " -p 'the and in' -n 24 --ignore-eos --seed 3 -t 2";
+  EXPECT_EQ(generated(base + " --no-mmap"), generated(base));
+  auto r = run_command(base + " --no-mmap 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "read into memory (--no-mmap)")) << r.output;
+}
+
 TEST(CliRun, SeededSamplingIsReproducible) {
   const std::string m = model("seed.gguf", arch("bamboo", false));
   const std::string base = kRun + "-m " + m +

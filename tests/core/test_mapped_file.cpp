@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,32 @@ TEST(MappedFile, MapsContents) {
   MappedFile moved = std::move(*m);
   EXPECT_EQ(moved.size(), 5u);
   std::filesystem::remove(path);
+}
+
+// LoadMode::Read (--no-mmap): the same bytes, starting on a 2 MiB boundary (so that huge
+// pages can back them), for sizes around page and huge-page boundaries; moving keeps them.
+TEST(MappedFile, ReadModeHoldsTheSameBytes) {
+  auto path = std::filesystem::temp_directory_path() / ("pi_read_" + std::to_string(::getpid()));
+  for (size_t n : {size_t{0}, size_t{1}, size_t{4097}, (size_t{2} << 20) + 3}) {
+    std::string bytes(n, '\0');
+    for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<char>((i * 131 + 7) & 0xff);
+    { std::ofstream(path, std::ios::binary) << bytes; }
+    auto m = MappedFile::open(path.string(), LoadMode::Read);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_EQ(m->mode(), LoadMode::Read);
+    ASSERT_EQ(m->size(), n);
+    if (n == 0) continue;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(m->data()) % (size_t{2} << 20), 0u);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(m->data()), n), bytes) << n;
+    EXPECT_LE(m->huge_page_bytes(), m->size() + (size_t{2} << 20));
+    MappedFile moved = std::move(*m);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(moved.data()), n), bytes) << n;
+    EXPECT_EQ(m->data(), nullptr);
+  }
+  std::filesystem::remove(path);
+  auto missing = MappedFile::open("/nonexistent/model.gguf", LoadMode::Read);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("/nonexistent/model.gguf"), std::string::npos);
 }
 
 TEST(MappedFile, MissingFileNamesPath) {

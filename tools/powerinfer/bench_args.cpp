@@ -79,6 +79,7 @@ Result<std::vector<std::string>> split_list(const char* flag, const std::vector<
 Result<BenchOptions> validate_bench_flags(const BenchFlags& f, int default_threads) {
   BenchOptions o;
   o.probe_only = f.probe_only;
+  o.mmap = f.mmap;
 
   constexpr int64_t kMaxTokens = int64_t{1} << 20;
   auto threads = int_list("-t", f.threads, {default_threads}, 1, 1024);

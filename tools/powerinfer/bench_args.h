@@ -30,6 +30,7 @@ struct BenchFlags {
   int64_t probe_mib = 1024;          // --probe-mib
   int probe_passes = 5;              // --probe-passes
   int warmup_gen = 8;                // --warmup-gen
+  bool mmap = true;                  // --no-mmap clears it
 };
 
 // The validated grid. Rows are models x modes x threads x tests, in that nesting order; a
@@ -50,6 +51,7 @@ struct BenchOptions {
   size_t probe_bytes = size_t{1} << 30;
   int probe_passes = 5;
   int warmup_gen = 8;  // generated tokens in a generation test's untimed warm-up run
+  bool mmap = true;    // false: read models into huge-page memory (--no-mmap)
 };
 
 // Checks every list and value; messages name the flag and the offending item.

@@ -106,6 +106,12 @@ std::string format_markdown(const BenchReport& r) {
                md.synth_activity >= 0 ? fmt("%.2f", md.synth_activity).c_str() : "-",
                static_cast<double>(md.weight_bytes_per_token) / kMiB);
     }
+    for (size_t i = 0; i < r.models.size(); ++i) {
+      const ModelSummary& md = r.models[i];
+      if (md.mmap) continue;
+      s += fmt("\nModel %zu read into memory (--no-mmap): %.0f of %.0f MiB in huge pages.\n", i + 1,
+               static_cast<double>(md.huge_page_bytes) / kMiB, static_cast<double>(md.file_bytes) / kMiB);
+    }
   }
 
   s += "\n| threads | probe GB/s (median) | min | max |\n|---|---|---|---|\n";
@@ -189,6 +195,8 @@ std::string format_json(const BenchReport& r) {
                           {"activation", md.activation},
                           {"synth_activity", nullable(md.synth_activity >= 0, md.synth_activity)},
                           {"file_bytes", md.file_bytes},
+                          {"mmap", md.mmap},
+                          {"huge_page_bytes", md.huge_page_bytes},
                           {"params", md.params},
                           {"predictor_params", md.predictor_params},
                           {"n_layer", md.n_layer},

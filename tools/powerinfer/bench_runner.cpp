@@ -85,6 +85,8 @@ ModelSummary summarize_model(const Engine& engine) {
   s.activation = info.activation;
   s.synth_activity = f.get_number_or("synth.activity", -1.0);
   s.file_bytes = info.file_bytes;
+  s.mmap = info.mmap;
+  s.huge_page_bytes = info.huge_page_bytes;
   s.n_layer = hp.n_layer;
   s.n_embd = hp.n_embd;
   s.n_ff = hp.n_ff;
@@ -258,7 +260,7 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
                  BenchReport& report) {
   const std::string& path = o.models[index];
   log_info("bench: loading %s", path.c_str());
-  auto engine = Engine::load(path);
+  auto engine = Engine::load(path, LoadOptions{o.mmap});
   if (!engine.ok()) return engine.error();
   report.models.push_back(summarize_model(**engine));
   const ModelSummary& model = report.models.back();

@@ -96,7 +96,7 @@ int batched(const BatchedOptions& o_in) {
   sigaction(SIGINT, &sa, nullptr);
 
   const auto t_start = std::chrono::steady_clock::now();
-  auto engine = Engine::load(o.model);
+  auto engine = Engine::load(o.model, LoadOptions{o.mmap});
   if (!engine.ok()) return fail(engine.error());
   const Tokenizer* tok = (*engine)->tokenizer();
   if (tok == nullptr) {

@@ -33,6 +33,7 @@ struct BenchOptions {
   std::vector<int64_t> npl = {1, 2, 4, 8, 16, 32};
   bool pps = false;
   bool dense = false;
+  bool mmap = true;
   std::string output = "md";
   bool warmup = true;
 };
@@ -196,7 +197,7 @@ int bench(const BenchOptions& o_in) {
   for (int64_t pl : o.npl) max_pl = std::max(max_pl, pl);
   const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : max_kv;
 
-  auto engine = Engine::load(o.model);
+  auto engine = Engine::load(o.model, LoadOptions{o.mmap});
   if (!engine.ok()) return fail(engine.error());
   SessionOptions so;
   so.n_ctx = n_ctx;
@@ -281,6 +282,7 @@ Runner add_batched_bench(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   sub->add_flag("--pps", o->pps, "One shared prompt, evaluated once and copied to every sequence");
+  sub->add_flag("!--no-mmap", o->mmap, "Read the model into memory backed by transparent huge pages instead of mapping it: a copy at load (the file's size in RAM), faster decoding, most of all sparse");
   sub->add_flag("--dense", o->dense,
                 "PowerInfer files: compute every FFN neuron instead of the predicted ones");
   sub->add_option("-o,--output", o->output, "Table format: md or json")->capture_default_str();

@@ -43,6 +43,7 @@ struct PerplexityOptions {
   int n_threads = 1;
   int64_t n_chunks = -1;  // -1: every whole chunk of the text
   bool dense = false;
+  bool mmap = true;
   std::string kl_save;
   std::string kl_base;
   bool ctx_given = false;     // -c on the command line (else --kl-base's value wins)
@@ -198,7 +199,7 @@ int run_perplexity(PerplexityOptions o) {
   if (!text.ok()) return fail(text.error());
 
   const auto t_load = std::chrono::steady_clock::now();
-  auto engine = Engine::load(o.model);
+  auto engine = Engine::load(o.model, LoadOptions{o.mmap});
   if (!engine.ok()) return fail(engine.error());
   const Tokenizer* tok = (*engine)->tokenizer();
   if (tok == nullptr)
@@ -367,6 +368,7 @@ Runner add_perplexity(CLI::App& app) {
       sub->add_option("--chunks", o->n_chunks,
                       "Evaluate at most this many chunks (-1: all; with --kl-base: the base's)")
           ->capture_default_str();
+  sub->add_flag("!--no-mmap", o->mmap, "Read the model into memory backed by transparent huge pages instead of mapping it: a copy at load (the file's size in RAM), faster decoding, most of all sparse");
   sub->add_flag("--dense", o->dense,
                 "PowerInfer files: compute every FFN neuron instead of the predicted ones");
   CLI::Option* save = sub->add_option(

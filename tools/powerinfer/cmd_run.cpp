@@ -138,7 +138,7 @@ int run(const RunOptions& o_in) {
   // From here on Ctrl-C only sets a flag; generation checks it between tokens.
   install_sigint_handler();
   const auto t_start = std::chrono::steady_clock::now();
-  auto engine = Engine::load(o.model);
+  auto engine = Engine::load(o.model, LoadOptions{o.mmap});
   if (!engine.ok()) {
     log_error("%s", engine.error().message.c_str());
     return 1;
@@ -189,6 +189,11 @@ int run(const RunOptions& o_in) {
            static_cast<long long>(info.n_vocab), info.activation.c_str());
   log_info("weights read per token: %.2f MiB",
            static_cast<double>(info.weight_bytes_per_token) / 1048576.0);
+  if (!info.mmap) {
+    log_info("model read into memory (--no-mmap): %.0f of %.0f MiB in huge pages",
+             static_cast<double>(info.huge_page_bytes) / 1048576.0,
+             static_cast<double>(info.file_bytes) / 1048576.0);
+  }
   log_info("context %lld, batch %lld, threads %d, seed %llu",
            static_cast<long long>(session.n_ctx()), static_cast<long long>(session.n_batch()),
            session.n_threads(), static_cast<unsigned long long>(o.sampling.seed));

@@ -47,6 +47,7 @@ void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help) {
       "!--no-warmup", o.warmup,
       "Skip the warm-up pass (one token, then forgotten) that maps the weights before timing; "
       "its cost is part of the load time");
+  sub->add_flag("!--no-mmap", o.mmap, "Read the model into memory backed by transparent huge pages instead of mapping it: a copy at load (the file's size in RAM), faster decoding, most of all sparse");
   sub->add_flag("--dense", o.dense,
                 "PowerInfer files: compute every FFN neuron (still ReLU) instead of the "
                 "predicted ones");

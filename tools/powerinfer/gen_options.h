@@ -34,13 +34,14 @@ struct GenOptions {
   bool escape = false;
   bool no_display_prompt = false;
   bool warmup = true;
+  bool mmap = true;  // --no-mmap: read the model into huge-page memory
   // PowerInfer files (see SparseOptions): --dense, --sparse-threshold.
   bool dense = false;
   std::string sparse_threshold;  // empty: not given
 };
 
 // Registers -m -p -f -n -t -b, the sampling flags, -s --ignore-eos -e --no-display-prompt
-// --no-warmup --dense --sparse-threshold on `sub`. `n_help` describes -n; -c (whose default
+// --no-warmup --no-mmap --dense --sparse-threshold on `sub`. `n_help` describes -n; -c (whose default
 // differs) is the caller's.
 void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help);
 

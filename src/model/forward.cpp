@@ -157,9 +157,7 @@ void Forward::attention_block(int64_t il, int64_t m, const Placement& at, const 
       std::copy(row + n_q + n_kv, row + stride, v + i * n_kv);
     }
   } else {
-    ops_.linear(a.q, buf_.h.data(), m, q);
-    ops_.linear(a.k, buf_.h.data(), m, k);
-    ops_.linear(a.v, buf_.h.data(), m, v);
+    ops_.linear3(a.q, a.k, a.v, buf_.h.data(), m, q, k, v);
   }
   if (at.batch == nullptr) {
     ops_.rope(q, m, hp.n_head, hp, at.pos0);

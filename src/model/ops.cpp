@@ -68,6 +68,20 @@ void Ops::linear(const Matrix& W, const float* X, int64_t m, float* Y) {
       Schedule::Dynamic, 4);
 }
 
+void Ops::linear3(const Matrix& A, const Matrix& B, const Matrix& C, const float* X, int64_t m,
+                  float* YA, float* YB, float* YC) {
+  if (m == 1 && cpu::supports(A.type) && cpu::supports(B.type) && cpu::supports(C.type) &&
+      A.cols == B.cols && A.cols == C.cols) {
+    const cpu::MatvecPart parts[3] = {
+        {A.type, A.data, A.rows, YA}, {B.type, B.data, B.rows, YB}, {C.type, C.data, C.rows, YC}};
+    cpu::matvec_multi(pool_, parts, 3, A.cols, X);
+    return;
+  }
+  linear(A, X, m, YA);
+  linear(B, X, m, YB);
+  linear(C, X, m, YC);
+}
+
 void Ops::linear_t(const Matrix& D, const float* A, int64_t m, std::span<const int32_t> rows,
                    float* Y) {
   std::fill(Y, Y + m * D.cols, 0.0f);

@@ -29,6 +29,10 @@ class Ops {
 
   // Y[i, :] = W · X[i, :].   W [rows, cols], X f32 [m, cols], Y f32 [m, rows]
   void linear(const Matrix& W, const float* X, int64_t m, float* Y);
+  // Three products of one input (the q, k, v projections) in one dispatch when m == 1;
+  // each result is bit-identical to linear() on its own.
+  void linear3(const Matrix& A, const Matrix& B, const Matrix& C, const float* X, int64_t m,
+               float* YA, float* YB, float* YC);
 
   // Y[i, :] = sum over r in `rows` of A[i, r] * D[r, :]: the product with a matrix stored
   // transposed (one row per input feature: PowerInfer's ffn_down_t), restricted to the listed

@@ -48,6 +48,18 @@ bool supports(DType t);
 void matvec(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
             const float* x, float* y);
 
+// Several matvecs of one input in one dispatch (e.g. the q, k and v projections): part j
+// computes y_j = W_j . x. Every part has `cols` columns; types may differ. Each y_j is
+// bit-identical to matvec(W_j, x): only the split into tasks differs.
+struct MatvecPart {
+  DType type;
+  const void* W;
+  int64_t rows;
+  float* y;
+};
+void matvec_multi(ThreadPool& pool, const MatvecPart* parts, int n_parts, int64_t cols,
+                  const float* x);
+
 // Y[i, r] = W[r,:] . X[i,:]   X: f32 [m, cols], Y: f32 [m, rows]   (prompt processing)
 void matmul(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
             const float* X, int64_t m, float* Y);

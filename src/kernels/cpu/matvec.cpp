@@ -91,6 +91,48 @@ void matvec(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols
   run_dot(pool, kt, base_task(t, W, cols, x, p, y, rows), rows, 1);
 }
 
+void matvec_multi(ThreadPool& pool, const MatvecPart* parts, int n_parts, int64_t cols,
+                  const float* x) {
+  constexpr int kMaxParts = 8;
+  detail::require(n_parts >= 1 && n_parts <= kMaxParts, "matvec_multi: 1..8 parts");
+  const KernelTable& kt = detail::table();
+  Scratch scratch;
+  DotTask base[kMaxParts];
+  int64_t total = 0;
+  for (int j = 0; j < n_parts; ++j) {
+    detail::check_matrix(parts[j].type, cols);
+    // Parts of one type share the prepared activation.
+    Prepared p{};
+    int same = -1;
+    for (int i = 0; i < j && same < 0; ++i)
+      if (parts[i].type == parts[j].type) same = i;
+    if (same >= 0) {
+      p = {base[same].act, base[same].act_stride};
+    } else {
+      p = prepare(pool, scratch, kt, parts[j].type, x, 1, cols);
+    }
+    base[j] = base_task(parts[j].type, parts[j].W, cols, x, p, parts[j].y, parts[j].rows);
+    base[j].m = 1;
+    total += parts[j].rows;
+  }
+  // Tasks of about the size matvec would use for all rows together, never spanning parts.
+  const int64_t per = detail::rows_per_task(total, pool.size());
+  int64_t first_task[kMaxParts + 1];
+  first_task[0] = 0;
+  for (int j = 0; j < n_parts; ++j) first_task[j + 1] = first_task[j] + (parts[j].rows + per - 1) / per;
+  pool.parallel_for(
+      first_task[n_parts],
+      [&](int64_t task_id, int) {
+        int j = 0;
+        while (task_id >= first_task[j + 1]) ++j;
+        DotTask task = base[j];
+        task.k0 = (task_id - first_task[j]) * per;
+        task.k1 = std::min(parts[j].rows, task.k0 + per);
+        kt.dot(task);
+      },
+      Schedule::Dynamic, 1);
+}
+
 void matmul(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
             const float* X, int64_t m, float* Y) {
   detail::check_matrix(t, cols);

@@ -178,6 +178,34 @@ std::vector<int32_t> subset(int64_t n, double frac, uint32_t seed) {
   return idx;
 }
 
+// One dispatch for several matrices (q, k, v): each output equals its own matvec bit for bit,
+// also with mixed types, odd row counts and any thread count.
+TEST(CpuMatvec, MultiEqualsSeparateMatvecs) {
+  for (Isa isa : isas()) {
+    IsaScope scope(isa);
+    const int64_t cols = 4160;
+    const Weights a = random_weights(DType::Q4_0, 37, cols, 1), b = random_weights(DType::Q8_0, 5, cols, 2),
+                  c = random_weights(DType::Q4_0, 300, cols, 3), d = random_weights(DType::F16, 11, cols, 4);
+    const auto x = gaussian(cols, 5);
+    const Weights* ws[4] = {&a, &b, &c, &d};
+    for (int n : {1, 2, 3}) {
+      SCOPED_TRACE(::testing::Message() << isa_name(isa) << " threads " << n);
+      ThreadPool pool(n);
+      std::vector<Guarded> outs;
+      std::vector<MatvecPart> parts;
+      for (const Weights* w : ws) outs.emplace_back(w->rows);
+      for (size_t j = 0; j < 4; ++j) parts.push_back({ws[j]->type, ws[j]->data(), ws[j]->rows, outs[j].data()});
+      matvec_multi(pool, parts.data(), 4, cols, x.data());
+      for (size_t j = 0; j < 4; ++j) {
+        std::vector<float> want(static_cast<size_t>(ws[j]->rows));
+        matvec(pool, ws[j]->type, ws[j]->data(), ws[j]->rows, cols, x.data(), want.data());
+        EXPECT_TRUE(outs[j].guards_intact()) << j;
+        EXPECT_EQ(outs[j].values(), want) << "part " << j;
+      }
+    }
+  }
+}
+
 // Batch invariance: a token's outputs do not depend on the other tokens of its batch. The
 // many-token forms (matmul, and the batched and union sparse forms) give every (row, token)
 // the operations of the one-token form in the same order, so they agree bit for bit; batched

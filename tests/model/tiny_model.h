@@ -35,6 +35,21 @@ struct TinySpec {
   std::map<std::string, Shape> reshape;  // tensors written with another shape
 };
 
+// The spec most variant tests use: an architecture, weight type, file kind and KV-head count
+// (falcon: two_norms for the 40B layout), no vocabulary, a fixed seed.
+inline TinySpec tiny_variant(const char* arch, DType t, bool pwri, int64_t kv, bool two_norms,
+                             uint64_t seed) {
+  TinySpec s;
+  s.arch = arch;
+  s.wtype = t;
+  s.pwri = pwri;
+  s.n_head_kv = kv;
+  s.falcon_two_norms = two_norms;
+  s.vocab = false;
+  s.seed = seed;
+  return s;
+}
+
 Status write_tiny_model(const TinySpec& spec, const std::string& path);
 
 // A fresh path under the test temp directory: <tmp>/pi_test_<pid>/<name>.

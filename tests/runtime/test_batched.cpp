@@ -181,15 +181,7 @@ std::unique_ptr<model::Model> load(const std::string& path) {
 }
 
 TinySpec tiny(const char* arch, DType t, bool pwri, int64_t kv, bool two_norms = false) {
-  TinySpec s;
-  s.arch = arch;
-  s.wtype = t;
-  s.pwri = pwri;
-  s.n_head_kv = kv;
-  s.falcon_two_norms = two_norms;
-  s.vocab = false;
-  s.seed = 5;
-  return s;
+  return pi::testing::tiny_variant(arch, t, pwri, kv, two_norms, 5);
 }
 
 TEST(BatchedDecode, TinyModelsOfEveryArchAndFormatAreBatchInvariant) {

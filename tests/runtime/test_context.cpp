@@ -28,15 +28,7 @@ struct Variant {
 };
 
 TinySpec spec(const char* arch, DType t, bool pwri, int64_t kv, bool two_norms = false) {
-  TinySpec s;
-  s.arch = arch;
-  s.wtype = t;
-  s.pwri = pwri;
-  s.n_head_kv = kv;
-  s.falcon_two_norms = two_norms;
-  s.vocab = false;
-  s.seed = 3;
-  return s;
+  return pi::testing::tiny_variant(arch, t, pwri, kv, two_norms, 3);
 }
 
 // Matrix x matrix and matrix x vector kernels sum in different orders (f32: ~1e-6); the f16

@@ -127,12 +127,7 @@ int batched(const BatchedOptions& o_in) {
   const double load_ms = ms_since(t_start);
 
   const ModelInfo& info = (*engine)->info();
-  log_info("model: %s (%s%s, %lld layers, n_embd %lld, n_vocab %lld, FFN %s)", o.model.c_str(),
-           info.architecture.c_str(), !info.powerinfer                 ? ""
-           : session.sparsity().sparse ? ", PowerInfer file run sparse"
-                                       : ", PowerInfer file run dense",
-           static_cast<long long>(info.n_layer), static_cast<long long>(info.n_embd),
-           static_cast<long long>(info.n_vocab), info.activation.c_str());
+  log_model_info(o.model, info, session.sparsity().sparse);
   log_info("prompt %lld tokens, %d sequences x %lld tokens, context %lld, batch %lld, threads %d",
            static_cast<long long>(n_prompt), o.n_parallel, static_cast<long long>(o.n_predict),
            static_cast<long long>(session.n_ctx()), static_cast<long long>(session.n_batch()),

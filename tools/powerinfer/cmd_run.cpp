@@ -181,19 +181,9 @@ int run(const RunOptions& o_in) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
 
   const ModelInfo& info = (*engine)->info();
-  log_info("model: %s (%s%s, %lld layers, n_embd %lld, n_vocab %lld, FFN %s)", o.model.c_str(),
-           info.architecture.c_str(), !info.powerinfer                 ? ""
-           : session.sparsity().sparse ? ", PowerInfer file run sparse"
-                                       : ", PowerInfer file run dense",
-           static_cast<long long>(info.n_layer), static_cast<long long>(info.n_embd),
-           static_cast<long long>(info.n_vocab), info.activation.c_str());
+  log_model_info(o.model, info, session.sparsity().sparse);
   log_info("weights read per token: %.2f MiB",
            static_cast<double>(info.weight_bytes_per_token) / 1048576.0);
-  if (!info.mmap) {
-    log_info("model read into memory (--no-mmap): %.0f of %.0f MiB in huge pages",
-             static_cast<double>(info.huge_page_bytes) / 1048576.0,
-             static_cast<double>(info.file_bytes) / 1048576.0);
-  }
   log_info("context %lld, batch %lld, threads %d, seed %llu",
            static_cast<long long>(session.n_ctx()), static_cast<long long>(session.n_batch()),
            session.n_threads(), static_cast<unsigned long long>(o.sampling.seed));

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "core/log.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pi::cli {
@@ -149,6 +150,20 @@ std::vector<int32_t> eog_tokens(const Tokenizer& tok) {
   for (int32_t id = 0; id < tok.n_vocab(); ++id)
     if (tok.is_eog(id)) eog.push_back(id);
   return eog;
+}
+
+void log_model_info(const std::string& path, const ModelInfo& info, bool sparse) {
+  log_info("model: %s (%s%s, %lld layers, n_embd %lld, n_vocab %lld, FFN %s)", path.c_str(),
+           info.architecture.c_str(), !info.powerinfer ? ""
+                                      : sparse         ? ", PowerInfer file run sparse"
+                                                       : ", PowerInfer file run dense",
+           static_cast<long long>(info.n_layer), static_cast<long long>(info.n_embd),
+           static_cast<long long>(info.n_vocab), info.activation.c_str());
+  if (!info.mmap) {
+    log_info("model read into memory (--no-mmap): %.0f of %.0f MiB in huge pages",
+             static_cast<double>(info.huge_page_bytes) / 1048576.0,
+             static_cast<double>(info.file_bytes) / 1048576.0);
+  }
 }
 
 }  // namespace pi::cli

@@ -40,6 +40,10 @@ struct GenOptions {
   std::string sparse_threshold;  // empty: not given
 };
 
+// Logs the model line of run and batched (path, architecture, sparse or dense, sizes) and,
+// for --no-mmap, how much of the file landed in huge pages.
+void log_model_info(const std::string& path, const ModelInfo& info, bool sparse);
+
 // Registers -m -p -f -n -t -b, the sampling flags, -s --ignore-eos -e --no-display-prompt
 // --no-warmup --no-mmap --dense --sparse-threshold on `sub`. `n_help` describes -n; -c (whose default
 // differs) is the caller's.

@@ -6,11 +6,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 namespace pi {
 
@@ -59,17 +64,40 @@ Status read_into_memory(int fd, const std::string& path, size_t size, void*& reg
       (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage);
   madvise(aligned, region_size - static_cast<size_t>(aligned - static_cast<std::byte*>(p)),
           MADV_HUGEPAGE);  // best effort: without THP the copy still works
-  size_t done = 0;
-  while (done < size) {
-    const size_t chunk = std::min<size_t>(size - done, size_t{64} << 20);
-    const ssize_t r = ::pread(fd, aligned + done, chunk, static_cast<off_t>(done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      return err("%s: read failed at offset %zu of %zu: %s", path.c_str(), done, size,
-                 r < 0 ? std::strerror(errno) : "unexpected end of file");
+  // Chunks of 64 MiB read by several threads: most of the time goes to the kernel faulting
+  // in and zeroing the huge pages, which runs in parallel on as many cores.
+  constexpr size_t kChunk = size_t{64} << 20;
+  const size_t n_chunks = (size + kChunk - 1) / kChunk;
+  const size_t n_threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+  std::atomic<size_t> next{0};
+  std::mutex failure_mutex;
+  std::string failure;
+  auto worker = [&] {
+    for (size_t c = next++; c < n_chunks; c = next++) {
+      size_t done = c * kChunk;
+      const size_t end = std::min(size, done + kChunk);
+      while (done < end) {
+        const ssize_t r = ::pread(fd, aligned + done, end - done, static_cast<off_t>(done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+          const std::lock_guard<std::mutex> lock(failure_mutex);
+          if (failure.empty()) {
+            failure = err("%s: read failed at offset %zu of %zu: %s", path.c_str(), done, size,
+                          r < 0 ? std::strerror(errno) : "unexpected end of file")
+                          .message;
+          }
+          next = n_chunks;  // the others stop at their next chunk
+          return;
+        }
+        done += static_cast<size_t>(r);
+      }
     }
-    done += static_cast<size_t>(r);
-  }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < std::min(n_threads, n_chunks); ++t) threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads) t.join();
+  if (!failure.empty()) return Error{failure};
   mprotect(p, region_size, PROT_READ);
   data = aligned;
   return Status::Ok();

@@ -15,9 +15,13 @@ using detail::DotTask;
 using detail::KernelTable;
 using detail::Scratch;
 
-// Tokens one leaf call handles in batched forms: their prepared activations (~3 bytes per
-// element each) and the rows of one task stay in L2 together.
-constexpr int64_t kTokenTile = 16;
+// Batched forms walk each task's rows in blocks of about kRowBlockBytes (they stay in L2)
+// and, per block, the tokens in tiles of kTokenTile (their prepared activations, ~2 bytes
+// per element each for Q4_0, stay in L1). Each row is read from DRAM once per block and from
+// L2 once per tile; each activation from L1. (Tiles of 16 tokens over whole tasks streamed
+// 16 activations from L2 for every row, which bound prompt processing.)
+constexpr int64_t kTokenTile = 4;
+constexpr size_t kRowBlockBytes = size_t{256} << 10;
 
 struct Prepared {
   const uint8_t* act = nullptr;
@@ -57,7 +61,8 @@ DotTask base_task(DType t, const void* W, int64_t cols, const float* X, const Pr
 }
 
 // Runs the leaf over items [0, n_items) (rows, or entries of task.idx) for tokens [0, m),
-// in tasks of whole items, each task walking its items once per token tile.
+// in tasks of whole items; with several tokens each task walks its items in row blocks and
+// each block once per token tile.
 void run_dot(ThreadPool& pool, const KernelTable& kt, const DotTask& base, int64_t n_items,
              int64_t m) {
   if (n_items <= 0 || m <= 0) return;
@@ -67,14 +72,25 @@ void run_dot(ThreadPool& pool, const KernelTable& kt, const DotTask& base, int64
       n_tasks,
       [&](int64_t task_id, int) {
         DotTask task = base;
-        task.k0 = task_id * per;
-        task.k1 = std::min(n_items, task.k0 + per);
-        for (int64_t i0 = 0; i0 < m; i0 += kTokenTile) {
-          task.m = std::min(kTokenTile, m - i0);
-          task.x = base.x + i0 * base.x_stride;
-          task.act = base.act != nullptr ? base.act + i0 * base.act_stride : nullptr;
-          task.Y = base.Y + i0 * base.ldy;
+        const int64_t k0 = task_id * per, k1 = std::min(n_items, k0 + per);
+        if (m == 1) {
+          task.k0 = k0;
+          task.k1 = k1;
+          task.m = 1;
           kt.dot(task);
+          return;
+        }
+        const int64_t block = std::max<int64_t>(1, static_cast<int64_t>(kRowBlockBytes / base.row_bytes));
+        for (int64_t r0 = k0; r0 < k1; r0 += block) {
+          task.k0 = r0;
+          task.k1 = std::min(k1, r0 + block);
+          for (int64_t i0 = 0; i0 < m; i0 += kTokenTile) {
+            task.m = std::min(kTokenTile, m - i0);
+            task.x = base.x + i0 * base.x_stride;
+            task.act = base.act != nullptr ? base.act + i0 * base.act_stride : nullptr;
+            task.Y = base.Y + i0 * base.ldy;
+            kt.dot(task);
+          }
         }
       },
       Schedule::Dynamic, 1);

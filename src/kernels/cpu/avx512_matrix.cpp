@@ -603,7 +603,11 @@ void dot_q4_0(const DotTask& t) {
   const int64_t nb = t.cols / 32;
   if (t.m == 1 && t.masks == nullptr) {
     auto one = [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { q4_rows<1>(r, n, t.act, nb, o); };
-    if (t.idx == nullptr && t.row_bytes <= 1152) {
+    if (t.idx != nullptr) {
+      // Scattered rows (sparse gate/up): eight in flight measured 10-15% faster than four
+      // (matvec_rows_10pct, one thread) and ~3% on the gate/up phase of the 7B-shaped file.
+      rows_one_token<8>(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { q4_rows<8>(r, n, t.act, nb, o); }, one);
+    } else if (t.row_bytes <= 1152) {
       // Short consecutive rows (up to 2048 columns): eight per group, light prefetch.
       rows_one_token<8>(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { q4_rows<8, true>(r, n, t.act, nb, o); }, one);
     } else {

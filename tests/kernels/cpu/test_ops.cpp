@@ -242,6 +242,24 @@ double attn_bound(const float* q, const std::vector<float>& k, const std::vector
   return (2 * e + (static_cast<double>(n) / 4.0 + 40.0) * kU) * pv + 1e-30;
 }
 
+// Random keys and values stored as f16 (K, V) and the f32 values they round to (kd, vd).
+struct F16Cache {
+  std::vector<uint16_t> K, V;
+  std::vector<float> kd, vd;
+};
+F16Cache f16_cache(int64_t n, uint32_t seed_k, uint32_t seed_v) {
+  const auto kf = gaussian(n, seed_k), vf = gaussian(n, seed_v);
+  F16Cache c{std::vector<uint16_t>(kf.size()), std::vector<uint16_t>(vf.size()),
+             std::vector<float>(kf.size()), std::vector<float>(vf.size())};
+  for (size_t i = 0; i < kf.size(); ++i) {
+    c.K[i] = f32_to_f16(kf[i]);
+    c.V[i] = f32_to_f16(vf[i]);
+    c.kd[i] = f16_to_f32(c.K[i]);
+    c.vd[i] = f16_to_f32(c.V[i]);
+  }
+  return c;
+}
+
 TEST(CpuAttention, SingleAndBatchedMatchReference) {
   for (Isa isa : isas()) {
     IsaScope scope(isa);
@@ -249,15 +267,7 @@ TEST(CpuAttention, SingleAndBatchedMatchReference) {
                                     {8, 2, 128}, {3, 1, 40}}) {
       const int64_t pos0 = 37, n_q = 5, n_cells = pos0 + n_q;
       SCOPED_TRACE(::testing::Message() << isa_name(isa) << " heads " << n_head << "/" << n_kv << " hd " << hd);
-      const auto kf = gaussian(n_cells * n_kv * hd, 10), vf = gaussian(n_cells * n_kv * hd, 11);
-      std::vector<uint16_t> K(kf.size()), V(vf.size());
-      std::vector<float> kd(kf.size()), vd(vf.size());
-      for (size_t i = 0; i < kf.size(); ++i) {
-        K[i] = f32_to_f16(kf[i]);
-        V[i] = f32_to_f16(vf[i]);
-        kd[i] = f16_to_f32(K[i]);
-        vd[i] = f16_to_f32(V[i]);
-      }
+      const auto [K, V, kd, vd] = f16_cache(n_cells * n_kv * hd, 10, 11);
       const auto Q = gaussian(n_q * n_head * hd, 12, 0.5f);
       const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
       const AttentionDims dims{n_head, n_kv, hd, scale};
@@ -301,15 +311,7 @@ TEST(CpuAttention, ListedCellsMatchReferenceAndContiguousBits) {
     IsaScope scope(isa);
     const int64_t n_head = 8, n_kv = 2, hd = 40, n_cells = 61, cell = n_kv * hd;
     SCOPED_TRACE(::testing::Message() << isa_name(isa));
-    const auto kf = gaussian(n_cells * cell, 20), vf = gaussian(n_cells * cell, 21);
-    std::vector<uint16_t> K(kf.size()), V(vf.size());
-    std::vector<float> kd(kf.size()), vd(vf.size());
-    for (size_t i = 0; i < kf.size(); ++i) {
-      K[i] = f32_to_f16(kf[i]);
-      V[i] = f32_to_f16(vf[i]);
-      kd[i] = f16_to_f32(K[i]);
-      vd[i] = f16_to_f32(V[i]);
-    }
+    const auto [K, V, kd, vd] = f16_cache(n_cells * cell, 20, 21);
     // A scattered list of 37 cells; queries attend prefixes of 37, 1 and 20 of it, then the
     // identity list (0..n-1) for two queries, like a contiguous causal batch at pos0 = 9.
     std::vector<int32_t> cells(37);

@@ -26,6 +26,7 @@ bool cpu_has(Isa isa) {
 #if defined(PI_KERNELS_HAVE_AVX512)
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vbmi") &&
              __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
       return false;

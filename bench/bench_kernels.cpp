@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -398,6 +399,32 @@ void register_all() {
                                  seconds_since(t0) / 1e9;
       })->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
     }
+  }
+
+  // Decode attention of Llama-2-7B (32 heads of 128, f16 cache) over 128 / 512 / 2048 cells:
+  // GB/s over the K and V bytes read. Layers' caches rotate so that every call reads DRAM.
+  // "cells": cell-major cache [cell, head, dim]; "heads": head-major [head, cell, dim].
+  for (bool head_major : {false, true}) {
+  for (int64_t n_ctx : {128, 512, 2048}) {
+    const std::string name = std::string("attention/7b/") + (head_major ? "heads" : "cells") + "/ctx" + std::to_string(n_ctx);
+    benchmark::RegisterBenchmark(name.c_str(), [n_ctx, head_major](benchmark::State& st) {
+      ThreadPool& tp = pool(static_cast<int>(st.range(0)));
+      cpu::AttentionDims dims{32, 32, 128, 1.0f / std::sqrt(128.0f)};
+      if (head_major) {
+        dims.head_stride = n_ctx * dims.head_dim;
+        dims.cell_stride = dims.head_dim;
+      }
+      const int64_t row = dims.n_kv_head * dims.head_dim;
+      const size_t cache_bytes = static_cast<size_t>(n_ctx * row) * 2;  // K or V
+      const Matrix& kv = matrix(DType::F16, 2 * n_ctx, row);           // K rows, then V rows
+      const auto q = random_vector(dims.n_head * dims.head_dim, 4);
+      std::vector<float> out(static_cast<size_t>(dims.n_head * dims.head_dim));
+      run_bandwidth(st, tp, 2.0 * static_cast<double>(cache_bytes), [&](size_t i) {
+        const auto* k = static_cast<const uint16_t*>(kv.copy(i));
+        cpu::attention(tp, dims, q.data(), k, k + n_ctx * row, n_ctx, out.data());
+      });
+    })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
+  }
   }
 
   // Fork/join cost of the pool: an empty parallel_for over 2 tasks.

@@ -1,5 +1,7 @@
 #include "core/mapped_file.h"
 
+#include "core/huge_region.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -14,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -46,24 +49,15 @@ void MappedFile::reset() {
 
 namespace {
 
-constexpr size_t kHugePage = size_t{2} << 20;
-
-// Reads the whole file into a fresh anonymous region advised for huge pages. The region is
-// over-allocated by one huge page so that the data can start on a 2 MiB boundary.
+// Reads the whole file into a fresh anonymous region advised for huge pages.
 Status read_into_memory(int fd, const std::string& path, size_t size, void*& region,
                         size_t& region_size, const std::byte*& data) {
-  region_size = (size + kHugePage - 1) / kHugePage * kHugePage + kHugePage;
-  void* p = mmap(nullptr, region_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    region_size = 0;
+  HugeRegion mem(size);
+  if (!mem.ok()) {
     return err("%s: cannot allocate %zu bytes to read the file into: %s", path.c_str(), size,
                std::strerror(errno));
   }
-  region = p;
-  auto* aligned = reinterpret_cast<std::byte*>(
-      (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage);
-  madvise(aligned, region_size - static_cast<size_t>(aligned - static_cast<std::byte*>(p)),
-          MADV_HUGEPAGE);  // best effort: without THP the copy still works
+  std::byte* aligned = mem.data();
   // Chunks of 64 MiB read by several threads: most of the time goes to the kernel faulting
   // in and zeroing the huge pages, which runs in parallel on as many cores.
   constexpr size_t kChunk = size_t{64} << 20;
@@ -98,8 +92,9 @@ Status read_into_memory(int fd, const std::string& path, size_t size, void*& reg
   worker();
   for (std::thread& t : threads) t.join();
   if (!failure.empty()) return Error{failure};
-  mprotect(p, region_size, PROT_READ);
+  mprotect(mem.mapping(), mem.mapping_size(), PROT_READ);
   data = aligned;
+  std::tie(region, region_size) = mem.release();
   return Status::Ok();
 }
 

@@ -162,13 +162,13 @@ void Forward::attention_block(int64_t il, int64_t m, const Placement& at, const 
   if (at.batch == nullptr) {
     ops_.rope(q, m, hp.n_head, hp, at.pos0);
     ops_.rope(k, m, hp.n_head_kv, hp, at.pos0);
-    ops_.store_kv(k, v, m, n_kv, kv, at.pos0);
+    ops_.store_kv(k, v, m, hp, kv, at.pos0);
     ops_.attention(q, m, kv, hp, at.pos0, buf_.attn.data());
   } else {
     const KvBatch& b = *at.batch;
     ops_.rope_at(q, m, hp.n_head, hp, b.pos);
     ops_.rope_at(k, m, hp.n_head_kv, hp, b.pos);
-    ops_.store_kv_cells(k, v, m, n_kv, kv, b.cell);
+    ops_.store_kv_cells(k, v, m, hp, kv, b.cell);
     ops_.attention_cells(q, m, kv, hp, b, buf_.attn.data());
   }
   ops_.linear(a.out, buf_.attn.data(), m, buf_.proj.data());

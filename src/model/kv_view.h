@@ -9,11 +9,17 @@
 
 namespace pi::model {
 
-// Keys and values of one layer, f16 bit patterns [n_ctx, n_head_kv, head_dim]: cell c holds
-// the (RoPE-rotated) key and the value of one token.
+// Keys and values of one layer, f16 bit patterns: cell c holds the (RoPE-rotated) key and
+// the value of one token; kv head h of cell c starts head_stride * h + cell_stride * c
+// elements in. The KV cache stores head-major [n_head_kv, n_ctx, head_dim] (head_stride =
+// n_ctx * head_dim, cell_stride = head_dim), so that attention streams each head's keys and
+// values contiguously (cell-major rows of 256 bytes 8 KiB apart ran at a quarter of the
+// memory bandwidth: docs/BENCHMARKS.md).
 struct KvLayer {
   uint16_t* k = nullptr;
   uint16_t* v = nullptr;
+  int64_t head_stride = 0;
+  int64_t cell_stride = 0;
 };
 
 struct KvView {

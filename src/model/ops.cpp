@@ -177,39 +177,46 @@ void Ops::rope_at(float* X, int64_t m, int64_t n_heads, const HParams& hp, const
 
 namespace {
 
-// K, V f32 [n_embd_kv] -> f16 cell contents (on the calling thread: one cell is small).
-void store_cell(ThreadPool& pool, const float* K, const float* V, int64_t n_embd_kv, uint16_t* k,
-                uint16_t* v) {
-  cpu::to_f16(pool, K, k, n_embd_kv);
-  cpu::to_f16(pool, V, v, n_embd_kv);
+// K, V f32 [n_embd_kv] -> f16 contents of cell c, head by head (on the calling thread: one
+// cell is small).
+void store_cell(ThreadPool& pool, const float* K, const float* V, int64_t n_embd_kv,
+                int64_t head_dim, const KvLayer& kv, int64_t c) {
+  for (int64_t h = 0; h < n_embd_kv / head_dim; ++h) {
+    const int64_t at = h * kv.head_stride + c * kv.cell_stride;
+    cpu::to_f16(pool, K + h * head_dim, kv.k + at, head_dim);
+    cpu::to_f16(pool, V + h * head_dim, kv.v + at, head_dim);
+  }
 }
 
-cpu::AttentionDims attention_dims(const HParams& hp) {
-  return {hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
+cpu::AttentionDims attention_dims(const HParams& hp, const KvLayer& kv) {
+  cpu::AttentionDims d{hp.n_head, hp.n_head_kv, hp.head_dim,
+                       1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
+  d.head_stride = kv.head_stride;
+  d.cell_stride = kv.cell_stride;
+  return d;
 }
 
 }  // namespace
 
-void Ops::store_kv(const float* K, const float* V, int64_t m, int64_t n_embd_kv, const KvLayer& kv,
+void Ops::store_kv(const float* K, const float* V, int64_t m, const HParams& hp, const KvLayer& kv,
                    int64_t pos0) {
+  const int64_t n = hp.n_embd_kv();
   pool_.parallel_for(m, [&](int64_t i, int) {
-    store_cell(pool_, K + i * n_embd_kv, V + i * n_embd_kv, n_embd_kv, kv.k + (pos0 + i) * n_embd_kv,
-               kv.v + (pos0 + i) * n_embd_kv);
+    store_cell(pool_, K + i * n, V + i * n, n, hp.head_dim, kv, pos0 + i);
   });
 }
 
-void Ops::store_kv_cells(const float* K, const float* V, int64_t m, int64_t n_embd_kv,
+void Ops::store_kv_cells(const float* K, const float* V, int64_t m, const HParams& hp,
                          const KvLayer& kv, const int32_t* cells) {
+  const int64_t n = hp.n_embd_kv();
   pool_.parallel_for(m, [&](int64_t i, int) {
-    const int64_t c = cells[i];
-    store_cell(pool_, K + i * n_embd_kv, V + i * n_embd_kv, n_embd_kv, kv.k + c * n_embd_kv,
-               kv.v + c * n_embd_kv);
+    store_cell(pool_, K + i * n, V + i * n, n, hp.head_dim, kv, cells[i]);
   });
 }
 
 void Ops::attention(const float* Q, int64_t m, const KvLayer& kv, const HParams& hp, int64_t pos0,
                     float* out) {
-  const cpu::AttentionDims dims = attention_dims(hp);
+  const cpu::AttentionDims dims = attention_dims(hp, kv);
   if (m == 1) {
     cpu::attention(pool_, dims, Q, kv.k, kv.v, pos0 + 1, out);
   } else {
@@ -219,7 +226,7 @@ void Ops::attention(const float* Q, int64_t m, const KvLayer& kv, const HParams&
 
 void Ops::attention_cells(const float* Q, int64_t m, const KvLayer& kv, const HParams& hp,
                           const KvBatch& batch, float* out) {
-  cpu::attention_cells(pool_, attention_dims(hp), Q, m, batch.attn_cells, batch.attn_begin,
+  cpu::attention_cells(pool_, attention_dims(hp, kv), Q, m, batch.attn_cells, batch.attn_begin,
                        batch.attn_len, kv.k, kv.v, out);
 }
 

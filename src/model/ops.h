@@ -69,12 +69,12 @@ class Ops {
   // The same with token i at position pos[i].
   void rope_at(float* X, int64_t m, int64_t n_heads, const HParams& hp, const int32_t* pos);
 
-  // Writes K[i], V[i] (f32 [n_embd_kv]) as f16 into cell pos0 + i of `kv`.
-  void store_kv(const float* K, const float* V, int64_t m, int64_t n_embd_kv, const KvLayer& kv,
+  // Writes K[i], V[i] (f32 [n_embd_kv]) as f16 into cell pos0 + i of `kv` (in its layout).
+  void store_kv(const float* K, const float* V, int64_t m, const HParams& hp, const KvLayer& kv,
                 int64_t pos0);
 
   // The same into cell cells[i].
-  void store_kv_cells(const float* K, const float* V, int64_t m, int64_t n_embd_kv,
+  void store_kv_cells(const float* K, const float* V, int64_t m, const HParams& hp,
                       const KvLayer& kv, const int32_t* cells);
 
   // Causal attention: query row i (position pos0 + i, f32 [n_head, head_dim]) attends cells

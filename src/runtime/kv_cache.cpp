@@ -1,6 +1,7 @@
 #include "runtime/kv_cache.h"
 
 #include <algorithm>
+#include <new>
 #include <string>
 
 namespace pi::runtime {
@@ -34,13 +35,18 @@ KvCache::KvCache(const model::HParams& hp, int64_t n_ctx)
     : n_ctx_(n_ctx),
       cells_(static_cast<size_t>(n_ctx)),
       seq_max_(static_cast<size_t>(kMaxSeqs), -1),
-      storage_(static_cast<size_t>(hp.n_layer * 2 * n_ctx * hp.n_embd_kv()), 0) {
+      storage_(static_cast<size_t>(hp.n_layer * 2 * n_ctx * hp.n_embd_kv()) * sizeof(uint16_t)) {
+  if (!storage_.ok() && hp.n_layer * n_ctx * hp.n_embd_kv() > 0) throw std::bad_alloc();
   const auto per_tensor = static_cast<size_t>(n_ctx * hp.n_embd_kv());
+  auto* base = reinterpret_cast<uint16_t*>(storage_.data());
   view_.n_ctx = n_ctx;
   view_.layers.resize(static_cast<size_t>(hp.n_layer));
   for (size_t il = 0; il < view_.layers.size(); ++il) {
-    view_.layers[il].k = storage_.data() + (2 * il) * per_tensor;
-    view_.layers[il].v = storage_.data() + (2 * il + 1) * per_tensor;
+    model::KvLayer& L = view_.layers[il];
+    L.k = base + (2 * il) * per_tensor;
+    L.v = base + (2 * il + 1) * per_tensor;
+    L.head_stride = n_ctx * hp.head_dim;
+    L.cell_stride = hp.head_dim;
   }
 }
 

@@ -134,11 +134,17 @@ struct AttentionDims {
   int64_t n_kv_head;  // key/value heads; query head h reads kv head h / (n_head / n_kv_head)
   int64_t head_dim;
   float scale;        // score scale, usually 1 / sqrt(head_dim)
+  // Cache layout, in elements: kv head h of cell c starts at h * head_stride + c * cell_stride.
+  // 0, 0 means cell-major [cell, n_kv_head, head_dim] (head_stride = head_dim, cell_stride =
+  // n_kv_head * head_dim). Head-major [n_kv_head, n_cells, head_dim] (head_stride = n_cells *
+  // head_dim, cell_stride = head_dim) lets one head's keys and values stream contiguously.
+  int64_t head_stride = 0;
+  int64_t cell_stride = 0;
 };
 
 // One query token over cells [0, n_ctx_used):
-// q: f32 [n_head, head_dim]; k_cache, v_cache: f16 bits [>= n_ctx_used, n_kv_head, head_dim]
-// (cell t holds position t); out: f32 [n_head, head_dim].
+// q: f32 [n_head, head_dim]; k_cache, v_cache: f16 bits in the dims' layout, at least
+// n_ctx_used cells (cell t holds position t); out: f32 [n_head, head_dim].
 void attention(ThreadPool& pool, const AttentionDims& dims, const float* q,
                const uint16_t* k_cache, const uint16_t* v_cache, int64_t n_ctx_used,
                float* out);

@@ -120,7 +120,8 @@ void attention_heads(ThreadPool& pool, const AttentionDims& d, const float* q,
                   "attention: n_head must be a multiple of n_kv_head");
   const auto head_fn = detail::table().attn_head;
   const int64_t group = d.n_head / d.n_kv_head;
-  const int64_t kv_stride = d.n_kv_head * d.head_dim;
+  const int64_t head_stride = d.head_stride != 0 ? d.head_stride : d.head_dim;
+  const int64_t cell_stride = d.cell_stride != 0 ? d.cell_stride : d.n_kv_head * d.head_dim;
   int64_t max_ctx = 1;
   for (int64_t i = 0; i < qs.n_q; ++i) max_ctx = std::max(max_ctx, qs.n_ctx(i));
   detail::Scratch scratch;
@@ -133,9 +134,9 @@ void attention_heads(ThreadPool& pool, const AttentionDims& d, const float* q,
         const int64_t kvh = h / group;
         detail::AttnHeadTask t{};
         t.q = q + (i * d.n_head + h) * d.head_dim;
-        t.k = k_cache + kvh * d.head_dim;
-        t.v = v_cache + kvh * d.head_dim;
-        t.kv_stride = kv_stride;
+        t.k = k_cache + kvh * head_stride;
+        t.v = v_cache + kvh * head_stride;
+        t.kv_stride = cell_stride;
         t.cells = qs.cells != nullptr ? qs.cells + qs.begin[i] : nullptr;
         t.n_ctx = qs.n_ctx(i);
         t.head_dim = d.head_dim;

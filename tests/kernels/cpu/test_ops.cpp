@@ -303,6 +303,46 @@ TEST(CpuAttention, SingleAndBatchedMatchReference) {
   }
 }
 
+// The head-major layout (AttentionDims strides; what the KV cache uses) gives the same bits as
+// the cell-major one for single, batched and listed queries.
+TEST(CpuAttention, HeadMajorLayoutGivesTheSameBits) {
+  for (Isa isa : isas()) {
+    IsaScope scope(isa);
+    for (auto [n_head, n_kv, hd] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128}, {4, 4, 64}, {3, 1, 40}}) {
+      SCOPED_TRACE(::testing::Message() << isa_name(isa) << " heads " << n_head << "/" << n_kv << " hd " << hd);
+      const int64_t pos0 = 29, n_q = 3, n_cells = 40;  // 8 spare cells hold garbage
+      const auto [K, V, kd, vd] = f16_cache(n_cells * n_kv * hd, 30, 31);
+      std::vector<uint16_t> KH(K.size()), VH(V.size());
+      for (int64_t c = 0; c < n_cells; ++c)
+        for (int64_t h = 0; h < n_kv; ++h)
+          for (int64_t d = 0; d < hd; ++d) {
+            KH[(h * n_cells + c) * hd + d] = K[(c * n_kv + h) * hd + d];
+            VH[(h * n_cells + c) * hd + d] = V[(c * n_kv + h) * hd + d];
+          }
+      const auto Q = gaussian(n_q * n_head * hd, 32, 0.5f);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      const AttentionDims cell_major{n_head, n_kv, hd, scale};
+      AttentionDims head_major = cell_major;
+      head_major.head_stride = n_cells * hd;
+      head_major.cell_stride = hd;
+      const std::vector<int32_t> cells = {5, 0, 17, 3, 31, 30, 2, 9};
+      const std::vector<int64_t> begin = {0, 2, 0}, len = {8, 6, 1};
+      ThreadPool pool(2);
+      std::vector<float> a(n_q * n_head * hd), b(a.size()), c1(n_head * hd), c2(c1.size()), l1(a.size()), l2(a.size());
+      attention_batch(pool, cell_major, Q.data(), n_q, pos0, K.data(), V.data(), a.data());
+      attention_batch(pool, head_major, Q.data(), n_q, pos0, KH.data(), VH.data(), b.data());
+      attention(pool, cell_major, Q.data(), K.data(), V.data(), n_cells, c1.data());
+      attention(pool, head_major, Q.data(), KH.data(), VH.data(), n_cells, c2.data());
+      attention_cells(pool, cell_major, Q.data(), n_q, cells.data(), begin.data(), len.data(), K.data(), V.data(), l1.data());
+      attention_cells(pool, head_major, Q.data(), n_q, cells.data(), begin.data(), len.data(), KH.data(), VH.data(), l2.data());
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+      EXPECT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * 4));
+      EXPECT_EQ(0, std::memcmp(l1.data(), l2.data(), l1.size() * 4));
+      EXPECT_NE(0, std::memcmp(a.data(), l1.data(), a.size() * 4));  // the lists differ from the prefixes
+    }
+  }
+}
+
 // Listed cells (multi-sequence batches): against the reference over the same list; bit-equal
 // to attention() over the listed cells gathered into a contiguous cache (the order of the list
 // is all that matters, not where the cells lie); the identity list equals attention_batch.

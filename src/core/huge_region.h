@@ -1,0 +1,43 @@
+// Anonymous, zero-filled memory that starts on a 2 MiB boundary and is advised for
+// transparent huge pages (best effort: without THP it is ordinary memory). Used where large
+// buffers are read at random or with long strides - model weights read into memory, the KV
+// cache - so that a TLB entry covers 2 MiB instead of 4 KiB.
+// Move-only; unmaps itself unless release()d.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+
+namespace pi {
+
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+class HugeRegion {
+ public:
+  HugeRegion() = default;
+  // At least `bytes` bytes; ok() is false (errno set by mmap) when the mapping failed.
+  explicit HugeRegion(size_t bytes);
+  ~HugeRegion();
+  HugeRegion(const HugeRegion&) = delete;
+  HugeRegion& operator=(const HugeRegion&) = delete;
+  HugeRegion(HugeRegion&& other) noexcept;
+  HugeRegion& operator=(HugeRegion&& other) noexcept;
+
+  bool ok() const { return data_ != nullptr; }
+  std::byte* data() const { return data_; }  // 2 MiB aligned
+  size_t size() const { return size_; }      // as requested
+  // The whole mapping (data() lies inside it): what munmap, mprotect and smaps see.
+  void* mapping() const { return mapping_; }
+  size_t mapping_size() const { return mapping_size_; }
+  // Gives up ownership: the caller munmaps {mapping, mapping_size}.
+  std::pair<void*, size_t> release();
+
+ private:
+  void reset();
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+  void* mapping_ = nullptr;
+  size_t mapping_size_ = 0;
+};
+
+}  // namespace pi

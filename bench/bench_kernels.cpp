@@ -233,6 +233,12 @@ std::vector<float> random_vector(int64_t n, uint32_t seed) {
   return v;
 }
 
+// Lists of active rows for the sparse benchmarks: kLists different ones, used in turn (call i
+// reads list i % kLists of copy i % copies). One list for every call let the L3 cache keep
+// rows between calls (only ~10% of each copy is touched, so all copies' touched rows were
+// ~50 MiB): 33 GB/s against 24 GB/s in the model for the same kernel.
+constexpr size_t kLists = 17;
+
 std::vector<int32_t> active_rows(int64_t n, double frac, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<int32_t> all(static_cast<size_t>(n));
@@ -311,10 +317,12 @@ void register_all() {
       ThreadPool& tp = pool(static_cast<int>(st.range(0)));
       const Matrix& w = matrix(t, ff.rows, ff.cols);
       const auto x = random_vector(ff.cols, 2);
-      const auto idx = active_rows(ff.rows, 0.10, 3);
+      std::vector<std::vector<int32_t>> lists;
+      for (size_t l = 0; l < kLists; ++l) lists.push_back(active_rows(ff.rows, 0.10, static_cast<uint32_t>(3 + l)));
       std::vector<float> y(static_cast<size_t>(ff.rows));
-      const double bytes = static_cast<double>(idx.size() * pi::row_bytes(t, ff.cols));
+      const double bytes = static_cast<double>(lists[0].size() * pi::row_bytes(t, ff.cols));
       run_bandwidth(st, tp, bytes, [&](size_t i) {
+        const auto& idx = lists[i % kLists];
         cpu::matvec_rows(tp, t, w.copy(i), ff.cols, idx.data(), static_cast<int64_t>(idx.size()), x.data(), y.data());
       });
     })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
@@ -322,10 +330,12 @@ void register_all() {
       ThreadPool& tp = pool(static_cast<int>(st.range(0)));
       const Matrix& w = matrix(t, ff.rows, ff.cols);
       const auto a = random_vector(ff.rows, 4);
-      const auto idx = active_rows(ff.rows, 0.10, 5);
+      std::vector<std::vector<int32_t>> lists;
+      for (size_t l = 0; l < kLists; ++l) lists.push_back(active_rows(ff.rows, 0.10, static_cast<uint32_t>(50 + l)));
       std::vector<float> y(static_cast<size_t>(ff.cols));
-      const double bytes = static_cast<double>(idx.size() * pi::row_bytes(t, ff.cols));
+      const double bytes = static_cast<double>(lists[0].size() * pi::row_bytes(t, ff.cols));
       run_bandwidth(st, tp, bytes, [&](size_t i) {
+        const auto& idx = lists[i % kLists];
         cpu::axpy_rows(tp, t, w.copy(i), ff.cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), y.data());
       });
     })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);

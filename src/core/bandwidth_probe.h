@@ -8,6 +8,16 @@
 // The sum is returned too, so the reads cannot be optimised away and tests can check that
 // every word was read exactly once.
 //
+// The scattered pass reads instead a random, ascending subset of fixed-size chunks of the
+// buffer, as the neuron-sparse FFN reads its active rows (a Q4_0 row of 4096 columns is 2304
+// bytes); each thread takes a contiguous share of the list and prefetches every line of the
+// chunk kScatterAhead chunks on, as the kernels do. On the machines measured such reads
+// reach well below the sequential rate (docs/BENCHMARKS.md), so a sparse decode step's
+// roofline counts its scattered bytes at this rate.
+//
+// The buffer lives in 2 MiB-aligned memory advised for transparent huge pages, like weights
+// loaded with --no-mmap (scattered reads over small pages would measure TLB misses too).
+//
 // Thread-safety: a BandwidthProbe is immutable after create(); passes on different pools may
 // run concurrently (they then share the memory bus, which is rarely what one wants).
 #pragma once
@@ -19,6 +29,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/huge_region.h"
 #include "core/thread_pool.h"
 
 namespace pi {
@@ -54,12 +65,30 @@ class BandwidthProbe {
   // `passes` passes; the rates in order.
   std::vector<double> measure(ThreadPool& pool, int passes) const;
 
+  // One scattered pass over the chunks probe_chunks(bytes() / chunk_bytes, fraction, seed)
+  // lists (chunk_bytes: a positive multiple of 64); gbps counts the bytes of those chunks,
+  // sum their words. 0 GB/s when no chunk is chosen.
+  ProbePass scattered_pass(ThreadPool& pool, size_t chunk_bytes, double fraction,
+                           uint64_t seed) const;
+  // `passes` scattered passes, each with its own chunk list (seeds 1, 2, ...).
+  std::vector<double> measure_scattered(ThreadPool& pool, int passes, size_t chunk_bytes,
+                                        double fraction) const;
+
  private:
   BandwidthProbe() = default;
-  uint64_t* data_ = nullptr;  // 4 KiB aligned, owned (std::free)
+  HugeRegion mem_;
+  uint64_t* data_ = nullptr;  // in mem_
   size_t bytes_ = 0;
   ProbeIsa isa_ = ProbeIsa::Scalar;
 };
+
+// Chunks a scattered pass reads: each of [0, n_chunks) independently with probability
+// `fraction` (a fixed generator seeded by `seed`), ascending.
+std::vector<uint32_t> probe_chunks(size_t n_chunks, double fraction, uint64_t seed);
+
+// Chunk size and fraction `powerinfer bench` uses: a Q4_0 row of 4096 columns, 10% of them.
+inline constexpr size_t kScatterChunkBytes = 2304;
+inline constexpr double kScatterFraction = 0.10;
 
 // The fill pattern: a cheap mix of the word index (every word differs).
 constexpr uint64_t probe_word(uint64_t i) { return (i * 0x9E3779B97F4A7C15ull) ^ (i >> 7); }

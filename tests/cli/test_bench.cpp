@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -144,7 +145,7 @@ TEST_F(BenchCli, MarkdownHasHeaderAndOneRowPerGridPoint) {
   ASSERT_EQ(rows.size(), want.size()) << r.out;
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& row = rows[i];
-    ASSERT_EQ(row.size(), 11u);
+    ASSERT_EQ(row.size(), 12u);
     EXPECT_EQ(std::vector<std::string>(row.begin(), row.begin() + 4), want[i]) << "row " << i;
     EXPECT_GT(std::stod(row[4]), 0.0) << "t/s, row " << i;
     const bool gen = row[3] == "tg4", sparse = row[1] == "sparse";
@@ -155,10 +156,14 @@ TEST_F(BenchCli, MarkdownHasHeaderAndOneRowPerGridPoint) {
     if (gen) {
       EXPECT_GT(std::stod(row[7]), 0.0) << "MiB/token";
       EXPECT_NE(row[10].find('%'), std::string::npos);
+      EXPECT_NE(row[11].find('%'), std::string::npos);
+      // Dense rows read nothing scattered: their roofline share is the probe share.
+      if (!sparse) EXPECT_EQ(row[11], row[10]);
     } else {
       EXPECT_EQ(row[7], "-");
       EXPECT_EQ(row[8], "-");
       EXPECT_EQ(row[10], "-");
+      EXPECT_EQ(row[11], "-");
     }
   }
 }
@@ -228,6 +233,8 @@ TEST_F(BenchCli, JsonCarriesTheSameGridAndConsistentBytes) {
     EXPECT_NEAR(b["total"].get<double>(), sum, 1e-6 * sum);
     EXPECT_GT(b["kv"].get<double>(), 0.0);
     EXPECT_GT(row["gbps"].get<double>(), 0.0);
+    EXPECT_GT(row["roofline_ratio"].get<double>(), 0.0);
+    if (!sparse) EXPECT_NEAR(row["roofline_ratio"].get<double>(), row["probe_ratio"].get<double>(), 1e-9);
     const Json& m = models[row["model"].get<size_t>()];
     if (!sparse) {
       EXPECT_DOUBLE_EQ(b["ffn"].get<double>(), m["ffn_bytes"].get<double>());
@@ -284,6 +291,8 @@ TEST_F(BenchCli, ProbeOnlyReportsEveryThreadCount) {
   EXPECT_EQ(j["probe"]["table"][1]["threads"], 2);
   EXPECT_EQ(j["probe"]["table"][1]["passes_gbps"].size(), 2u);
   EXPECT_GT(j["probe"]["table"][0]["gbps_median"].get<double>(), 0.0);
+  EXPECT_EQ(j["probe"]["table"][1]["scattered_passes_gbps"].size(), 2u);
+  EXPECT_GT(j["probe"]["table"][0]["scattered_gbps_median"].get<double>(), 0.0);
   EXPECT_TRUE(j["results"].empty());
 
   r = bench("--probe -t 1 -o csv");
@@ -338,6 +347,35 @@ TEST(BandwidthProbe, SumsEveryWordOnceForEveryIsaAndThreadCount) {
       }
     }
   }
+  // Scattered passes read exactly the listed chunks, each once, for any thread count; the
+  // list is ascending, reproducible, about the asked fraction, and empty for fraction 0.
+  auto probe = pi::BandwidthProbe::create((size_t{3} << 20) + 4096);
+  ASSERT_TRUE(probe.ok());
+  const size_t chunk = 2304, n_chunks = (*probe)->bytes() / chunk;
+  for (double fraction : {0.1, 0.5, 1.0}) {
+    const std::vector<uint32_t> list = pi::probe_chunks(n_chunks, fraction, 7);
+    EXPECT_EQ(list, pi::probe_chunks(n_chunks, fraction, 7));
+    EXPECT_TRUE(std::is_sorted(list.begin(), list.end()));
+    EXPECT_NEAR(static_cast<double>(list.size()), fraction * static_cast<double>(n_chunks),
+                5 * std::sqrt(static_cast<double>(n_chunks)) + 1);
+    uint64_t want = 0;
+    for (uint32_t c : list)
+      for (size_t w = 0; w < chunk / 8; ++w) want += pi::probe_word(c * (chunk / 8) + w);
+    for (int threads : {1, 2, 3}) {
+      pi::ThreadPool pool(threads);
+      const pi::ProbePass p = (*probe)->scattered_pass(pool, chunk, fraction, 7);
+      EXPECT_EQ(p.sum, want) << fraction << " " << threads;
+      EXPECT_GT(p.gbps, 0.0);
+    }
+  }
+  EXPECT_NE(pi::probe_chunks(n_chunks, 0.1, 7), pi::probe_chunks(n_chunks, 0.1, 8));
+  EXPECT_TRUE(pi::probe_chunks(n_chunks, 0.0, 7).empty());
+  {
+    pi::ThreadPool pool(2);
+    EXPECT_EQ((*probe)->scattered_pass(pool, chunk, 0.0, 1).gbps, 0.0);
+    EXPECT_EQ((*probe)->scattered_pass(pool, 100, 0.5, 1).gbps, 0.0);  // not whole lines
+  }
+
   auto automatic = pi::BandwidthProbe::create(4096);
   ASSERT_TRUE(automatic.ok());
   EXPECT_NE((*automatic)->isa(), pi::ProbeIsa::Auto);

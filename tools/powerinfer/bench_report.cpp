@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/bandwidth_probe.h"
+
 namespace pi::cli {
 namespace {
 
@@ -55,11 +57,16 @@ Json load_json(const LoadAverage& l) {
 }
 
 Json probe_json(const ProbeStats& p) {
-  return Json{{"threads", p.threads},
-              {"gbps_median", p.median},
-              {"gbps_min", p.min},
-              {"gbps_max", p.max},
-              {"passes_gbps", p.passes}};
+  Json j{{"threads", p.threads},
+         {"gbps_median", p.median},
+         {"gbps_min", p.min},
+         {"gbps_max", p.max},
+         {"passes_gbps", p.passes}};
+  if (!p.scattered_passes.empty()) {
+    j["scattered_gbps_median"] = p.scattered;
+    j["scattered_passes_gbps"] = p.scattered_passes;
+  }
+  return j;
 }
 
 Json nullable(bool present, double v) { return present ? Json(v) : Json(nullptr); }
@@ -114,35 +121,41 @@ std::string format_markdown(const BenchReport& r) {
     }
   }
 
-  s += "\n| threads | probe GB/s (median) | min | max |\n|---|---|---|---|\n";
+  s += fmt("\n| threads | probe GB/s (median) | min | max | scattered GB/s (%zu-byte rows, %.0f%%) | "
+           "scattered / sequential |\n|---|---|---|---|---|---|\n",
+           kScatterChunkBytes, 100 * kScatterFraction);
   for (const ProbeStats& p : r.probe)
-    s += fmt("| %d | %.1f | %.1f | %.1f |\n", p.threads, p.median, p.min, p.max);
+    s += fmt("| %d | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", p.threads, p.median, p.min, p.max,
+             p.scattered, p.median > 0 ? 100 * p.scattered / p.median : 0.0);
 
   if (r.options.probe_only) return s;
   s += "\n| model | mode | threads | test | t/s | min - max | active | MiB/token | GB/s | "
-       "probe GB/s | of probe |\n";
-  s += "|---|---|---|---|---|---|---|---|---|---|---|\n";
+       "probe GB/s | of probe | of roofline |\n";
+  s += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const BenchRow& row : r.rows) {
     const ModelSummary& md = r.models[row.model];
     const std::string active =
         row.active_fraction >= 0 ? fmt("%.1f%%", 100 * row.active_fraction) : "all";
-    std::string bytes = "-", gbps = "-", ratio = "-";
+    std::string bytes = "-", gbps = "-", ratio = "-", roofline = "-";
     if (row.has_bytes) {
       bytes = fmt("%.1f", row.bytes.total() / kMiB);
       gbps = fmt("%.1f", row.gbps);
       ratio = fmt("%.0f%%", 100 * row.probe_ratio);
+      roofline = fmt("%.0f%%", 100 * row.roofline_ratio);
     }
-    s += fmt("| %s | %s | %d | %s | %.2f | %.2f - %.2f | %s | %s | %s | %.1f | %s |\n",
+    s += fmt("| %s | %s | %d | %s | %.2f | %.2f - %.2f | %s | %s | %s | %.1f | %s | %s |\n",
              basename(md.path).c_str(), mode_name(row.mode), row.threads, row.test.c_str(),
              row.ts_median, row.ts_min, row.ts_max, active.c_str(), bytes.c_str(), gbps.c_str(),
-             row.probe.median, ratio.c_str());
+             row.probe.median, ratio.c_str(), roofline.c_str());
   }
   s +=
       fmt("\nt/s: median of %d repetitions after a warm-up run. MiB/token (generation): weights "
           "read per token (sparse: attention, output head, predictors and the FFN rows the "
           "predictor selected, as counted by the sparse engine) plus the KV cache read. GB/s = "
           "MiB/token x t/s; of probe = GB/s / the read probe on as many threads, measured "
-          "around the row's repetitions.\n",
+          "around the row's repetitions. Of roofline: t/s / the t/s if every byte were read at "
+          "the probe's rate, except the sparse FFN rows (scattered), read at the scattered "
+          "probe's share of it (table above).\n",
           r.options.reps);
   return s;
 }
@@ -243,6 +256,7 @@ std::string format_json(const BenchReport& r) {
                         {"gbps", nullable(row.has_bytes, row.gbps)},
                         {"probe", probe_json(row.probe)},
                         {"probe_ratio", nullable(row.has_bytes, row.probe_ratio)},
+                        {"roofline_ratio", nullable(row.has_bytes, row.roofline_ratio)},
                         {"load_1m", nullable(row.load_1m >= 0, row.load_1m)}});
   }
   j["results"] = rows;
@@ -252,32 +266,33 @@ std::string format_json(const BenchReport& r) {
 std::string format_csv(const BenchReport& r) {
   std::string s;
   if (r.options.probe_only) {
-    s = "threads,probe_gbps_median,probe_gbps_min,probe_gbps_max,probe_isa,probe_bytes,cpu_model,"
-        "commit\n";
+    s = "threads,probe_gbps_median,probe_gbps_min,probe_gbps_max,scattered_gbps_median,probe_isa,"
+        "probe_bytes,cpu_model,commit\n";
     for (const ProbeStats& p : r.probe)
-      s += fmt("%d,%.3f,%.3f,%.3f,%s,%zu,%s,%s\n", p.threads, p.median, p.min, p.max,
-               r.probe_isa.c_str(), r.probe_bytes, csv_field(r.machine.cpu_model).c_str(),
-               csv_field(r.build.commit).c_str());
+      s += fmt("%d,%.3f,%.3f,%.3f,%.3f,%s,%zu,%s,%s\n", p.threads, p.median, p.min, p.max,
+               p.scattered, r.probe_isa.c_str(), r.probe_bytes,
+               csv_field(r.machine.cpu_model).c_str(), csv_field(r.build.commit).c_str());
     return s;
   }
   s = "file,arch,type,format,mode,threads,n_batch,test,n_prompt,n_gen,reps,ts_median,ts_min,ts_max,"
-      "ts_stddev,active_fraction,bytes_per_token,gbps,probe_gbps,probe_ratio,load_1m,kernel_isa,"
-      "cpu_model,commit\n";
+      "ts_stddev,active_fraction,bytes_per_token,gbps,probe_gbps,probe_ratio,roofline_ratio,"
+      "load_1m,kernel_isa,cpu_model,commit\n";
   for (const BenchRow& row : r.rows) {
     const ModelSummary& md = r.models[row.model];
     const std::string active = row.active_fraction >= 0 ? fmt("%.5f", row.active_fraction) : "";
     const std::string bytes = row.has_bytes ? fmt("%.0f", row.bytes.total()) : "";
     const std::string gbps = row.has_bytes ? fmt("%.3f", row.gbps) : "";
     const std::string ratio = row.has_bytes ? fmt("%.4f", row.probe_ratio) : "";
+    const std::string roofline = row.has_bytes ? fmt("%.4f", row.roofline_ratio) : "";
     s += fmt(
-        "%s,%s,%s,%s,%s,%d,%lld,%s,%lld,%lld,%zu,%.4f,%.4f,%.4f,%.4f,%s,%s,%s,%.3f,%s,%.2f,%s,%s,%"
-        "s\n",
+        "%s,%s,%s,%s,%s,%d,%lld,%s,%lld,%lld,%zu,%.4f,%.4f,%.4f,%.4f,%s,%s,%s,%.3f,%s,%s,%.2f,%s,%"
+        "s,%s\n",
         csv_field(basename(md.path)).c_str(), md.arch.c_str(), md.type.c_str(),
         md.powerinfer ? "PWRI" : "GGUF", mode_name(row.mode), row.threads,
         static_cast<long long>(row.n_batch), row.test.c_str(), static_cast<long long>(row.n_prompt),
         static_cast<long long>(row.n_gen), row.samples.size(), row.ts_median, row.ts_min,
         row.ts_max, row.ts_stddev, active.c_str(), bytes.c_str(), gbps.c_str(), row.probe.median,
-        ratio.c_str(), row.load_1m, r.machine.kernel_isa.c_str(),
+        ratio.c_str(), roofline.c_str(), row.load_1m, r.machine.kernel_isa.c_str(),
         csv_field(r.machine.cpu_model).c_str(), csv_field(r.build.commit).c_str());
   }
   return s;

@@ -369,14 +369,29 @@ Result<BenchReport> run_bench(const BenchOptions& o) {
   for (int t : counts) {
     ThreadPool pool(t);
     (void)(*probe)->pass(pool);  // wakes the workers, faults nothing (pages are resident)
-    report.probe.push_back(probe_stats(t, (*probe)->measure(pool, o.probe_passes)));
-    log_info("bench: probe %d thread%s: %.1f GB/s (median of %d passes, %s loads, %zu MiB)", t,
-             t == 1 ? "" : "s", report.probe.back().median, o.probe_passes,
-             report.probe_isa.c_str(), report.probe_bytes >> 20);
+    ProbeStats st = probe_stats(t, (*probe)->measure(pool, o.probe_passes));
+    st.scattered_passes =
+        (*probe)->measure_scattered(pool, o.probe_passes, kScatterChunkBytes, kScatterFraction);
+    st.scattered = median_of(st.scattered_passes);
+    report.probe.push_back(std::move(st));
+    log_info("bench: probe %d thread%s: %.1f GB/s sequential, %.1f GB/s scattered (median of %d "
+             "passes, %s loads, %zu MiB)",
+             t, t == 1 ? "" : "s", report.probe.back().median, report.probe.back().scattered,
+             o.probe_passes, report.probe_isa.c_str(), report.probe_bytes >> 20);
   }
 
   if (!o.probe_only)
     for (size_t i = 0; i < o.models.size(); ++i) PI_TRY(run_model(o, **probe, i, report));
+  for (BenchRow& row : report.rows) {
+    if (!row.has_bytes || row.probe.median <= 0 || row.ts_median <= 0) continue;
+    double scatter = 1.0;  // scattered / sequential rate
+    for (const ProbeStats& p : report.probe)
+      if (p.threads == row.threads && p.median > 0 && p.scattered > 0) scatter = p.scattered / p.median;
+    const double rows = row.mode == BenchMode::Sparse ? row.bytes.ffn : 0.0;
+    const double seconds =
+        ((row.bytes.total() - rows) + rows / scatter) / (row.probe.median * 1e9);
+    row.roofline_ratio = seconds * row.ts_median;
+  }
   report.load_end = read_load_average();
   return report;
 }

@@ -83,6 +83,27 @@ ProbeIsa best_isa() {
   return ProbeIsa::Scalar;
 }
 
+// Splits items [0, n) into one contiguous slice per pool thread, runs sum_slice(begin, end) on
+// each (returning the slice's word sum) and times the whole: gbps = bytes / wall seconds.
+template <typename SumSlice>
+ProbePass timed_slices(ThreadPool& pool, size_t n, size_t bytes, SumSlice sum_slice) {
+  const int n_threads = pool.size();
+  std::vector<uint64_t> partial(static_cast<size_t>(n_threads));
+  const auto t0 = std::chrono::steady_clock::now();
+  pool.parallel_for(
+      n_threads,
+      [&](int64_t task, int) {
+        const size_t t = static_cast<size_t>(task), T = static_cast<size_t>(n_threads);
+        partial[t] = sum_slice(n * t / T, n * (t + 1) / T);
+      },
+      Schedule::Static);
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ProbePass r;
+  for (uint64_t v : partial) r.sum += v;
+  r.gbps = dt > 0 ? static_cast<double>(bytes) / dt / 1e9 : 0.0;
+  return r;
+}
+
 }  // namespace
 
 std::string_view probe_isa_name(ProbeIsa isa) {
@@ -139,22 +160,9 @@ BandwidthProbe::~BandwidthProbe() = default;
 ProbePass BandwidthProbe::pass(ThreadPool& pool) const {
   const SumFn fn = sum_fn(isa_);
   const size_t lines = bytes_ / kLine, words_per_line = kLine / sizeof(uint64_t);
-  const int n_threads = pool.size();
-  std::vector<uint64_t> partial(static_cast<size_t>(n_threads));
-  const auto t0 = std::chrono::steady_clock::now();
-  pool.parallel_for(
-      n_threads,
-      [&](int64_t task, int) {
-        const size_t t = static_cast<size_t>(task), T = static_cast<size_t>(n_threads);
-        const size_t begin = lines * t / T, end = lines * (t + 1) / T;
-        partial[t] = fn(data_ + begin * words_per_line, (end - begin) * words_per_line);
-      },
-      Schedule::Static);
-  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ProbePass r;
-  for (uint64_t s : partial) r.sum += s;
-  r.gbps = dt > 0 ? static_cast<double>(bytes_) / dt / 1e9 : 0.0;
-  return r;
+  return timed_slices(pool, lines, bytes_, [&](size_t begin, size_t end) {
+    return fn(data_ + begin * words_per_line, (end - begin) * words_per_line);
+  });
 }
 
 std::vector<double> BandwidthProbe::measure(ThreadPool& pool, int passes) const {
@@ -191,42 +199,30 @@ ProbePass BandwidthProbe::scattered_pass(ThreadPool& pool, size_t chunk_bytes, d
   // load paired with a prefetch of the same line of the chunk kGroup on: the scheme of the
   // sparse row kernels, measured fastest among 1-8 chunks per group and 4-16 chunks ahead.
   constexpr size_t kGroup = 8;
-  const size_t words = chunk_bytes / sizeof(uint64_t), n = chunks.size();
   constexpr size_t kLineWords = kLine / sizeof(uint64_t);
-  const int n_threads = pool.size();
-  std::vector<uint64_t> partial(static_cast<size_t>(n_threads));
-  const auto t0 = std::chrono::steady_clock::now();
-  pool.parallel_for(
-      n_threads,
-      [&](int64_t task, int) {
-        const size_t t = static_cast<size_t>(task), T = static_cast<size_t>(n_threads);
-        const size_t begin = n * t / T, end = n * (t + 1) / T;
-        uint64_t acc[kLineWords] = {};
-        for (size_t k = begin; k < end; k += kGroup) {
-          const size_t g = std::min(kGroup, end - k);
-          const uint64_t* rows[kGroup];
-          const char* next[kGroup];
-          for (size_t i = 0; i < g; ++i) {
-            rows[i] = data_ + chunks[k + i] * words;
-            const size_t ahead = k + kGroup + i;
-            next[i] = reinterpret_cast<const char*>(ahead < end ? data_ + chunks[ahead] * words : rows[i]);
-          }
-          for (size_t w = 0; w < words; w += kLineWords) {
-            for (size_t i = 0; i < g; ++i) {
-              __builtin_prefetch(next[i] + w * sizeof(uint64_t));
-              for (size_t j = 0; j < kLineWords; ++j) acc[j] += rows[i][w + j];
-            }
-          }
+  const size_t words = chunk_bytes / sizeof(uint64_t), n = chunks.size();
+  return timed_slices(pool, n, n * chunk_bytes, [&](size_t begin, size_t end) {
+    uint64_t acc[kLineWords] = {};
+    for (size_t k = begin; k < end; k += kGroup) {
+      const size_t g = std::min(kGroup, end - k);
+      const uint64_t* rows[kGroup];
+      const char* next[kGroup];
+      for (size_t i = 0; i < g; ++i) {
+        rows[i] = data_ + chunks[k + i] * words;
+        const size_t ahead = k + kGroup + i;
+        next[i] = reinterpret_cast<const char*>(ahead < end ? data_ + chunks[ahead] * words : rows[i]);
+      }
+      for (size_t w = 0; w < words; w += kLineWords) {
+        for (size_t i = 0; i < g; ++i) {
+          __builtin_prefetch(next[i] + w * sizeof(uint64_t));
+          for (size_t j = 0; j < kLineWords; ++j) acc[j] += rows[i][w + j];
         }
-        uint64_t s = 0;
-        for (uint64_t v : acc) s += v;
-        partial[t] = s;
-      },
-      Schedule::Static);
-  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (uint64_t s : partial) r.sum += s;
-  r.gbps = dt > 0 ? static_cast<double>(n * chunk_bytes) / dt / 1e9 : 0.0;
-  return r;
+      }
+    }
+    uint64_t sum = 0;
+    for (uint64_t v : acc) sum += v;
+    return sum;
+  });
 }
 
 std::vector<double> BandwidthProbe::measure_scattered(ThreadPool& pool, int passes,

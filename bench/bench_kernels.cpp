@@ -336,7 +336,7 @@ void register_all() {
       const double bytes = static_cast<double>(lists[0].size() * pi::row_bytes(t, ff.cols));
       run_bandwidth(st, tp, bytes, [&](size_t i) {
         const auto& idx = lists[i % kLists];
-        cpu::axpy_rows(tp, t, w.copy(i), ff.cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), y.data());
+        cpu::axpy_rows(tp, t, w.copy(i), ff.rows, ff.cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), y.data());
       });
     })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
     benchmark::RegisterBenchmark(("axpy_dense/" + tn + "/" + ff.name).c_str(), [t, ff](benchmark::State& st) {

@@ -137,7 +137,7 @@ void Ops::linear_t_rows(const Matrix& D, const float* A, int64_t m, const int32_
   std::fill(Y, Y + m * D.cols, 0.0f);
   if (cpu::supports(D.type)) {
     if (m == 1) {
-      cpu::axpy_rows(pool_, D.type, D.data, D.cols, idx + offsets[0], offsets[1] - offsets[0], A,
+      cpu::axpy_rows(pool_, D.type, D.data, D.rows, D.cols, idx + offsets[0], offsets[1] - offsets[0], A,
                      Y);
     } else {
       cpu::axpy_rows_batch(pool_, D.type, D.data, D.rows, D.cols, idx, offsets, A, m, Y);

@@ -72,10 +72,13 @@ void matvec_rows(ThreadPool& pool, DType t, const void* W, int64_t cols, const i
 
 // Sparse axpy over the transposed down projection, D: t [n_rows, cols] one row per neuron:
 // y[:] += sum over k < n_idx with a[idx[k]] != 0 of a[idx[k]] * D[idx[k], :]
-// a: f32 [n_rows], y: f32 [cols]. Rows are accumulated in list order; threads own disjoint
-// column slices of y, so there is no race and no thread-count dependence.
-void axpy_rows(ThreadPool& pool, DType t, const void* D, int64_t cols, const int32_t* idx,
-               int64_t n_idx, const float* a, float* y);
+// a: f32 [n_rows], y: f32 [cols]. The order of the sums is fixed (axpy.cpp): the listed
+// rows below n_rows / 2 are added to y in list order, those above into a zeroed partial in
+// list order, and the partial to y last - whatever the thread count, and the same per token
+// in the many-token forms below, so results are bit-identical across pool sizes and batch
+// splits. Threads own disjoint (half, column slice) parts: no race.
+void axpy_rows(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
+               const int32_t* idx, int64_t n_idx, const float* a, float* y);
 
 // Dense y[:] += sum_r a[r] * D[r, :] over all rows (rows with a[r] == 0 are skipped).
 void axpy_dense(ThreadPool& pool, DType t, const void* D, int64_t rows, int64_t cols,

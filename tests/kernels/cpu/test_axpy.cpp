@@ -60,7 +60,7 @@ TEST(CpuAxpy, RowsAndDenseMatchReference) {
             Guarded ys(cols), yd(cols);
             std::copy(y0.begin(), y0.end(), ys.data());
             std::copy(y0.begin(), y0.end(), yd.data());
-            axpy_rows(pool, t, w.data(), cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), ys.data());
+            axpy_rows(pool, t, w.data(), rows, cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), ys.data());
             axpy_dense(pool, t, w.data(), rows, cols, a.data(), yd.data());
             EXPECT_TRUE(ys.guards_intact());
             EXPECT_TRUE(yd.guards_intact());
@@ -104,7 +104,7 @@ TEST(CpuAxpy, ExactOnConstructedData) {
       const auto y0 = dyadic(cols, 11);
       const auto idx = subset(rows, 0.6, 12);
       auto y = y0, want = y0;
-      axpy_rows(pool, t, w.data(), cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), y.data());
+      axpy_rows(pool, t, w.data(), rows, cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), y.data());
       ref::axpy_rows(t, w.data(), cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), want.data());
       EXPECT_EQ(y, want);
     }
@@ -132,7 +132,7 @@ TEST(CpuAxpy, ZeroCoefficientSkipsNonFiniteRowsAndNonZeroPropagates) {
       for (float a1 : {0.0f, 1.0f}) {
         const std::vector<float> a = {0.5f, a1, -1.0f, 2.0f};
         std::vector<float> y(cols, 1.0f), want(cols, 1.0f);
-        axpy_rows(pool, t, w.data(), cols, idx.data(), 4, a.data(), y.data());
+        axpy_rows(pool, t, w.data(), rows, cols, idx.data(), 4, a.data(), y.data());
         ref::axpy_rows(t, w.data(), cols, idx.data(), 4, a.data(), want.data());
         int non_finite = 0;
         for (int64_t c = 0; c < cols; ++c) {

@@ -365,12 +365,21 @@ inline Q4Quad q4_load_tail(const uint8_t* b, int64_t nbt, __m512i perm, __m512i 
   const __mmask64 k = (__mmask64{1} << (18 * nbt)) - 1;
   return q4_decode(_mm512_maskz_loadu_epi8(k, b), _mm512_setzero_si512(), perm, words);
 }
-// acc += (sum over the quad's lanes of w . x) per lane, scaled.
-inline __m512 q4_step(const Q4Quad& w, const uint8_t* a, __m512 acc) {
-  __m512i s = _mm512_dpbusd_epi32(_mm512_load_si512(a + 128), w.lo, _mm512_load_si512(a));
-  s = _mm512_dpbusd_epi32(s, w.hi, _mm512_load_si512(a + 64));
-  return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_load_ps(a + 192)), w.dw, acc);
+// A token's slot of one quad: low and high nibble activations, the offset term, the scales.
+struct Q4Act {
+  __m512i lo, hi, off;
+  __m512 scale;
+};
+inline Q4Act q4_act(const uint8_t* a) {
+  return {_mm512_load_si512(a), _mm512_load_si512(a + 64), _mm512_load_si512(a + 128), _mm512_load_ps(a + 192)};
 }
+// acc += (sum over the quad's lanes of w . x) per lane, scaled.
+inline __m512 q4_step(const Q4Quad& w, const Q4Act& x, __m512 acc) {
+  __m512i s = _mm512_dpbusd_epi32(x.off, w.lo, x.lo);
+  s = _mm512_dpbusd_epi32(s, w.hi, x.hi);
+  return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), x.scale), w.dw, acc);
+}
+inline __m512 q4_step(const Q4Quad& w, const uint8_t* a, __m512 acc) { return q4_step(w, q4_act(a), acc); }
 
 // NR rows x one token. Every (row, token) pair sees the same operations in the same order
 // here and in q4_tokens, so one-token and many-token products agree bit for bit.
@@ -418,6 +427,39 @@ inline void q4_tokens(const uint8_t* row, const uint8_t* const* acts, int64_t nb
     for (int i = 0; i < NT; ++i) acc[i] = q4_step(w, acts[i] + nq * kQuadSlot, acc[i]);
   }
   for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(acc[i]);
+}
+
+// Two rows x NT tokens: each token's activation slot is loaded once for both rows (one row
+// per call left the loads, four per row x token x quad, as the bound of prompt matmuls).
+// Each (row, token) pair sees exactly q4_tokens' operations, so the results are the same bits.
+template <int NT>
+inline void q4_tokens2(const uint8_t* row0, const uint8_t* row1, const uint8_t* const* acts, int64_t nb,
+                       float* out0, float* out1) {
+  const __m512i perm = q4_quant_bytes(), words = q4_scale_words();
+  __m512 acc0[NT], acc1[NT];
+  for (int i = 0; i < NT; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  const int64_t nq = nb / 4;
+  for (int64_t qd = 0; qd < nq; ++qd) {
+    const Q4Quad w0 = q4_load(row0 + qd * 72, perm, words), w1 = q4_load(row1 + qd * 72, perm, words);
+    for (int i = 0; i < NT; ++i) {
+      const Q4Act x = q4_act(acts[i] + qd * kQuadSlot);
+      acc0[i] = q4_step(w0, x, acc0[i]);
+      acc1[i] = q4_step(w1, x, acc1[i]);
+    }
+  }
+  if (nb % 4 != 0) {
+    const Q4Quad w0 = q4_load_tail(row0 + nq * 72, nb % 4, perm, words);
+    const Q4Quad w1 = q4_load_tail(row1 + nq * 72, nb % 4, perm, words);
+    for (int i = 0; i < NT; ++i) {
+      const Q4Act x = q4_act(acts[i] + nq * kQuadSlot);
+      acc0[i] = q4_step(w0, x, acc0[i]);
+      acc1[i] = q4_step(w1, x, acc1[i]);
+    }
+  }
+  for (int i = 0; i < NT; ++i) {
+    out0[i] = _mm512_reduce_add_ps(acc0[i]);
+    out1[i] = _mm512_reduce_add_ps(acc1[i]);
+  }
 }
 
 // ---- Q6_K: 256-element super-blocks = 4 activation slots -------------------------------
@@ -580,6 +622,42 @@ void rows_many_tokens(const DotTask& t, Tokens fn) {
   }
 }
 
+// Several tokens, all of them for every row (no masks): rows in pairs, tokens in groups of
+// up to four; fn2(row0, row1, first token, count, out0, out1). An odd last row goes to fn1
+// as in rows_many_tokens.
+template <typename Tokens2, typename Tokens1>
+void row_pairs_all_tokens(const DotTask& t, Tokens2 fn2, Tokens1 fn1) {
+  const int64_t ahead = static_cast<int64_t>((kPrefetchAhead + t.row_bytes - 1) / t.row_bytes);
+  int sel[kMaxMaskTokens];
+  for (int i = 0; i < t.m && i < kMaxMaskTokens; ++i) sel[i] = i;
+  int64_t k = t.k0;
+  for (; k + 2 <= t.k1; k += 2) {
+    for (int64_t j = k + ahead; j < k + ahead + 2 && j < t.k1; ++j) {
+      const uint8_t* next = row_ptr(t, j);
+      for (size_t o = 0; o < t.row_bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next + o), _MM_HINT_T0);
+    }
+    const int64_t r0 = row_of(t, k), r1 = row_of(t, k + 1);
+    for (int g = 0; g < t.m; g += 4) {
+      const int nt = t.m - g < 4 ? static_cast<int>(t.m - g) : 4;
+      float out0[4], out1[4];
+      fn2(row_ptr(t, k), row_ptr(t, k + 1), sel + g, nt, out0, out1);
+      for (int i = 0; i < nt; ++i) {
+        t.Y[(g + i) * t.ldy + r0] = out0[i];
+        t.Y[(g + i) * t.ldy + r1] = out1[i];
+      }
+    }
+  }
+  for (; k < t.k1; ++k) {
+    const int64_t r = row_of(t, k);
+    for (int g = 0; g < t.m; g += 4) {
+      const int nt = t.m - g < 4 ? static_cast<int>(t.m - g) : 4;
+      float out[4];
+      fn1(row_ptr(t, k), sel + g, nt, out);
+      for (int i = 0; i < nt; ++i) t.Y[(g + i) * t.ldy + r] = out[i];
+    }
+  }
+}
+
 template <class Dec>
 void dot_quant(const DotTask& t) {
   const int64_t nb = t.cols / 32;
@@ -631,7 +709,7 @@ void dot_q4_0(const DotTask& t) {
     }
     return;
   }
-  rows_many_tokens(t, [&](const uint8_t* row, const int* sel, int nt, float* out) {
+  auto one = [&](const uint8_t* row, const int* sel, int nt, float* out) {
     const uint8_t* acts[4];
     for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
     switch (nt) {
@@ -640,7 +718,24 @@ void dot_q4_0(const DotTask& t) {
       case 2: q4_tokens<2>(row, acts, nb, out); break;
       default: q4_tokens<1>(row, acts, nb, out); break;
     }
-  });
+  };
+  if (t.masks == nullptr && t.m <= kMaxMaskTokens) {
+    row_pairs_all_tokens(
+        t,
+        [&](const uint8_t* r0, const uint8_t* r1, const int* sel, int nt, float* o0, float* o1) {
+          const uint8_t* acts[4];
+          for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
+          switch (nt) {
+            case 4: q4_tokens2<4>(r0, r1, acts, nb, o0, o1); break;
+            case 3: q4_tokens2<3>(r0, r1, acts, nb, o0, o1); break;
+            case 2: q4_tokens2<2>(r0, r1, acts, nb, o0, o1); break;
+            default: q4_tokens2<1>(r0, r1, acts, nb, o0, o1); break;
+          }
+        },
+        one);
+    return;
+  }
+  rows_many_tokens(t, one);
 }
 
 void dot_q6k(const DotTask& t) {

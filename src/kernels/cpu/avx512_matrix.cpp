@@ -331,6 +331,51 @@ inline void dot_tokens(const uint8_t* row, const uint8_t* const* acts, int64_t n
   for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], accm[i]));
 }
 
+// Two rows x NT tokens, each token's slot loaded once for both rows (as q4_tokens2); every
+// (row, token) pair sees exactly dot_tokens' operations.
+template <class Dec, int NT>
+inline void dot_tokens2(const uint8_t* row0, const uint8_t* row1, const uint8_t* const* acts, int64_t nb,
+                        float* out0, float* out1) {
+  __m512 acc[2][NT], accm[2][NT];
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < NT; ++i) acc[r][i] = accm[r][i] = _mm512_setzero_ps();
+  const uint8_t* rows[2] = {row0, row1};
+  const int64_t np = nb / 2;
+  for (int64_t p = 0; p <= np; ++p) {
+    if (p == np && (nb & 1) == 0) break;
+    const bool tail = p == np;
+    __m512i z[2];
+    __m512 dw[2], mv[2];
+    for (int r = 0; r < 2; ++r) {
+      const uint8_t* b = rows[r] + static_cast<size_t>(p) * 2 * Dec::kBytes;
+      z[r] = tail ? Dec::quants1(b) : Dec::quants(b);
+      dw[r] = tail ? Dec::scales1(b) : Dec::scales(b);
+      mv[r] = _mm512_setzero_ps();
+      if constexpr (Dec::kMin) mv[r] = tail ? Dec::mins1(b) : Dec::mins(b);
+    }
+    for (int i = 0; i < NT; ++i) {
+      const uint8_t* a = acts[i] + p * kSlot;
+      const __m512i xq = _mm512_load_si512(a);
+      const __m512i aux = _mm512_load_si512(a + 64);
+      const __m512 dxv = _mm512_load_ps(a + 128);
+      for (int r = 0; r < 2; ++r) {
+        if constexpr (Dec::kMin) {
+          const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z[r], xq);
+          acc[r][i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dxv), dw[r], acc[r][i]);
+          accm[r][i] = _mm512_fmadd_ps(mv[r], _mm512_castsi512_ps(aux), accm[r][i]);
+        } else {
+          const __m512i s = _mm512_dpbusd_epi32(aux, z[r], xq);
+          acc[r][i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dxv), dw[r], acc[r][i]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < NT; ++i) {
+    out0[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][i], accm[0][i]));
+    out1[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[1][i], accm[1][i]));
+  }
+}
+
 // ---- Q4_0 quads: four blocks per step ------------------------------------------------------
 // Source byte of each permuted byte: quants of block j (bytes 18j+2 .. 18j+17 of the quad;
 // 64 and up come from the second register), and the f16 scale word of the block of each lane.
@@ -676,7 +721,7 @@ void dot_quant(const DotTask& t) {
     }
     return;
   }
-  rows_many_tokens(t, [&](const uint8_t* row, const int* sel, int nt, float* out) {
+  auto one = [&](const uint8_t* row, const int* sel, int nt, float* out) {
     const uint8_t* acts[4];
     for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
     switch (nt) {
@@ -685,7 +730,24 @@ void dot_quant(const DotTask& t) {
       case 2: dot_tokens<Dec, 2>(row, acts, nb, out); break;
       default: dot_tokens<Dec, 1>(row, acts, nb, out); break;
     }
-  });
+  };
+  if (t.masks == nullptr && t.m <= kMaxMaskTokens) {
+    row_pairs_all_tokens(
+        t,
+        [&](const uint8_t* r0, const uint8_t* r1, const int* sel, int nt, float* o0, float* o1) {
+          const uint8_t* acts[4];
+          for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
+          switch (nt) {
+            case 4: dot_tokens2<Dec, 4>(r0, r1, acts, nb, o0, o1); break;
+            case 3: dot_tokens2<Dec, 3>(r0, r1, acts, nb, o0, o1); break;
+            case 2: dot_tokens2<Dec, 2>(r0, r1, acts, nb, o0, o1); break;
+            default: dot_tokens2<Dec, 1>(r0, r1, acts, nb, o0, o1); break;
+          }
+        },
+        one);
+    return;
+  }
+  rows_many_tokens(t, one);
 }
 
 void dot_q4_0(const DotTask& t) {

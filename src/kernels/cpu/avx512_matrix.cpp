@@ -19,6 +19,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/avx512_leaves.h"
 #include "kernels/cpu/scalar_blocks.h"
@@ -703,6 +704,41 @@ void row_pairs_all_tokens(const DotTask& t, Tokens2 fn2, Tokens1 fn1) {
   }
 }
 
+// The many-token leaves of a block format: single(NT, row, acts, out) for one row and
+// pair(NT, row0, row1, acts, out0, out1) for two, generic lambdas called with NT = 1 .. 4 as
+// a std::integral_constant; rows in pairs when every token takes every row (no masks).
+template <typename Single, typename Pair>
+void many_tokens(const DotTask& t, Single single, Pair pair) {
+  auto with_nt = [](int nt, auto&& f) {
+    switch (nt) {
+      case 4: return f(std::integral_constant<int, 4>{});
+      case 3: return f(std::integral_constant<int, 3>{});
+      case 2: return f(std::integral_constant<int, 2>{});
+      default: return f(std::integral_constant<int, 1>{});
+    }
+  };
+  auto acts_of = [&](const int* sel, int nt, const uint8_t** acts) {
+    for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
+  };
+  auto one = [&](const uint8_t* row, const int* sel, int nt, float* out) {
+    const uint8_t* acts[4];
+    acts_of(sel, nt, acts);
+    with_nt(nt, [&](auto n) { single(n, row, acts, out); });
+  };
+  if (t.masks == nullptr && t.m <= kMaxMaskTokens) {
+    row_pairs_all_tokens(
+        t,
+        [&](const uint8_t* r0, const uint8_t* r1, const int* sel, int nt, float* o0, float* o1) {
+          const uint8_t* acts[4];
+          acts_of(sel, nt, acts);
+          with_nt(nt, [&](auto n) { pair(n, r0, r1, acts, o0, o1); });
+        },
+        one);
+    return;
+  }
+  rows_many_tokens(t, one);
+}
+
 template <class Dec>
 void dot_quant(const DotTask& t) {
   const int64_t nb = t.cols / 32;
@@ -721,33 +757,14 @@ void dot_quant(const DotTask& t) {
     }
     return;
   }
-  auto one = [&](const uint8_t* row, const int* sel, int nt, float* out) {
-    const uint8_t* acts[4];
-    for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
-    switch (nt) {
-      case 4: dot_tokens<Dec, 4>(row, acts, nb, out); break;
-      case 3: dot_tokens<Dec, 3>(row, acts, nb, out); break;
-      case 2: dot_tokens<Dec, 2>(row, acts, nb, out); break;
-      default: dot_tokens<Dec, 1>(row, acts, nb, out); break;
-    }
-  };
-  if (t.masks == nullptr && t.m <= kMaxMaskTokens) {
-    row_pairs_all_tokens(
-        t,
-        [&](const uint8_t* r0, const uint8_t* r1, const int* sel, int nt, float* o0, float* o1) {
-          const uint8_t* acts[4];
-          for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
-          switch (nt) {
-            case 4: dot_tokens2<Dec, 4>(r0, r1, acts, nb, o0, o1); break;
-            case 3: dot_tokens2<Dec, 3>(r0, r1, acts, nb, o0, o1); break;
-            case 2: dot_tokens2<Dec, 2>(r0, r1, acts, nb, o0, o1); break;
-            default: dot_tokens2<Dec, 1>(r0, r1, acts, nb, o0, o1); break;
-          }
-        },
-        one);
-    return;
-  }
-  rows_many_tokens(t, one);
+  many_tokens(
+      t,
+      [&](auto n, const uint8_t* row, const uint8_t* const* acts, float* out) {
+        dot_tokens<Dec, decltype(n)::value>(row, acts, nb, out);
+      },
+      [&](auto n, const uint8_t* r0, const uint8_t* r1, const uint8_t* const* acts, float* o0, float* o1) {
+        dot_tokens2<Dec, decltype(n)::value>(r0, r1, acts, nb, o0, o1);
+      });
 }
 
 void dot_q4_0(const DotTask& t) {
@@ -771,33 +788,14 @@ void dot_q4_0(const DotTask& t) {
     }
     return;
   }
-  auto one = [&](const uint8_t* row, const int* sel, int nt, float* out) {
-    const uint8_t* acts[4];
-    for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
-    switch (nt) {
-      case 4: q4_tokens<4>(row, acts, nb, out); break;
-      case 3: q4_tokens<3>(row, acts, nb, out); break;
-      case 2: q4_tokens<2>(row, acts, nb, out); break;
-      default: q4_tokens<1>(row, acts, nb, out); break;
-    }
-  };
-  if (t.masks == nullptr && t.m <= kMaxMaskTokens) {
-    row_pairs_all_tokens(
-        t,
-        [&](const uint8_t* r0, const uint8_t* r1, const int* sel, int nt, float* o0, float* o1) {
-          const uint8_t* acts[4];
-          for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
-          switch (nt) {
-            case 4: q4_tokens2<4>(r0, r1, acts, nb, o0, o1); break;
-            case 3: q4_tokens2<3>(r0, r1, acts, nb, o0, o1); break;
-            case 2: q4_tokens2<2>(r0, r1, acts, nb, o0, o1); break;
-            default: q4_tokens2<1>(r0, r1, acts, nb, o0, o1); break;
-          }
-        },
-        one);
-    return;
-  }
-  rows_many_tokens(t, one);
+  many_tokens(
+      t,
+      [&](auto n, const uint8_t* row, const uint8_t* const* acts, float* out) {
+        q4_tokens<decltype(n)::value>(row, acts, nb, out);
+      },
+      [&](auto n, const uint8_t* r0, const uint8_t* r1, const uint8_t* const* acts, float* o0, float* o1) {
+        q4_tokens2<decltype(n)::value>(r0, r1, acts, nb, o0, o1);
+      });
 }
 
 void dot_q6k(const DotTask& t) {

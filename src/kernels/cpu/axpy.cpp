@@ -40,7 +40,7 @@ void run_axpy(ThreadPool& pool, const KernelTable& kt, const AxpyTask& base, int
     for (int64_t k = 0; k < n; ++k) {
       if ((base.rows[k] >= split) != (upper == 1)) continue;
       rows[at] = base.rows[k];
-      std::memcpy(coef + at * m, base.coef + k * m, static_cast<size_t>(m) * sizeof(float));
+      for (int64_t i = 0; i < m; ++i) coef[at * m + i] = base.coef[k * m + i];  // m is 1 per token
       ++at;
     }
     if (upper == 0) n_lower = at;

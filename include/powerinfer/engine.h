@@ -94,6 +94,12 @@ struct SessionOptions {
   // Sequences the session holds (1..64), ids 0 .. n_seq_max-1. Sequence i samples with seed
   // sampling.seed + i, so a one-sequence session seeded S + i reproduces sequence i.
   int n_seq_max = 1;
+  // The device the session runs on: "cpu" (default), "ref" (the scalar reference kernels) or
+  // "sim" (the simulated GPU of the tests); `powerinfer devices` lists them. device_budget:
+  // bytes the session may allocate there (0: all the device has); everything is counted
+  // against it when the session is created.
+  std::string device = "cpu";
+  uint64_t device_budget = 0;
 };
 
 // Wall-clock time spent in each phase, for llama.cpp-style timing reports.

@@ -5,13 +5,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/model.h"
-#include "model/ops.h"
+#include "backend/device.h"
+#include "backend/ops.h"
+#include "core/error.h"
 
 namespace pi::model {
 
+// Device addresses of the device the step runs on.
 struct FfnInput {
   const float* x = nullptr;        // f32 [m, n_embd]  normalized FFN input
   const float* pred_in = nullptr;  // f32 [m, n_embd]  predictor input: the residual stream after
@@ -31,15 +35,24 @@ class FfnStep {
 // run the same maths with the transposed down projection.
 class DenseFfn final : public FfnStep {
  public:
-  // Allocates its scratch for up to `max_tokens` tokens. `model` and `ops` must outlive it.
-  DenseFfn(const Model& model, Ops& ops, int64_t max_tokens);
+  // Computes `weights` (views in dev's memory) on `dev`, with scratch from dev for up to
+  // `max_tokens` tokens. `model`, `weights` and `dev` must outlive it.
+  static Result<std::unique_ptr<DenseFfn>> create(const Model& model, const ModelWeights& weights,
+                                                  backend::Device& dev, int64_t max_tokens);
   void run(int64_t il, const FfnInput& in, float* out) override;
+  // Device bytes create() allocates.
+  static uint64_t device_bytes(const HParams& hp, int64_t max_tokens) {
+    return 2 * static_cast<uint64_t>(max_tokens * hp.n_ff) * sizeof(float);
+  }
 
  private:
+  DenseFfn(const Model& model, const ModelWeights& weights, backend::Device& dev);
+
   const Model& model_;
-  Ops& ops_;
-  std::vector<float> gate_;           // f32 [max_tokens, n_ff]
-  std::vector<float> up_;             // f32 [max_tokens, n_ff]
+  const ModelWeights& w_;
+  backend::Ops& ops_;
+  backend::Buffer gate_;              // f32 [max_tokens, n_ff]
+  backend::Buffer up_;                // f32 [max_tokens, n_ff]
   std::vector<int32_t> all_neurons_;  // 0 .. n_ff-1: the row list of the dense down_t product
 };
 

@@ -14,8 +14,12 @@
 // compute each token's numbers with the same kernels, and attention visits a token's cells in
 // its list order, so a token's results do not depend on which path ran it as long as the
 // kernels' many-token and one-token forms agree (docs/ARCHITECTURE.md, batch invariance).
-// All activations live in StepBuffers, allocated once for the largest batch; eval() and
-// eval_batch() allocate nothing. Thread-safety: one Forward per session.
+// The forward pass runs on one device (backend::Device) through its ops: weights are views in
+// that device's memory (the model file's mapping on the CPU), and so are the activations, in
+// StepBuffers allocated from the device once for the largest batch; eval() and eval_batch()
+// allocate nothing. Token ids, positions and cell lists stay on the host. The contiguous case
+// is a cell list too (cell c holds position c, attending cells 0..pos), so there is one
+// attention path. Thread-safety: one Forward per session.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +31,8 @@
 #include "model/ffn.h"
 #include "model/kv_view.h"
 #include "model/model.h"
-#include "model/ops.h"
+#include "backend/device.h"
+#include "backend/ops.h"
 
 namespace pi::model {
 
@@ -37,28 +42,36 @@ struct ForwardOptions {
   int64_t n_outputs = 1;    // most logit rows one eval_batch() call may ask for
 };
 
-// Activations of one step for up to n_batch tokens, row-major [tokens, features].
+// Activations of one step for up to n_batch tokens, row-major [tokens, features], in the
+// device's memory.
 struct StepBuffers {
-  std::vector<float> x;        // f32 [n_batch, n_embd]  residual stream
-  std::vector<float> h;        // f32 [n_batch, n_embd]  attention input (normalized x)
-  std::vector<float> ffn_in;   // f32 [n_batch, n_embd]  FFN input (normalized)
-  std::vector<float> qkv;      // f32 [n_batch, n_embd_q + 2 n_embd_kv]  fused projection (falcon)
-  std::vector<float> q;        // f32 [n_batch, n_embd_q]
-  std::vector<float> k;        // f32 [n_batch, n_embd_kv]
-  std::vector<float> v;        // f32 [n_batch, n_embd_kv]
-  std::vector<float> attn;     // f32 [n_batch, n_embd_q]  attention output, heads concatenated
-  std::vector<float> proj;     // f32 [n_batch, n_embd]  attention output projection
-  std::vector<float> ffn_out;  // f32 [n_batch, n_embd]
-  std::vector<float> out_in;   // f32 [n_logits, n_embd]  normalized input of the output head
-  std::vector<float> logits;   // f32 [n_logits, n_vocab]
+  backend::Buffer x;        // f32 [n_batch, n_embd]  residual stream
+  backend::Buffer h;        // f32 [n_batch, n_embd]  attention input (normalized x)
+  backend::Buffer ffn_in;   // f32 [n_batch, n_embd]  FFN input (normalized)
+  backend::Buffer qkv;      // f32 [n_batch, n_embd_q + 2 n_embd_kv]  fused projection (falcon)
+  backend::Buffer q;        // f32 [n_batch, n_embd_q]
+  backend::Buffer k;        // f32 [n_batch, n_embd_kv]
+  backend::Buffer v;        // f32 [n_batch, n_embd_kv]
+  backend::Buffer attn;     // f32 [n_batch, n_embd_q]  attention output, heads concatenated
+  backend::Buffer proj;     // f32 [n_batch, n_embd]  attention output projection
+  backend::Buffer ffn_out;  // f32 [n_batch, n_embd]
+  backend::Buffer out_in;   // f32 [n_logits, n_embd]  normalized input of the output head
+  backend::Buffer logits;   // f32 [n_logits, n_vocab]
 
-  static StepBuffers allocate(const HParams& hp, int64_t n_batch, int64_t n_logits);
+  static Result<StepBuffers> allocate(backend::Device& dev, const HParams& hp, int64_t n_batch,
+                                      int64_t n_logits);
+  // Device bytes allocate() asks for.
+  static uint64_t bytes(const HParams& hp, int64_t n_batch, int64_t n_logits);
 };
 
 class Forward {
  public:
-  // `model` and `ops` must outlive the Forward. Installs a DenseFfn.
-  Forward(const Model& model, Ops& ops, ForwardOptions opts);
+  // Runs `model` with `weights` (views in dev's memory: the model's own on the CPU) on `dev`;
+  // allocates the step buffers and installs `ffn`, or a DenseFfn when it is null. All three
+  // must outlive the Forward.
+  static Result<std::unique_ptr<Forward>> create(const Model& model, const ModelWeights& weights,
+                                                 backend::Device& dev, ForwardOptions opts,
+                                                 std::unique_ptr<FfnStep> ffn = nullptr);
 
   const ForwardOptions& options() const { return opts_; }
 
@@ -83,28 +96,29 @@ class Forward {
 
   // Logits of the last eval(): one row per token with all_logits, else the last token's row;
   // of the last eval_batch(): one row per output. f32 [rows, n_vocab]
-  std::span<const float> logits() const {
-    return {buf_.logits.data(), n_logit_rows_ * static_cast<size_t>(n_vocab())};
-  }
+  // On the host (the device's work is synchronised first).
+  std::span<const float> logits() const;
   int64_t n_vocab() const { return static_cast<int64_t>(model_.hparams().n_vocab); }
 
  private:
-  // Where the m tokens of a call sit: consecutive positions pos0.. in cells pos0.. (eval),
-  // or as `batch` says (eval_batch).
-  struct Placement {
-    int64_t pos0 = 0;
-    const KvBatch* batch = nullptr;
-  };
+  Forward(const Model& model, const ModelWeights& weights, backend::Device& dev,
+          ForwardOptions opts, StepBuffers buf);
   Status check_tokens(std::span<const int32_t> tokens) const;
-  void layers(std::span<const int32_t> tokens, const Placement& at, const KvView& kv);
-  void attention_block(int64_t il, int64_t m, const Placement& at, const KvLayer& kv);
+  void layers(std::span<const int32_t> tokens, const KvBatch& at, const KvView& kv);
+  void attention_block(int64_t il, int64_t m, const KvBatch& at, const KvLayer& kv);
   // Logits of the rows listed in `rows` (ascending), or of the last `n` rows when rows is empty.
   void output_head(std::span<const int32_t> rows, int64_t m, int64_t n);
 
   const Model& model_;
-  Ops& ops_;
+  const ModelWeights& w_;
+  backend::Device& dev_;
+  backend::Ops& ops_;
   ForwardOptions opts_;
   StepBuffers buf_;
+  // eval()'s placement of its m tokens: positions pos0.. in cells pos0.., token i attending
+  // cells 0 .. pos0 + i. Host memory, [n_batch].
+  std::vector<int32_t> pos_;
+  std::vector<int64_t> len_;
   std::unique_ptr<FfnStep> ffn_;
   size_t n_logit_rows_ = 0;
 };

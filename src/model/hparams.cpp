@@ -5,6 +5,10 @@
 
 namespace pi::model {
 
+backend::AttnParams HParams::attn_params() const {
+  return {n_head, n_head_kv, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+}
+
 const char* arch_name(Arch a) {
   switch (a) {
     case Arch::Llama:

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/op_params.h"
 #include "core/error.h"
 #include "gguf/reader.h"
 
@@ -13,24 +14,11 @@ namespace pi::model {
 
 enum class Arch { Llama, Bamboo, Falcon };
 
-enum class NormKind {
-  RMS,    // x / rms(x) * w
-  Layer,  // (x - mean) / std(x) * w + b
-};
-
-enum class RopeKind {
-  Normal,  // rotates pairs (2i, 2i+1): llama and GGUF files with permuted q/k
-  NeoX,    // rotates pairs (i, i + n_rot/2): falcon
-};
-
-enum class Activation { SiLU, ReLU, GELU };
-
-// How the FFN combines its projections (act = the model's activation):
-enum class FfnKind {
-  Gated,      // down( act(gate·x) * (up·x) )         llama: SwiGLU, ReGLU
-  GatedBoth,  // down( act(gate·x) * act(up·x) )      bamboo: ReLU on both
-  Plain,      // down( act(up·x) )                    falcon
-};
+// The op-level enums are the backend's (backend/op_params.h); the model names them here too.
+using backend::Activation;
+using backend::FfnKind;
+using backend::NormKind;
+using backend::RopeKind;
 
 struct HParams {
   Arch arch = Arch::Llama;
@@ -58,6 +46,12 @@ struct HParams {
   bool parallel_residual = false;  // falcon: x + attn(n(x)) + ffn(n'(x))
 
   int64_t n_embd_q() const { return n_head * head_dim; }
+  // The parameters of the ops this model runs.
+  backend::NormParams norm_params() const { return {norm, norm_eps}; }
+  backend::RopeParams rope_params() const {
+    return {head_dim, n_rot, rope_base, rope_freq_scale, rope};
+  }
+  backend::AttnParams attn_params() const;
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }
   int64_t n_group() const { return n_head / n_head_kv; }  // query heads per kv head
 };

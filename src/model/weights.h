@@ -1,5 +1,6 @@
-// Weights of a loaded model: non-owning views into the model file's memory map (nothing is
-// copied except 1-D tensors stored in a non-f32 type, which are widened once at load).
+// Weights of a loaded model: non-owning views (tensor/view.h) into the model file's memory
+// map (nothing is copied except 1-D tensors stored in a non-f32 type, which are widened once
+// at load), or into a device's buffers once placed there (backend::place_weights).
 // Shapes are outermost first: a matrix with one row per output feature is [n_out, n_in].
 // Views stay valid as long as the Model that owns the mapping.
 #pragma once
@@ -9,32 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "tensor/dtype.h"
+#include "tensor/view.h"
 
 namespace pi::model {
 
-// A 2-D weight: `rows` rows of `cols` elements of `type`; row r starts at
-// data + r * row_bytes(type, cols). An absent optional weight has data == nullptr.
-struct Matrix {
-  DType type = DType::F32;
-  const std::byte* data = nullptr;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  std::string name;  // tensor name, for diagnostics
-
-  bool present() const { return data != nullptr; }
-  size_t row_stride() const { return row_bytes(type, cols); }
-  const std::byte* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride(); }
-  uint64_t nbytes() const { return static_cast<uint64_t>(rows) * row_stride(); }
-};
-
-// A 1-D f32 weight (norm scale, bias). Absent when data == nullptr.
-struct Vector {
-  const float* data = nullptr;
-  int64_t n = 0;
-
-  bool present() const { return data != nullptr; }
-};
+using pi::Matrix;
+using pi::Vector;
 
 // Attention block of one layer. Either q/k/v are separate or `qkv` is fused (falcon).
 struct AttnWeights {
@@ -71,5 +52,8 @@ struct ModelWeights {
   Matrix output;      // [n_vocab, n_embd]  token_embd when the file has no output.weight
   std::vector<LayerWeights> layers;
 };
+
+// Bytes of every weight view of `w` (what placing them on a device copies).
+uint64_t weight_bytes(const ModelWeights& w);
 
 }  // namespace pi::model

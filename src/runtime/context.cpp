@@ -1,6 +1,7 @@
 #include "runtime/context.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/log.h"
@@ -12,14 +13,14 @@ int64_t resolve_n_ctx(const model::HParams& hp, int64_t requested) {
   return hp.n_ctx_train > 0 ? std::min<int64_t>(hp.n_ctx_train, 4096) : 4096;
 }
 
-Context::Context(const model::Model& model, ContextOptions opts)
+Context::Context(const model::Model& model, ContextOptions opts,
+                 std::unique_ptr<backend::Device> dev, model::PlacedWeights weights,
+                 backend::Buffer kv_storage)
     : model_(model),
       opts_(opts),
-      pool_(opts.n_threads),
-      ops_(pool_),
-      cache_(model.hparams(), opts.n_ctx),
-      forward_(std::make_unique<model::Forward>(
-          model, ops_, model::ForwardOptions{opts.n_batch, opts.all_logits, opts.n_seq_max})) {
+      dev_(std::move(dev)),
+      weights_(std::move(weights)),
+      cache_(model.hparams(), opts.n_ctx, std::move(kv_storage)) {
   const auto n_batch = static_cast<size_t>(opts.n_batch);
   const auto n_ctx = static_cast<size_t>(opts.n_ctx);
   lists_.cells.reserve(n_ctx * std::min(static_cast<size_t>(opts.n_seq_max), n_batch));
@@ -33,6 +34,63 @@ Context::Context(const model::Model& model, ContextOptions opts)
   batch_logits_.resize(static_cast<size_t>(opts.n_seq_max * model.hparams().n_vocab));
 }
 
+namespace {
+
+// Whether a context over `model` runs the SparseFfn (see ContextOptions::dense).
+bool wants_sparse(const model::Model& model, const ContextOptions& o) {
+  return model.hparams().powerinfer && !o.dense && sparse::has_predictors(model.file());
+}
+
+std::string mib(uint64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+Status Context::check_budget(const model::Model& model, const ContextOptions& o,
+                             const backend::Device& dev, bool sparse) {
+  const model::HParams& hp = model.hparams();
+  struct Item {
+    const char* what;
+    uint64_t bytes;
+  };
+  std::vector<Item> items = {
+      {"weights", backend::WeightStore::cost(dev, model::weight_bytes(model.weights()))},
+      {"KV cache", KvCache::storage_bytes(hp, o.n_ctx)},
+      {"step buffers",
+       model::StepBuffers::bytes(hp, o.n_batch,
+                                 std::max<int64_t>({o.all_logits ? o.n_batch : 1, o.n_seq_max, 1}))}};
+  if (sparse) {
+    auto preds = sparse::load_predictors(model);
+    if (!preds.ok()) return preds.error();
+    uint64_t pb = 0;
+    int64_t rank = 0;
+    for (const auto& p : *preds) {
+      pb += p.nbytes();
+      rank = std::max(rank, p.rank());
+    }
+    items.push_back({"predictors", backend::WeightStore::cost(dev, pb)});
+    items.push_back({"sparse FFN scratch",
+                     sparse::SparseFfn::scratch_bytes(hp, o.n_batch, rank, o.check_predictor)});
+  } else {
+    items.push_back({"FFN scratch", model::DenseFfn::device_bytes(hp, o.n_batch)});
+  }
+  uint64_t total = 0;
+  for (const Item& it : items) total += it.bytes;
+  const uint64_t free = dev.memory().free();
+  if (total <= free) return Status::Ok();
+  std::string parts;
+  for (const Item& it : items) {
+    if (it.bytes == 0) continue;
+    parts += (parts.empty() ? "" : ", ") + std::string(it.what) + " " + mib(it.bytes);
+  }
+  return err("%s: the model does not fit device %s: it needs %s (%s), the budget leaves %s of %s",
+             model.file().path().c_str(), dev.name().c_str(), mib(total).c_str(), parts.c_str(),
+             mib(free).c_str(), mib(dev.memory().budget).c_str());
+}
+
 Result<std::unique_ptr<Context>> Context::create(const model::Model& model, ContextOptions opts) {
   if (opts.n_ctx < 0)
     return err("context size must be >= 0 (got %lld)", static_cast<long long>(opts.n_ctx));
@@ -44,27 +102,42 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
   }
   opts.n_ctx = resolve_n_ctx(model.hparams(), opts.n_ctx);
   opts.n_batch = std::min(opts.n_batch, opts.n_ctx);
-  std::unique_ptr<Context> ctx(new Context(model, opts));
-  PI_TRY(ctx->install_ffn());
+  opts.device.n_threads = opts.n_threads;
+  auto dev = backend::make_device(opts.device);
+  if (!dev.ok()) return dev.error();
+  const bool sparse = wants_sparse(model, opts);
+  if (model.hparams().powerinfer && !opts.dense && !sparse) {
+    log_warn("%s: PowerInfer file without predictors (blk.N.fc1/fc2): running dense",
+             model.file().path().c_str());
+  }
+  PI_TRY(check_budget(model, opts, **dev, sparse));
+  auto weights = model::place_weights(**dev, model.weights());
+  if (!weights.ok()) return weights.error();
+  auto kv = (*dev)->alloc(KvCache::storage_bytes(model.hparams(), opts.n_ctx), "KV cache");
+  if (!kv.ok()) return kv.error();
+  std::unique_ptr<Context> ctx(
+      new Context(model, opts, std::move(*dev), std::move(*weights), std::move(*kv)));
+  PI_TRY(ctx->build_forward());
   return ctx;
 }
 
-Status Context::install_ffn() {
-  if (!model_.hparams().powerinfer || opts_.dense) return Status::Ok();
-  if (!sparse::has_predictors(model_.file())) {
-    log_warn("%s: PowerInfer file without predictors (blk.N.fc1/fc2): running dense",
-             model_.file().path().c_str());
-    return Status::Ok();
+Status Context::build_forward() {
+  const model::ForwardOptions fo{opts_.n_batch, opts_.all_logits, opts_.n_seq_max};
+  std::unique_ptr<model::FfnStep> ffn;
+  if (wants_sparse(model_, opts_)) {
+    auto thr = sparse::resolve_threshold(model_.file(), opts_.sparse_threshold,
+                                         std::getenv(sparse::kThresholdEnv));
+    if (!thr.ok()) return thr.error();
+    auto sf = sparse::SparseFfn::create(model_, weights(), *dev_, opts_.n_batch,
+                                        sparse::SparseConfig{thr->value, opts_.check_predictor});
+    if (!sf.ok()) return sf.error();
+    threshold_ = *thr;
+    sparse_ = sf->get();
+    ffn = std::move(*sf);
   }
-  auto thr = sparse::resolve_threshold(model_.file(), opts_.sparse_threshold,
-                                       std::getenv(sparse::kThresholdEnv));
-  if (!thr.ok()) return thr.error();
-  auto ffn = sparse::SparseFfn::create(model_, ops_, opts_.n_batch,
-                                       sparse::SparseConfig{thr->value, opts_.check_predictor});
-  if (!ffn.ok()) return ffn.error();
-  threshold_ = *thr;
-  sparse_ = ffn->get();
-  forward_->set_ffn(std::move(*ffn));
+  auto f = model::Forward::create(model_, weights(), *dev_, fo, std::move(ffn));
+  if (!f.ok()) return f.error();
+  forward_ = std::move(*f);
   return Status::Ok();
 }
 

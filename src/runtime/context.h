@@ -1,5 +1,5 @@
-// One inference context over a loaded model: thread pool, kernels boundary, forward pass and
-// KV cache. decode() feeds tokens of sequence 0 after those already cached, in batches of
+// One inference context over a loaded model: the device it runs on (with the weights placed
+// there), forward pass and KV cache. decode() feeds tokens of sequence 0 after those already cached, in batches of
 // n_batch (matrix x matrix products), and commits each batch to the cache. decode_batch()
 // feeds tokens of several sequences (ids 0 .. n_seq_max-1) in one forward pass; seq_cp()
 // shares a sequence's cells with another, seq_rm() forgets positions.
@@ -8,7 +8,7 @@
 // after the sequence's cells [0, pos0), runs the forward pass's contiguous path; any other
 // batch runs the general path with per-token cell lists. Both give a token the same numbers
 // when the kernels' many-token and one-token forms agree.
-// Thread-safety: one thread drives a Context; the pool runs the kernels.
+// Thread-safety: one thread drives a Context; the device runs the kernels.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +19,11 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/thread_pool.h"
+#include "backend/device.h"
+#include "backend/registry.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "model/ops.h"
+#include "model/placed_weights.h"
 #include "powerinfer/batch.h"
 #include "runtime/kv_cache.h"
 #include "sparse/sparse_ffn.h"
@@ -33,6 +34,9 @@ struct ContextOptions {
   int64_t n_ctx = 0;      // KV cells; 0: the model's training context, at most 4096
   int64_t n_batch = 512;  // most tokens per forward call (clamped to n_ctx)
   int n_threads = 1;
+  // The device that runs everything (backend/registry.h: cpu, ref, sim); its thread count is
+  // n_threads. Every buffer is counted against its budget before the first allocation.
+  backend::DeviceOptions device;
   bool all_logits = false;  // keep logits of every token (tests, perplexity)
   // PowerInfer (PWRI) files run the sparse FFN (src/sparse) unless `dense` is set; a PWRI file
   // without predictors runs dense (with a warning). Ordinary GGUF files always run dense.
@@ -46,7 +50,9 @@ struct ContextOptions {
 
 class Context {
  public:
-  // Checks the options and allocates every buffer (KV cache, step buffers, FFN scratch).
+  // Checks the options, makes the device, checks that everything fits its budget (failing with
+  // the bytes needed, item by item, and the budget) and allocates every buffer (weights on a
+  // device that cannot address the host, KV cache, step buffers, FFN scratch).
   static Result<std::unique_ptr<Context>> create(const model::Model& model, ContextOptions opts);
 
   const model::Model& model() const { return model_; }
@@ -87,7 +93,9 @@ class Context {
   int32_t seq_pos_max(SeqId s) const { return cache_.seq_pos_max(s); }
 
   model::Forward& forward() { return *forward_; }
-  model::Ops& ops() { return ops_; }
+  backend::Device& device() { return *dev_; }
+  // The weights as the device sees them.
+  const model::ModelWeights& weights() const { return weights_.weights; }
   const KvCache& cache() const { return cache_; }
   // The sparse FFN step when this context runs sparse, else nullptr; and its threshold.
   sparse::SparseFfn* sparse_ffn() { return sparse_; }
@@ -95,9 +103,14 @@ class Context {
   const sparse::Threshold& sparse_threshold() const { return threshold_; }
 
  private:
-  Context(const model::Model& model, ContextOptions opts);
-  // Installs the SparseFfn for PWRI files unless opts_.dense (see ContextOptions).
-  Status install_ffn();
+  Context(const model::Model& model, ContextOptions opts, std::unique_ptr<backend::Device> dev,
+          model::PlacedWeights weights, backend::Buffer kv_storage);
+  // Device bytes everything a context allocates needs, checked against the device's free
+  // memory: an error names each item and the budget.
+  static Status check_budget(const model::Model& model, const ContextOptions& o,
+                             const backend::Device& dev, bool sparse);
+  // Builds the forward pass with the SparseFfn or the DenseFfn (see ContextOptions).
+  Status build_forward();
   Status check_seq(SeqId s) const;
   // Evaluates one forward pass of slot.size() <= n_batch tokens placed by `slot` (positions
   // and sequences filled in) and commits it. Logits: those of the tokens listed in `outputs`
@@ -107,8 +120,8 @@ class Context {
 
   const model::Model& model_;
   ContextOptions opts_;
-  ThreadPool pool_;
-  model::Ops ops_;
+  std::unique_ptr<backend::Device> dev_;
+  model::PlacedWeights weights_;
   KvCache cache_;
   std::unique_ptr<model::Forward> forward_;
   sparse::SparseFfn* sparse_ = nullptr;  // owned by forward_

@@ -66,6 +66,8 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.check_predictor = o.sparse.check_predictor;
   co.all_logits = o.all_logits;
   co.n_seq_max = o.n_seq_max;
+  co.device.name = o.device;
+  co.device.budget = o.device_budget;
   co.n_threads = o.n_threads > 0
                      ? o.n_threads
                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

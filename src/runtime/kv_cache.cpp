@@ -31,20 +31,23 @@ void KvSlot::assign_sequential(SeqId s, int32_t pos0) {
   for (size_t i = 0; i < cells.size(); ++i) pos[i] = pos0 + static_cast<int32_t>(i);
 }
 
-KvCache::KvCache(const model::HParams& hp, int64_t n_ctx)
+uint64_t KvCache::storage_bytes(const model::HParams& hp, int64_t n_ctx) {
+  return static_cast<uint64_t>(hp.n_layer * 2 * n_ctx * hp.n_embd_kv()) * sizeof(uint16_t);
+}
+
+KvCache::KvCache(const model::HParams& hp, int64_t n_ctx, backend::Buffer storage)
     : n_ctx_(n_ctx),
       cells_(static_cast<size_t>(n_ctx)),
       seq_max_(static_cast<size_t>(kMaxSeqs), -1),
-      storage_(static_cast<size_t>(hp.n_layer * 2 * n_ctx * hp.n_embd_kv()) * sizeof(uint16_t)) {
-  if (!storage_.ok() && hp.n_layer * n_ctx * hp.n_embd_kv() > 0) throw std::bad_alloc();
+      storage_(std::move(storage)) {
   const auto per_tensor = static_cast<size_t>(n_ctx * hp.n_embd_kv());
-  auto* base = reinterpret_cast<uint16_t*>(storage_.data());
+  auto* base = storage_.as<uint16_t>();
   view_.n_ctx = n_ctx;
   view_.layers.resize(static_cast<size_t>(hp.n_layer));
   for (size_t il = 0; il < view_.layers.size(); ++il) {
     model::KvLayer& L = view_.layers[il];
-    L.k = base + (2 * il) * per_tensor;
-    L.v = base + (2 * il + 1) * per_tensor;
+    L.k = base != nullptr ? base + (2 * il) * per_tensor : nullptr;
+    L.v = base != nullptr ? base + (2 * il + 1) * per_tensor : nullptr;
     L.head_stride = n_ctx * hp.head_dim;
     L.cell_stride = hp.head_dim;
   }

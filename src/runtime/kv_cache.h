@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/device.h"
 #include "core/error.h"
 #include "core/huge_region.h"
 #include "model/hparams.h"
@@ -86,10 +87,11 @@ struct KvEdit {
 
 class KvCache {
  public:
-  // Allocates n_layer x {K, V} x n_ctx x n_embd_kv f16 values (zeroed, huge pages where the
-  // kernel gives them; the layout is KvLayer's head-major one). Throws std::bad_alloc when
-  // the memory cannot be mapped.
-  KvCache(const model::HParams& hp, int64_t n_ctx);
+  // Cell contents live in `storage`, device memory of storage_bytes(hp, n_ctx) bytes holding
+  // n_layer x {K, V} x n_ctx x n_embd_kv f16 values in KvLayer's head-major layout. An empty
+  // storage gives a cache of metadata only (its view's layers point nowhere).
+  KvCache(const model::HParams& hp, int64_t n_ctx, backend::Buffer storage = {});
+  static uint64_t storage_bytes(const model::HParams& hp, int64_t n_ctx);
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
@@ -107,7 +109,7 @@ class KvCache {
   // True when sequence s holds exactly positions 0..p-1 in cells 0..p-1 (cell c: position c):
   // the layout the forward pass's contiguous fast path reads.
   bool holds_prefix(SeqId s, int64_t p) const;
-  size_t nbytes() const { return storage_.size(); }
+  size_t nbytes() const { return storage_.bytes(); }
 
   // Plans where n tokens go: the first run of n free cells, else the n lowest free cells.
   // Fails with a context-overflow message when fewer than n cells are free.
@@ -145,7 +147,7 @@ class KvCache {
   int64_t n_used_ = 0;
   std::vector<Cell> cells_;        // [n_ctx]
   std::vector<int32_t> seq_max_;   // [kMaxSeqs] highest position, -1: none
-  HugeRegion storage_;             // f16 [n_layer, 2, n_head_kv, n_ctx, head_dim]
+  backend::Buffer storage_;        // f16 [n_layer, 2, n_head_kv, n_ctx, head_dim]
   model::KvView view_;
 };
 

@@ -20,8 +20,10 @@ double seconds(Clock::time_point t0, Clock::time_point t1) {
 
 }  // namespace
 
-Result<std::unique_ptr<SparseFfn>> SparseFfn::create(const model::Model& model, model::Ops& ops,
-                                                     int64_t max_tokens, SparseConfig cfg) {
+Result<std::unique_ptr<SparseFfn>> SparseFfn::create(const model::Model& model,
+                                                     const model::ModelWeights& weights,
+                                                     backend::Device& dev, int64_t max_tokens,
+                                                     SparseConfig cfg) {
   const model::HParams& hp = model.hparams();
   const std::string& path = model.file().path();
   if (!hp.powerinfer)
@@ -31,7 +33,7 @@ Result<std::unique_ptr<SparseFfn>> SparseFfn::create(const model::Model& model, 
                path.c_str(), model::activation_name(hp.act));
   }
   for (int64_t il = 0; il < hp.n_layer; ++il) {
-    if (!model.weights().layers[sz(il)].ffn.down_t.present()) {
+    if (!weights.layers[sz(il)].ffn.down_t.present()) {
       return err("%s: layer %lld has ffn_down instead of ffn_down_t (run with --dense)",
                  path.c_str(), static_cast<long long>(il));
     }
@@ -45,36 +47,73 @@ Result<std::unique_ptr<SparseFfn>> SparseFfn::create(const model::Model& model, 
         "--dense",
         path.c_str());
   }
-  return std::make_unique<SparseFfn>(model, ops, max_tokens, std::move(*preds), cfg);
+  return create(model, weights, dev, max_tokens, std::move(*preds), cfg);
 }
 
-SparseFfn::SparseFfn(const model::Model& model, model::Ops& ops, int64_t max_tokens,
-                     std::vector<PredictorWeights> predictors, SparseConfig cfg)
+Result<std::unique_ptr<SparseFfn>> SparseFfn::create(const model::Model& model,
+                                                     const model::ModelWeights& weights,
+                                                     backend::Device& dev, int64_t max_tokens,
+                                                     std::vector<PredictorWeights> predictors,
+                                                     SparseConfig cfg) {
+  std::unique_ptr<SparseFfn> f(new SparseFfn(model, weights, dev, max_tokens, cfg));
+  PI_TRY(f->allocate(std::move(predictors)));
+  return f;
+}
+
+SparseFfn::SparseFfn(const model::Model& model, const model::ModelWeights& weights,
+                     backend::Device& dev, int64_t max_tokens, SparseConfig cfg)
     : model_(model),
-      ops_(ops),
+      w_(weights),
+      dev_(dev),
+      ops_(dev.ops()),
       max_tokens_(std::max<int64_t>(max_tokens, 1)),
-      predictors_(std::move(predictors)),
-      cfg_(cfg) {
-  const model::HParams& hp = model.hparams();
+      pred_store_(dev),
+      cfg_(cfg) {}
+
+uint64_t SparseFfn::scratch_bytes(const model::HParams& hp, int64_t max_tokens, int64_t max_rank,
+                                  bool check_predictor) {
+  const auto t = static_cast<uint64_t>(std::max<int64_t>(max_tokens, 1));
+  const auto f = [](uint64_t n) { return std::max<uint64_t>(n, 1) * sizeof(float); };
+  uint64_t n = f(t * static_cast<uint64_t>(max_rank)) + 2 * f(t * static_cast<uint64_t>(hp.n_ff));
+  if (check_predictor) n += 2 * f(t * static_cast<uint64_t>(hp.n_ff)) + f(t * static_cast<uint64_t>(hp.n_embd));
+  return n;
+}
+
+Status SparseFfn::allocate(std::vector<PredictorWeights> predictors) {
+  const model::HParams& hp = model_.hparams();
   const int64_t n_ff = hp.n_ff;
   int64_t max_rank = 0;
-  for (const PredictorWeights& p : predictors_) max_rank = std::max(max_rank, p.rank());
+  for (PredictorWeights& p : predictors) {
+    max_rank = std::max(max_rank, p.rank());
+    auto fc1 = pred_store_.place(p.fc1);
+    if (!fc1.ok()) return fc1.error();
+    auto fc2 = pred_store_.place(p.fc2);
+    if (!fc2.ok()) return fc2.error();
+    predictors_.push_back({std::move(*fc1), std::move(*fc2)});
+  }
+  const auto floats = [&](backend::Buffer& b, int64_t n, const char* what) -> Status {
+    auto buf = dev_.alloc(sz(std::max<int64_t>(n, 1)) * sizeof(float), what);
+    if (!buf.ok()) return buf.error();
+    b = std::move(*buf);
+    return Status::Ok();
+  };
   stats_.resize(sz(hp.n_layer));
   lists_.idx.resize(sz(max_tokens_ * n_ff));
   lists_.offsets.assign(sz(max_tokens_ + 1), 0);
-  z_.resize(sz(max_tokens_ * max_rank));
-  g_.resize(sz(max_tokens_ * n_ff));
-  u_.resize(sz(max_tokens_ * n_ff));
+  PI_TRY(floats(z_, max_tokens_ * max_rank, "sparse FFN scratch"));
+  PI_TRY(floats(g_, max_tokens_ * n_ff, "sparse FFN scratch"));
+  PI_TRY(floats(u_, max_tokens_ * n_ff, "sparse FFN scratch"));
   counts_.assign(sz(n_ff), 0);
   union_rows_.resize(sz(n_ff));
   if (cfg_.check_predictor) {
-    dg_.resize(sz(max_tokens_ * n_ff));
-    du_.resize(sz(max_tokens_ * n_ff));
-    dense_out_.resize(sz(max_tokens_ * hp.n_embd));
+    PI_TRY(floats(dg_, max_tokens_ * n_ff, "predictor check scratch"));
+    PI_TRY(floats(du_, max_tokens_ * n_ff, "predictor check scratch"));
+    PI_TRY(floats(dense_out_, max_tokens_ * hp.n_embd, "predictor check scratch"));
     all_neurons_.resize(sz(n_ff));
     std::iota(all_neurons_.begin(), all_neurons_.end(), 0);
     predicted_.resize(sz(max_tokens_ * n_ff));
   }
+  return Status::Ok();
 }
 
 void SparseFfn::reset_stats() { std::fill(stats_.begin(), stats_.end(), LayerStats{}); }
@@ -98,10 +137,12 @@ const RowLists& SparseFfn::predict(int64_t il, const float* pred_in, int64_t m) 
   const PredictorWeights& p = predictors_[sz(il)];
   const int64_t r = p.rank(), n_ff = model_.hparams().n_ff;
   const auto t0 = Clock::now();
-  ops_.linear(p.fc1, pred_in, m, z_.data());  // f32 [m, r]
-  ops_.activate(model::Activation::ReLU, z_.data(), m * r);
-  float* logits = u_.data();  // f32 [m, n_ff]; u_ is free until the up projection
-  ops_.linear(p.fc2, z_.data(), m, logits);
+  float* z = z_.as<float>();
+  ops_.linear(p.fc1, pred_in, m, z);  // f32 [m, r]
+  ops_.activate(model::Activation::ReLU, z, m * r);
+  // f32 [m, n_ff]; u_ is free until the up projection
+  ops_.linear(p.fc2, z, m, u_.as<float>());
+  const float* logits = host(u_.as<float>(), m * n_ff);
   const float thr = cfg_.threshold;
   int64_t n = 0;
   lists_.m = m;
@@ -179,7 +220,7 @@ void SparseFfn::rows_product(const model::Matrix& W, const float* X, LayerStats&
 
 void SparseFfn::compute(int64_t il, const model::FfnInput& in, float* out) {
   const model::HParams& hp = model_.hparams();
-  const model::FfnWeights& w = model_.weights().layers[sz(il)].ffn;
+  const model::FfnWeights& w = w_.layers[sz(il)].ffn;
   const int64_t m = in.m, n_ff = hp.n_ff;
   LayerStats& st = stats_[sz(il)];
   st.tokens += m;
@@ -192,26 +233,31 @@ void SparseFfn::compute(int64_t il, const model::FfnInput& in, float* out) {
   }
 
   const auto t0 = Clock::now();
-  float* g = g_.data();  // gate, then the activations a
-  float* u = u_.data();
+  float* g = g_.as<float>();  // gate, then the activations a (device)
+  float* u = u_.as<float>();
   if (hp.ffn == FfnKind::Plain) {
     rows_product(w.up, in.x, st, u);
+    float* hg = host(g, m * n_ff);
+    const float* hu = host(u, m * n_ff);
     filter_lists([&](int64_t i, int32_t r) {
-      const float v = u[i * n_ff + r];
-      g[i * n_ff + r] = v;
+      const float v = hu[i * n_ff + r];
+      hg[i * n_ff + r] = v;
       return v > 0.0f;
     });
   } else {
     rows_product(w.gate, in.x, st, g);
     // ReLU(gate) == 0 zeroes the neuron whatever up is: up is computed only where gate > 0.
-    filter_lists([&](int64_t i, int32_t r) { return g[i * n_ff + r] > 0.0f; });
+    const float* hg0 = host(g, m * n_ff);
+    filter_lists([&](int64_t i, int32_t r) { return hg0[i * n_ff + r] > 0.0f; });
     rows_product(w.up, in.x, st, u);
+    float* hg = host(g, m * n_ff);
+    const float* hu = host(u, m * n_ff);
     const bool relu_up = hp.ffn == FfnKind::GatedBoth;
     filter_lists([&](int64_t i, int32_t r) {
       const size_t k = sz(i * n_ff + r);
-      const float up = relu_up ? std::max(u[k], 0.0f) : u[k];
-      g[k] *= up;
-      return g[k] != 0.0f;
+      const float up = relu_up ? std::max(hu[k], 0.0f) : hu[k];
+      hg[k] *= up;
+      return hg[k] != 0.0f;
     });
   }
   st.computed += lists_.size();
@@ -233,22 +279,27 @@ void SparseFfn::compute(int64_t il, const model::FfnInput& in, float* out) {
 
 void SparseFfn::check_against_dense(int64_t il, const model::FfnInput& in, const float* out) {
   const model::HParams& hp = model_.hparams();
-  const model::FfnWeights& w = model_.weights().layers[sz(il)].ffn;
+  const model::FfnWeights& w = w_.layers[sz(il)].ffn;
   const int64_t m = in.m, n_ff = hp.n_ff, n_embd = hp.n_embd;
-  if (hp.ffn != FfnKind::Plain) ops_.linear(w.gate, in.x, m, dg_.data());
-  ops_.linear(w.up, in.x, m, du_.data());
-  ops_.ffn_combine(hp.ffn, hp.act, dg_.data(), du_.data(), m, n_ff);  // dg_ = activations
-  ops_.linear_t(w.down_t, dg_.data(), m, all_neurons_, dense_out_.data());
+  float* dg = dg_.as<float>();
+  float* dense = dense_out_.as<float>();
+  if (hp.ffn != FfnKind::Plain) ops_.linear(w.gate, in.x, m, dg);
+  ops_.linear(w.up, in.x, m, du_.as<float>());
+  ops_.ffn_combine(hp.ffn, hp.act, dg, du_.as<float>(), m, n_ff);  // dg_ = activations
+  ops_.linear_t(w.down_t, dg, m, all_neurons_, dense);
+  const float* hdg = host(dg, m * n_ff);
+  const float* hdense = host(dense, m * n_embd);
+  const float* hout = host(const_cast<float*>(out), m * n_embd);
   LayerStats& st = stats_[sz(il)];
   for (int64_t k = 0; k < m * n_ff; ++k) {
-    const bool active = dg_[sz(k)] != 0.0f;
+    const bool active = hdg[sz(k)] != 0.0f;
     st.truly_active += active ? 1 : 0;
     st.caught += active && predicted_[sz(k)] != 0 ? 1 : 0;
   }
   for (int64_t k = 0; k < m * n_embd; ++k) {
-    const double d = dense_out_[sz(k)];
+    const double d = hdense[sz(k)];
     st.max_abs_dense = std::max(st.max_abs_dense, std::fabs(d));
-    st.max_abs_dev = std::max(st.max_abs_dev, std::fabs(static_cast<double>(out[k]) - d));
+    st.max_abs_dev = std::max(st.max_abs_dev, std::fabs(static_cast<double>(hout[k]) - d));
   }
 }
 

@@ -22,8 +22,11 @@
 // kernels' one-token and many-token forms sum in different orders, so values differ between
 // batch splits by rounding only (as in the dense forward pass).
 //
-// All scratch is allocated by the constructor for the largest batch; run() allocates nothing.
-// Thread-safety: one SparseFfn per Forward (session); the kernels use the Ops' pool.
+// The step runs on one device: the weights it computes (given, not taken from the model: a
+// hybrid split hands it part of them) and its activation scratch live there; the row lists,
+// the cost model and the filters are host work on mapped device memory (Device::map).
+// All scratch is allocated by create() for the largest batch; run() allocates nothing.
+// Thread-safety: one SparseFfn per Forward (session).
 #pragma once
 
 #include <cstdint>
@@ -33,9 +36,11 @@
 #include "core/error.h"
 #include "model/ffn.h"
 #include "model/model.h"
-#include "model/ops.h"
+#include "backend/device.h"
+#include "backend/ops.h"
 #include "sparse/batch_cost.h"
 #include "sparse/predictor.h"
+#include "backend/weight_store.h"
 
 namespace pi::sparse {
 
@@ -76,14 +81,27 @@ struct RowLists {
 
 class SparseFfn final : public model::FfnStep {
  public:
-  // Loads the predictors of `model` (a PWRI file with ReLU FFN and a predictor per layer) and
-  // allocates scratch for batches of up to max_tokens. `model` and `ops` must outlive it.
-  static Result<std::unique_ptr<SparseFfn>> create(const model::Model& model, model::Ops& ops,
-                                                   int64_t max_tokens, SparseConfig cfg);
+  // Loads the predictors of `model` (a PWRI file with ReLU FFN and a predictor per layer),
+  // places them on `dev` and allocates scratch there for batches of up to max_tokens. The FFN
+  // weights computed are `weights` (views in dev's memory). `model`, `weights` and `dev` must
+  // outlive the step.
+  static Result<std::unique_ptr<SparseFfn>> create(const model::Model& model,
+                                                   const model::ModelWeights& weights,
+                                                   backend::Device& dev, int64_t max_tokens,
+                                                   SparseConfig cfg);
 
-  // The same with given predictors: empty to use only run_masked() (tests of the FFN core).
-  SparseFfn(const model::Model& model, model::Ops& ops, int64_t max_tokens,
-            std::vector<PredictorWeights> predictors, SparseConfig cfg);
+  // The same with given predictors (host views; placed on dev): empty to use only run_masked()
+  // (tests of the FFN core).
+  static Result<std::unique_ptr<SparseFfn>> create(const model::Model& model,
+                                                   const model::ModelWeights& weights,
+                                                   backend::Device& dev, int64_t max_tokens,
+                                                   std::vector<PredictorWeights> predictors,
+                                                   SparseConfig cfg);
+
+  // Device bytes create() allocates beyond the predictors: the scratch for max_tokens tokens
+  // with predictors of rank up to max_rank.
+  static uint64_t scratch_bytes(const model::HParams& hp, int64_t max_tokens, int64_t max_rank,
+                                bool check_predictor);
 
   // Predicts, then computes the sparse FFN: out f32 [in.m, n_embd] (overwritten).
   void run(int64_t il, const model::FfnInput& in, float* out) override;
@@ -107,6 +125,11 @@ class SparseFfn final : public model::FfnStep {
   void force_path(RowsPath p) { forced_path_ = static_cast<int>(p); }
 
  private:
+  SparseFfn(const model::Model& model, const model::ModelWeights& weights, backend::Device& dev,
+            int64_t max_tokens, SparseConfig cfg);
+  Status allocate(std::vector<PredictorWeights> predictors);
+  // The host's view of n floats of device scratch at p (valid until the next op).
+  float* host(float* p, int64_t n) { return static_cast<float*>(dev_.map(p, sizeof(float) * n)); }
   void compute(int64_t il, const model::FfnInput& in, float* out);
   // Y[i, r] = W[r,:] · X[i,:] for the listed (i, r), by the path the cost model picks.
   void rows_product(const model::Matrix& W, const float* X, LayerStats& st, float* Y);
@@ -116,9 +139,12 @@ class SparseFfn final : public model::FfnStep {
   void filter_lists(Keep keep);
 
   const model::Model& model_;
-  model::Ops& ops_;
+  const model::ModelWeights& w_;
+  backend::Device& dev_;
+  backend::Ops& ops_;
   int64_t max_tokens_;
-  std::vector<PredictorWeights> predictors_;
+  backend::WeightStore pred_store_;          // the predictors' device copies
+  std::vector<PredictorWeights> predictors_;  // views in dev's memory
   SparseConfig cfg_;
   CostParams cost_override_;
   bool has_cost_override_ = false;
@@ -126,14 +152,15 @@ class SparseFfn final : public model::FfnStep {
 
   std::vector<LayerStats> stats_;
   RowLists lists_;                   // predicted, then filtered to gate > 0, then to a != 0
-  std::vector<float> z_;             // f32 [max_tokens, max rank]  ReLU(fc1 · h)
-  std::vector<float> g_;             // f32 [max_tokens, n_ff]  gate, then the activations a
-  std::vector<float> u_;             // f32 [max_tokens, n_ff]  predictor logits, then up
+  // Device scratch:
+  backend::Buffer z_;                // f32 [max_tokens, max rank]  ReLU(fc1 · h)
+  backend::Buffer g_;                // f32 [max_tokens, n_ff]  gate, then the activations a
+  backend::Buffer u_;                // f32 [max_tokens, n_ff]  predictor logits, then up
   std::vector<int32_t> counts_;      // [n_ff] zero between uses (cost model)
   std::vector<int32_t> union_rows_;  // [n_ff]
   // check_predictor only:
-  std::vector<float> dg_, du_;        // f32 [max_tokens, n_ff]  dense gate / activations, up
-  std::vector<float> dense_out_;      // f32 [max_tokens, n_embd]
+  backend::Buffer dg_, du_;           // f32 [max_tokens, n_ff]  dense gate / activations, up
+  backend::Buffer dense_out_;         // f32 [max_tokens, n_embd]
   std::vector<int32_t> all_neurons_;  // 0 .. n_ff-1
   std::vector<uint8_t> predicted_;    // [max_tokens, n_ff]  1 where predicted (before filters)
 };

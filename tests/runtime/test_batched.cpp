@@ -39,6 +39,7 @@ constexpr int kThreads = 2;
 struct Mode {
   bool dense = false;
   std::optional<sparse::RowsPath> force;  // sparse only: every batched gate/up product
+  cpu::Isa isa = cpu::default_isa();
 };
 
 std::unique_ptr<runtime::Context> make_context(const model::Model& m, int n_seq, int64_t n_batch,
@@ -49,6 +50,7 @@ std::unique_ptr<runtime::Context> make_context(const model::Model& m, int n_seq,
   o.n_threads = kThreads;
   o.n_seq_max = n_seq;
   o.dense = s.dense;
+  o.device.isa = s.isa;
   auto c = runtime::Context::create(m, o);
   EXPECT_TRUE(c.ok()) << c.error().message;
   if (!c.ok()) return nullptr;
@@ -119,12 +121,12 @@ std::vector<Logits> batched(const model::Model& m, const Mode& s,
 bool exact_case(const model::Model& m, const Mode& s) {
   const model::HParams& hp = m.hparams();
   const bool runs_dense = !hp.powerinfer || s.dense || !sparse::has_predictors(m.file());
-  if (!hp.powerinfer || !runs_dense || cpu::active_isa() == cpu::Isa::Scalar) return true;
+  if (!hp.powerinfer || !runs_dense || s.isa == cpu::Isa::Scalar) return true;
   // The one-token axpy adds the minimum of Q4_1/Q5_1 blocks (and on AVX-512 the Q5_0 offset)
   // once per group of rows, the many-token axpy once per row (docs/ARCHITECTURE.md).
   const DType t = m.weights().layers[0].ffn.down_t.type;
   if (t == DType::Q4_1 || t == DType::Q5_1) return false;
-  return !(t == DType::Q5_0 && cpu::active_isa() == cpu::Isa::Avx512);
+  return !(t == DType::Q5_0 && s.isa == cpu::Isa::Avx512);
 }
 
 size_t argmax(const std::vector<float>& v) {
@@ -153,16 +155,15 @@ void expect_same(const Logits& got, const Logits& want, bool exact, const std::s
   }
 }
 
-void check_invariance(const model::Model& m, const Mode& s, const std::string& name) {
+void check_invariance(const model::Model& m, Mode s, const std::string& name) {
   const int n = 4, len = 6;
   const int64_t n_vocab = m.hparams().n_vocab;
   std::vector<std::vector<int32_t>> conts;
   for (int i = 0; i < n; ++i) conts.push_back(continuation(i, len, n_vocab));
   const std::vector<int> steps = {len, 3, len, 1};  // sequences 1 and 3 stop early
-  const cpu::Isa initial = cpu::active_isa();
   for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::Avx512}) {
     if (!cpu::isa_available(isa)) continue;
-    ASSERT_TRUE(cpu::set_isa(isa).ok());
+    s.isa = isa;
     const std::string what = name + " (" + std::string(cpu::isa_name(isa)) + ") sequence ";
     const auto got = batched(m, s, conts, steps);
     for (int i = 0; i < n; ++i) {
@@ -171,7 +172,6 @@ void check_invariance(const model::Model& m, const Mode& s, const std::string& n
       expect_same(got[static_cast<size_t>(i)], want, exact_case(m, s), what + std::to_string(i));
     }
   }
-  ASSERT_TRUE(cpu::set_isa(initial).ok());
 }
 
 std::unique_ptr<model::Model> load(const std::string& path) {

@@ -192,17 +192,18 @@ TEST_F(ContextBasics, InvalidTokenIsRejected) {
 // Wraps the dense FFN and counts calls: a stand-in for the sparse engine's step.
 class CountingFfn final : public model::FfnStep {
  public:
-  CountingFfn(const model::Model& m, model::Ops& ops, int64_t n) : dense_(m, ops, n) {}
+  CountingFfn(const model::Model& m, runtime::Context& c, int64_t n)
+      : dense_(model::DenseFfn::create(m, c.weights(), c.device(), n).value()) {}
   void run(int64_t il, const model::FfnInput& in, float* out) override {
     ++calls;
     tokens += in.m;
-    dense_.run(il, in, out);
+    dense_->run(il, in, out);
   }
   int calls = 0;
   int64_t tokens = 0;
 
  private:
-  model::DenseFfn dense_;
+  std::unique_ptr<model::DenseFfn> dense_;
 };
 
 TEST_F(ContextBasics, FfnStepIsSwappable) {
@@ -211,7 +212,7 @@ TEST_F(ContextBasics, FfnStepIsSwappable) {
   o.n_batch = 4;
   auto plain = runtime::Context::create(*model_, o).value();
   auto swapped = runtime::Context::create(*model_, o).value();
-  auto step = std::make_unique<CountingFfn>(*model_, swapped->ops(), 4);
+  auto step = std::make_unique<CountingFfn>(*model_, *swapped, 4);
   CountingFfn* counter = step.get();
   swapped->forward().set_ffn(std::move(step));
   const std::vector<int32_t> toks = {1, 2, 3, 4, 5, 6};

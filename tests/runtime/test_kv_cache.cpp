@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "backend/host_device.h"
 #include "runtime/kv_cache.h"
 
 namespace {
@@ -52,7 +53,9 @@ std::vector<std::pair<int32_t, uint64_t>> snapshot(const KvCache& c) {
 }
 
 TEST(KvCache, StorageAndViewLayout) {
-  KvCache c(small_hparams(), 10);
+  pi::backend::CpuDevice dev(1);
+  KvCache c(small_hparams(), 10,
+            dev.alloc(KvCache::storage_bytes(small_hparams(), 10), "KV cache").value());
   EXPECT_EQ(c.n_ctx(), 10);
   EXPECT_EQ(c.n_used(), 0);
   EXPECT_EQ(c.nbytes(), 3u * 2 * 10 * 16 * sizeof(uint16_t));

@@ -26,7 +26,7 @@
 #include "kernels/ref/ref.h"
 #include "model/ffn.h"
 #include "model/model.h"
-#include "model/ops.h"
+#include "backend/host_device.h"
 #include "model/tiny_model.h"
 #include "sparse/sparse_ffn.h"
 
@@ -108,20 +108,20 @@ class SparseFfnTest : public ::testing::TestWithParam<Variant> {
   const model::HParams& hp() const { return model_->hparams(); }
 
   std::vector<float> dense(ThreadPool& pool, int64_t il, const std::vector<float>& x, int64_t m) {
-    model::Ops ops(pool);
-    model::DenseFfn ffn(*model_, ops, m);
+    backend::CpuDevice dev(pool.size());
+    auto ffn = model::DenseFfn::create(*model_, model_->weights(), dev, m).value();
     std::vector<float> out(static_cast<size_t>(m * hp().n_embd));
-    ffn.run(il, model::FfnInput{x.data(), x.data(), m}, out.data());
+    ffn->run(il, model::FfnInput{x.data(), x.data(), m}, out.data());
     return out;
   }
 
   std::vector<float> sparse(ThreadPool& pool, int64_t il, const std::vector<float>& x, int64_t m,
                             const sparse::RowLists& lists, int forced_path = -1) {
-    model::Ops ops(pool);
-    sparse::SparseFfn ffn(*model_, ops, m, {}, {});
-    if (forced_path >= 0) ffn.force_path(static_cast<sparse::RowsPath>(forced_path));
+    backend::CpuDevice dev(pool.size());
+    auto ffn = sparse::SparseFfn::create(*model_, model_->weights(), dev, m, {}, {}).value();
+    if (forced_path >= 0) ffn->force_path(static_cast<sparse::RowsPath>(forced_path));
     std::vector<float> out(static_cast<size_t>(m * hp().n_embd), -7.0f);
-    ffn.run_masked(il, model::FfnInput{x.data(), nullptr, m}, lists, out.data());
+    ffn->run_masked(il, model::FfnInput{x.data(), nullptr, m}, lists, out.data());
     return out;
   }
 
@@ -154,7 +154,8 @@ class SparseFfnTest : public ::testing::TestWithParam<Variant> {
   sparse::RowLists true_mask(ThreadPool& pool, int64_t il, const std::vector<float>& x, int64_t m) {
     const model::FfnWeights& w = model_->weights().layers[static_cast<size_t>(il)].ffn;
     const int64_t n_ff = hp().n_ff;
-    model::Ops ops(pool);
+    backend::CpuDevice dev(pool.size());
+    backend::Ops& ops = dev.ops();
     std::vector<float> g(static_cast<size_t>(m * n_ff)), u(g.size());
     if (w.gate.present()) ops.linear(w.gate, x.data(), m, g.data());
     ops.linear(w.up, x.data(), m, u.data());

@@ -26,6 +26,7 @@
 #include "model/model.h"
 #include "model/tiny_model.h"
 #include "runtime/context.h"
+#include "backend/host_device.h"
 #include "sparse/sparse_ffn.h"
 #include "tensor/quant.h"
 
@@ -136,9 +137,8 @@ TEST_P(SparseModelTest, RunsSparseWithTheFileThreshold) {
 
 TEST_P(SparseModelTest, PredictorMatchesFloat64) {
   const model::HParams& hp = model_->hparams();
-  ThreadPool pool(2);
-  model::Ops ops(pool);
-  auto ffn = sparse::SparseFfn::create(*model_, ops, 8, {-0.01f, false});
+  backend::CpuDevice dev(2);
+  auto ffn = sparse::SparseFfn::create(*model_, model_->weights(), dev, 8, sparse::SparseConfig{-0.01f, false});
   ASSERT_TRUE(ffn.ok()) << ffn.error().message;
   // Predictor inputs shaped like synth's residual stream: the constant block and noise.
   std::vector<float> h(static_cast<size_t>(8 * hp.n_embd));

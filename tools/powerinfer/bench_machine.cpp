@@ -54,7 +54,7 @@ MachineInfo read_machine_info() {
   if (!mem.empty()) m.mem_gib = std::strtod(mem.c_str(), nullptr) / (1024.0 * 1024.0);
   utsname u{};
   if (uname(&u) == 0) m.os = std::string(u.sysname) + " " + u.release + " " + u.machine;
-  m.kernel_isa = std::string(cpu::isa_name(cpu::active_isa()));
+  m.kernel_isa = std::string(cpu::isa_name(cpu::default_isa()));
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
   gmtime_r(&now, &tm);

@@ -95,8 +95,8 @@ AxpyTask base_task(DType t, const void* D, int64_t cols, float* Y, int64_t ldy) 
 
 }  // namespace
 
-void axpy_rows(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
-               const int32_t* idx, int64_t n_idx, const float* a, float* y) {
+void Kernels::axpy_rows(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
+               const int32_t* idx, int64_t n_idx, const float* a, float* y) const {
   detail::check_matrix(t, cols);
   detail::Scratch scratch;
   auto* rows = scratch.alloc<int32_t>(n_idx);
@@ -114,11 +114,11 @@ void axpy_rows(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t
   task.coef = coef;
   task.n = n;
   task.m = 1;
-  run_axpy(pool, detail::table(), task, cols, n_rows);
+  run_axpy(pool, *table_, task, cols, n_rows);
 }
 
-void axpy_dense(ThreadPool& pool, DType t, const void* D, int64_t rows, int64_t cols,
-                const float* a, float* y) {
+void Kernels::axpy_dense(ThreadPool& pool, DType t, const void* D, int64_t rows, int64_t cols,
+                const float* a, float* y) const {
   detail::check_matrix(t, cols);
   detail::Scratch scratch;
   auto* ids = scratch.alloc<int32_t>(rows);
@@ -135,11 +135,11 @@ void axpy_dense(ThreadPool& pool, DType t, const void* D, int64_t rows, int64_t 
   task.coef = coef;
   task.n = n;
   task.m = 1;
-  run_axpy(pool, detail::table(), task, cols, rows);
+  run_axpy(pool, *table_, task, cols, rows);
 }
 
-void axpy_rows_union(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
-                     const int32_t* idx, int64_t n_idx, const float* A, int64_t m, float* Y) {
+void Kernels::axpy_rows_union(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
+                     const int32_t* idx, int64_t n_idx, const float* A, int64_t m, float* Y) const {
   detail::check_matrix(t, cols);
   if (m <= 0) return;
   detail::Scratch scratch;
@@ -160,12 +160,12 @@ void axpy_rows_union(ThreadPool& pool, DType t, const void* D, int64_t n_rows, i
   task.coef = coef;
   task.n = n;
   task.m = m;
-  run_axpy(pool, detail::table(), task, cols, n_rows);
+  run_axpy(pool, *table_, task, cols, n_rows);
 }
 
-void axpy_rows_batch(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
+void Kernels::axpy_rows_batch(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
                      const int32_t* idx, const int64_t* offsets, const float* A, int64_t m,
-                     float* Y) {
+                     float* Y) const {
   detail::check_matrix(t, cols);
   if (m <= 0 || n_rows <= 0) return;
   detail::Scratch scratch;
@@ -200,7 +200,7 @@ void axpy_rows_batch(ThreadPool& pool, DType t, const void* D, int64_t n_rows, i
     task.coef = coef;
     task.n = n;
     task.m = gm;
-    run_axpy(pool, detail::table(), task, cols, n_rows);
+    run_axpy(pool, *table_, task, cols, n_rows);
   }
 }
 

@@ -107,8 +107,6 @@ const KernelTable& avx2_table();
 const KernelTable& avx512_table();
 #endif
 
-// The table of the active ISA (see active_isa()).
-const KernelTable& table();
 const KernelTable& table_for(Isa isa);
 
 // Aborts with `what` when `ok` is false: kernel preconditions are programming errors.

@@ -1,7 +1,6 @@
-// ISA detection and the choice of kernel table. The active ISA is the one process-wide
-// setting of the kernels (like the log level): chosen once from the CPU and the environment
-// variable PI_KERNELS_ISA, changed only by set_isa() in tests and benchmarks.
-#include <atomic>
+// ISA detection and the choice of kernel table. There is no process-wide kernel setting:
+// each Kernels object holds its ISA's table; default_isa() is what devices start from (the
+// CPU's best, or PI_KERNELS_ISA, read once).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -58,11 +57,6 @@ Isa initial_isa() {
   return best();
 }
 
-std::atomic<int>& active() {
-  static std::atomic<int> isa{static_cast<int>(initial_isa())};
-  return isa;
-}
-
 }  // namespace
 
 std::string_view isa_name(Isa isa) {
@@ -79,14 +73,12 @@ std::string_view isa_name(Isa isa) {
 
 bool isa_available(Isa isa) { return cpu_has(isa); }
 
-Isa active_isa() { return static_cast<Isa>(active().load(std::memory_order_relaxed)); }
-
-Status set_isa(Isa isa) {
-  if (!cpu_has(isa)) return err("kernel ISA %s is not available on this build/CPU",
-                                isa_name(isa).data());
-  active().store(static_cast<int>(isa), std::memory_order_relaxed);
-  return Status::Ok();
+Isa default_isa() {
+  static const Isa isa = initial_isa();
+  return isa;
 }
+
+Kernels::Kernels(Isa isa) : isa_(isa_available(isa) ? isa : default_isa()), table_(&detail::table_for(isa_)) {}
 
 bool supports(DType t) {
   switch (t) {
@@ -121,8 +113,6 @@ const KernelTable& table_for(Isa isa) {
       return scalar_table();
   }
 }
-
-const KernelTable& table() { return table_for(active_isa()); }
 
 void require(bool ok, const char* what) {
   if (ok) return;

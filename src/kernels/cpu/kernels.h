@@ -26,6 +26,9 @@
 #include "tensor/dtype.h"
 
 namespace pi::cpu {
+namespace detail {
+struct KernelTable;
+}
 
 // ---- Instruction set selection -------------------------------------------------------
 enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
@@ -33,105 +36,21 @@ enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 std::string_view isa_name(Isa isa);
 // True when kernels for `isa` are compiled into this binary and the CPU executes them.
 bool isa_available(Isa isa);
-// The ISA kernels use now: the environment variable PI_KERNELS_ISA (scalar|avx2|avx512) if
-// set and available, else the best available one.
-Isa active_isa();
-// Forces the ISA for all later kernel calls in this process (tests, benchmarks). Fails when
-// the ISA is not available. Not to be called while kernels run on other threads.
-Status set_isa(Isa isa);
+// The best ISA available here, or the one the environment variable PI_KERNELS_ISA
+// (scalar|avx2|avx512) asks for when it is available (read once; a warning is
+// printed for an unknown or unavailable value). Devices use it as their default.
+Isa default_isa();
 
 // True for weight types the matrix kernels accept.
 bool supports(DType t);
 
-// ---- Dense matrix products -------------------------------------------------------------
-// y[r] = W[r,:] . x           W: t [rows, cols], x: f32 [cols], y: f32 [rows]
-void matvec(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
-            const float* x, float* y);
-
-// Several matvecs of one input in one dispatch (e.g. the q, k and v projections): part j
-// computes y_j = W_j . x. Every part has `cols` columns; types may differ. Each y_j is
-// bit-identical to matvec(W_j, x): only the split into tasks differs.
 struct MatvecPart {
   DType type;
   const void* W;
   int64_t rows;
   float* y;
 };
-void matvec_multi(ThreadPool& pool, const MatvecPart* parts, int n_parts, int64_t cols,
-                  const float* x);
-
-// Y[i, r] = W[r,:] . X[i,:]   X: f32 [m, cols], Y: f32 [m, rows]   (prompt processing)
-void matmul(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
-            const float* X, int64_t m, float* Y);
-
-// ---- Neuron-sparse products (PowerInfer gate/up and down) -------------------------------
-// Row-sparse matvec: y[idx[k]] = W[idx[k],:] . x for k < n_idx; other y untouched.
-// Any index order is correct; ascending order streams fastest.
-void matvec_rows(ThreadPool& pool, DType t, const void* W, int64_t cols, const int32_t* idx,
-                 int64_t n_idx, const float* x, float* y);
-
-// Sparse axpy over the transposed down projection, D: t [n_rows, cols] one row per neuron:
-// y[:] += sum over k < n_idx with a[idx[k]] != 0 of a[idx[k]] * D[idx[k], :]
-// a: f32 [n_rows], y: f32 [cols]. The order of the sums is fixed (axpy.cpp): the listed
-// rows below n_rows / 2 are added to y in list order, those above into a zeroed partial in
-// list order, and the partial to y last - whatever the thread count, and the same per token
-// in the many-token forms below, so results are bit-identical across pool sizes and batch
-// splits. Threads own disjoint (half, column slice) parts: no race.
-void axpy_rows(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
-               const int32_t* idx, int64_t n_idx, const float* a, float* y);
-
-// Dense y[:] += sum_r a[r] * D[r, :] over all rows (rows with a[r] == 0 are skipped).
-void axpy_dense(ThreadPool& pool, DType t, const void* D, int64_t rows, int64_t cols,
-                const float* a, float* y);
-
-// Several tokens at once. Per-token index lists are in CSR form: token i's list is
-// idx[offsets[i] .. offsets[i+1]) (offsets: [m + 1]), without duplicates, values in
-// [0, n_rows). Each weight row is read once per call however many tokens use it.
-//
-// Y[i, r] = W[r,:] . X[i,:] for r in token i's list; other Y untouched.
-// W: t [n_rows, cols], X: f32 [m, cols], Y: f32 [m, n_rows]
-void matvec_rows_batch(ThreadPool& pool, DType t, const void* W, int64_t n_rows, int64_t cols,
-                       const int32_t* idx, const int64_t* offsets, const float* X, int64_t m,
-                       float* Y);
-// Union-of-masks variant: one list for all tokens, Y[i, idx[k]] = W[idx[k],:] . X[i,:].
-void matvec_rows_union(ThreadPool& pool, DType t, const void* W, int64_t n_rows, int64_t cols,
-                       const int32_t* idx, int64_t n_idx, const float* X, int64_t m, float* Y);
-
-// Y[i, :] += sum over r in token i's list with A[i, r] != 0 of A[i, r] * D[r, :]
-// D: t [n_rows, cols], A: f32 [m, n_rows], Y: f32 [m, cols]
-void axpy_rows_batch(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
-                     const int32_t* idx, const int64_t* offsets, const float* A, int64_t m,
-                     float* Y);
-// Union variant: one list for all tokens (rows where A[i, r] == 0 are skipped per token).
-void axpy_rows_union(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
-                     const int32_t* idx, int64_t n_idx, const float* A, int64_t m, float* Y);
-
-// ---- Small ops (f32 vectors of n elements; same contracts as ref.h) --------------------
-// y = x / sqrt(mean(x^2) + eps) * w
-void rmsnorm(ThreadPool& pool, const float* x, const float* w, int64_t n, float eps, float* y);
-// y = (x - mean) / sqrt(var + eps) * w + b   (b may be null)
-void layernorm(ThreadPool& pool, const float* x, const float* w, const float* b, int64_t n,
-               float eps, float* y);
-
 enum class RopeMode { Normal, NeoX };
-// In place on x: f32 [n_heads, head_dim]; rotates the first n_rot dims of each head at
-// position pos. Normal: pairs (2i, 2i+1). NeoX: pairs (i, i + n_rot/2).
-// theta_i = pos * freq_scale * base^(-2i / n_rot).
-void rope(ThreadPool& pool, float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
-          int64_t pos, float base, float freq_scale, RopeMode mode);
-
-void softmax(ThreadPool& pool, float* x, int64_t n);  // in place, numerically stable
-void silu(ThreadPool& pool, const float* x, float* y, int64_t n);
-void gelu(ThreadPool& pool, const float* x, float* y, int64_t n);  // tanh approximation
-void relu(ThreadPool& pool, const float* x, float* y, int64_t n);
-void relu_squared(ThreadPool& pool, const float* x, float* y, int64_t n);
-void add(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n);
-void mul(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n);
-// y = x as f16 bit patterns, rounded to nearest even; identical to pi::f32_to_f16 for every
-// input (NaN included).
-void to_f16(ThreadPool& pool, const float* x, uint16_t* y, int64_t n);
-
-// ---- Attention over an f16 KV cache -----------------------------------------------------
 struct AttentionDims {
   int64_t n_head;     // query heads
   int64_t n_kv_head;  // key/value heads; query head h reads kv head h / (n_head / n_kv_head)
@@ -145,27 +64,127 @@ struct AttentionDims {
   int64_t cell_stride = 0;
 };
 
-// One query token over cells [0, n_ctx_used):
-// q: f32 [n_head, head_dim]; k_cache, v_cache: f16 bits in the dims' layout, at least
-// n_ctx_used cells (cell t holds position t); out: f32 [n_head, head_dim].
-void attention(ThreadPool& pool, const AttentionDims& dims, const float* q,
-               const uint16_t* k_cache, const uint16_t* v_cache, int64_t n_ctx_used,
-               float* out);
+// The kernels of one ISA. A Kernels object is a small immutable value (a pointer to the
+// ISA's table of leaves): each device or test holds its own, so there is no process-wide
+// kernel setting. Methods are reentrant; concurrent calls on one pool are serialized by it.
+class Kernels {
+ public:
+  // Kernels of `isa`, which must be available (isa_available); an unavailable ISA falls back
+  // to the best available one below it.
+  explicit Kernels(Isa isa);
+  Isa isa() const { return isa_; }
 
-// A causal batch of n_q query tokens at positions pos0 .. pos0 + n_q - 1; query i attends to
-// cells [0, pos0 + i]. The cache must already hold cells [0, pos0 + n_q).
-// q, out: f32 [n_q, n_head, head_dim].
-void attention_batch(ThreadPool& pool, const AttentionDims& dims, const float* q, int64_t n_q,
-                     int64_t pos0, const uint16_t* k_cache, const uint16_t* v_cache,
-                     float* out);
 
-// Queries over listed cells (a multi-sequence batch): query i attends the cells
-// cells[begin[i] .. begin[i] + len[i]) in that order, len[i] >= 1. With the list 0, 1, ..., n-1
-// the result is bit-identical to attention() over n cells; a list visiting the same keys and
-// values in the same order gives the same bits wherever the cells lie.
-// q, out: f32 [n_q, n_head, head_dim]; cells < the cache's cell count.
-void attention_cells(ThreadPool& pool, const AttentionDims& dims, const float* q, int64_t n_q,
-                     const int32_t* cells, const int64_t* begin, const int64_t* len,
-                     const uint16_t* k_cache, const uint16_t* v_cache, float* out);
+  // ---- Dense matrix products -------------------------------------------------------------
+  // y[r] = W[r,:] . x           W: t [rows, cols], x: f32 [cols], y: f32 [rows]
+  void matvec(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
+              const float* x, float* y) const;
+
+  // Several matvecs of one input in one dispatch (e.g. the q, k and v projections): part j
+  // computes y_j = W_j . x. Every part has `cols` columns; types may differ. Each y_j is
+  // bit-identical to matvec(W_j, x): only the split into tasks differs.
+  void matvec_multi(ThreadPool& pool, const MatvecPart* parts, int n_parts, int64_t cols,
+                    const float* x) const;
+
+  // Y[i, r] = W[r,:] . X[i,:]   X: f32 [m, cols], Y: f32 [m, rows]   (prompt processing)
+  void matmul(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
+              const float* X, int64_t m, float* Y) const;
+
+  // ---- Neuron-sparse products (PowerInfer gate/up and down) -------------------------------
+  // Row-sparse matvec: y[idx[k]] = W[idx[k],:] . x for k < n_idx; other y untouched.
+  // Any index order is correct; ascending order streams fastest.
+  void matvec_rows(ThreadPool& pool, DType t, const void* W, int64_t cols, const int32_t* idx,
+                   int64_t n_idx, const float* x, float* y) const;
+
+  // Sparse axpy over the transposed down projection, D: t [n_rows, cols] one row per neuron:
+  // y[:] += sum over k < n_idx with a[idx[k]] != 0 of a[idx[k]] * D[idx[k], :]
+  // a: f32 [n_rows], y: f32 [cols]. The order of the sums is fixed (axpy.cpp): the listed
+  // rows below n_rows / 2 are added to y in list order, those above into a zeroed partial in
+  // list order, and the partial to y last - whatever the thread count, and the same per token
+  // in the many-token forms below, so results are bit-identical across pool sizes and batch
+  // splits. Threads own disjoint (half, column slice) parts: no race.
+  void axpy_rows(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
+                 const int32_t* idx, int64_t n_idx, const float* a, float* y) const;
+
+  // Dense y[:] += sum_r a[r] * D[r, :] over all rows (rows with a[r] == 0 are skipped).
+  void axpy_dense(ThreadPool& pool, DType t, const void* D, int64_t rows, int64_t cols,
+                  const float* a, float* y) const;
+
+  // Several tokens at once. Per-token index lists are in CSR form: token i's list is
+  // idx[offsets[i] .. offsets[i+1]) (offsets: [m + 1]), without duplicates, values in
+  // [0, n_rows). Each weight row is read once per call however many tokens use it.
+  //
+  // Y[i, r] = W[r,:] . X[i,:] for r in token i's list; other Y untouched.
+  // W: t [n_rows, cols], X: f32 [m, cols], Y: f32 [m, n_rows]
+  void matvec_rows_batch(ThreadPool& pool, DType t, const void* W, int64_t n_rows, int64_t cols,
+                         const int32_t* idx, const int64_t* offsets, const float* X, int64_t m,
+                         float* Y) const;
+  // Union-of-masks variant: one list for all tokens, Y[i, idx[k]] = W[idx[k],:] . X[i,:].
+  void matvec_rows_union(ThreadPool& pool, DType t, const void* W, int64_t n_rows, int64_t cols,
+                         const int32_t* idx, int64_t n_idx, const float* X, int64_t m, float* Y) const;
+
+  // Y[i, :] += sum over r in token i's list with A[i, r] != 0 of A[i, r] * D[r, :]
+  // D: t [n_rows, cols], A: f32 [m, n_rows], Y: f32 [m, cols]
+  void axpy_rows_batch(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
+                       const int32_t* idx, const int64_t* offsets, const float* A, int64_t m,
+                       float* Y) const;
+  // Union variant: one list for all tokens (rows where A[i, r] == 0 are skipped per token).
+  void axpy_rows_union(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
+                       const int32_t* idx, int64_t n_idx, const float* A, int64_t m, float* Y) const;
+
+  // ---- Small ops (f32 vectors of n elements; same contracts as ref.h) --------------------
+  // y = x / sqrt(mean(x^2) + eps) * w
+  void rmsnorm(ThreadPool& pool, const float* x, const float* w, int64_t n, float eps, float* y) const;
+  // y = (x - mean) / sqrt(var + eps) * w + b   (b may be null)
+  void layernorm(ThreadPool& pool, const float* x, const float* w, const float* b, int64_t n,
+                 float eps, float* y) const;
+
+  // In place on x: f32 [n_heads, head_dim]; rotates the first n_rot dims of each head at
+  // position pos. Normal: pairs (2i, 2i+1). NeoX: pairs (i, i + n_rot/2).
+  // theta_i = pos * freq_scale * base^(-2i / n_rot).
+  void rope(ThreadPool& pool, float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+            int64_t pos, float base, float freq_scale, RopeMode mode) const;
+
+  void softmax(ThreadPool& pool, float* x, int64_t n) const;  // in place, numerically stable
+  void silu(ThreadPool& pool, const float* x, float* y, int64_t n) const;
+  void gelu(ThreadPool& pool, const float* x, float* y, int64_t n) const;  // tanh approximation
+  void relu(ThreadPool& pool, const float* x, float* y, int64_t n) const;
+  void relu_squared(ThreadPool& pool, const float* x, float* y, int64_t n) const;
+  void add(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n) const;
+  void mul(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n) const;
+  // y = x as f16 bit patterns, rounded to nearest even; identical to pi::f32_to_f16 for every
+  // input (NaN included).
+  void to_f16(ThreadPool& pool, const float* x, uint16_t* y, int64_t n) const;
+
+  // ---- Attention over an f16 KV cache -----------------------------------------------------
+
+  // One query token over cells [0, n_ctx_used):
+  // q: f32 [n_head, head_dim]; k_cache, v_cache: f16 bits in the dims' layout, at least
+  // n_ctx_used cells (cell t holds position t); out: f32 [n_head, head_dim].
+  void attention(ThreadPool& pool, const AttentionDims& dims, const float* q,
+                 const uint16_t* k_cache, const uint16_t* v_cache, int64_t n_ctx_used,
+                 float* out) const;
+
+  // A causal batch of n_q query tokens at positions pos0 .. pos0 + n_q - 1; query i attends to
+  // cells [0, pos0 + i]. The cache must already hold cells [0, pos0 + n_q).
+  // q, out: f32 [n_q, n_head, head_dim].
+  void attention_batch(ThreadPool& pool, const AttentionDims& dims, const float* q, int64_t n_q,
+                       int64_t pos0, const uint16_t* k_cache, const uint16_t* v_cache,
+                       float* out) const;
+
+  // Queries over listed cells (a multi-sequence batch): query i attends the cells
+  // cells[begin[i] .. begin[i] + len[i]) in that order, len[i] >= 1; cells == nullptr means the
+  // list 0, 1, ..., len[i] - 1 (begin unused). With the list 0, 1, ..., n-1 the result is
+  // bit-identical to attention() over n cells; a list visiting the same keys and values in the
+  // same order gives the same bits wherever the cells lie.
+  // q, out: f32 [n_q, n_head, head_dim]; cells < the cache's cell count.
+  void attention_cells(ThreadPool& pool, const AttentionDims& dims, const float* q, int64_t n_q,
+                       const int32_t* cells, const int64_t* begin, const int64_t* len,
+                       const uint16_t* k_cache, const uint16_t* v_cache, float* out) const;
+
+ private:
+  Isa isa_;
+  const detail::KernelTable* table_;
+};
 
 }  // namespace pi::cpu

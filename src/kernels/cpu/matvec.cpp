@@ -98,20 +98,20 @@ void run_dot(ThreadPool& pool, const KernelTable& kt, const DotTask& base, int64
 
 }  // namespace
 
-void matvec(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
-            const float* x, float* y) {
+void Kernels::matvec(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
+            const float* x, float* y) const {
   detail::check_matrix(t, cols);
-  const KernelTable& kt = detail::table();
+  const KernelTable& kt = *table_;
   Scratch scratch;
   const Prepared p = prepare(pool, scratch, kt, t, x, 1, cols);
   run_dot(pool, kt, base_task(t, W, cols, x, p, y, rows), rows, 1);
 }
 
-void matvec_multi(ThreadPool& pool, const MatvecPart* parts, int n_parts, int64_t cols,
-                  const float* x) {
+void Kernels::matvec_multi(ThreadPool& pool, const MatvecPart* parts, int n_parts, int64_t cols,
+                  const float* x) const {
   constexpr int kMaxParts = 8;
   detail::require(n_parts >= 1 && n_parts <= kMaxParts, "matvec_multi: 1..8 parts");
-  const KernelTable& kt = detail::table();
+  const KernelTable& kt = *table_;
   Scratch scratch;
   DotTask base[kMaxParts];
   int64_t total = 0;
@@ -149,20 +149,20 @@ void matvec_multi(ThreadPool& pool, const MatvecPart* parts, int n_parts, int64_
       Schedule::Dynamic, 1);
 }
 
-void matmul(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
-            const float* X, int64_t m, float* Y) {
+void Kernels::matmul(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
+            const float* X, int64_t m, float* Y) const {
   detail::check_matrix(t, cols);
-  const KernelTable& kt = detail::table();
+  const KernelTable& kt = *table_;
   Scratch scratch;
   const Prepared p = prepare(pool, scratch, kt, t, X, m, cols);
   run_dot(pool, kt, base_task(t, W, cols, X, p, Y, rows), rows, m);
 }
 
-void matvec_rows(ThreadPool& pool, DType t, const void* W, int64_t cols, const int32_t* idx,
-                 int64_t n_idx, const float* x, float* y) {
+void Kernels::matvec_rows(ThreadPool& pool, DType t, const void* W, int64_t cols, const int32_t* idx,
+                 int64_t n_idx, const float* x, float* y) const {
   detail::check_matrix(t, cols);
   if (n_idx <= 0) return;
-  const KernelTable& kt = detail::table();
+  const KernelTable& kt = *table_;
   Scratch scratch;
   const Prepared p = prepare(pool, scratch, kt, t, x, 1, cols);
   DotTask base = base_task(t, W, cols, x, p, y, 0);
@@ -170,11 +170,11 @@ void matvec_rows(ThreadPool& pool, DType t, const void* W, int64_t cols, const i
   run_dot(pool, kt, base, n_idx, 1);
 }
 
-void matvec_rows_union(ThreadPool& pool, DType t, const void* W, int64_t n_rows, int64_t cols,
-                       const int32_t* idx, int64_t n_idx, const float* X, int64_t m, float* Y) {
+void Kernels::matvec_rows_union(ThreadPool& pool, DType t, const void* W, int64_t n_rows, int64_t cols,
+                       const int32_t* idx, int64_t n_idx, const float* X, int64_t m, float* Y) const {
   detail::check_matrix(t, cols);
   if (n_idx <= 0 || m <= 0) return;
-  const KernelTable& kt = detail::table();
+  const KernelTable& kt = *table_;
   Scratch scratch;
   const Prepared p = prepare(pool, scratch, kt, t, X, m, cols);
   DotTask base = base_task(t, W, cols, X, p, Y, n_rows);
@@ -182,12 +182,12 @@ void matvec_rows_union(ThreadPool& pool, DType t, const void* W, int64_t n_rows,
   run_dot(pool, kt, base, n_idx, m);
 }
 
-void matvec_rows_batch(ThreadPool& pool, DType t, const void* W, int64_t n_rows, int64_t cols,
+void Kernels::matvec_rows_batch(ThreadPool& pool, DType t, const void* W, int64_t n_rows, int64_t cols,
                        const int32_t* idx, const int64_t* offsets, const float* X, int64_t m,
-                       float* Y) {
+                       float* Y) const {
   detail::check_matrix(t, cols);
   if (m <= 0 || n_rows <= 0) return;
-  const KernelTable& kt = detail::table();
+  const KernelTable& kt = *table_;
   Scratch scratch;
   const Prepared p = prepare(pool, scratch, kt, t, X, m, cols);
   auto* masks = scratch.alloc<uint64_t>(n_rows);

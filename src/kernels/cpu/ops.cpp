@@ -34,54 +34,54 @@ void elementwise(ThreadPool& pool, int64_t n, F f) {
 
 }  // namespace
 
-void rmsnorm(ThreadPool&, const float* x, const float* w, int64_t n, float eps, float* y) {
-  detail::table().rmsnorm(x, w, n, eps, y);
+void Kernels::rmsnorm(ThreadPool&, const float* x, const float* w, int64_t n, float eps, float* y) const {
+  table_->rmsnorm(x, w, n, eps, y);
 }
 
-void layernorm(ThreadPool&, const float* x, const float* w, const float* b, int64_t n,
-               float eps, float* y) {
-  detail::table().layernorm(x, w, b, n, eps, y);
+void Kernels::layernorm(ThreadPool&, const float* x, const float* w, const float* b, int64_t n,
+               float eps, float* y) const {
+  table_->layernorm(x, w, b, n, eps, y);
 }
 
-void softmax(ThreadPool&, float* x, int64_t n) { detail::table().softmax(x, n); }
+void Kernels::softmax(ThreadPool&, float* x, int64_t n) const { table_->softmax(x, n); }
 
-void silu(ThreadPool& pool, const float* x, float* y, int64_t n) {
-  const auto f = detail::table().silu;
+void Kernels::silu(ThreadPool& pool, const float* x, float* y, int64_t n) const {
+  const auto f = table_->silu;
   elementwise(pool, n, [&](int64_t i, int64_t len) { f(x + i, y + i, len); });
 }
 
-void gelu(ThreadPool& pool, const float* x, float* y, int64_t n) {
-  const auto f = detail::table().gelu;
+void Kernels::gelu(ThreadPool& pool, const float* x, float* y, int64_t n) const {
+  const auto f = table_->gelu;
   elementwise(pool, n, [&](int64_t i, int64_t len) { f(x + i, y + i, len); });
 }
 
-void relu(ThreadPool& pool, const float* x, float* y, int64_t n) {
-  const auto f = detail::table().relu;
+void Kernels::relu(ThreadPool& pool, const float* x, float* y, int64_t n) const {
+  const auto f = table_->relu;
   elementwise(pool, n, [&](int64_t i, int64_t len) { f(x + i, y + i, len); });
 }
 
-void relu_squared(ThreadPool& pool, const float* x, float* y, int64_t n) {
-  const auto f = detail::table().relu_squared;
+void Kernels::relu_squared(ThreadPool& pool, const float* x, float* y, int64_t n) const {
+  const auto f = table_->relu_squared;
   elementwise(pool, n, [&](int64_t i, int64_t len) { f(x + i, y + i, len); });
 }
 
-void add(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n) {
-  const auto f = detail::table().add;
+void Kernels::add(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n) const {
+  const auto f = table_->add;
   elementwise(pool, n, [&](int64_t i, int64_t len) { f(a + i, b + i, y + i, len); });
 }
 
-void mul(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n) {
-  const auto f = detail::table().mul;
+void Kernels::mul(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n) const {
+  const auto f = table_->mul;
   elementwise(pool, n, [&](int64_t i, int64_t len) { f(a + i, b + i, y + i, len); });
 }
 
-void to_f16(ThreadPool& pool, const float* x, uint16_t* y, int64_t n) {
-  const auto f = detail::table().to_f16;
+void Kernels::to_f16(ThreadPool& pool, const float* x, uint16_t* y, int64_t n) const {
+  const auto f = table_->to_f16;
   elementwise(pool, n, [&](int64_t i, int64_t len) { f(x + i, y + i, len); });
 }
 
-void rope(ThreadPool&, float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
-          float base, float freq_scale, RopeMode mode) {
+void Kernels::rope(ThreadPool&, float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
+          float base, float freq_scale, RopeMode mode) const {
   detail::require(n_rot % 2 == 0 && n_rot <= head_dim, "rope: n_rot must be even and <= head_dim");
   const int64_t n_pairs = n_rot / 2;
   if (n_pairs == 0) return;
@@ -96,7 +96,7 @@ void rope(ThreadPool&, float* x, int64_t n_heads, int64_t head_dim, int64_t n_ro
     cs[i] = static_cast<float>(std::cos(theta));
     cs[n_pairs + i] = static_cast<float>(std::sin(theta));
   }
-  detail::table().rope(x, n_heads, head_dim, n_pairs, cs, mode == RopeMode::NeoX);
+  table_->rope(x, n_heads, head_dim, n_pairs, cs, mode == RopeMode::NeoX);
 }
 
 namespace {
@@ -110,15 +110,15 @@ struct AttnQueries {
   const int64_t* begin = nullptr;
   const int64_t* len = nullptr;
 
-  int64_t n_ctx(int64_t i) const { return cells != nullptr ? len[i] : n_ctx0 + i; }
+  int64_t n_ctx(int64_t i) const { return len != nullptr ? len[i] : n_ctx0 + i; }
 };
 
-void attention_heads(ThreadPool& pool, const AttentionDims& d, const float* q,
+void attention_heads(ThreadPool& pool, const detail::KernelTable& kt, const AttentionDims& d, const float* q,
                      const AttnQueries& qs, const uint16_t* k_cache, const uint16_t* v_cache,
                      float* out) {
   detail::require(d.n_kv_head > 0 && d.n_head % d.n_kv_head == 0,
                   "attention: n_head must be a multiple of n_kv_head");
-  const auto head_fn = detail::table().attn_head;
+  const auto head_fn = kt.attn_head;
   const int64_t group = d.n_head / d.n_kv_head;
   const int64_t head_stride = d.head_stride != 0 ? d.head_stride : d.head_dim;
   const int64_t cell_stride = d.cell_stride != 0 ? d.cell_stride : d.n_kv_head * d.head_dim;
@@ -150,24 +150,24 @@ void attention_heads(ThreadPool& pool, const AttentionDims& d, const float* q,
 
 }  // namespace
 
-void attention(ThreadPool& pool, const AttentionDims& dims, const float* q,
+void Kernels::attention(ThreadPool& pool, const AttentionDims& dims, const float* q,
                const uint16_t* k_cache, const uint16_t* v_cache, int64_t n_ctx_used,
-               float* out) {
-  attention_heads(pool, dims, q, AttnQueries{1, n_ctx_used}, k_cache, v_cache, out);
+               float* out) const {
+  attention_heads(pool, *table_, dims, q, AttnQueries{1, n_ctx_used}, k_cache, v_cache, out);
 }
 
-void attention_batch(ThreadPool& pool, const AttentionDims& dims, const float* q, int64_t n_q,
+void Kernels::attention_batch(ThreadPool& pool, const AttentionDims& dims, const float* q, int64_t n_q,
                      int64_t pos0, const uint16_t* k_cache, const uint16_t* v_cache,
-                     float* out) {
-  attention_heads(pool, dims, q, AttnQueries{n_q, pos0 + 1}, k_cache, v_cache, out);
+                     float* out) const {
+  attention_heads(pool, *table_, dims, q, AttnQueries{n_q, pos0 + 1}, k_cache, v_cache, out);
 }
 
-void attention_cells(ThreadPool& pool, const AttentionDims& dims, const float* q, int64_t n_q,
+void Kernels::attention_cells(ThreadPool& pool, const AttentionDims& dims, const float* q, int64_t n_q,
                      const int32_t* cells, const int64_t* begin, const int64_t* len,
-                     const uint16_t* k_cache, const uint16_t* v_cache, float* out) {
-  detail::require(cells != nullptr && begin != nullptr && len != nullptr,
-                  "attention_cells: cells, begin and len are required");
-  attention_heads(pool, dims, q, AttnQueries{n_q, 0, cells, begin, len}, k_cache, v_cache, out);
+                     const uint16_t* k_cache, const uint16_t* v_cache, float* out) const {
+  detail::require(len != nullptr && (cells == nullptr || begin != nullptr),
+                  "attention_cells: len (and begin with cells) are required");
+  attention_heads(pool, *table_, dims, q, AttnQueries{n_q, 0, cells, begin, len}, k_cache, v_cache, out);
 }
 
 }  // namespace pi::cpu

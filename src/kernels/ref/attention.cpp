@@ -14,11 +14,13 @@ namespace pi::ref {
 
 void attention_cells(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
                      const int32_t* cells, int64_t n_cells, int64_t n_head, int64_t n_kv_head,
-                     int64_t head_dim, float scale, float* out) {
+                     int64_t head_dim, float scale, float* out, int64_t head_stride,
+                     int64_t cell_stride) {
   const int64_t n_ctx_used = n_cells;
   const auto cell = [cells](int64_t t) { return cells != nullptr ? int64_t{cells[t]} : t; };
   const int64_t group = n_head / n_kv_head;
-  const int64_t cell_stride = n_kv_head * head_dim;  // elements per cache cell
+  if (head_stride == 0) head_stride = head_dim;
+  if (cell_stride == 0) cell_stride = n_kv_head * head_dim;
   std::vector<double> p(static_cast<size_t>(n_ctx_used));
   for (int64_t h = 0; h < n_head; ++h) {
     const float* qh = q + h * head_dim;
@@ -27,7 +29,7 @@ void attention_cells(const float* q, const uint16_t* k_cache, const uint16_t* v_
     double max = -INFINITY;
     bool has_nan = false;
     for (int64_t t = 0; t < n_ctx_used; ++t) {
-      const uint16_t* k = k_cache + cell(t) * cell_stride + g * head_dim;
+      const uint16_t* k = k_cache + cell(t) * cell_stride + g * head_stride;
       double s = 0.0;
       for (int64_t d = 0; d < head_dim; ++d) s += static_cast<double>(qh[d]) * f16_to_f32(k[d]);
       s *= scale;
@@ -45,7 +47,7 @@ void attention_cells(const float* q, const uint16_t* k_cache, const uint16_t* v_
     for (int64_t d = 0; d < head_dim; ++d) {
       double acc = 0.0;
       for (int64_t t = 0; t < n_ctx_used; ++t) {
-        const uint16_t* v = v_cache + cell(t) * cell_stride + g * head_dim;
+        const uint16_t* v = v_cache + cell(t) * cell_stride + g * head_stride;
         acc += p[static_cast<size_t>(t)] / sum * f16_to_f32(v[d]);
       }
       o[d] = static_cast<float>(acc);

@@ -61,9 +61,11 @@ void attention(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
                int64_t n_ctx_used, int64_t n_head, int64_t n_kv_head, int64_t head_dim,
                float scale, float* out);
 // The same over the listed cells: position t of the softmax is cell cells[t], t < n_cells
-// (cells == nullptr: cell t).
+// (cells == nullptr: cell t). Kv head g of cell c starts at g * head_stride + c * cell_stride
+// elements; 0, 0 is the cell-major layout above (head_dim, n_kv_head * head_dim).
 void attention_cells(const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
                      const int32_t* cells, int64_t n_cells, int64_t n_head, int64_t n_kv_head,
-                     int64_t head_dim, float scale, float* out);
+                     int64_t head_dim, float scale, float* out, int64_t head_stride = 0,
+                     int64_t cell_stride = 0);
 
 }  // namespace pi::ref

@@ -42,7 +42,7 @@ void expect_axpy(const Weights& w, const std::vector<int32_t>& idx, const float*
 
 TEST(CpuAxpy, RowsAndDenseMatchReference) {
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (DType t : matrix_types()) {
       for (int64_t cols : col_sizes(t)) {
         for (int64_t rows : {1, 7, 33}) {
@@ -60,8 +60,8 @@ TEST(CpuAxpy, RowsAndDenseMatchReference) {
             Guarded ys(cols), yd(cols);
             std::copy(y0.begin(), y0.end(), ys.data());
             std::copy(y0.begin(), y0.end(), yd.data());
-            axpy_rows(pool, t, w.data(), rows, cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), ys.data());
-            axpy_dense(pool, t, w.data(), rows, cols, a.data(), yd.data());
+            k.axpy_rows(pool, t, w.data(), rows, cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), ys.data());
+            k.axpy_dense(pool, t, w.data(), rows, cols, a.data(), yd.data());
             EXPECT_TRUE(ys.guards_intact());
             EXPECT_TRUE(yd.guards_intact());
             sparse.push_back(ys.values());
@@ -91,7 +91,7 @@ TEST(CpuAxpy, ExactOnConstructedData) {
   const std::pair<DType, int> cases[] = {{DType::F32, -8}, {DType::F16, -8}, {DType::BF16, -8},
                                          {DType::Q8_0, -127}, {DType::Q4_0, -8}, {DType::Q5_0, -16}};
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (auto [t, lo] : cases) {
       SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t));
       const int64_t rows = 40, cols = 4128;
@@ -104,7 +104,7 @@ TEST(CpuAxpy, ExactOnConstructedData) {
       const auto y0 = dyadic(cols, 11);
       const auto idx = subset(rows, 0.6, 12);
       auto y = y0, want = y0;
-      axpy_rows(pool, t, w.data(), rows, cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), y.data());
+      k.axpy_rows(pool, t, w.data(), rows, cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), y.data());
       ref::axpy_rows(t, w.data(), cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), want.data());
       EXPECT_EQ(y, want);
     }
@@ -114,7 +114,7 @@ TEST(CpuAxpy, ExactOnConstructedData) {
 TEST(CpuAxpy, ZeroCoefficientSkipsNonFiniteRowsAndNonZeroPropagates) {
   ThreadPool pool(2);
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (DType t : matrix_types()) {
       SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t));
       const int64_t rows = 4, cols = 512;
@@ -132,7 +132,7 @@ TEST(CpuAxpy, ZeroCoefficientSkipsNonFiniteRowsAndNonZeroPropagates) {
       for (float a1 : {0.0f, 1.0f}) {
         const std::vector<float> a = {0.5f, a1, -1.0f, 2.0f};
         std::vector<float> y(cols, 1.0f), want(cols, 1.0f);
-        axpy_rows(pool, t, w.data(), rows, cols, idx.data(), 4, a.data(), y.data());
+        k.axpy_rows(pool, t, w.data(), rows, cols, idx.data(), 4, a.data(), y.data());
         ref::axpy_rows(t, w.data(), cols, idx.data(), 4, a.data(), want.data());
         int non_finite = 0;
         for (int64_t c = 0; c < cols; ++c) {
@@ -147,7 +147,7 @@ TEST(CpuAxpy, ZeroCoefficientSkipsNonFiniteRowsAndNonZeroPropagates) {
 
 TEST(CpuAxpy, BatchAndUnionMatchPerTokenReference) {
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (DType t : matrix_types()) {
       for (int64_t m : {1, 4, 70}) {
         SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t) << " m=" << m);
@@ -170,8 +170,8 @@ TEST(CpuAxpy, BatchAndUnionMatchPerTokenReference) {
           Guarded Yb(m * cols), Yu(m * cols);
           std::copy(Y0.begin(), Y0.end(), Yb.data());
           std::copy(Y0.begin(), Y0.end(), Yu.data());
-          axpy_rows_batch(pool, t, w.data(), n_rows, cols, idx.data(), offsets.data(), A.data(), m, Yb.data());
-          axpy_rows_union(pool, t, w.data(), n_rows, cols, uni.data(), static_cast<int64_t>(uni.size()), A.data(),
+          k.axpy_rows_batch(pool, t, w.data(), n_rows, cols, idx.data(), offsets.data(), A.data(), m, Yb.data());
+          k.axpy_rows_union(pool, t, w.data(), n_rows, cols, uni.data(), static_cast<int64_t>(uni.size()), A.data(),
                           m, Yu.data());
           EXPECT_TRUE(Yb.guards_intact());
           EXPECT_TRUE(Yu.guards_intact());

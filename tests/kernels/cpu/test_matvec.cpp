@@ -40,7 +40,7 @@ void expect_dot_rows(const Weights& w, const std::vector<int64_t>& rows, const f
 TEST(CpuMatvec, MatchesReferenceEveryTypeIsaAndSize) {
   ThreadPool pool(2);
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (DType t : matrix_types()) {
       for (int64_t cols : col_sizes(t)) {
         for (int64_t rows : {1, 7, 33}) {
@@ -52,7 +52,7 @@ TEST(CpuMatvec, MatchesReferenceEveryTypeIsaAndSize) {
           const auto g = gaussian(cols, 99);
           std::copy(g.begin(), g.end(), xs.begin() + 1);
           Guarded y(rows);
-          matvec(pool, t, w.data(), rows, cols, xs.data() + 1, y.data());
+          k.matvec(pool, t, w.data(), rows, cols, xs.data() + 1, y.data());
           EXPECT_TRUE(y.guards_intact());
           std::vector<int64_t> all(static_cast<size_t>(rows));
           for (int64_t r = 0; r < rows; ++r) all[static_cast<size_t>(r)] = r;
@@ -75,7 +75,7 @@ TEST(CpuMatvec, ExactOnConstructedData) {
   const Case cases[] = {{DType::F32, -8, 8}, {DType::F16, -8, 8},  {DType::BF16, -8, 8},
                         {DType::Q8_0, -127, 127}, {DType::Q4_0, -8, 7}, {DType::Q5_0, -16, 15}};
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (const Case& c : cases) {
       const int64_t rows = 9, cols = 4128;
       SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(c.t));
@@ -87,7 +87,7 @@ TEST(CpuMatvec, ExactOnConstructedData) {
       const Weights w = make_weights(c.t, rows, cols, src);
       if (int_type(c.t)) ASSERT_EQ(w.dequant, src);  // the scales came out as 1
       std::vector<float> y(rows), want(rows);
-      matvec(pool, c.t, w.data(), rows, cols, x.data(), y.data());
+      k.matvec(pool, c.t, w.data(), rows, cols, x.data(), y.data());
       ref::matvec(c.t, w.data(), rows, cols, x.data(), want.data());
       EXPECT_EQ(y, want);
     }
@@ -96,7 +96,7 @@ TEST(CpuMatvec, ExactOnConstructedData) {
 
 TEST(CpuMatvec, BitIdenticalForOneTwoThreeThreads) {
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (DType t : matrix_types()) {
       SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t));
       const int64_t rows = 301, cols = t == DType::Q6_K ? 1024 : 1056;
@@ -106,7 +106,7 @@ TEST(CpuMatvec, BitIdenticalForOneTwoThreeThreads) {
       for (int n : {1, 2, 3}) {
         ThreadPool pool(n);
         std::vector<float> y(rows);
-        matvec(pool, t, w.data(), rows, cols, x.data(), y.data());
+        k.matvec(pool, t, w.data(), rows, cols, x.data(), y.data());
         outs.push_back(y);
       }
       EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), rows * 4));
@@ -118,7 +118,7 @@ TEST(CpuMatvec, BitIdenticalForOneTwoThreeThreads) {
 TEST(CpuMatvec, NonFiniteInputsGiveNonFiniteOutputs) {
   ThreadPool pool(2);
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (DType t : matrix_types()) {
       SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t));
       const int64_t rows = 5, cols = 512;
@@ -127,7 +127,7 @@ TEST(CpuMatvec, NonFiniteInputsGiveNonFiniteOutputs) {
         auto x = gaussian(cols, 4);
         x[100] = bad;
         std::vector<float> y(rows), want(rows);
-        matvec(pool, t, w.data(), rows, cols, x.data(), y.data());
+        k.matvec(pool, t, w.data(), rows, cols, x.data(), y.data());
         ref::matvec(t, w.data(), rows, cols, x.data(), want.data());
         for (int64_t r = 0; r < rows; ++r) {
           EXPECT_EQ(std::isfinite(y[r]), std::isfinite(want[r])) << "row " << r << " x=" << bad;
@@ -140,7 +140,7 @@ TEST(CpuMatvec, NonFiniteInputsGiveNonFiniteOutputs) {
 
 TEST(CpuMatmul, MatchesReferenceAndThreadCounts) {
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (DType t : matrix_types()) {
       for (int64_t m : {1, 3, 17, 20}) {
         SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t) << " m=" << m);
@@ -151,7 +151,7 @@ TEST(CpuMatmul, MatchesReferenceAndThreadCounts) {
         for (int n : {1, 2, 3}) {
           ThreadPool pool(n);
           Guarded Y(m * rows);
-          matmul(pool, t, w.data(), rows, cols, X.data(), m, Y.data());
+          k.matmul(pool, t, w.data(), rows, cols, X.data(), m, Y.data());
           EXPECT_TRUE(Y.guards_intact());
           outs.push_back(Y.values());
         }
@@ -182,7 +182,7 @@ std::vector<int32_t> subset(int64_t n, double frac, uint32_t seed) {
 // also with mixed types, odd row counts and any thread count.
 TEST(CpuMatvec, MultiEqualsSeparateMatvecs) {
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     const int64_t cols = 4160;
     const Weights a = random_weights(DType::Q4_0, 37, cols, 1), b = random_weights(DType::Q8_0, 5, cols, 2),
                   c = random_weights(DType::Q4_0, 300, cols, 3), d = random_weights(DType::F16, 11, cols, 4);
@@ -195,10 +195,10 @@ TEST(CpuMatvec, MultiEqualsSeparateMatvecs) {
       std::vector<MatvecPart> parts;
       for (const Weights* w : ws) outs.emplace_back(w->rows);
       for (size_t j = 0; j < 4; ++j) parts.push_back({ws[j]->type, ws[j]->data(), ws[j]->rows, outs[j].data()});
-      matvec_multi(pool, parts.data(), 4, cols, x.data());
+      k.matvec_multi(pool, parts.data(), 4, cols, x.data());
       for (size_t j = 0; j < 4; ++j) {
         std::vector<float> want(static_cast<size_t>(ws[j]->rows));
-        matvec(pool, ws[j]->type, ws[j]->data(), ws[j]->rows, cols, x.data(), want.data());
+        k.matvec(pool, ws[j]->type, ws[j]->data(), ws[j]->rows, cols, x.data(), want.data());
         EXPECT_TRUE(outs[j].guards_intact()) << j;
         EXPECT_EQ(outs[j].values(), want) << "part " << j;
       }
@@ -212,7 +212,7 @@ TEST(CpuMatvec, MultiEqualsSeparateMatvecs) {
 // decoding of several sequences relies on this.
 TEST(CpuMatmul, EachTokenBitIdenticalToMatvec) {
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (DType t : matrix_types()) {
       SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t));
       const int64_t rows = 37, cols = t == DType::Q6_K ? 512 : 4160, m = 6;
@@ -220,7 +220,7 @@ TEST(CpuMatmul, EachTokenBitIdenticalToMatvec) {
       const auto X = gaussian(m * cols, 6);
       ThreadPool pool(2);
       std::vector<float> Y(static_cast<size_t>(m * rows)), y(static_cast<size_t>(rows));
-      matmul(pool, t, w.data(), rows, cols, X.data(), m, Y.data());
+      k.matmul(pool, t, w.data(), rows, cols, X.data(), m, Y.data());
       std::vector<int32_t> idx;
       std::vector<int64_t> offsets{0};
       for (int64_t i = 0; i < m; ++i) {
@@ -229,11 +229,11 @@ TEST(CpuMatmul, EachTokenBitIdenticalToMatvec) {
         offsets.push_back(static_cast<int64_t>(idx.size()));
       }
       std::vector<float> Yb(static_cast<size_t>(m * rows), 0.0f), yr(static_cast<size_t>(rows), 0.0f);
-      matvec_rows_batch(pool, t, w.data(), rows, cols, idx.data(), offsets.data(), X.data(), m, Yb.data());
+      k.matvec_rows_batch(pool, t, w.data(), rows, cols, idx.data(), offsets.data(), X.data(), m, Yb.data());
       for (int64_t i = 0; i < m; ++i) {
-        matvec(pool, t, w.data(), rows, cols, X.data() + i * cols, y.data());
+        k.matvec(pool, t, w.data(), rows, cols, X.data() + i * cols, y.data());
         EXPECT_EQ(0, std::memcmp(y.data(), Y.data() + i * rows, rows * 4)) << "matmul token " << i;
-        matvec_rows(pool, t, w.data(), cols, idx.data() + offsets[i], offsets[i + 1] - offsets[i],
+        k.matvec_rows(pool, t, w.data(), cols, idx.data() + offsets[i], offsets[i + 1] - offsets[i],
                     X.data() + i * cols, yr.data());
         for (int64_t k = offsets[i]; k < offsets[i + 1]; ++k) {
           const int32_t r = idx[static_cast<size_t>(k)];
@@ -246,7 +246,7 @@ TEST(CpuMatmul, EachTokenBitIdenticalToMatvec) {
 
 TEST(CpuMatvecRows, WritesOnlyListedRows) {
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (DType t : matrix_types()) {
       SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t));
       const int64_t rows = 97, cols = t == DType::Q6_K ? 512 : 4128;
@@ -258,7 +258,7 @@ TEST(CpuMatvecRows, WritesOnlyListedRows) {
       for (int n : {1, 2, 3}) {
         ThreadPool pool(n);
         Guarded y(rows, -7.0f);
-        matvec_rows(pool, t, w.data(), cols, idx.data(), static_cast<int64_t>(idx.size()), x.data(), y.data());
+        k.matvec_rows(pool, t, w.data(), cols, idx.data(), static_cast<int64_t>(idx.size()), x.data(), y.data());
         EXPECT_TRUE(y.guards_intact());
         outs.push_back(y.values());
       }
@@ -274,7 +274,7 @@ TEST(CpuMatvecRows, WritesOnlyListedRows) {
 
 TEST(CpuMatvecRows, BatchAndUnionMatchPerTokenReference) {
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (DType t : matrix_types()) {
       for (int64_t m : {1, 5, 70}) {  // 70: more tokens than one mask word
         SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t) << " m=" << m);
@@ -293,8 +293,8 @@ TEST(CpuMatvecRows, BatchAndUnionMatchPerTokenReference) {
         for (int n : {1, 2, 3}) {
           ThreadPool pool(n);
           Guarded Yb(m * n_rows, -3.0f), Yu(m * n_rows, -3.0f);
-          matvec_rows_batch(pool, t, w.data(), n_rows, cols, idx.data(), offsets.data(), X.data(), m, Yb.data());
-          matvec_rows_union(pool, t, w.data(), n_rows, cols, uni.data(), static_cast<int64_t>(uni.size()),
+          k.matvec_rows_batch(pool, t, w.data(), n_rows, cols, idx.data(), offsets.data(), X.data(), m, Yb.data());
+          k.matvec_rows_union(pool, t, w.data(), n_rows, cols, uni.data(), static_cast<int64_t>(uni.size()),
                             X.data(), m, Yu.data());
           EXPECT_TRUE(Yb.guards_intact());
           EXPECT_TRUE(Yu.guards_intact());

@@ -18,14 +18,14 @@ const int64_t kLengths[] = {1, 7, 16, 33, 100, 4096, 4097};
 TEST(CpuOps, RmsnormAndLayernorm) {
   ThreadPool pool(2);
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (int64_t n : kLengths) {
       SCOPED_TRACE(::testing::Message() << isa_name(isa) << " n=" << n);
       const auto x = gaussian(n, 1, 3.0f), w = gaussian(n, 2), b = gaussian(n, 3);
       Guarded y(n), yl(n), ylb(n);
-      rmsnorm(pool, x.data(), w.data(), n, 1e-5f, y.data());
-      layernorm(pool, x.data(), w.data(), nullptr, n, 1e-5f, yl.data());
-      layernorm(pool, x.data(), w.data(), b.data(), n, 1e-5f, ylb.data());
+      k.rmsnorm(pool, x.data(), w.data(), n, 1e-5f, y.data());
+      k.layernorm(pool, x.data(), w.data(), nullptr, n, 1e-5f, yl.data());
+      k.layernorm(pool, x.data(), w.data(), b.data(), n, 1e-5f, ylb.data());
       EXPECT_TRUE(y.guards_intact() && yl.guards_intact() && ylb.guards_intact());
       std::vector<float> want(n), want_l(n), want_lb(n);
       ref::rmsnorm(x.data(), w.data(), n, 1e-5f, want.data());
@@ -52,13 +52,13 @@ TEST(CpuOps, RmsnormAndLayernorm) {
 TEST(CpuOps, Softmax) {
   ThreadPool pool(1);
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (int64_t n : kLengths) {
       SCOPED_TRACE(::testing::Message() << isa_name(isa) << " n=" << n);
       const auto x = gaussian(n, 4, 5.0f);
       Guarded y(n);
       std::copy(x.begin(), x.end(), y.data());
-      softmax(pool, y.data(), n);
+      k.softmax(pool, y.data(), n);
       EXPECT_TRUE(y.guards_intact());
       auto want = x;
       ref::softmax(want.data(), n);
@@ -73,7 +73,7 @@ TEST(CpuOps, Softmax) {
       std::vector<float> y = gaussian(40, 5), want;
       y[17] = bad;
       want = y;
-      softmax(pool, y.data(), 40);
+      k.softmax(pool, y.data(), 40);
       ref::softmax(want.data(), 40);
       for (int i = 0; i < 40; ++i) EXPECT_EQ(std::isnan(y[i]), std::isnan(want[i])) << i << " " << bad;
     }
@@ -82,7 +82,7 @@ TEST(CpuOps, Softmax) {
 
 TEST(CpuOps, Activations) {
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{33}, int64_t{4097}, int64_t{100003}}) {
       SCOPED_TRACE(::testing::Message() << isa_name(isa) << " n=" << n);
       auto x = gaussian(n, 6, 4.0f);
@@ -91,7 +91,7 @@ TEST(CpuOps, Activations) {
                                 -std::numeric_limits<float>::infinity(),
                                 std::numeric_limits<float>::quiet_NaN()};
       for (size_t i = 0; i < std::size(specials) && i < x.size(); ++i) x[i * 3 % x.size()] = specials[i];
-      using Fn = void (*)(ThreadPool&, const float*, float*, int64_t);
+      using Fn = void (Kernels::*)(ThreadPool&, const float*, float*, int64_t) const;
       using RefFn = void (*)(const float*, float*, int64_t);
       struct Op {
         const char* name;
@@ -100,17 +100,17 @@ TEST(CpuOps, Activations) {
         double rel;   // bound in units of u relative to |y|, per unit of |exp argument|
         double base;  // bound in units of u relative to |y|
       };
-      const Op ops[] = {{"silu", silu, ref::silu, 1.0, 12.0},
-                        {"gelu", gelu, ref::gelu, 4.0, 16.0},
-                        {"relu", relu, ref::relu, 0.0, 0.0},
-                        {"relu_squared", relu_squared, ref::relu_squared, 0.0, 0.0}};
+      const Op ops[] = {{"silu", &Kernels::silu, ref::silu, 1.0, 12.0},
+                        {"gelu", &Kernels::gelu, ref::gelu, 4.0, 16.0},
+                        {"relu", &Kernels::relu, ref::relu, 0.0, 0.0},
+                        {"relu_squared", &Kernels::relu_squared, ref::relu_squared, 0.0, 0.0}};
       for (const Op& op : ops) {
         SCOPED_TRACE(op.name);
         std::vector<std::vector<float>> outs;
         for (int threads : {1, 2, 3}) {
           ThreadPool pool(threads);
           Guarded y(n);
-          op.fn(pool, x.data(), y.data(), n);
+          (k.*op.fn)(pool, x.data(), y.data(), n);
           EXPECT_TRUE(y.guards_intact());
           outs.push_back(y.values());
         }
@@ -128,12 +128,12 @@ TEST(CpuOps, Activations) {
           // The exp argument (|x| for silu, |2 sqrt(2/pi) (x + 0.044715 x^3)| for gelu) carries
           // a relative rounding error that exp turns into an error proportional to it.
           const double xd = x[i];
-          const double arg = op.fn == gelu ? std::fabs(1.5957691216057308 * (xd + 0.044715 * xd * xd * xd))
+          const double arg = op.fn == &Kernels::gelu ? std::fabs(1.5957691216057308 * (xd + 0.044715 * xd * xd * xd))
                                            : std::fabs(xd);
           double tol = (op.rel * std::min(arg, 200.0) + op.base) * kU * std::fabs(want[i]) + 1e-37;
           // The reference's 0.5 x (1 + tanh) cancels for x << 0: it is only good to a few
           // double ulps of |x| there (the kernels' x * sigmoid form does not cancel).
-          if (op.fn == gelu) tol += 4.0 * std::fabs(xd) * 2.220446049250313e-16;
+          if (op.fn == &Kernels::gelu) tol += 4.0 * std::fabs(xd) * 2.220446049250313e-16;
           EXPECT_NEAR(got, want[i], tol) << "x=" << x[i];
         }
       }
@@ -143,13 +143,13 @@ TEST(CpuOps, Activations) {
 
 TEST(CpuOps, AddMulExact) {
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (int64_t n : {int64_t{1}, int64_t{31}, int64_t{100003}}) {
       ThreadPool pool(3);
       const auto a = gaussian(n, 7), b = gaussian(n, 8);
       Guarded ya(n), ym(n);
-      add(pool, a.data(), b.data(), ya.data(), n);
-      mul(pool, a.data(), b.data(), ym.data(), n);
+      k.add(pool, a.data(), b.data(), ya.data(), n);
+      k.mul(pool, a.data(), b.data(), ym.data(), n);
       EXPECT_TRUE(ya.guards_intact() && ym.guards_intact());
       std::vector<float> wa(n), wm(n);
       ref::add(a.data(), b.data(), wa.data(), n);
@@ -171,11 +171,11 @@ TEST(CpuOps, ToF16MatchesScalarConversion) {
   const auto g = gaussian(5000, 17);
   for (size_t i = 0; i < g.size(); ++i) x.push_back(g[i] * std::pow(10.0f, static_cast<float>(i % 13) - 8.0f));
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     ThreadPool pool(2);
     for (int64_t n : {int64_t{1}, int64_t{19}, static_cast<int64_t>(x.size())}) {
       std::vector<uint16_t> y(static_cast<size_t>(n) + 1, 0xabcd);
-      to_f16(pool, x.data(), y.data(), n);
+      k.to_f16(pool, x.data(), y.data(), n);
       for (int64_t i = 0; i < n; ++i)
         ASSERT_EQ(y[i], f32_to_f16(x[i])) << isa_name(isa) << " element " << i << " = " << x[i];
       EXPECT_EQ(y[n], 0xabcd) << "wrote past the end";
@@ -186,7 +186,7 @@ TEST(CpuOps, ToF16MatchesScalarConversion) {
 TEST(CpuOps, Rope) {
   ThreadPool pool(2);
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (auto mode : {RopeMode::Normal, RopeMode::NeoX}) {
       for (int64_t n_rot : {int64_t{64}, int64_t{128}, int64_t{34}}) {
         for (int64_t pos : {int64_t{0}, int64_t{1}, int64_t{4095}}) {
@@ -196,7 +196,7 @@ TEST(CpuOps, Rope) {
           const auto x = gaussian(heads * hd, 9);
           Guarded y(heads * hd);
           std::copy(x.begin(), x.end(), y.data());
-          rope(pool, y.data(), heads, hd, n_rot, pos, 10000.0f, 1.0f, mode);
+          k.rope(pool, y.data(), heads, hd, n_rot, pos, 10000.0f, 1.0f, mode);
           EXPECT_TRUE(y.guards_intact());
           auto want = x;
           ref::rope(want.data(), heads, hd, n_rot, pos, 10000.0f, 1.0f,
@@ -262,7 +262,7 @@ F16Cache f16_cache(int64_t n, uint32_t seed_k, uint32_t seed_v) {
 
 TEST(CpuAttention, SingleAndBatchedMatchReference) {
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (auto [n_head, n_kv, hd] : {std::tuple<int64_t, int64_t, int64_t>{4, 4, 64},
                                     {8, 2, 128}, {3, 1, 40}}) {
       const int64_t pos0 = 37, n_q = 5, n_cells = pos0 + n_q;
@@ -275,8 +275,8 @@ TEST(CpuAttention, SingleAndBatchedMatchReference) {
       for (int threads : {1, 2, 3}) {
         ThreadPool pool(threads);
         Guarded out(n_q * n_head * hd), single(n_head * hd);
-        attention_batch(pool, dims, Q.data(), n_q, pos0, K.data(), V.data(), out.data());
-        attention(pool, dims, Q.data(), K.data(), V.data(), pos0 + 1, single.data());
+        k.attention_batch(pool, dims, Q.data(), n_q, pos0, K.data(), V.data(), out.data());
+        k.attention(pool, dims, Q.data(), K.data(), V.data(), pos0 + 1, single.data());
         EXPECT_TRUE(out.guards_intact() && single.guards_intact());
         // The first query of the batch sees exactly the cells the single query sees.
         const auto o = out.values(), s1 = single.values();
@@ -307,7 +307,7 @@ TEST(CpuAttention, SingleAndBatchedMatchReference) {
 // the cell-major one for single, batched and listed queries.
 TEST(CpuAttention, HeadMajorLayoutGivesTheSameBits) {
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     for (auto [n_head, n_kv, hd] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 128}, {4, 4, 64}, {3, 1, 40}}) {
       SCOPED_TRACE(::testing::Message() << isa_name(isa) << " heads " << n_head << "/" << n_kv << " hd " << hd);
       const int64_t pos0 = 29, n_q = 3, n_cells = 40;  // 8 spare cells hold garbage
@@ -329,12 +329,12 @@ TEST(CpuAttention, HeadMajorLayoutGivesTheSameBits) {
       const std::vector<int64_t> begin = {0, 2, 0}, len = {8, 6, 1};
       ThreadPool pool(2);
       std::vector<float> a(n_q * n_head * hd), b(a.size()), c1(n_head * hd), c2(c1.size()), l1(a.size()), l2(a.size());
-      attention_batch(pool, cell_major, Q.data(), n_q, pos0, K.data(), V.data(), a.data());
-      attention_batch(pool, head_major, Q.data(), n_q, pos0, KH.data(), VH.data(), b.data());
-      attention(pool, cell_major, Q.data(), K.data(), V.data(), n_cells, c1.data());
-      attention(pool, head_major, Q.data(), KH.data(), VH.data(), n_cells, c2.data());
-      attention_cells(pool, cell_major, Q.data(), n_q, cells.data(), begin.data(), len.data(), K.data(), V.data(), l1.data());
-      attention_cells(pool, head_major, Q.data(), n_q, cells.data(), begin.data(), len.data(), KH.data(), VH.data(), l2.data());
+      k.attention_batch(pool, cell_major, Q.data(), n_q, pos0, K.data(), V.data(), a.data());
+      k.attention_batch(pool, head_major, Q.data(), n_q, pos0, KH.data(), VH.data(), b.data());
+      k.attention(pool, cell_major, Q.data(), K.data(), V.data(), n_cells, c1.data());
+      k.attention(pool, head_major, Q.data(), KH.data(), VH.data(), n_cells, c2.data());
+      k.attention_cells(pool, cell_major, Q.data(), n_q, cells.data(), begin.data(), len.data(), K.data(), V.data(), l1.data());
+      k.attention_cells(pool, head_major, Q.data(), n_q, cells.data(), begin.data(), len.data(), KH.data(), VH.data(), l2.data());
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
       EXPECT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * 4));
       EXPECT_EQ(0, std::memcmp(l1.data(), l2.data(), l1.size() * 4));
@@ -348,7 +348,7 @@ TEST(CpuAttention, HeadMajorLayoutGivesTheSameBits) {
 // is all that matters, not where the cells lie); the identity list equals attention_batch.
 TEST(CpuAttention, ListedCellsMatchReferenceAndContiguousBits) {
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     const int64_t n_head = 8, n_kv = 2, hd = 40, n_cells = 61, cell = n_kv * hd;
     SCOPED_TRACE(::testing::Message() << isa_name(isa));
     const auto [K, V, kd, vd] = f16_cache(n_cells * cell, 20, 21);
@@ -368,7 +368,7 @@ TEST(CpuAttention, ListedCellsMatchReferenceAndContiguousBits) {
     for (int threads : {1, 3}) {
       ThreadPool pool(threads);
       Guarded out(n_q * n_head * hd);
-      attention_cells(pool, dims, Q.data(), n_q, cells.data(), begin.data(), len.data(), K.data(),
+      k.attention_cells(pool, dims, Q.data(), n_q, cells.data(), begin.data(), len.data(), K.data(),
                       V.data(), out.data());
       EXPECT_TRUE(out.guards_intact());
       outs.push_back(out.values());
@@ -388,7 +388,7 @@ TEST(CpuAttention, ListedCellsMatchReferenceAndContiguousBits) {
         gvd.insert(gvd.end(), vd.begin() + c * cell, vd.begin() + (c + 1) * cell);
       }
       std::vector<float> contiguous(n_head * hd), want(n_head * hd);
-      attention(pool, dims, Q.data() + i * n_head * hd, gk.data(), gv.data(), len[i],
+      k.attention(pool, dims, Q.data() + i * n_head * hd, gk.data(), gv.data(), len[i],
                 contiguous.data());
       EXPECT_EQ(0, std::memcmp(contiguous.data(), outs[0].data() + i * n_head * hd,
                                contiguous.size() * 4))
@@ -407,7 +407,7 @@ TEST(CpuAttention, ListedCellsMatchReferenceAndContiguousBits) {
     }
     // The identity lists of queries 3 and 4 are a causal batch of two at pos0 = 9.
     std::vector<float> batch(2 * n_head * hd);
-    attention_batch(pool, dims, Q.data() + 3 * n_head * hd, 2, 9, K.data(), V.data(), batch.data());
+    k.attention_batch(pool, dims, Q.data() + 3 * n_head * hd, 2, 9, K.data(), V.data(), batch.data());
     EXPECT_EQ(0, std::memcmp(batch.data(), outs[0].data() + 3 * n_head * hd, batch.size() * 4));
   }
 }
@@ -415,7 +415,7 @@ TEST(CpuAttention, ListedCellsMatchReferenceAndContiguousBits) {
 TEST(CpuAttention, NaNInQueryPoisonsOnlyItsHead) {
   ThreadPool pool(2);
   for (Isa isa : isas()) {
-    IsaScope scope(isa);
+    const Kernels k(isa);
     const int64_t n_head = 2, hd = 32, n = 9;
     std::vector<uint16_t> K(n * n_head * hd), V(n * n_head * hd);
     const auto kf = gaussian(static_cast<int64_t>(K.size()), 13);
@@ -423,7 +423,7 @@ TEST(CpuAttention, NaNInQueryPoisonsOnlyItsHead) {
     auto q = gaussian(n_head * hd, 14);
     q[3] = std::numeric_limits<float>::quiet_NaN();  // head 0
     std::vector<float> out(n_head * hd), want(n_head * hd);
-    attention(pool, {n_head, n_head, hd, 0.2f}, q.data(), K.data(), V.data(), n, out.data());
+    k.attention(pool, {n_head, n_head, hd, 0.2f}, q.data(), K.data(), V.data(), n, out.data());
     ref::attention(q.data(), K.data(), V.data(), n, n_head, n_head, hd, 0.2f, want.data());
     for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(std::isnan(out[i]), std::isnan(want[i])) << i;
   }

@@ -43,16 +43,6 @@ inline std::vector<Isa> isas() {
   return out;
 }
 
-// Sets an ISA for the scope and restores the previous one.
-class IsaScope {
- public:
-  explicit IsaScope(Isa isa) : prev_(active_isa()) { EXPECT_TRUE(set_isa(isa).ok()); }
-  ~IsaScope() { (void)set_isa(prev_); }
-
- private:
-  Isa prev_;
-};
-
 inline const std::vector<DType>& matrix_types() {
   static const std::vector<DType> t = {DType::F32,  DType::F16,  DType::BF16,
                                        DType::Q8_0, DType::Q4_0, DType::Q4_1,

@@ -1,0 +1,73 @@
+// Devices whose memory is the host's and whose queues run work inline, before each submission
+// returns: the CPU device (SIMD kernels over a thread pool) and the reference device (the
+// scalar oracle, one thread). Events are always complete; map() is the identity.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/device.h"
+#include "backend/host_memory.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/kernels.h"
+
+namespace pi::backend {
+
+// What the host kernels (CpuOps) run: matrix ops for every computable weight type (SIMD where
+// cpu::supports, else the reference), the rest on f32 data.
+bool host_kernels_support(Op op, DType t);
+
+class HostDevice : public Device {
+ public:
+  bool host_addressable() const override { return true; }
+  MemoryInfo memory() const override;
+  Result<Buffer> alloc(size_t bytes, const char* what) override;
+  Result<Buffer> alloc_host(size_t bytes, const char* what) override { return alloc(bytes, what); }
+  Result<const void*> wrap_host(const void* p, size_t) override { return p; }
+  void copy_in(QueueId, void* dst, const void* src, size_t bytes) override;
+  void copy_out(QueueId, void* dst, const void* src, size_t bytes) override;
+  Event record(QueueId) override { return {}; }
+  void wait(QueueId, const Event&) override {}
+  void sync(QueueId) override {}
+  void* map(const void* p, size_t) override { return const_cast<void*>(p); }
+
+ protected:
+  // budget 0: the machine's physical memory.
+  explicit HostDevice(uint64_t budget);
+  void release(void* data, size_t bytes) override;
+  HostMemory mem_;
+};
+
+// The CPU: SIMD kernels of one ISA over a pool of n_threads (the caller included).
+class CpuDevice final : public HostDevice {
+ public:
+  CpuDevice(int n_threads, cpu::Isa isa = cpu::default_isa(), uint64_t budget = 0);
+  std::string name() const override { return "cpu"; }
+  std::string describe() const override;
+  bool supports(Op op, DType t) const override;
+  Ops& ops() override { return ops_; }
+  cpu::Isa isa() const { return ops_.isa(); }
+  ThreadPool& pool() { return pool_; }
+
+ private:
+  ThreadPool pool_;
+  CpuOps ops_;
+};
+
+// The scalar reference kernels (src/kernels/ref) on the calling thread: the oracle every
+// other device is tested against. Slow by design.
+class RefDevice final : public HostDevice {
+ public:
+  explicit RefDevice(uint64_t budget = 0);
+  ~RefDevice() override;
+  std::string name() const override { return "ref"; }
+  std::string describe() const override { return "ref: scalar reference kernels, 1 thread"; }
+  bool supports(Op op, DType t) const override;
+  Ops& ops() override { return *ops_; }
+
+ private:
+  std::unique_ptr<Ops> ops_;
+};
+
+}  // namespace pi::backend

@@ -1,0 +1,80 @@
+// Parameters of the ops a device runs (backend::Ops), as plain values: what the kernels need to
+// know about the model, and nothing else. Shapes are outermost first, in elements.
+#pragma once
+
+#include <cstdint>
+
+namespace pi::backend {
+
+enum class NormKind {
+  RMS,    // x / rms(x) * w
+  Layer,  // (x - mean) / std(x) * w + b
+};
+
+enum class RopeKind {
+  Normal,  // rotates pairs (2i, 2i+1): llama and GGUF files with permuted q/k
+  NeoX,    // rotates pairs (i, i + n_rot/2): falcon
+};
+
+enum class Activation { SiLU, ReLU, GELU };
+
+// How the FFN combines its projections (act = the model's activation):
+enum class FfnKind {
+  Gated,      // down( act(gate·x) * (up·x) )         llama: SwiGLU, ReGLU
+  GatedBoth,  // down( act(gate·x) * act(up·x) )      bamboo: ReLU on both
+  Plain,      // down( act(up·x) )                    falcon
+};
+
+struct NormParams {
+  NormKind kind = NormKind::RMS;
+  float eps = 1e-5f;
+};
+
+// theta_i = pos * freq_scale * base^(-2i / n_rot) for the first n_rot dims of each head.
+struct RopeParams {
+  int64_t head_dim = 0;
+  int64_t n_rot = 0;
+  float base = 10000.0f;
+  float freq_scale = 1.0f;
+  RopeKind kind = RopeKind::Normal;
+};
+
+// Query heads, key/value heads (query head h reads kv head h / (n_head / n_head_kv)), the
+// head size and the score scale (usually 1 / sqrt(head_dim)).
+struct AttnParams {
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  float scale = 1.0f;
+
+  int64_t n_embd_q() const { return n_head * head_dim; }
+  int64_t n_embd_kv() const { return n_head_kv * head_dim; }
+};
+
+// Keys and values of one layer in a device's memory, f16 bit patterns: cell c holds the
+// (RoPE-rotated) key and the value of one token; kv head h of cell c starts
+// head_stride * h + cell_stride * c elements in. The KV cache stores head-major
+// [n_head_kv, n_ctx, head_dim] (head_stride = n_ctx * head_dim, cell_stride = head_dim), so
+// that attention streams each head's keys and values contiguously.
+struct KvLayer {
+  uint16_t* k = nullptr;
+  uint16_t* v = nullptr;
+  int64_t head_stride = 0;
+  int64_t cell_stride = 0;
+};
+
+// Where each token of a batch of m tokens sits, in host memory: token i is at position pos[i],
+// its key and value are written to cell cell[i], and it attends the cells
+// attn_cells[attn_begin[i] .. attn_begin[i] + attn_len[i]) in that order (its own cell among
+// them). attn_cells == nullptr means the list 0, 1, ..., attn_len[i] - 1 (one sequence whose
+// cell c holds position c: the same computation, without materialising the list). Lists of
+// different tokens may share storage. All arrays are owned by the caller.
+struct KvBatch {
+  const int32_t* pos = nullptr;         // [m]
+  const int32_t* cell = nullptr;        // [m]
+  const int32_t* attn_cells = nullptr;  // cells, shared storage; nullptr: 0, 1, 2, ...
+  const int64_t* attn_begin = nullptr;  // [m]; unused when attn_cells == nullptr
+  const int64_t* attn_len = nullptr;    // [m]
+};
+
+}  // namespace pi::backend

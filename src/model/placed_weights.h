@@ -1,0 +1,19 @@
+// A model's weights placed on a device: the views the forward pass reads on that device, and
+// the store that owns their device copies (none on the CPU, where the views are the model
+// file's own).
+#pragma once
+
+#include "backend/weight_store.h"
+#include "model/weights.h"
+
+namespace pi::model {
+
+struct PlacedWeights {
+  backend::WeightStore store;
+  ModelWeights weights;
+};
+
+// Places every weight of `w` on `dev` (uploading unless dev is host-addressable).
+Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w);
+
+}  // namespace pi::model

@@ -1,0 +1,365 @@
+// Every op of backend::Ops on every device this build has (cpu on each ISA, sim) against the
+// reference device (the scalar oracle): over the dtypes each op takes, odd sizes and misaligned
+// weights, with guard elements around every output (written by nobody) and NaN/Inf parity.
+// Tolerances come from the dtype and the inputs' magnitudes (tests/kernels/cpu/test_util.h):
+// the dot-product rounding bound plus, for quantized weights on a SIMD ISA, the bound of the
+// activations' 8-bit quantization. Everything goes through device memory (alloc, upload,
+// download), so the sim device's opaque memory is exercised like a GPU's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "backend/host_device.h"
+#include "backend/registry.h"
+#include "kernels/cpu/test_util.h"
+
+namespace pi::backend {
+namespace {
+
+using cpu::Isa;
+using cpu::test::Guarded;
+using cpu::test::Weights;
+constexpr double kU = cpu::test::kU;
+constexpr int64_t kG = Guarded::kGuard;
+
+struct DeviceCase {
+  std::string label;
+  std::function<std::unique_ptr<Device>()> make;
+  Isa isa;
+};
+
+std::vector<DeviceCase> devices() {
+  std::vector<DeviceCase> out;
+  for (Isa isa : cpu::test::isas()) {
+    out.push_back({"cpu/" + std::string(cpu::isa_name(isa)),
+                   [isa] { return std::unique_ptr<Device>(new CpuDevice(2, isa)); }, isa});
+  }
+  out.push_back({"sim", [] {
+                   DeviceOptions o;
+                   o.name = "sim";
+                   o.n_threads = 2;
+                   o.budget = uint64_t{64} << 20;
+                   return std::move(make_device(o).value());
+                 },
+                 cpu::default_isa()});
+  return out;
+}
+
+// Host data in device memory, with guard elements of a sentinel pattern on both sides.
+class DevBuf {
+ public:
+  DevBuf(Device& d, const std::vector<float>& v) : d_(d), n_(static_cast<int64_t>(v.size())) {
+    buf_ = d.alloc(sizeof(float) * static_cast<size_t>(n_ + 2 * kG), "test buffer").value();
+    std::vector<float> host(static_cast<size_t>(n_ + 2 * kG), Guarded::sentinel());
+    std::copy(v.begin(), v.end(), host.begin() + kG);
+    d.upload(buf_.data(), host.data(), host.size() * sizeof(float));
+  }
+  float* p() const { return buf_.as<float>() + kG; }
+  // The values; fails the test if a guard changed.
+  std::vector<float> get() const {
+    std::vector<float> host(static_cast<size_t>(n_ + 2 * kG));
+    d_.sync_all();
+    d_.download(host.data(), buf_.data(), host.size() * sizeof(float));
+    for (int64_t i = 0; i < kG; ++i) {
+      EXPECT_TRUE(Guarded::same_bits(host[static_cast<size_t>(i)], Guarded::sentinel()));
+      EXPECT_TRUE(Guarded::same_bits(host[static_cast<size_t>(kG + n_ + i)], Guarded::sentinel()));
+    }
+    return std::vector<float>(host.begin() + kG, host.begin() + kG + n_);
+  }
+
+ private:
+  Device& d_;
+  int64_t n_;
+  Buffer buf_;
+};
+
+// A weight matrix uploaded to a device at a deliberately odd byte offset.
+class DevWeights {
+ public:
+  DevWeights(Device& d, const Weights& w) {
+    buf_ = d.alloc(w.storage.size(), "test weights").value();
+    d.upload(buf_.data(), w.storage.data(), w.storage.size());
+    m_ = Matrix{w.type, buf_.as<std::byte>() + w.offset, w.rows, w.cols, "w"};
+  }
+  const Matrix& m() const { return m_; }
+
+ private:
+  Buffer buf_;
+  Matrix m_;
+};
+
+std::vector<float> run_on(Device& d, const std::vector<float>& out_init,
+                          const std::function<void(Device&, float*)>& op) {
+  DevBuf out(d, out_init);
+  op(d, out.p());
+  return out.get();
+}
+
+// Compares got with want elementwise: same bits for non-finite values (NaN parity), else
+// |got - want| <= tol[i].
+void expect_close(const std::vector<float>& got, const std::vector<float>& want,
+                  const std::vector<double>& tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size() && bad < 5; ++i) {
+    if (!std::isfinite(want[i]) || !std::isfinite(got[i])) {
+      const bool ok = (std::isnan(want[i]) && std::isnan(got[i])) || got[i] == want[i];
+      if (!ok) ++bad;
+      EXPECT_TRUE(ok) << what << " [" << i << "]: got " << got[i] << " want " << want[i];
+      continue;
+    }
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (d > tol[i]) ++bad;
+    EXPECT_LE(d, tol[i]) << what << " [" << i << "]: got " << got[i] << " want " << want[i];
+  }
+}
+
+// |v| for finite v, else 0 (tolerances of non-finite inputs: parity is checked instead).
+double mag(float v) { return std::isfinite(v) ? std::fabs(static_cast<double>(v)) : 0.0; }
+
+class DeviceOps : public ::testing::Test {
+ protected:
+  RefDevice ref_;
+};
+
+// Bound of |device - ref| for row r of W · x (x: f32 [cols]).
+double linear_tol(const Weights& w, Isa isa, int64_t r, const float* x) {
+  const float* mag = w.mag.data() + r * w.cols;
+  double t = 2 * cpu::test::dot_bound(mag, x, w.cols);
+  if (cpu::test::int_type(w.type) && isa != Isa::Scalar)
+    t += cpu::test::act_quant_bound(mag, x, w.cols);
+  return t;
+}
+
+TEST_F(DeviceOps, LinearFamilyOnEveryTypeAndDevice) {
+  for (const DeviceCase& dc : devices()) {
+    auto dev = dc.make();
+    for (DType t : cpu::test::matrix_types()) {
+      const int64_t cols = t == DType::Q6_K ? 256 : 96, rows = 37;
+      const Weights w = cpu::test::random_weights(t, rows, cols, 11);
+      const DevWeights dw(*dev, w), rw(ref_, w);
+      for (int64_t m : {1, 3}) {
+        const std::string what = dc.label + " " + std::string(dtype_info(t).name) + " m=" + std::to_string(m);
+        const std::vector<float> x = cpu::test::gaussian(m * cols, 5);
+        const DevBuf dx(*dev, x), rx(ref_, x);
+        const std::vector<float> zero(static_cast<size_t>(m * rows), 0.0f);
+        std::vector<double> tol(zero.size());
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t r = 0; r < rows; ++r)
+            tol[static_cast<size_t>(i * rows + r)] = linear_tol(w, dc.isa, r, x.data() + i * cols);
+        // linear
+        auto got = run_on(*dev, zero, [&](Device& d, float* y) { d.ops().linear(dw.m(), dx.p(), m, y); });
+        auto want = run_on(ref_, zero, [&](Device& d, float* y) { d.ops().linear(rw.m(), rx.p(), m, y); });
+        expect_close(got, want, tol, what + " linear");
+        // linear3: each part equals linear
+        {
+          DevBuf a(*dev, zero), b(*dev, zero), c(*dev, zero);
+          dev->ops().linear3(dw.m(), dw.m(), dw.m(), dx.p(), m, a.p(), b.p(), c.p());
+          expect_close(a.get(), want, tol, what + " linear3 a");
+          expect_close(c.get(), want, tol, what + " linear3 c");
+        }
+        // linear_rows (per-token CSR lists) and linear_rows_union: listed rows only.
+        std::vector<int32_t> idx;
+        std::vector<int64_t> off = {0};
+        for (int64_t i = 0; i < m; ++i) {
+          for (int32_t r = static_cast<int32_t>(i); r < rows; r += 3) idx.push_back(r);
+          off.push_back(static_cast<int64_t>(idx.size()));
+        }
+        const std::vector<float> minus(zero.size(), -3.0f);
+        auto gr = run_on(*dev, minus, [&](Device& d, float* y) {
+          d.ops().linear_rows(dw.m(), dx.p(), m, idx.data(), off.data(), y);
+        });
+        auto wr = run_on(ref_, minus, [&](Device& d, float* y) {
+          d.ops().linear_rows(rw.m(), rx.p(), m, idx.data(), off.data(), y);
+        });
+        expect_close(gr, wr, tol, what + " linear_rows");
+        const std::vector<int32_t> uni = {0, 5, 6, 36};
+        auto gu = run_on(*dev, minus, [&](Device& d, float* y) { d.ops().linear_rows_union(dw.m(), dx.p(), m, uni, y); });
+        auto wu = run_on(ref_, minus, [&](Device& d, float* y) { d.ops().linear_rows_union(rw.m(), rx.p(), m, uni, y); });
+        expect_close(gu, wu, tol, what + " linear_rows_union");
+      }
+    }
+  }
+}
+
+TEST_F(DeviceOps, TransposedProductsOnEveryTypeAndDevice) {
+  for (const DeviceCase& dc : devices()) {
+    auto dev = dc.make();
+    for (DType t : cpu::test::matrix_types()) {
+      const int64_t cols = t == DType::Q6_K ? 256 : 64, rows = 41, m = 2;
+      const Weights w = cpu::test::random_weights(t, rows, cols, 3);
+      const DevWeights dw(*dev, w), rw(ref_, w);
+      std::vector<float> a = cpu::test::gaussian(m * rows, 9);
+      for (size_t k = 0; k < a.size(); k += 4) a[k] = 0.0f;  // sparse activations
+      const DevBuf da(*dev, a), ra(ref_, a);
+      std::vector<int32_t> rows_all(static_cast<size_t>(rows));
+      std::iota(rows_all.begin(), rows_all.end(), 0);
+      const std::vector<int32_t> idx = {1, 2, 3, 10, 11, 40, 0, 7, 8, 39};
+      const std::vector<int64_t> off = {0, 6, 10};
+      std::vector<double> tol(static_cast<size_t>(m * cols));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t c = 0; c < cols; ++c) {
+          double s = 0;
+          for (int64_t r = 0; r < rows; ++r)
+            s += std::fabs(static_cast<double>(a[static_cast<size_t>(i * rows + r)]) *
+                           w.mag[static_cast<size_t>(r * cols + c)]);
+          tol[static_cast<size_t>(i * cols + c)] = (rows / 4.0 + 24) * kU * s + 1e-30;
+        }
+      const std::vector<float> init(tol.size(), 5.0f);
+      const std::string what = dc.label + " " + std::string(dtype_info(t).name);
+      auto g1 = run_on(*dev, init, [&](Device& d, float* y) { d.ops().linear_t(dw.m(), da.p(), m, rows_all, y); });
+      auto w1 = run_on(ref_, init, [&](Device& d, float* y) { d.ops().linear_t(rw.m(), ra.p(), m, rows_all, y); });
+      expect_close(g1, w1, tol, what + " linear_t");
+      auto g2 = run_on(*dev, init, [&](Device& d, float* y) {
+        d.ops().linear_t_rows(dw.m(), da.p(), m, idx.data(), off.data(), y);
+      });
+      auto w2 = run_on(ref_, init, [&](Device& d, float* y) {
+        d.ops().linear_t_rows(rw.m(), ra.p(), m, idx.data(), off.data(), y);
+      });
+      expect_close(g2, w2, tol, what + " linear_t_rows");
+    }
+  }
+}
+
+TEST_F(DeviceOps, EmbedNormRopeAndElementwise) {
+  for (const DeviceCase& dc : devices()) {
+    auto dev = dc.make();
+    const int64_t m = 3, n = 80;
+    std::vector<float> x = cpu::test::gaussian(m * n, 21);
+    x[5] = std::numeric_limits<float>::quiet_NaN();
+    x[n + 9] = std::numeric_limits<float>::infinity();
+    const DevBuf dx(*dev, x), rx(ref_, x);
+    const std::vector<float> wv = cpu::test::gaussian(n, 4), bv = cpu::test::gaussian(n, 6);
+    const DevBuf dw(*dev, wv), rw(ref_, wv), db(*dev, bv), rb(ref_, bv);
+    const std::vector<float> zero(static_cast<size_t>(m * n), 0.0f);
+    std::vector<double> tol(zero.size());
+    for (size_t i = 0; i < tol.size(); ++i) tol[i] = 64 * kU * (1 + 4 * std::fabs(wv[i % n]) + std::fabs(bv[i % n]));
+    for (NormKind k : {NormKind::RMS, NormKind::Layer}) {
+      const NormParams p{k, 1e-5f};
+      auto g = run_on(*dev, zero, [&](Device& d, float* y) { d.ops().norm(p, dx.p(), {dw.p(), n}, {db.p(), n}, m, n, y); });
+      auto w = run_on(ref_, zero, [&](Device& d, float* y) { d.ops().norm(p, rx.p(), {rw.p(), n}, {rb.p(), n}, m, n, y); });
+      // Rows with a NaN or Inf are NaN everywhere on both (parity); finite rows agree.
+      expect_close(g, w, tol, dc.label + (k == NormKind::RMS ? " rmsnorm" : " layernorm"));
+    }
+    // Elementwise: NaN and Inf propagate the same way; silu/gelu within a few ulps.
+    for (Activation act : {Activation::ReLU, Activation::SiLU, Activation::GELU}) {
+      std::vector<double> et(x.size());
+      for (size_t i = 0; i < x.size(); ++i) et[i] = 32 * kU * (mag(x[i]) + 1) * (1 + mag(x[i]));
+      auto g = run_on(*dev, x, [&](Device& d, float* y) { d.ops().activate(act, y, m * n); });
+      auto w = run_on(ref_, x, [&](Device& d, float* y) { d.ops().activate(act, y, m * n); });
+      expect_close(g, w, et, dc.label + " activate");
+    }
+    for (FfnKind kind : {FfnKind::Gated, FfnKind::GatedBoth, FfnKind::Plain}) {
+      const std::vector<float> u = cpu::test::gaussian(m * n, 8);
+      DevBuf gu(*dev, u), ru(ref_, u);
+      std::vector<double> et(x.size());
+      for (size_t i = 0; i < x.size(); ++i) et[i] = 4 * kU * (mag(x[i]) * mag(u[i]) + mag(u[i]));
+      auto g = run_on(*dev, x, [&](Device& d, float* G) { d.ops().ffn_combine(kind, Activation::ReLU, G, gu.p(), m, n); });
+      auto w = run_on(ref_, x, [&](Device& d, float* G) { d.ops().ffn_combine(kind, Activation::ReLU, G, ru.p(), m, n); });
+      expect_close(g, w, et, dc.label + " ffn_combine");
+    }
+    {
+      std::vector<double> exact(x.size(), 0.0);
+      auto g = run_on(*dev, x, [&](Device& d, float* y) { d.ops().add(y, dw.p(), n); });
+      auto w = run_on(ref_, x, [&](Device& d, float* y) { d.ops().add(y, rw.p(), n); });
+      expect_close(g, w, exact, dc.label + " add");
+      auto gc = run_on(*dev, zero, [&](Device& d, float* y) { d.ops().copy_rows(dx.p() + 1, n, y, n, m, n - 2); });
+      auto wc = run_on(ref_, zero, [&](Device& d, float* y) { d.ops().copy_rows(rx.p() + 1, n, y, n, m, n - 2); });
+      expect_close(gc, wc, exact, dc.label + " copy_rows");
+    }
+    // Embedding rows of every type: a plain dequantize, exact.
+    for (DType t : cpu::test::matrix_types()) {
+      const int64_t cols = t == DType::Q6_K ? 256 : 64;
+      const Weights e = cpu::test::random_weights(t, 7, cols, 2);
+      const DevWeights de(*dev, e), re(ref_, e);
+      const int32_t tok[3] = {6, 0, 3};
+      const std::vector<float> init(static_cast<size_t>(3 * cols), 0.0f);
+      auto g = run_on(*dev, init, [&](Device& d, float* y) { d.ops().embed(de.m(), tok, 3, y); });
+      auto w = run_on(ref_, init, [&](Device& d, float* y) { d.ops().embed(re.m(), tok, 3, y); });
+      expect_close(g, w, std::vector<double>(init.size(), 0.0), dc.label + " embed");
+    }
+    // RoPE, both pair layouts, at scattered positions.
+    for (RopeKind rk : {RopeKind::Normal, RopeKind::NeoX}) {
+      const RopeParams p{16, 12, 10000.0f, 1.0f, rk};
+      const int32_t pos[3] = {0, 1000, 7};
+      std::vector<float> q = cpu::test::gaussian(m * 5 * 16, 3);
+      std::vector<double> rt(q.size(), 16 * kU * 4);
+      auto g = run_on(*dev, q, [&](Device& d, float* y) { d.ops().rope(p, y, m, 5, pos); });
+      auto w = run_on(ref_, q, [&](Device& d, float* y) { d.ops().rope(p, y, m, 5, pos); });
+      expect_close(g, w, rt, dc.label + " rope");
+    }
+  }
+}
+
+TEST_F(DeviceOps, KvStoreAndAttentionOverCellLists) {
+  for (const DeviceCase& dc : devices()) {
+    auto dev = dc.make();
+    const AttnParams p{4, 2, 16, 0.25f};
+    const int64_t n_ctx = 12, m = 3, kv_elems = p.n_head_kv * n_ctx * p.head_dim;
+    // Head-major layout, as the KV cache stores it.
+    auto make_kv = [&](Device& d, std::vector<Buffer>& keep) {
+      keep.push_back(d.alloc(kv_elems * 2 * sizeof(uint16_t), "kv").value());
+      auto* base = keep.back().as<uint16_t>();
+      return KvLayer{base, base + kv_elems, n_ctx * p.head_dim, p.head_dim};
+    };
+    std::vector<Buffer> dkeep, rkeep;
+    const KvLayer dkv = make_kv(*dev, dkeep), rkv = make_kv(ref_, rkeep);
+    // Fill every cell through store_kv (cells 0..11 in two batches), then attend.
+    for (int32_t c0 : {0, 6}) {
+      const std::vector<float> K = cpu::test::gaussian(6 * p.n_embd_kv(), 30 + c0);
+      const std::vector<float> V = cpu::test::gaussian(6 * p.n_embd_kv(), 40 + c0);
+      const DevBuf dK(*dev, K), dV(*dev, V), rK(ref_, K), rV(ref_, V);
+      std::vector<int32_t> cells(6);
+      std::iota(cells.begin(), cells.end(), c0);
+      dev->ops().store_kv(p, dK.p(), dV.p(), 6, dkv, cells.data());
+      ref_.ops().store_kv(p, rK.p(), rV.p(), 6, rkv, cells.data());
+    }
+    std::vector<uint16_t> dk(static_cast<size_t>(2 * kv_elems)), rk(dk.size());
+    dev->sync_all();
+    dev->download(dk.data(), dkv.k, dk.size() * 2);
+    ref_.download(rk.data(), rkv.k, rk.size() * 2);
+    EXPECT_EQ(dk, rk) << dc.label << " store_kv";
+    const std::vector<float> Q = cpu::test::gaussian(m * p.n_embd_q(), 50);
+    const DevBuf dQ(*dev, Q), rQ(ref_, Q);
+    const std::vector<int32_t> pos = {3, 11, 5}, cell = {3, 11, 5};
+    const std::vector<int64_t> len = {4, 12, 3}, begin = {0, 0, 12};
+    std::vector<int32_t> lists(12);
+    std::iota(lists.begin(), lists.end(), 0);
+    lists.insert(lists.end(), {9, 2, 5});  // token 2 attends a scattered list
+    const std::vector<float> zero(Q.size(), 0.0f);
+    std::vector<double> tol(Q.size(), 64 * kU * 4);
+    for (bool with_lists : {false, true}) {
+      // Without lists: token i attends cells 0 .. len[i] - 1.
+      std::vector<int64_t> l = len;
+      if (!with_lists) l = {4, 12, 6};
+      const KvBatch b{pos.data(), cell.data(), with_lists ? lists.data() : nullptr,
+                      with_lists ? begin.data() : nullptr, l.data()};
+      auto g = run_on(*dev, zero, [&](Device& d, float* y) { d.ops().attention(p, dQ.p(), m, dkv, b, y); });
+      auto w = run_on(ref_, zero, [&](Device& d, float* y) { d.ops().attention(p, rQ.p(), m, rkv, b, y); });
+      expect_close(g, w, tol, dc.label + (with_lists ? " attention (lists)" : " attention"));
+    }
+  }
+}
+
+TEST_F(DeviceOps, SupportsAndMemoryInfo) {
+  for (const DeviceCase& dc : devices()) {
+    auto dev = dc.make();
+    EXPECT_TRUE(dev->supports(Op::Linear, DType::Q4_0)) << dc.label;
+    EXPECT_FALSE(dev->supports(Op::Norm, DType::Q4_0)) << dc.label;
+    const MemoryInfo before = dev->memory();
+    {
+      auto b = dev->alloc(1 << 20, "one MiB").value();
+      EXPECT_GE(dev->memory().used, before.used + (1u << 20)) << dc.label;
+    }
+    EXPECT_EQ(dev->memory().used, before.used) << dc.label;
+    EXPECT_LE(dev->memory().budget, dev->memory().capacity) << dc.label;
+  }
+}
+
+}  // namespace
+}  // namespace pi::backend

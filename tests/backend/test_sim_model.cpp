@@ -1,0 +1,155 @@
+// Whole models on the simulated GPU: every layer, the KV cache and all scratch in its memory.
+// The same CPU kernels run there, so logits must be bit-identical to the CPU device's for
+// every architecture and format, dense and sparse, one sequence and batched; the budget is
+// checked when the context is made (a model that does not fit fails then, with the bytes
+// needed and the budget, never later); the race checker sees no hazard.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "backend/sim/sim_device.h"
+#include "cli/run_command.h"
+#include "model/model.h"
+#include "model/tiny_model.h"
+#include "runtime/context.h"
+
+namespace pi {
+namespace {
+
+using Logits = std::vector<std::vector<float>>;
+
+runtime::ContextOptions options(const std::string& device, bool dense, uint64_t budget = 0) {
+  runtime::ContextOptions o;
+  o.n_ctx = 64;
+  o.n_batch = 8;
+  o.n_threads = 2;
+  o.dense = dense;
+  o.n_seq_max = 3;
+  o.device.name = device;
+  o.device.budget = budget;
+  return o;
+}
+
+// A prompt of 11 tokens (two batches of 8), then 5 greedy steps; then a batch of three
+// sequences forked from the prompt. Returns every logits row produced.
+Logits run(const model::Model& m, const runtime::ContextOptions& o) {
+  auto c = runtime::Context::create(m, o);
+  EXPECT_TRUE(c.ok()) << c.error().message;
+  if (!c.ok()) return {};
+  Logits out;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 11; ++i) prompt.push_back((i * 37 + 5) % static_cast<int32_t>(m.hparams().n_vocab));
+  EXPECT_TRUE((*c)->decode(prompt).ok());
+  for (int step = 0; step < 5; ++step) {
+    auto l = (*c)->logits();
+    out.emplace_back(l.begin(), l.end());
+    const int32_t next = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    EXPECT_TRUE((*c)->decode(std::vector<int32_t>{next}).ok());
+  }
+  const int32_t p = (*c)->seq_pos_max(0) + 1;
+  EXPECT_TRUE((*c)->seq_cp(0, 1, 0, runtime::kPosEnd).ok());
+  EXPECT_TRUE((*c)->seq_cp(0, 2, 0, runtime::kPosEnd).ok());
+  std::vector<BatchToken> batch = {{1, 0, p, true}, {2, 1, p, true}, {3, 2, p, false}, {4, 2, p + 1, true}};
+  EXPECT_TRUE((*c)->decode_batch(batch).ok());
+  for (size_t i : {0, 1, 3}) {
+    auto l = (*c)->batch_logits(i);
+    out.emplace_back(l.begin(), l.end());
+  }
+  if (o.device.name == "sim") {
+    auto* sim = dynamic_cast<backend::SimDevice*>(&(*c)->device());
+    EXPECT_NE(sim, nullptr);
+    if (sim != nullptr) {
+      EXPECT_TRUE(sim->hazards().empty()) << sim->hazards().front();
+      EXPECT_GE(sim->counters().bytes_in, model::weight_bytes(m.weights()));
+      EXPECT_LE(sim->memory().peak, sim->memory().budget);
+    }
+  }
+  return out;
+}
+
+void expect_identical(const Logits& got, const Logits& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(got[k].size(), want[k].size()) << what;
+    EXPECT_EQ(std::memcmp(got[k].data(), want[k].data(), want[k].size() * sizeof(float)), 0)
+        << what << ": row " << k << " differs between sim and cpu";
+  }
+}
+
+std::unique_ptr<model::Model> load(const std::string& path) {
+  auto m = model::Model::load(path);
+  EXPECT_TRUE(m.ok()) << m.error().message;
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+TEST(SimModel, TinyModelsOfEveryArchAndFormatMatchTheCpuBitForBit) {
+  const struct {
+    const char* name;
+    testing::TinySpec spec;
+  } cases[] = {
+      {"llama_f32", testing::tiny_variant("llama", DType::F32, false, 2, false, 3)},
+      {"llama_f16", testing::tiny_variant("llama", DType::F16, false, 4, false, 3)},
+      {"llama_q4_0_pwri", testing::tiny_variant("llama", DType::Q4_0, true, 2, false, 3)},
+      {"bamboo_q8_0_pwri", testing::tiny_variant("bamboo", DType::Q8_0, true, 4, false, 3)},
+      {"falcon7_q8_0", testing::tiny_variant("falcon", DType::Q8_0, false, 1, false, 3)},
+      {"falcon40_q4_1", testing::tiny_variant("falcon", DType::Q4_1, false, 2, true, 3)},
+  };
+  for (const auto& c : cases) {
+    const std::string path = testing::temp_path(std::string("sim_") + c.name + ".gguf");
+    ASSERT_TRUE(testing::write_tiny_model(c.spec, path).ok());
+    auto m = load(path);
+    ASSERT_NE(m, nullptr);
+    expect_identical(run(*m, options("sim", false)), run(*m, options("cpu", false)), c.name);
+  }
+}
+
+TEST(SimModel, SparseAndDensePowerInferFilesMatchTheCpuBitForBit) {
+  for (const char* type : {"q4_0", "f32"}) {
+    const std::string path = testing::temp_path(std::string("sim_synth_") + type + ".pwri.gguf");
+    if (!std::filesystem::exists(path)) {
+      auto r = testing::run_command(std::string(PI_BIN_DIR) +
+                                    "/powerinfer synth --preset tiny --pwri --no-progress --type " +
+                                    type + " -o " + path);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+    }
+    auto m = load(path);
+    ASSERT_NE(m, nullptr);
+    for (bool dense : {false, true}) {
+      auto cpu = run(*m, options("cpu", dense));
+      auto sim = run(*m, options("sim", dense));
+      expect_identical(sim, cpu, std::string(type) + (dense ? " dense" : " sparse"));
+    }
+  }
+}
+
+TEST(SimModel, BundledModelRunsSparseOnTheSim) {
+  const std::string path = std::string(PI_SOURCE_DIR) + "/models/kjv-relu/kjv-relu.pwri.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  auto m = load(path);
+  ASSERT_NE(m, nullptr);
+  expect_identical(run(*m, options("sim", false)), run(*m, options("cpu", false)), "kjv-relu");
+}
+
+TEST(SimModel, AModelThatDoesNotFitFailsAtCreationWithTheBytes) {
+  const std::string path = testing::temp_path("sim_budget.gguf");
+  ASSERT_TRUE(testing::write_tiny_model(testing::tiny_variant("llama", DType::F32, false, 2, false, 3), path).ok());
+  auto m = load(path);
+  ASSERT_NE(m, nullptr);
+  auto c = runtime::Context::create(*m, options("sim", false, 64 << 10));
+  ASSERT_FALSE(c.ok());
+  const std::string& msg = c.error().message;
+  EXPECT_NE(msg.find("does not fit device sim"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("weights"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("KV cache"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("of 0.1 MiB"), std::string::npos) << msg;
+  // With exactly what it needs plus a little it fits, and the peak stays within the budget.
+  auto big = runtime::Context::create(*m, options("sim", false, 8 << 20));
+  ASSERT_TRUE(big.ok()) << big.error().message;
+  EXPECT_LE((*big)->device().memory().peak, uint64_t{8} << 20);
+}
+
+}  // namespace
+}  // namespace pi

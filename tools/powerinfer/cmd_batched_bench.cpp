@@ -33,6 +33,7 @@ struct BenchOptions {
   std::vector<int64_t> npl = {1, 2, 4, 8, 16, 32};
   bool pps = false;
   bool dense = false;
+  std::string device = "cpu";
   bool mmap = true;
   std::string output = "md";
   bool warmup = true;
@@ -205,6 +206,7 @@ int bench(const BenchOptions& o_in) {
   so.n_threads = o.n_threads;
   so.n_seq_max = static_cast<int>(max_pl);
   so.sparse.dense = o.dense;
+  so.device = o.device;
   auto session_r = Session::create(**engine, so);
   if (!session_r.ok()) return fail(session_r.error());
   Session& s = **session_r;
@@ -283,6 +285,7 @@ Runner add_batched_bench(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--pps", o->pps, "One shared prompt, evaluated once and copied to every sequence");
   sub->add_flag("!--no-mmap", o->mmap, "Read the model into memory backed by transparent huge pages instead of mapping it: a copy at load (the file's size in RAM), faster decoding, most of all sparse");
+  add_device_option(sub, o->device);
   sub->add_flag("--dense", o->dense,
                 "PowerInfer files: compute every FFN neuron instead of the predicted ones");
   sub->add_option("-o,--output", o->output, "Table format: md or json")->capture_default_str();

@@ -27,6 +27,7 @@
 
 #include "commands.h"
 #include "core/log.h"
+#include "gen_options.h"
 #include "perplexity_kl_file.h"
 #include "perplexity_stats.h"
 #include "powerinfer/engine.h"
@@ -43,6 +44,7 @@ struct PerplexityOptions {
   int n_threads = 1;
   int64_t n_chunks = -1;  // -1: every whole chunk of the text
   bool dense = false;
+  std::string device = "cpu";
   bool mmap = true;
   std::string kl_save;
   std::string kl_base;
@@ -246,6 +248,7 @@ int run_perplexity(PerplexityOptions o) {
   so.n_batch = std::min(o.n_batch, c.n_ctx);
   so.n_threads = o.n_threads;
   so.sparse.dense = o.dense;
+  so.device = o.device;
   so.all_logits = true;
   auto session_r = Session::create(**engine, so);
   if (!session_r.ok()) return fail(session_r.error());
@@ -369,6 +372,7 @@ Runner add_perplexity(CLI::App& app) {
                       "Evaluate at most this many chunks (-1: all; with --kl-base: the base's)")
           ->capture_default_str();
   sub->add_flag("!--no-mmap", o->mmap, "Read the model into memory backed by transparent huge pages instead of mapping it: a copy at load (the file's size in RAM), faster decoding, most of all sparse");
+  add_device_option(sub, o->device);
   sub->add_flag("--dense", o->dense,
                 "PowerInfer files: compute every FFN neuron instead of the predicted ones");
   CLI::Option* save = sub->add_option(

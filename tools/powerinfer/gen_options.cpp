@@ -49,6 +49,7 @@ void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help) {
       "Skip the warm-up pass (one token, then forgotten) that maps the weights before timing; "
       "its cost is part of the load time");
   sub->add_flag("!--no-mmap", o.mmap, "Read the model into memory backed by transparent huge pages instead of mapping it: a copy at load (the file's size in RAM), faster decoding, most of all sparse");
+  add_device_option(sub, o.device);
   sub->add_flag("--dense", o.dense,
                 "PowerInfer files: compute every FFN neuron (still ReLU) instead of the "
                 "predicted ones");
@@ -57,6 +58,13 @@ void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help) {
                   "variable LLAMA_SPARSE_PRED_THRESHOLD, else the file's "
                   "powerinfer.sparse_threshold, else 0; this flag wins). Negative values as "
                   "--sparse-threshold=-inf");
+}
+
+void add_device_option(CLI::App* sub, std::string& device) {
+  sub->add_option("--device", device,
+                  "Device to run on: cpu (default), ref (scalar reference kernels, slow) or sim "
+                  "(the simulated GPU the tests use); `powerinfer devices` lists them")
+      ->capture_default_str();
 }
 
 Status validate_gen(const GenOptions& o) {
@@ -131,6 +139,7 @@ Result<SessionOptions> session_options(const GenOptions& o, uint64_t seed) {
   so.n_ctx = o.n_ctx;
   so.n_batch = o.n_batch;
   so.n_threads = o.n_threads;
+  so.device = o.device;
   so.sampling = o.sampling;
   so.sampling.seed = seed;
   so.sparse.dense = o.dense;

@@ -35,6 +35,7 @@ struct GenOptions {
   bool no_display_prompt = false;
   bool warmup = true;
   bool mmap = true;  // --no-mmap: read the model into huge-page memory
+  std::string device = "cpu";  // --device: cpu | ref | sim (powerinfer devices)
   // PowerInfer files (see SparseOptions): --dense, --sparse-threshold.
   bool dense = false;
   std::string sparse_threshold;  // empty: not given
@@ -50,6 +51,9 @@ void log_model_info(const std::string& path, const ModelInfo& info, bool sparse)
 void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help);
 
 // Checks the values (-t >= 1, -c >= 0, sampling ranges, -p with -f, ...). -n is the caller's.
+// --device NAME into `device` (every subcommand that runs a model).
+void add_device_option(CLI::App* sub, std::string& device);
+
 Status validate_gen(const GenOptions& o);
 
 // The model path: -m, else the bundled model when present.

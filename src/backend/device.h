@@ -74,7 +74,17 @@ enum QueueId { kCompute = 0, kCopy = 1, kNumQueues = 2 };
 
 // The ops a device may be asked about by supports(): the op set of backend::Ops.
 enum class Op {
-  Embed, Linear, LinearT, LinearRows, LinearTRows, Norm, Rope, StoreKv, Attention, Elementwise, Copy
+  Embed,
+  Linear,
+  LinearT,
+  LinearRows,
+  LinearTRows,
+  Norm,
+  Rope,
+  StoreKv,
+  Attention,
+  Elementwise,
+  Copy
 };
 
 class Device {

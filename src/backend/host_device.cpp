@@ -37,7 +37,7 @@ CpuDevice::CpuDevice(int n_threads, cpu::Isa isa, uint64_t budget)
 
 std::string CpuDevice::describe() const {
   char buf[160];
-  std::snprintf(buf, sizeof buf, "cpu: %s kernels, %d thread%s, %.1f GiB", 
+  std::snprintf(buf, sizeof buf, "cpu: %s kernels, %d thread%s, %.1f GiB",
                 std::string(cpu::isa_name(ops_.isa())).c_str(), pool_.size(),
                 pool_.size() == 1 ? "" : "s", static_cast<double>(memory().budget) / (1 << 30));
   return buf;

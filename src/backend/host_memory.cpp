@@ -39,8 +39,8 @@ Result<void*> HostMemory::alloc(size_t bytes, const char* device, const char* wh
     if (p != nullptr) std::memset(p, 0, n);
   }
   if (p == nullptr) {
-    return err("%s: out of memory allocating %s: %zu bytes requested (the system refused)",
-               device, what, bytes);
+    return err("%s: out of memory allocating %s: %zu bytes requested (the system refused)", device,
+               what, bytes);
   }
   std::lock_guard<std::mutex> lock(mu_);
   used_ += n;

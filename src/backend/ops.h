@@ -32,8 +32,8 @@ class Ops {
   virtual void linear(const Matrix& W, const float* X, int64_t m, float* Y) = 0;
   // Three products of one input (the q, k, v projections); each result is bit-identical to
   // linear() on its own.
-  virtual void linear3(const Matrix& A, const Matrix& B, const Matrix& C, const float* X,
-                       int64_t m, float* YA, float* YB, float* YC) = 0;
+  virtual void linear3(const Matrix& A, const Matrix& B, const Matrix& C, const float* X, int64_t m,
+                       float* YA, float* YB, float* YC) = 0;
 
   // Y[i, :] = sum over r in `rows` of A[i, r] * D[r, :]: the product with a matrix stored
   // transposed (one row per input feature: PowerInfer's ffn_down_t), restricted to the listed

@@ -15,7 +15,8 @@ namespace {
 class RefOps final : public Ops {
  public:
   void embed(const Matrix& E, const int32_t* tokens, int64_t m, float* X) override {
-    for (int64_t i = 0; i < m; ++i) (void)dequantize_row(E.type, E.row(tokens[i]), X + i * E.cols, E.cols);
+    for (int64_t i = 0; i < m; ++i)
+      (void)dequantize_row(E.type, E.row(tokens[i]), X + i * E.cols, E.cols);
   }
   void linear(const Matrix& W, const float* X, int64_t m, float* Y) override {
     ref::matmul(W.type, W.data, W.rows, W.cols, X, m, Y);
@@ -62,7 +63,8 @@ class RefOps final : public Ops {
       }
     }
   }
-  void rope(const RopeParams& p, float* X, int64_t m, int64_t n_heads, const int32_t* pos) override {
+  void rope(const RopeParams& p, float* X, int64_t m, int64_t n_heads,
+            const int32_t* pos) override {
     const auto mode = p.kind == RopeKind::NeoX ? ref::RopeMode::NeoX : ref::RopeMode::Normal;
     for (int64_t i = 0; i < m; ++i)
       ref::rope(X + i * n_heads * p.head_dim, n_heads, p.head_dim, p.n_rot, pos[i], p.base,
@@ -84,8 +86,8 @@ class RefOps final : public Ops {
     for (int64_t i = 0; i < m; ++i) {
       const int32_t* cells = b.attn_cells != nullptr ? b.attn_cells + b.attn_begin[i] : nullptr;
       ref::attention_cells(Q + i * p.n_embd_q(), kv.k, kv.v, cells, b.attn_len[i], p.n_head,
-                           p.n_head_kv, p.head_dim, p.scale, out + i * p.n_embd_q(),
-                           kv.head_stride, kv.cell_stride);
+                           p.n_head_kv, p.head_dim, p.scale, out + i * p.n_embd_q(), kv.head_stride,
+                           kv.cell_stride);
     }
   }
   void activate(Activation act, float* x, int64_t n) override {
@@ -116,8 +118,8 @@ class RefOps final : public Ops {
     }
   }
   void add(float* Y, const float* X, int64_t n) override { ref::add(Y, X, Y, n); }
-  void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
-                 int64_t rows, int64_t n) override {
+  void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+                 int64_t n) override {
     for (int64_t r = 0; r < rows; ++r)
       std::copy(src + r * src_stride, src + r * src_stride + n, dst + r * dst_stride);
   }

@@ -5,7 +5,8 @@
 namespace pi::backend {
 
 Result<std::unique_ptr<Device>> make_device(const DeviceOptions& o) {
-  if (o.n_threads < 1) return err("device %s: thread count must be >= 1 (got %d)", o.name.c_str(), o.n_threads);
+  if (o.n_threads < 1)
+    return err("device %s: thread count must be >= 1 (got %d)", o.name.c_str(), o.n_threads);
   if (!cpu::isa_available(o.isa))
     return err("device %s: kernel ISA %s is not available here", o.name.c_str(),
                std::string(cpu::isa_name(o.isa)).c_str());
@@ -28,8 +29,9 @@ std::vector<DeviceEntry> list_devices() {
   return {{"cpu", "the host CPU: SIMD kernels (" + std::string(cpu::isa_name(cpu::default_isa())) +
                       ") over a thread pool (default)"},
           {"ref", "the scalar reference kernels on one thread: the oracle of the op tests (slow)"},
-          {"sim", "a simulated GPU for tests: own memory behind opaque handles, hard capacity "
-                  "(--vram-budget), queue threads running the CPU kernels"}};
+          {"sim",
+           "a simulated GPU for tests: own memory behind opaque handles, hard capacity "
+           "(--vram-budget), queue threads running the CPU kernels"}};
 }
 
 }  // namespace pi::backend

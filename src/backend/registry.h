@@ -17,10 +17,10 @@ namespace pi::backend {
 
 struct DeviceOptions {
   std::string name = "cpu";
-  int n_threads = 1;                   // cpu and sim: threads of the kernels
-  cpu::Isa isa = cpu::default_isa();   // cpu and sim
-  uint64_t budget = 0;                 // bytes the device may allocate; 0: all it has
-  SimOptions sim;                      // sim only
+  int n_threads = 1;                  // cpu and sim: threads of the kernels
+  cpu::Isa isa = cpu::default_isa();  // cpu and sim
+  uint64_t budget = 0;                // bytes the device may allocate; 0: all it has
+  SimOptions sim;                     // sim only
 };
 
 // Fails for an unknown name (listing the known ones) or bad options.

@@ -39,7 +39,8 @@ std::vector<DeviceCase> devices() {
     out.push_back({"cpu/" + std::string(cpu::isa_name(isa)),
                    [isa] { return std::unique_ptr<Device>(new CpuDevice(2, isa)); }, isa});
   }
-  out.push_back({"sim", [] {
+  out.push_back({"sim",
+                 [] {
                    DeviceOptions o;
                    o.name = "sim";
                    o.n_threads = 2;
@@ -144,7 +145,8 @@ TEST_F(DeviceOps, LinearFamilyOnEveryTypeAndDevice) {
       const Weights w = cpu::test::random_weights(t, rows, cols, 11);
       const DevWeights dw(*dev, w), rw(ref_, w);
       for (int64_t m : {1, 3}) {
-        const std::string what = dc.label + " " + std::string(dtype_info(t).name) + " m=" + std::to_string(m);
+        const std::string what =
+            dc.label + " " + std::string(dtype_info(t).name) + " m=" + std::to_string(m);
         const std::vector<float> x = cpu::test::gaussian(m * cols, 5);
         const DevBuf dx(*dev, x), rx(ref_, x);
         const std::vector<float> zero(static_cast<size_t>(m * rows), 0.0f);
@@ -153,8 +155,10 @@ TEST_F(DeviceOps, LinearFamilyOnEveryTypeAndDevice) {
           for (int64_t r = 0; r < rows; ++r)
             tol[static_cast<size_t>(i * rows + r)] = linear_tol(w, dc.isa, r, x.data() + i * cols);
         // linear
-        auto got = run_on(*dev, zero, [&](Device& d, float* y) { d.ops().linear(dw.m(), dx.p(), m, y); });
-        auto want = run_on(ref_, zero, [&](Device& d, float* y) { d.ops().linear(rw.m(), rx.p(), m, y); });
+        auto got =
+            run_on(*dev, zero, [&](Device& d, float* y) { d.ops().linear(dw.m(), dx.p(), m, y); });
+        auto want =
+            run_on(ref_, zero, [&](Device& d, float* y) { d.ops().linear(rw.m(), rx.p(), m, y); });
         expect_close(got, want, tol, what + " linear");
         // linear3: each part equals linear
         {
@@ -179,8 +183,12 @@ TEST_F(DeviceOps, LinearFamilyOnEveryTypeAndDevice) {
         });
         expect_close(gr, wr, tol, what + " linear_rows");
         const std::vector<int32_t> uni = {0, 5, 6, 36};
-        auto gu = run_on(*dev, minus, [&](Device& d, float* y) { d.ops().linear_rows_union(dw.m(), dx.p(), m, uni, y); });
-        auto wu = run_on(ref_, minus, [&](Device& d, float* y) { d.ops().linear_rows_union(rw.m(), rx.p(), m, uni, y); });
+        auto gu = run_on(*dev, minus, [&](Device& d, float* y) {
+          d.ops().linear_rows_union(dw.m(), dx.p(), m, uni, y);
+        });
+        auto wu = run_on(ref_, minus, [&](Device& d, float* y) {
+          d.ops().linear_rows_union(rw.m(), rx.p(), m, uni, y);
+        });
         expect_close(gu, wu, tol, what + " linear_rows_union");
       }
     }
@@ -212,8 +220,12 @@ TEST_F(DeviceOps, TransposedProductsOnEveryTypeAndDevice) {
         }
       const std::vector<float> init(tol.size(), 5.0f);
       const std::string what = dc.label + " " + std::string(dtype_info(t).name);
-      auto g1 = run_on(*dev, init, [&](Device& d, float* y) { d.ops().linear_t(dw.m(), da.p(), m, rows_all, y); });
-      auto w1 = run_on(ref_, init, [&](Device& d, float* y) { d.ops().linear_t(rw.m(), ra.p(), m, rows_all, y); });
+      auto g1 = run_on(*dev, init, [&](Device& d, float* y) {
+        d.ops().linear_t(dw.m(), da.p(), m, rows_all, y);
+      });
+      auto w1 = run_on(ref_, init, [&](Device& d, float* y) {
+        d.ops().linear_t(rw.m(), ra.p(), m, rows_all, y);
+      });
       expect_close(g1, w1, tol, what + " linear_t");
       auto g2 = run_on(*dev, init, [&](Device& d, float* y) {
         d.ops().linear_t_rows(dw.m(), da.p(), m, idx.data(), off.data(), y);
@@ -238,11 +250,16 @@ TEST_F(DeviceOps, EmbedNormRopeAndElementwise) {
     const DevBuf dw(*dev, wv), rw(ref_, wv), db(*dev, bv), rb(ref_, bv);
     const std::vector<float> zero(static_cast<size_t>(m * n), 0.0f);
     std::vector<double> tol(zero.size());
-    for (size_t i = 0; i < tol.size(); ++i) tol[i] = 64 * kU * (1 + 4 * std::fabs(wv[i % n]) + std::fabs(bv[i % n]));
+    for (size_t i = 0; i < tol.size(); ++i)
+      tol[i] = 64 * kU * (1 + 4 * std::fabs(wv[i % n]) + std::fabs(bv[i % n]));
     for (NormKind k : {NormKind::RMS, NormKind::Layer}) {
       const NormParams p{k, 1e-5f};
-      auto g = run_on(*dev, zero, [&](Device& d, float* y) { d.ops().norm(p, dx.p(), {dw.p(), n}, {db.p(), n}, m, n, y); });
-      auto w = run_on(ref_, zero, [&](Device& d, float* y) { d.ops().norm(p, rx.p(), {rw.p(), n}, {rb.p(), n}, m, n, y); });
+      auto g = run_on(*dev, zero, [&](Device& d, float* y) {
+        d.ops().norm(p, dx.p(), {dw.p(), n}, {db.p(), n}, m, n, y);
+      });
+      auto w = run_on(ref_, zero, [&](Device& d, float* y) {
+        d.ops().norm(p, rx.p(), {rw.p(), n}, {rb.p(), n}, m, n, y);
+      });
       // Rows with a NaN or Inf are NaN everywhere on both (parity); finite rows agree.
       expect_close(g, w, tol, dc.label + (k == NormKind::RMS ? " rmsnorm" : " layernorm"));
     }
@@ -259,8 +276,12 @@ TEST_F(DeviceOps, EmbedNormRopeAndElementwise) {
       DevBuf gu(*dev, u), ru(ref_, u);
       std::vector<double> et(x.size());
       for (size_t i = 0; i < x.size(); ++i) et[i] = 4 * kU * (mag(x[i]) * mag(u[i]) + mag(u[i]));
-      auto g = run_on(*dev, x, [&](Device& d, float* G) { d.ops().ffn_combine(kind, Activation::ReLU, G, gu.p(), m, n); });
-      auto w = run_on(ref_, x, [&](Device& d, float* G) { d.ops().ffn_combine(kind, Activation::ReLU, G, ru.p(), m, n); });
+      auto g = run_on(*dev, x, [&](Device& d, float* G) {
+        d.ops().ffn_combine(kind, Activation::ReLU, G, gu.p(), m, n);
+      });
+      auto w = run_on(ref_, x, [&](Device& d, float* G) {
+        d.ops().ffn_combine(kind, Activation::ReLU, G, ru.p(), m, n);
+      });
       expect_close(g, w, et, dc.label + " ffn_combine");
     }
     {
@@ -268,8 +289,12 @@ TEST_F(DeviceOps, EmbedNormRopeAndElementwise) {
       auto g = run_on(*dev, x, [&](Device& d, float* y) { d.ops().add(y, dw.p(), n); });
       auto w = run_on(ref_, x, [&](Device& d, float* y) { d.ops().add(y, rw.p(), n); });
       expect_close(g, w, exact, dc.label + " add");
-      auto gc = run_on(*dev, zero, [&](Device& d, float* y) { d.ops().copy_rows(dx.p() + 1, n, y, n, m, n - 2); });
-      auto wc = run_on(ref_, zero, [&](Device& d, float* y) { d.ops().copy_rows(rx.p() + 1, n, y, n, m, n - 2); });
+      auto gc = run_on(*dev, zero, [&](Device& d, float* y) {
+        d.ops().copy_rows(dx.p() + 1, n, y, n, m, n - 2);
+      });
+      auto wc = run_on(ref_, zero, [&](Device& d, float* y) {
+        d.ops().copy_rows(rx.p() + 1, n, y, n, m, n - 2);
+      });
       expect_close(gc, wc, exact, dc.label + " copy_rows");
     }
     // Embedding rows of every type: a plain dequantize, exact.
@@ -339,8 +364,10 @@ TEST_F(DeviceOps, KvStoreAndAttentionOverCellLists) {
       if (!with_lists) l = {4, 12, 6};
       const KvBatch b{pos.data(), cell.data(), with_lists ? lists.data() : nullptr,
                       with_lists ? begin.data() : nullptr, l.data()};
-      auto g = run_on(*dev, zero, [&](Device& d, float* y) { d.ops().attention(p, dQ.p(), m, dkv, b, y); });
-      auto w = run_on(ref_, zero, [&](Device& d, float* y) { d.ops().attention(p, rQ.p(), m, rkv, b, y); });
+      auto g = run_on(*dev, zero,
+                      [&](Device& d, float* y) { d.ops().attention(p, dQ.p(), m, dkv, b, y); });
+      auto w = run_on(ref_, zero,
+                      [&](Device& d, float* y) { d.ops().attention(p, rQ.p(), m, rkv, b, y); });
       expect_close(g, w, tol, dc.label + (with_lists ? " attention (lists)" : " attention"));
     }
   }

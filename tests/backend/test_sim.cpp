@@ -114,7 +114,8 @@ TEST(SimDevice, HazardComputeReadingACopyInFlight) {
   d->ops().add(y.as<float>(), x.as<float>(), 64);
   d->sync_all();
   ASSERT_EQ(d->hazards().size(), 1u);
-  EXPECT_NE(d->hazards()[0].find("add on queue compute reads buffer 'staging x' while queue copy writes it"),
+  EXPECT_NE(d->hazards()[0].find(
+                "add on queue compute reads buffer 'staging x' while queue copy writes it"),
             std::string::npos)
       << d->hazards()[0];
 }

@@ -41,7 +41,8 @@ Logits run(const model::Model& m, const runtime::ContextOptions& o) {
   if (!c.ok()) return {};
   Logits out;
   std::vector<int32_t> prompt;
-  for (int i = 0; i < 11; ++i) prompt.push_back((i * 37 + 5) % static_cast<int32_t>(m.hparams().n_vocab));
+  for (int i = 0; i < 11; ++i)
+    prompt.push_back((i * 37 + 5) % static_cast<int32_t>(m.hparams().n_vocab));
   EXPECT_TRUE((*c)->decode(prompt).ok());
   for (int step = 0; step < 5; ++step) {
     auto l = (*c)->logits();
@@ -52,7 +53,8 @@ Logits run(const model::Model& m, const runtime::ContextOptions& o) {
   const int32_t p = (*c)->seq_pos_max(0) + 1;
   EXPECT_TRUE((*c)->seq_cp(0, 1, 0, runtime::kPosEnd).ok());
   EXPECT_TRUE((*c)->seq_cp(0, 2, 0, runtime::kPosEnd).ok());
-  std::vector<BatchToken> batch = {{1, 0, p, true}, {2, 1, p, true}, {3, 2, p, false}, {4, 2, p + 1, true}};
+  std::vector<BatchToken> batch = {
+      {1, 0, p, true}, {2, 1, p, true}, {3, 2, p, false}, {4, 2, p + 1, true}};
   EXPECT_TRUE((*c)->decode_batch(batch).ok());
   for (size_t i : {0, 1, 3}) {
     auto l = (*c)->batch_logits(i);
@@ -135,7 +137,9 @@ TEST(SimModel, BundledModelRunsSparseOnTheSim) {
 
 TEST(SimModel, AModelThatDoesNotFitFailsAtCreationWithTheBytes) {
   const std::string path = testing::temp_path("sim_budget.gguf");
-  ASSERT_TRUE(testing::write_tiny_model(testing::tiny_variant("llama", DType::F32, false, 2, false, 3), path).ok());
+  ASSERT_TRUE(testing::write_tiny_model(
+                  testing::tiny_variant("llama", DType::F32, false, 2, false, 3), path)
+                  .ok());
   auto m = load(path);
   ASSERT_NE(m, nullptr);
   auto c = runtime::Context::create(*m, options("sim", false, 64 << 10));

@@ -21,19 +21,22 @@ std::string stdout_of(const std::string& args) {
 
 TEST(CliDevices, ListsEveryDevice) {
   const std::string out = stdout_of("devices");
-  for (const char* name : {"cpu ", "ref ", "sim "}) EXPECT_NE(out.find(name), std::string::npos) << out;
+  for (const char* name : {"cpu ", "ref ", "sim "})
+    EXPECT_NE(out.find(name), std::string::npos) << out;
   EXPECT_NE(out.find("simulated GPU"), std::string::npos) << out;
 }
 
 TEST(CliDevices, EveryDeviceGeneratesTheSameText) {
-  const std::string args = "run -m " + kModel + " -p \"And God said\" -n 12 --temp 0 -t 2 --no-warmup";
+  const std::string args =
+      "run -m " + kModel + " -p \"And God said\" -n 12 --temp 0 -t 2 --no-warmup";
   const std::string cpu = stdout_of(args + " --device cpu");
   EXPECT_EQ(stdout_of(args + " --device sim"), cpu);
   // The reference kernels round differently in the last bits; the greedy text of the bundled
   // model has enough margin to be the same.
   EXPECT_EQ(stdout_of(args + " --device ref"), cpu);
   EXPECT_GT(cpu.size(), 12u);
-  const std::string batched = "batched -m " + kModel + " -p \"And God said\" -np 2 -n 6 --temp 0 -t 2";
+  const std::string batched =
+      "batched -m " + kModel + " -p \"And God said\" -np 2 -n 6 --temp 0 -t 2";
   EXPECT_EQ(stdout_of(batched + " --device sim"), stdout_of(batched + " --device cpu"));
 }
 

@@ -69,7 +69,7 @@ void CpuOps::linear(const Matrix& W, const float* X, int64_t m, float* Y) {
 }
 
 void CpuOps::linear3(const Matrix& A, const Matrix& B, const Matrix& C, const float* X, int64_t m,
-                  float* YA, float* YB, float* YC) {
+                     float* YA, float* YB, float* YC) {
   if (m == 1 && cpu::supports(A.type) && cpu::supports(B.type) && cpu::supports(C.type) &&
       A.cols == B.cols && A.cols == C.cols) {
     const cpu::MatvecPart parts[3] = {
@@ -83,7 +83,7 @@ void CpuOps::linear3(const Matrix& A, const Matrix& B, const Matrix& C, const fl
 }
 
 void CpuOps::linear_t(const Matrix& D, const float* A, int64_t m, std::span<const int32_t> rows,
-                   float* Y) {
+                      float* Y) {
   std::fill(Y, Y + m * D.cols, 0.0f);
   const auto n_idx = static_cast<int64_t>(rows.size());
   if (cpu::supports(D.type)) {
@@ -100,11 +100,11 @@ void CpuOps::linear_t(const Matrix& D, const float* A, int64_t m, std::span<cons
 }
 
 void CpuOps::linear_rows(const Matrix& W, const float* X, int64_t m, const int32_t* idx,
-                      const int64_t* offsets, float* Y) {
+                         const int64_t* offsets, float* Y) {
   if (cpu::supports(W.type)) {
     if (m == 1) {
       k_.matvec_rows(pool_, W.type, W.data, W.cols, idx + offsets[0], offsets[1] - offsets[0], X,
-                       Y);
+                     Y);
     } else {
       k_.matvec_rows_batch(pool_, W.type, W.data, W.rows, W.cols, idx, offsets, X, m, Y);
     }
@@ -117,7 +117,7 @@ void CpuOps::linear_rows(const Matrix& W, const float* X, int64_t m, const int32
 }
 
 void CpuOps::linear_rows_union(const Matrix& W, const float* X, int64_t m,
-                            std::span<const int32_t> rows, float* Y) {
+                               std::span<const int32_t> rows, float* Y) {
   const auto n = static_cast<int64_t>(rows.size());
   if (cpu::supports(W.type)) {
     if (m == 1) {
@@ -133,12 +133,12 @@ void CpuOps::linear_rows_union(const Matrix& W, const float* X, int64_t m,
 }
 
 void CpuOps::linear_t_rows(const Matrix& D, const float* A, int64_t m, const int32_t* idx,
-                        const int64_t* offsets, float* Y) {
+                           const int64_t* offsets, float* Y) {
   std::fill(Y, Y + m * D.cols, 0.0f);
   if (cpu::supports(D.type)) {
     if (m == 1) {
-      k_.axpy_rows(pool_, D.type, D.data, D.rows, D.cols, idx + offsets[0], offsets[1] - offsets[0], A,
-                     Y);
+      k_.axpy_rows(pool_, D.type, D.data, D.rows, D.cols, idx + offsets[0], offsets[1] - offsets[0],
+                   A, Y);
     } else {
       k_.axpy_rows_batch(pool_, D.type, D.data, D.rows, D.cols, idx, offsets, A, m, Y);
     }
@@ -150,8 +150,8 @@ void CpuOps::linear_t_rows(const Matrix& D, const float* A, int64_t m, const int
   });
 }
 
-void CpuOps::norm(const NormParams& p, const float* X, const Vector& w, const Vector& b,
-                  int64_t m, int64_t n, float* Y) {
+void CpuOps::norm(const NormParams& p, const float* X, const Vector& w, const Vector& b, int64_t m,
+                  int64_t n, float* Y) {
   pool_.parallel_for(m, [&](int64_t i, int) {
     if (p.kind == NormKind::RMS) {
       k_.rmsnorm(pool_, X + i * n, w.data, n, p.eps, Y + i * n);
@@ -217,7 +217,8 @@ void CpuOps::activate_all(Activation act, float* x, int64_t n) {
   }
 }
 
-void CpuOps::ffn_combine(FfnKind kind, Activation act, float* G, float* U, int64_t m, int64_t n_ff) {
+void CpuOps::ffn_combine(FfnKind kind, Activation act, float* G, float* U, int64_t m,
+                         int64_t n_ff) {
   const int64_t n = m * n_ff;
   elementwise(pool_, n, [&] {
     switch (kind) {
@@ -244,7 +245,9 @@ void CpuOps::add(float* Y, const float* X, int64_t n) {
 
 void CpuOps::copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
                        int64_t rows, int64_t n) {
-  for (int64_t r = 0; r < rows; ++r) std::copy(src + r * src_stride, src + r * src_stride + n, dst + r * dst_stride);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy(src + r * src_stride, src + r * src_stride + n, dst + r * dst_stride);
+  }
 }
 
 }  // namespace pi::backend

@@ -41,8 +41,8 @@ class CpuOps final : public Ops {
   void ffn_combine(FfnKind kind, Activation act, float* G, float* U, int64_t m,
                    int64_t n_ff) override;
   void add(float* Y, const float* X, int64_t n) override;
-  void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
-                 int64_t rows, int64_t n) override;
+  void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+                 int64_t n) override;
 
  private:
   void activate_all(Activation act, float* x, int64_t n);

@@ -108,15 +108,16 @@ void SimDevice::Impl::submit(int q, const char* what, std::initializer_list<Acce
       Alloc& A = it->second;
       std::string found;
       if (A.w_queue >= 0 && A.w_queue != q && c[static_cast<size_t>(A.w_queue)] < A.w_seq) {
-        found = std::string(what) + " on queue " + kQueueNames[q] + (a.write ? " writes" : " reads") +
-                " buffer '" + A.what + "' while queue " + kQueueNames[A.w_queue] +
-                " writes it, with no event between them";
+        found = std::string(what) + " on queue " + kQueueNames[q] +
+                (a.write ? " writes" : " reads") + " buffer '" + A.what + "' while queue " +
+                kQueueNames[A.w_queue] + " writes it, with no event between them";
       }
       if (a.write && found.empty()) {
         for (int r = 0; r < kNumQueues; ++r) {
           if (r != q && A.r_seq[r] > c[static_cast<size_t>(r)]) {
-            found = std::string(what) + " on queue " + kQueueNames[q] + " writes buffer '" + A.what +
-                    "' while queue " + kQueueNames[r] + " reads it, with no event between them";
+            found = std::string(what) + " on queue " + kQueueNames[q] + " writes buffer '" +
+                    A.what + "' while queue " + kQueueNames[r] +
+                    " reads it, with no event between them";
             break;
           }
         }
@@ -149,13 +150,13 @@ void SimDevice::Impl::sync(int q) {
 // ---- Device --------------------------------------------------------------------------
 
 Result<std::unique_ptr<SimDevice>> SimDevice::create(const SimOptions& o, int n_threads,
-                                                      cpu::Isa isa) {
+                                                     cpu::Isa isa) {
   if (o.capacity == 0) return err("sim: capacity must be > 0 bytes");
   if (!(o.copy_latency_us >= 0) || !(o.copy_gbps >= 0))
     return err("sim: copy latency and bandwidth must be >= 0");
   auto impl = std::make_unique<Impl>(o, n_threads, isa);
-  void* h = mmap(nullptr, impl->capacity, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
+  void* h =
+      mmap(nullptr, impl->capacity, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   void* a = mmap(nullptr, impl->capacity, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (h == MAP_FAILED || a == MAP_FAILED) {

@@ -32,7 +32,12 @@ class SimOps final : public Ops {
   void linear3(const Matrix& A, const Matrix& B, const Matrix& C, const float* X, int64_t m,
                float* YA, float* YB, float* YC) override {
     run("linear3",
-        {{A.data, false}, {B.data, false}, {C.data, false}, {X, false}, {YA, true}, {YB, true},
+        {{A.data, false},
+         {B.data, false},
+         {C.data, false},
+         {X, false},
+         {YA, true},
+         {YB, true},
          {YC, true}},
         [this, A = dev(A), B = dev(B), C = dev(C), X = im_.real(X), m, YA = im_.real(YA),
          YB = im_.real(YB), YC = im_.real(YC)] { im_.cpu.linear3(A, B, C, X, m, YA, YB, YC); });
@@ -47,9 +52,8 @@ class SimOps final : public Ops {
                    const int64_t* offsets, float* Y) override {
     run("linear_rows", {{W.data, false}, {X, false}, {Y, true}},
         [this, W = dev(W), X = im_.real(X), m, i = copy_of(idx, offsets[m]),
-         o = copy_of(offsets, m + 1), Y = im_.real(Y)] {
-          im_.cpu.linear_rows(W, X, m, i.data(), o.data(), Y);
-        });
+         o = copy_of(offsets, m + 1),
+         Y = im_.real(Y)] { im_.cpu.linear_rows(W, X, m, i.data(), o.data(), Y); });
   }
   void linear_rows_union(const Matrix& W, const float* X, int64_t m, std::span<const int32_t> rows,
                          float* Y) override {
@@ -61,9 +65,8 @@ class SimOps final : public Ops {
                      const int64_t* offsets, float* Y) override {
     run("linear_t_rows", {{D.data, false}, {A, false}, {Y, true}},
         [this, D = dev(D), A = im_.real(A), m, i = copy_of(idx, offsets[m]),
-         o = copy_of(offsets, m + 1), Y = im_.real(Y)] {
-          im_.cpu.linear_t_rows(D, A, m, i.data(), o.data(), Y);
-        });
+         o = copy_of(offsets, m + 1),
+         Y = im_.real(Y)] { im_.cpu.linear_t_rows(D, A, m, i.data(), o.data(), Y); });
   }
   void norm(const NormParams& p, const float* X, const Vector& w, const Vector& b, int64_t m,
             int64_t n, float* Y) override {
@@ -72,7 +75,8 @@ class SimOps final : public Ops {
           im_.cpu.norm(p, X, w, b, m, n, Y);
         });
   }
-  void rope(const RopeParams& p, float* X, int64_t m, int64_t n_heads, const int32_t* pos) override {
+  void rope(const RopeParams& p, float* X, int64_t m, int64_t n_heads,
+            const int32_t* pos) override {
     run("rope", {{X, true}}, [this, p, X = im_.real(X), m, n_heads, ps = copy_of(pos, m)] {
       im_.cpu.rope(p, X, m, n_heads, ps.data());
     });
@@ -114,8 +118,8 @@ class SimOps final : public Ops {
     run("add", {{Y, true}, {X, false}},
         [this, Y = im_.real(Y), X = im_.real(X), n] { im_.cpu.add(Y, X, n); });
   }
-  void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
-                 int64_t rows, int64_t n) override {
+  void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+                 int64_t n) override {
     run("copy_rows", {{src, false}, {dst, true}},
         [this, s = im_.real(src), src_stride, d = im_.real(dst), dst_stride, rows, n] {
           im_.cpu.copy_rows(s, src_stride, d, dst_stride, rows, n);

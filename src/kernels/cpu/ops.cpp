@@ -113,9 +113,9 @@ struct AttnQueries {
   int64_t n_ctx(int64_t i) const { return len != nullptr ? len[i] : n_ctx0 + i; }
 };
 
-void attention_heads(ThreadPool& pool, const detail::KernelTable& kt, const AttentionDims& d, const float* q,
-                     const AttnQueries& qs, const uint16_t* k_cache, const uint16_t* v_cache,
-                     float* out) {
+void attention_heads(ThreadPool& pool, const detail::KernelTable& kt, const AttentionDims& d,
+                     const float* q, const AttnQueries& qs, const uint16_t* k_cache,
+                     const uint16_t* v_cache, float* out) {
   detail::require(d.n_kv_head > 0 && d.n_head % d.n_kv_head == 0,
                   "attention: n_head must be a multiple of n_kv_head");
   const auto head_fn = kt.attn_head;
@@ -167,7 +167,8 @@ void Kernels::attention_cells(ThreadPool& pool, const AttentionDims& dims, const
                      const uint16_t* k_cache, const uint16_t* v_cache, float* out) const {
   detail::require(len != nullptr && (cells == nullptr || begin != nullptr),
                   "attention_cells: len (and begin with cells) are required");
-  attention_heads(pool, *table_, dims, q, AttnQueries{n_q, 0, cells, begin, len}, k_cache, v_cache, out);
+  attention_heads(pool, *table_, dims, q, AttnQueries{n_q, 0, cells, begin, len}, k_cache, v_cache,
+                  out);
 }
 
 }  // namespace pi::cpu

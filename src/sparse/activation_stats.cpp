@@ -107,7 +107,13 @@ Result<ActivationStats> read_stats_dir(const std::string& dir) {
     s.counts.push_back(std::move(*v));
     ++expect;
   }
-  // .npy files hold frequencies (synth) or counts (numpy users): relative either way.
+  // Values all <= 1 are frequencies per token (synth's expected counts): n_tokens = 1.
+  // Larger values are counts over an unknown number of tokens: relative (n_tokens = 0).
+  bool frequencies = true;
+  for (const auto& c : s.counts) {
+    for (float v : c) frequencies = frequencies && v <= 1.0f;
+  }
+  s.n_tokens = frequencies ? 1 : 0;
   return s;
 }
 

@@ -11,8 +11,9 @@
 //       activation_stats.model_fingerprint  str (optional; model_fingerprint() of the model)
 //     and per layer N a tensor blk.N.activation_counts, f32 [n_ff]: tokens on which neuron i
 //     fired (fractional for expected counts);
-//   - a directory of activation_N.npy files (1-D float32/float64/int32/int64 arrays, as older
-//     synth versions wrote them and numpy users make them), read as frequencies.
+//   - a directory of activation_N.npy files (1-D float32/float64/int32/int64 arrays, as synth
+//     writes them beside its statistics file and numpy users make them): values all <= 1 are
+//     frequencies per token (n_tokens = 1), otherwise counts over unknown tokens (n_tokens = 0).
 // Layers are numbered by N, compared as numbers, never as strings (the original sorts
 // "activation_10" before "activation_2", pairing layers with the wrong statistics).
 #pragma once

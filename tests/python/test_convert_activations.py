@@ -82,6 +82,7 @@ def test_npy_directory(tmp_path):
     convert_activations.convert(str(tmp_path), str(out))
     r = GGUFReader(str(out))
     assert r.get("activation_stats.source") == "npy"
+    assert r.get("activation_stats.n_tokens") == 1  # values <= 1: frequencies
     np.testing.assert_allclose(r.tensor("blk.11.activation_counts"), 0.11)
     np.testing.assert_allclose(r.tensor("blk.2.activation_counts"), 0.02)
 

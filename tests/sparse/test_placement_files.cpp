@@ -60,8 +60,15 @@ TEST(ActivationStats, NpyDirectoryLayersInNumericOrder) {
   ASSERT_TRUE(s.ok()) << s.error().message;
   ASSERT_EQ(s->n_layer(), 13);
   for (int l = 0; l < 13; ++l) EXPECT_FLOAT_EQ(s->counts[l][0], static_cast<float>(l) / 100) << l;
-  // Relative counts: the largest (0.5) is taken as "every token".
-  EXPECT_DOUBLE_EQ(s->frequencies(12)[1], 1.0);
+  // Values <= 1 are frequencies; larger ones relative counts (the largest: every token).
+  EXPECT_EQ(s->n_tokens, 1u);
+  EXPECT_DOUBLE_EQ(s->frequencies(12)[1], 0.5);
+  write_npy(dir + "/activation_12.npy", {12.0f, 6.0f, 0.0f});
+  s = read_activation_stats(dir);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->n_tokens, 0u);
+  EXPECT_DOUBLE_EQ(s->frequencies(12)[1], 0.5);
+  EXPECT_DOUBLE_EQ(s->frequencies(3)[1], 0.5 / 12);
   // A gap is an error naming the missing layer.
   std::filesystem::remove(dir + "/activation_7.npy");
   auto gap = read_activation_stats(dir);

@@ -9,7 +9,8 @@ counts per layer, from its Hugging Face repositories; read without PyTorch) or
 `activation_N.npy` files. Layers are ordered by N as a number (the original sorts the names as
 strings, so layer 10 comes before layer 2). --n-tokens gives the number of tokens the counts
 were taken over; without it the counts are stored as relative (n_tokens = 0) and the engine
-takes the largest count as "fires on every token".
+takes the largest count as "fires on every token". .npy values all <= 1 are frequencies per
+token (n_tokens = 1), as `powerinfer synth --activation-dir` writes them.
 
 Output: a GGUF v3 file, general.architecture = "activation_stats", keys
 activation_stats.block_count (u32), .n_tokens (u64), .source (str) and per layer
@@ -89,6 +90,8 @@ def convert(src: str, out: str, n_tokens: int = 0) -> int:
             if float(c.max()) > n_tokens:
                 raise ConvertError(f"{p}: count {float(c.max())} exceeds --n-tokens {n_tokens}")
     source = "pt" if files[0][1].endswith(".pt") else "npy"
+    if n_tokens == 0 and source == "npy" and all(float(c.max()) <= 1.0 for c in counts):
+        n_tokens = 1  # frequencies per token (synth's expected counts), as the engine reads them
     with GGUFWriter(out) as w:
         w.add("general.architecture", "activation_stats")
         w.add("activation_stats.block_count", len(files), VT.UINT32)

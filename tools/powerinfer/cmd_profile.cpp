@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "text_file.h"
 #include "core/log.h"
 #include "core/progress.h"
 #include "model/model.h"
@@ -44,19 +45,11 @@ int fail(const Error& e) {
   return 1;
 }
 
-Result<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return err("%s: cannot read the text file: %s", path.c_str(), std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 int run_profile(const ProfileOptions& o) {
   if (o.n_ctx < 2) return fail(err("-c must be >= 2 (got %lld)", static_cast<long long>(o.n_ctx)));
   if (o.n_batch < 1) return fail(err("-b must be >= 1 (got %lld)", static_cast<long long>(o.n_batch)));
   if (o.max_tokens < 0) return fail(err("--max-tokens must be >= 0"));
-  auto text = read_text(o.text_file);
+  auto text = read_text_file(o.text_file);
   if (!text.ok()) return fail(text.error());
   auto model = model::Model::load(o.model);
   if (!model.ok()) return fail(model.error());

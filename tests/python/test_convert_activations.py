@@ -75,6 +75,17 @@ def test_float_tensor_and_command_line(tmp_path):
     np.testing.assert_array_equal(r.tensor("blk.0.activation_counts"), [0.5, 2.0, 0.0])
 
 
+def test_token_count_from_meta_json(tmp_path):
+    write_pt(tmp_path / "activation_0.pt", np.array([3.0, 40.0], dtype=np.float32))
+    (tmp_path / "meta.json").write_text('{"tokens": 50, "windows": 1}')
+    out = tmp_path / "s.gguf"
+    convert_activations.convert(str(tmp_path), str(out))
+    assert GGUFReader(str(out)).get("activation_stats.n_tokens") == 50
+    (tmp_path / "meta.json").write_text('{"tokens": 20}')  # fewer than a count
+    with pytest.raises(convert_activations.ConvertError, match="exceeds"):
+        convert_activations.convert(str(tmp_path), str(out))
+
+
 def test_npy_directory(tmp_path):
     for layer in range(12):
         np.save(tmp_path / f"activation_{layer}.npy", np.full(4, layer / 100, dtype=np.float32))

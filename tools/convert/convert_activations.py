@@ -8,7 +8,8 @@ DIR holds the original PowerInfer's `activation_N.pt` (one 1-D torch tensor of n
 counts per layer, from its Hugging Face repositories; read without PyTorch) or
 `activation_N.npy` files. Layers are ordered by N as a number (the original sorts the names as
 strings, so layer 10 comes before layer 2). --n-tokens gives the number of tokens the counts
-were taken over; without it the counts are stored as relative (n_tokens = 0) and the engine
+were taken over (default: "tokens" of DIR/meta.json when present, as
+tools/train/profile_activations.py writes it); without either the counts are stored as relative (n_tokens = 0) and the engine
 takes the largest count as "fires on every token". .npy values all <= 1 are frequencies per
 token (n_tokens = 1), as `powerinfer synth --activation-dir` writes them.
 
@@ -19,6 +20,7 @@ blk.N.activation_counts, f32 [n_ff].
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -80,9 +82,24 @@ def read_counts(path: str) -> np.ndarray:
     return arr.astype(np.float32)
 
 
+def meta_tokens(src: str) -> int:
+    """The token count in src/meta.json ({"tokens": N}, as tools/train/profile_activations.py
+    writes it beside its activation_N.pt files), or 0."""
+    path = os.path.join(src, "meta.json")
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        n = json.load(f).get("tokens", 0)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ConvertError(f"{path}: 'tokens' is {n!r}, not a count")
+    return n
+
+
 def convert(src: str, out: str, n_tokens: int = 0) -> int:
     if n_tokens < 0:
         raise ConvertError(f"--n-tokens {n_tokens} is negative")
+    if n_tokens == 0:
+        n_tokens = meta_tokens(src)
     files = layer_files(src)
     counts = [read_counts(p) for _, p in files]
     if n_tokens > 0:

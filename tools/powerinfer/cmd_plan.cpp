@@ -183,7 +183,7 @@ int run_plan(const PlanOptions& o) {
   const std::string index_path = o.index.empty() ? sparse::gpu_index_path(o.model) : o.index;
   auto ip = sparse::plan_with_index(index_path, *problem, key, io);
   if (!ip.ok()) return fail(ip.error());
-  if (!ip->loaded) log_info("plan: solved: %s", ip->reason.c_str());
+  if (!ip->loaded && o.json) log_info("plan: solved: %s", ip->reason.c_str());
 
   if (!o.json) {
     print_text(o, m, *ip, req, index_path);

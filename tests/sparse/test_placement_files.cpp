@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <span>
+#include <tuple>
 #include <unistd.h>
 
 #include "gguf/writer.h"
@@ -107,6 +109,37 @@ TEST(ActivationStats, OwnFileRoundTripWithManyLayers) {
   // A file that is not ours.
   auto none = read_activation_stats(dir + "/missing.gguf");
   ASSERT_FALSE(none.ok());
+  std::filesystem::remove_all(dir);
+}
+
+// Files written by others: NaN or negative counts, a missing layer, truncation.
+TEST(ActivationStats, DamagedFilesFailClearly) {
+  const std::string dir = temp_dir("damaged");
+  auto write = [&](const std::string& name, uint32_t layers, const std::vector<float>& c) {
+    gguf::Writer w;
+    EXPECT_TRUE(w.add_kv("general.architecture", gguf::Value(std::string(kStatsArch))).ok());
+    EXPECT_TRUE(w.add_kv("activation_stats.block_count", gguf::Value(layers)).ok());
+    EXPECT_TRUE(w.add_kv("activation_stats.n_tokens", gguf::Value(uint64_t{0})).ok());
+    EXPECT_TRUE(w.add_tensor("blk.0.activation_counts", DType::F32, Shape{static_cast<int64_t>(c.size())}).ok());
+    EXPECT_TRUE(w.begin(dir + "/" + name).ok());
+    EXPECT_TRUE(w.write_tensor("blk.0.activation_counts", std::as_bytes(std::span(c))).ok());
+    EXPECT_TRUE(w.finish().ok());
+    return dir + "/" + name;
+  };
+  for (auto [name, layers, counts, text] :
+       {std::tuple{"nan.gguf", 1u, std::vector<float>{1.0f, std::nanf("")}, "layer 0 neuron 1"},
+        {"neg.gguf", 1u, std::vector<float>{-1.0f}, "layer 0 neuron 0"},
+        {"gap.gguf", 2u, std::vector<float>{1.0f}, "blk.1.activation_counts"}}) {
+    auto r = read_activation_stats(write(name, layers, counts));
+    ASSERT_FALSE(r.ok()) << name;
+    EXPECT_NE(r.error().message.find(text), std::string::npos) << r.error().message;
+  }
+  const std::string ok = write("ok.gguf", 1, {1.0f, 2.0f, 3.0f});
+  ASSERT_TRUE(read_activation_stats(ok).ok());
+  std::filesystem::resize_file(ok, std::filesystem::file_size(ok) - 4);
+  auto cut = read_activation_stats(ok);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.error().message.find("past end of file"), std::string::npos) << cut.error().message;
   std::filesystem::remove_all(dir);
 }
 

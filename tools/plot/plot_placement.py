@@ -47,7 +47,11 @@ def main(argv=None) -> int:
     except (KeyError, ValueError) as e:
         print(f"error: {args.report}: {e}", file=sys.stderr)
         return 1
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print("error: plot_placement.py needs matplotlib (pip install matplotlib)", file=sys.stderr)
+        return 1
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -4,8 +4,8 @@
 // the bytes; totals. The plan comes from the GPU index beside the model when that index was
 // solved for exactly this request (model, statistics, budget, granularity, context, batch),
 // else it is solved and the index written (--no-write-index: not written). --sweep N adds
-// the activation mass covered at N budgets from 0 to everything (tools/plot/plot_placement.py
-// draws it from the --json output).
+// the activation mass covered at N budgets from 0 to everything; --plot PNG draws it with
+// tools/plot/plot_placement.py (a development tool needing matplotlib).
 //
 // A PowerInfer file needs activation statistics (`powerinfer profile`, `synth
 // --activation-dir`, tools/convert/convert_activations.py): without --stats the command fails
@@ -14,6 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <sys/wait.h>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +46,7 @@ struct PlanOptions {
   bool disable_index = false;
   bool no_write = false;
   int sweep = 0;
+  std::string plot;
 };
 
 int fail(const Error& e) {
@@ -137,6 +141,30 @@ Result<nlohmann::json> sweep(sparse::PlacementProblem p, int n) {
   return points;
 }
 
+// Writes `j` to PNG.json and runs tools/plot/plot_placement.py on it ($PI_PYTHON, else python3;
+// the script needs matplotlib).
+Status plot(const nlohmann::json& j, const std::string& png) {
+  const std::string json_path = png + ".json";
+  for (const std::string& p : {png, std::string(PI_PLOT_SCRIPT)}) {
+    if (p.find('\'') != std::string::npos) return err("--plot: path %s contains a quote", p.c_str());
+  }
+  {
+    std::ofstream out(json_path);
+    out << j.dump(1) << "\n";
+    if (!out) return err("%s: cannot write", json_path.c_str());
+  }
+  const char* py = std::getenv("PI_PYTHON");
+  const std::string cmd = std::string(py != nullptr && *py != 0 ? py : "python3") + " '" +
+                          PI_PLOT_SCRIPT + "' '" + json_path + "' -o '" + png + "'";
+  const int status = std::system(cmd.c_str());
+  const int rc = status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (rc != 0) {
+    return err("--plot: `%s` failed (exit %d; the script needs python3 with matplotlib); the data "
+               "is in %s", cmd.c_str(), rc, json_path.c_str());
+  }
+  return Status::Ok();
+}
+
 int run_plan(const PlanOptions& o) {
   auto budget = sparse::budget_from_gib(o.budget_gib);
   if (!budget.ok()) return fail(budget.error());
@@ -185,24 +213,26 @@ int run_plan(const PlanOptions& o) {
   if (!ip.ok()) return fail(ip.error());
   if (!ip->loaded && o.json) log_info("plan: solved: %s", ip->reason.c_str());
 
-  if (!o.json) {
-    print_text(o, m, *ip, req, index_path);
-    return 0;
-  }
+  if (!o.json) print_text(o, m, *ip, req, index_path);
+  if (!o.json && o.plot.empty()) return 0;
   nlohmann::json j = plan_json(ip->plan, m.hparams().n_ff);
   j["model"] = o.model;
   j["powerinfer"] = m.hparams().powerinfer;
   j["n_ctx"] = req.n_ctx;
   j["n_batch"] = req.n_batch;
   j["index"] = {{"path", index_path}, {"loaded", ip->loaded}, {"reason", ip->reason}};
-  if (o.sweep > 0) {
+  const int n_sweep = o.sweep > 0 ? o.sweep : (o.plot.empty() ? 0 : 41);
+  if (n_sweep > 0) {
     sparse::PlacementProblem p = *problem;
     if (o.disable_index) p.allow_neurons = false;
-    auto pts = sweep(std::move(p), o.sweep);
+    auto pts = sweep(std::move(p), n_sweep);
     if (!pts.ok()) return fail(pts.error());
     j["sweep"] = *pts;
   }
-  std::printf("%s\n", j.dump(2).c_str());
+  if (o.json) std::printf("%s\n", j.dump(2).c_str());
+  if (!o.plot.empty()) {
+    if (Status s = plot(j, o.plot); !s.ok()) return fail(s.error());
+  }
   return 0;
 }
 
@@ -226,6 +256,8 @@ Runner add_plan(CLI::App& app) {
   sub->add_flag("--no-write-index", o->no_write, "Do not write the index after solving");
   sub->add_flag("--json", o->json, "JSON output");
   sub->add_option("--sweep", o->sweep, "With --json: mass covered at N budgets from 0 to all");
+  sub->add_option("--plot", o->plot,
+                  "Draw mass covered and CPU bytes against the budget to this PNG (python3 + matplotlib)");
   return [o] { return run_plan(*o); };
 }
 

@@ -14,6 +14,7 @@ use `load_curve`.
 """
 import argparse
 import json
+import os
 import sys
 
 GIB = 1024.0 ** 3
@@ -68,7 +69,9 @@ def main(argv=None) -> int:
     ax.axvline(c["requested_gib"], color="gray", lw=0.8, ls=":")
     lines = ax.get_lines()[:1] + ax2.get_lines()[:1]
     ax.legend(lines, [ln.get_label() for ln in lines], loc="center right")
-    ax.set_title(f"{report.get('model', '')}: placement against the budget", fontsize=9)
+    name = os.path.basename(report.get("model", ""))
+    ax.set_title(f"{name}: placement against the budget (n_ctx {report.get('n_ctx')}, "
+                 f"n_batch {report.get('n_batch')})", fontsize=9)
     fig.tight_layout()
     fig.savefig(args.output, dpi=130)
     print(f"wrote {args.output}")

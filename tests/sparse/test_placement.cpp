@@ -113,6 +113,25 @@ TEST(Placement, OptimalWithTwoNeuronCostClasses) {
   for (int t = 0; t < 300; ++t) expect_matches_oracle(random_problem(rng, true, 2), false, t);
 }
 
+// Three sizes of neuron rows: greedy by value per byte, flagged inexact; never better than the
+// oracle (that would be a bookkeeping error) and always within the budget.
+TEST(Placement, ThreeCostClassesAreGreedyAndFeasible) {
+  std::mt19937_64 rng(4);
+  int inexact = 0;
+  for (int t = 0; t < 200; ++t) {
+    PlacementProblem p = random_problem(rng, true, 1);
+    if (p.layers.size() < 3) continue;
+    for (size_t l = 0; l < 3; ++l) p.layers[l].neuron_bytes = 5 + 7 * l;
+    auto plan = solve_placement(p);
+    ASSERT_TRUE(plan.ok()) << plan.error().message;
+    EXPECT_LE(plan->device_bytes, p.budget);
+    inexact += plan->exact ? 0 : 1;
+    const OracleResult o = oracle(p, false);
+    EXPECT_GE(plan->cpu_bytes_per_token, o.cpu - 1e-9 * std::max(1.0, o.cpu)) << t;
+  }
+  EXPECT_GT(inexact, 0);
+}
+
 // A dense file: whole layers, like llama.cpp -ngl.
 TEST(Placement, DenseLayersMoveWhole) {
   PlacementProblem p;

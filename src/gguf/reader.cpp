@@ -186,6 +186,7 @@ Status Parser::parse_kv(uint64_t n_kv) {
 
 Status Parser::parse_tensor_infos(uint64_t n_tensors) {
   f_.tensors_.reserve(static_cast<size_t>(n_tensors));
+  const bool gpu_index = f_.is_gpu_index();
   for (uint64_t i = 0; i < n_tensors; ++i) {
     TensorInfo t;
     t.info_offset = pos_;
@@ -209,9 +210,11 @@ Status Parser::parse_tensor_infos(uint64_t n_tensors) {
       at = pos_;
       auto dim = read_pod<uint64_t>("tensor dimension");
       if (!dim.ok()) return dim.error();
-      if (*dim == 0 || *dim > static_cast<uint64_t>(limits_.max_dim)) {
-        return fail(at, "tensor '%s': dimension %u is %llu (must be 1..%lld)", t.name.c_str(), d,
-                    static_cast<unsigned long long>(*dim), static_cast<long long>(limits_.max_dim));
+      // Index files may hold empty tensors (a layer without hot neurons).
+      if ((*dim == 0 && !gpu_index) || *dim > static_cast<uint64_t>(limits_.max_dim)) {
+        return fail(at, "tensor '%s': dimension %u is %llu (must be %d..%lld)", t.name.c_str(), d,
+                    static_cast<unsigned long long>(*dim), gpu_index ? 0 : 1,
+                    static_cast<long long>(limits_.max_dim));
       }
       if (numel > std::numeric_limits<uint64_t>::max() / *dim ||
           numel * *dim > (uint64_t{1} << 62)) {
@@ -223,7 +226,7 @@ Status Parser::parse_tensor_infos(uint64_t n_tensors) {
     at = pos_;
     auto type = read_pod<uint32_t>("tensor type");
     if (!type.ok()) return type.error();
-    auto info = dtype_info(*type);
+    auto info = gpu_index ? dtype_info_gpu_index(*type) : dtype_info(*type);
     if (!info) return fail(at, "tensor '%s': unknown tensor type %u", t.name.c_str(), *type);
     t.type = info->type;
     if (t.shape.cols() % info->block_size != 0) {
@@ -267,7 +270,7 @@ Status Parser::check_tensor_data() {
                   t.name.c_str(), static_cast<unsigned long long>(t.offset),
                   static_cast<unsigned long long>(t.nbytes), static_cast<unsigned long long>(avail));
     }
-    order.push_back(&t);
+    if (t.nbytes > 0) order.push_back(&t);  // empty tensors (index files) occupy nothing
   }
   std::sort(order.begin(), order.end(),
             [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
@@ -340,6 +343,12 @@ Result<File> parse_bytes(std::string name, const std::byte* data, size_t size,
   Parser p(f, limits);
   PI_TRY(p.parse());
   return f;
+}
+
+bool File::is_gpu_index() const {
+  if (magic_ != Magic::PWRI) return false;
+  const Value* arch = find("general.architecture");
+  return arch != nullptr && arch->as_string() != nullptr && *arch->as_string() == kGpuIndexArch;
 }
 
 const Value* File::find(std::string_view key) const {

@@ -30,6 +30,11 @@ enum class Magic : uint32_t {
 
 constexpr uint32_t kDefaultAlignment = 32;
 
+// general.architecture of the original PowerInfer's GPU index files. In a PWRI file with this
+// architecture, tensor type ids 16/17/18 mean I8/I16/I32 (dtype_info_gpu_index), on reading
+// and on writing.
+inline constexpr const char* kGpuIndexArch = "generic.gpu_index";
+
 struct KeyValue {
   std::string key;
   Value value;
@@ -73,6 +78,8 @@ class File {
   const std::string& path() const { return path_; }
   Magic magic() const { return magic_; }
   bool is_powerinfer() const { return magic_ == Magic::PWRI; }
+  // PWRI magic and general.architecture = kGpuIndexArch.
+  bool is_gpu_index() const;
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }

@@ -36,6 +36,16 @@ Status Writer::add_kv(std::string key, Value value) {
   return Status::Ok();
 }
 
+bool Writer::is_gpu_index() const {
+  if (magic_ != Magic::PWRI) return false;
+  for (const auto& kv : kvs_) {
+    if (kv.key == "general.architecture" && kv.value.as_string() != nullptr &&
+        *kv.value.as_string() == kGpuIndexArch)
+      return true;
+  }
+  return false;
+}
+
 Status Writer::add_tensor(std::string name, DType type, const Shape& shape) {
   if (began_) return err("add_tensor('%s') after begin()", name.c_str());
   for (const auto& t : tensors_) {
@@ -44,8 +54,10 @@ Status Writer::add_tensor(std::string name, DType type, const Shape& shape) {
   if (shape.rank < 1 || shape.rank > Shape::kMaxRank) {
     return err("tensor '%s': rank %d not in 1..%d", name.c_str(), shape.rank, Shape::kMaxRank);
   }
+  // Index files may hold empty tensors (a layer without hot neurons has an empty gpu_bucket).
+  const int64_t min_dim = is_gpu_index() ? 0 : 1;
   for (int i = 0; i < shape.rank; ++i) {
-    if (shape[i] <= 0) return err("tensor '%s': dimension %d is %lld", name.c_str(), i, static_cast<long long>(shape[i]));
+    if (shape[i] < min_dim) return err("tensor '%s': dimension %d is %lld", name.c_str(), i, static_cast<long long>(shape[i]));
   }
   const DTypeInfo& info = dtype_info(type);
   if (shape.cols() % info.block_size != 0) {
@@ -139,6 +151,7 @@ Status Writer::begin(const std::string& path) {
     PI_TRY(put(&type, 4));
     PI_TRY(put_value(kv.value));
   }
+  const bool gpu_index = is_gpu_index();
   for (const auto& t : tensors_) {
     PI_TRY(put_string(t.name));
     uint32_t rank = static_cast<uint32_t>(t.shape.rank);
@@ -147,7 +160,7 @@ Status Writer::begin(const std::string& path) {
       uint64_t dim = static_cast<uint64_t>(t.shape[d]);
       PI_TRY(put(&dim, 8));
     }
-    uint32_t type = static_cast<uint32_t>(t.type);
+    uint32_t type = gpu_index ? gpu_index_type_id(t.type) : static_cast<uint32_t>(t.type);
     PI_TRY(put(&type, 4));
     PI_TRY(put(&t.offset, 8));
   }
@@ -155,8 +168,17 @@ Status Writer::begin(const std::string& path) {
   return Status::Ok();
 }
 
+Status Writer::skip_empty_tensors() {
+  while (current_ < tensors_.size() && current_done_ == 0 && tensors_[current_].nbytes == 0) {
+    ++current_;
+    if (current_ < tensors_.size()) PI_TRY(pad_to_alignment());
+  }
+  return Status::Ok();
+}
+
 Status Writer::write(std::span<const std::byte> bytes) {
   if (!began_ || fp_ == nullptr) return err("write() before begin()");
+  PI_TRY(skip_empty_tensors());
   while (!bytes.empty()) {
     if (current_ >= tensors_.size()) {
       return err("%s: %zu bytes written past the last tensor", path_.c_str(), bytes.size());
@@ -171,12 +193,14 @@ Status Writer::write(std::span<const std::byte> bytes) {
       ++current_;
       current_done_ = 0;
       if (current_ < tensors_.size()) PI_TRY(pad_to_alignment());
+      PI_TRY(skip_empty_tensors());
     }
   }
   return Status::Ok();
 }
 
 Status Writer::write_tensor(const std::string& name, std::span<const std::byte> bytes) {
+  if (began_ && fp_ != nullptr) PI_TRY(skip_empty_tensors());
   if (current_ >= tensors_.size() || tensors_[current_].name != name) {
     return err("%s: tensor '%s' written out of order", path_.c_str(), name.c_str());
   }
@@ -189,7 +213,9 @@ Status Writer::write_tensor(const std::string& name, std::span<const std::byte> 
 
 Status Writer::finish() {
   if (!began_ || fp_ == nullptr) return err("finish() before begin()");
-  // Tensors of zero bytes cannot exist (dimensions are >= 1), so this check is exact.
+  PI_TRY(skip_empty_tensors());
+  // A trailing empty tensor's offset is the aligned end of the data: the file must reach it.
+  if (!tensors_.empty() && tensors_.back().nbytes == 0) PI_TRY(pad_to_alignment());
   if (current_ != tensors_.size()) {
     return err("%s: tensor '%s' incomplete (%llu of %llu bytes written)", path_.c_str(),
                tensors_[current_].name.c_str(), static_cast<unsigned long long>(current_done_),

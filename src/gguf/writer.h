@@ -29,9 +29,13 @@ class Writer {
   Status set_alignment(uint32_t alignment);
   Status add_kv(std::string key, Value value);
   // Declares a tensor; shape is outermost first. Its byte size follows from type and shape.
+  // Dimensions must be >= 1, except in a GPU index file (is_gpu_index()), where 0 is allowed.
   Status add_tensor(std::string name, DType type, const Shape& shape);
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  // PWRI magic and general.architecture = kGpuIndexArch already added: I8/I16/I32 tensors are
+  // written with the original's type ids 16/17/18 (gpu_index_type_id).
+  bool is_gpu_index() const;
 
   // Creates `path` and writes everything up to the first tensor's data.
   Status begin(const std::string& path);
@@ -47,6 +51,8 @@ class Writer {
   Status put_string(const std::string& s);
   Status put_value(const Value& v);
   Status pad_to_alignment();
+  // Moves past zero-byte tensors (index files only) at the current position.
+  Status skip_empty_tensors();
 
   Magic magic_;
   uint32_t version_;

@@ -52,6 +52,24 @@ std::optional<DTypeInfo> dtype_info(uint32_t id) {
   return std::nullopt;
 }
 
+std::optional<DTypeInfo> dtype_info_gpu_index(uint32_t id) {
+  switch (id) {
+    case 16: return dtype_info(DType::I8);
+    case 17: return dtype_info(DType::I16);
+    case 18: return dtype_info(DType::I32);
+    default: return dtype_info(id);
+  }
+}
+
+uint32_t gpu_index_type_id(DType t) {
+  switch (t) {
+    case DType::I8: return 16;
+    case DType::I16: return 17;
+    case DType::I32: return 18;
+    default: return static_cast<uint32_t>(t);
+  }
+}
+
 const DTypeInfo& dtype_info(DType t) {
   for (const auto& info : kTypes) {
     if (info.type == t) return info;

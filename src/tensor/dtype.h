@@ -63,6 +63,13 @@ std::string_view dtype_name(DType t);
 // Parses "q4_0", "Q4_0", "f16", "bf16", ... (case-insensitive).
 std::optional<DType> dtype_from_name(std::string_view name);
 
+// The original PowerInfer's GPU index files (`*.generated.gpuidx`: PWRI magic and
+// general.architecture = "generic.gpu_index") number I8/I16/I32 as 16/17/18, the ggml of
+// late 2023, where today's ggml uses 24/25/26 and 16..18 are IQ2_XXS/IQ2_XS/IQ3_XXS. These two
+// translate between that numbering and DType; every other id is unchanged.
+std::optional<DTypeInfo> dtype_info_gpu_index(uint32_t id);
+uint32_t gpu_index_type_id(DType t);
+
 // Bytes of one row of `n` elements; requires n % block_size == 0.
 size_t row_bytes(DType t, int64_t n);
 

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
+#include <span>
 #include <filesystem>
 #include <numeric>
 
@@ -169,6 +171,38 @@ TEST(GgufWriter, DetectsIncompleteAndOverlongData) {
     EXPECT_FALSE(w.write(std::as_bytes(std::span(v))).ok());
   }
   std::filesystem::remove(path);
+}
+
+// The original PowerInfer's index files number I32 as 18 (IQ3_XXS in today's ggml): a PWRI
+// file with general.architecture = generic.gpu_index is written with 18 and read back as
+// I32; the same id in any other file stays IQ3_XXS.
+TEST(GgufRoundTrip, GpuIndexFilesNumberI32As18) {
+  const std::string path = temp_path("index.gpuidx");
+  Writer w(Magic::PWRI);
+  ASSERT_TRUE(w.add_kv("general.architecture", Value(std::string(kGpuIndexArch))).ok());
+  ASSERT_TRUE(w.add_tensor("blk.0.gpu_idx", DType::I32, Shape{5}).ok());
+  ASSERT_TRUE(w.begin(path).ok());
+  const int32_t v[5] = {1, 0, 1, 1, 0};
+  ASSERT_TRUE(w.write_tensor("blk.0.gpu_idx", std::as_bytes(std::span(v))).ok());
+  ASSERT_TRUE(w.finish().ok());
+  auto f = File::open(path);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_TRUE(f->is_gpu_index());
+  const TensorInfo* t = f->find_tensor("blk.0.gpu_idx");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->type, DType::I32);
+  EXPECT_EQ(t->nbytes, 20u);
+  uint32_t id = 0;
+  std::memcpy(&id, f->base() + t->info_offset + 8 + t->name.size() + 4 + 8, 4);
+  EXPECT_EQ(id, 18u);
+  // The same bytes with GGUF magic: 18 is IQ3_XXS, whose 256-element blocks a 5-element row
+  // cannot hold.
+  std::string bytes(reinterpret_cast<const char*>(f->base()), f->file_size());
+  std::memcpy(bytes.data(), "GGUF", 4);
+  auto g = parse_bytes("as-gguf", reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.error().message.find("iq3_xxs"), std::string::npos) << g.error().message;
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -184,17 +184,26 @@ def _torch_fallback(path):
     return out
 
 
-def load_torch(path) -> dict:
+def load_torch_object(path):
+    """The top-level object of a torch zip file: a dict (state dict) or a LazyTensor (a file
+    holding one tensor, as `torch.save(tensor)` writes it). Legacy files are refused."""
     path = os.fspath(path)
     if not zipfile.is_zipfile(path):
-        return _torch_fallback(path)
+        raise CheckpointError(f"{path}: not a torch zip file (legacy torch files need PyTorch)")
     zf = zipfile.ZipFile(path)
     pkl = [n for n in zf.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
     if len(pkl) != 1:
         raise CheckpointError(f"{path}: zip archive without a single data.pkl: not a torch checkpoint")
     prefix = pkl[0][:-len("data.pkl")]
     with zf.open(pkl[0]) as f:
-        obj = _Unpickler(f, zf, prefix, path).load()
+        return _Unpickler(f, zf, prefix, path).load()
+
+
+def load_torch(path) -> dict:
+    path = os.fspath(path)
+    if not zipfile.is_zipfile(path):
+        return _torch_fallback(path)
+    obj = load_torch_object(path)
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: top-level object is {type(obj).__name__}, not a state dict")
     out = {k: v for k, v in obj.items() if isinstance(v, LazyTensor)}

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "text_file.h"
 #include "core/log.h"
 #include "gen_options.h"
 #include "perplexity_kl_file.h"
@@ -70,14 +71,6 @@ Status validate(const PerplexityOptions& o) {
     return err("--chunks must be >= 1, or -1 for all (got %lld)",
                static_cast<long long>(o.n_chunks));
   return Status::Ok();
-}
-
-Result<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return err("%s: cannot read the text file: %s", path.c_str(), std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // The tokens of every evaluated chunk, back to back, with BOS in front of each chunk when
@@ -197,7 +190,7 @@ int run_perplexity(PerplexityOptions o) {
     if (!o.ctx_given) o.n_ctx = base->header().n_ctx;
     if (!o.chunks_given) o.n_chunks = base->header().n_chunks;
   }
-  auto text = read_text(o.text_file);
+  auto text = read_text_file(o.text_file);
   if (!text.ok()) return fail(text.error());
 
   const auto t_load = std::chrono::steady_clock::now();

@@ -52,7 +52,7 @@ Runner add_synth(CLI::App& app) {
                   "Predictor threshold below 0, in standard deviations of the logit")
       ->capture_default_str();
   sub->add_option("--activation-dir", o->activation_dir,
-                  "Also write DIR/activation_N.npy: each neuron's expected firing frequency");
+                  "Also write DIR/activation_N.npy and DIR/activation_stats.gguf: each neuron's expected firing frequency");
   sub->add_option("--seed", o->seed, "Random seed")->capture_default_str();
   sub->add_option("-t,--threads", o->threads, "Threads (default: all)")->check(CLI::Range(0, 1024));
   sub->add_flag(
@@ -84,8 +84,8 @@ Runner add_synth(CLI::App& app) {
                   static_cast<double>(spec->threshold()));
     }
     if (rep->n_activation_files > 0) {
-      std::printf("wrote %d activation files to %s\n", rep->n_activation_files,
-                  spec->activation_dir.c_str());
+      std::printf("wrote %d activation files and %s to %s\n", rep->n_activation_files,
+                  tools::synth::kStatsFileName, spec->activation_dir.c_str());
     }
     return 0;
   };

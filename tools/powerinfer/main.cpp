@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
   runners["batched"] = pi::cli::add_batched(app);
   runners["batched-bench"] = pi::cli::add_batched_bench(app);
   runners["devices"] = pi::cli::add_devices(app);
+  runners["profile"] = pi::cli::add_profile(app);
+  runners["plan"] = pi::cli::add_plan(app);
 
   try {
     std::vector<std::string> args = normalized_args(argc, argv);

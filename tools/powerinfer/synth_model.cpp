@@ -12,6 +12,8 @@
 #include "core/thread_pool.h"
 #include "gguf/writer.h"
 #include "synth_activity.h"
+#include "sparse/activation_stats.h"
+#include "sparse/placement_model.h"
 #include "synth_weights.h"
 #include "tensor/quant.h"
 
@@ -21,11 +23,16 @@ namespace {
 
 constexpr size_t kChunkBytes = size_t{4} << 20;  // output bytes generated per pool job
 
-Status write_activations(const Spec& s, Generator& gen, Report& rep) {
+// DIR/activation_N.npy per layer, and `stats` gets the same probabilities for
+// DIR/activation_stats.gguf (written once the model file exists, to record its fingerprint).
+Status write_activations(const Spec& s, Generator& gen, Report& rep, sparse::ActivationStats& stats) {
   std::error_code ec;
   std::filesystem::create_directories(s.activation_dir, ec);
   if (ec)
     return err("%s: cannot create directory: %s", s.activation_dir.c_str(), ec.message().c_str());
+  // Probabilities are expected counts per token: n_tokens = 1.
+  stats.n_tokens = 1;
+  stats.source = "synth";
   for (int64_t l = 0; l < s.n_layer; ++l) {
     gen.prepare_layer(l);
     auto p = gen.probabilities();
@@ -33,9 +40,18 @@ Status write_activations(const Spec& s, Generator& gen, Report& rep) {
         (std::filesystem::path(s.activation_dir) / ("activation_" + std::to_string(l) + ".npy"))
             .string();
     PI_TRY(write_npy_f32(path, p));
+    stats.counts.emplace_back(p.begin(), p.end());
     ++rep.n_activation_files;
   }
   return Status::Ok();
+}
+
+Status write_stats_file(const Spec& s, sparse::ActivationStats& stats) {
+  auto f = gguf::File::open(s.output);
+  if (!f.ok()) return f.error();
+  stats.model_fingerprint = sparse::model_fingerprint(*f);
+  return sparse::write_activation_stats(
+      (std::filesystem::path(s.activation_dir) / kStatsFileName).string(), stats);
 }
 
 }  // namespace
@@ -46,7 +62,8 @@ Result<Report> write_model(const Spec& s, int threads, bool progress) {
   if (!law.ok()) return law.error();
   rep.alpha = law->alpha;
   Generator gen(s, *law);
-  if (!s.activation_dir.empty()) PI_TRY(write_activations(s, gen, rep));
+  sparse::ActivationStats stats;
+  if (!s.activation_dir.empty()) PI_TRY(write_activations(s, gen, rep, stats));
 
   gguf::Writer w(s.pwri ? gguf::Magic::PWRI : gguf::Magic::GGUF);
   PI_TRY(add_metadata(w, s, law->alpha));
@@ -112,6 +129,7 @@ Result<Report> write_model(const Spec& s, int threads, bool progress) {
   rep.expected_activity = p_count > 0 ? p_sum / static_cast<double>(p_count) : 0;
   std::error_code ec;
   rep.file_bytes = std::filesystem::file_size(s.output, ec);
+  if (!s.activation_dir.empty()) PI_TRY(write_stats_file(s, stats));
   return rep;
 }
 

@@ -19,6 +19,11 @@ struct Report {
   int n_activation_files = 0;
 };
 
+// With an activation directory: DIR/activation_N.npy per layer and DIR/<kStatsFileName>, the
+// same frequencies in the statistics file `powerinfer plan --stats` reads, with the model's
+// fingerprint.
+inline constexpr const char* kStatsFileName = "activation_stats.gguf";
+
 Result<Report> write_model(const Spec& s, int threads, bool progress);
 
 }  // namespace pi::tools::synth

@@ -1,0 +1,286 @@
+#include "sparse/activation_stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <span>
+
+#include "gguf/reader.h"
+#include "gguf/writer.h"
+
+namespace pi::sparse {
+namespace {
+
+std::string layer_tensor(int64_t l) { return "blk." + std::to_string(l) + ".activation_counts"; }
+
+Status check_counts(const std::vector<float>& c, uint64_t n_tokens, const std::string& what,
+                    int64_t layer) {
+  for (size_t i = 0; i < c.size(); ++i) {
+    const float v = c[i];
+    if (!std::isfinite(v) || v < 0) {
+      return err("%s: layer %lld neuron %zu: count %g is not a finite number >= 0", what.c_str(),
+                 static_cast<long long>(layer), i, static_cast<double>(v));
+    }
+    // f32 counts of up to 2^24 tokens are exact; beyond that allow one part in 2^20 of rounding.
+    if (n_tokens > 0 && static_cast<double>(v) > static_cast<double>(n_tokens) * (1 + 1e-6)) {
+      return err("%s: layer %lld neuron %zu: count %g exceeds the %llu tokens counted",
+                 what.c_str(), static_cast<long long>(layer), i, static_cast<double>(v),
+                 static_cast<unsigned long long>(n_tokens));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<ActivationStats> read_stats_file(const std::string& path) {
+  auto f = gguf::File::open(path);
+  if (!f.ok()) return f.error();
+  auto arch = f->get_string("general.architecture");
+  if (!arch.ok()) return arch.error();
+  if (*arch != kStatsArch) {
+    return err("%s: general.architecture is '%s', not '%s': not an activation statistics file",
+               path.c_str(), arch->c_str(), kStatsArch);
+  }
+  auto n_layer = f->get_int("activation_stats.block_count");
+  if (!n_layer.ok()) return n_layer.error();
+  if (*n_layer <= 0 || *n_layer > 100000) {
+    return err("%s: activation_stats.block_count %lld is not in 1..100000", path.c_str(),
+               static_cast<long long>(*n_layer));
+  }
+  auto n_tokens = f->get_int("activation_stats.n_tokens");
+  if (!n_tokens.ok()) return n_tokens.error();
+  if (*n_tokens < 0) return err("%s: activation_stats.n_tokens is negative", path.c_str());
+  ActivationStats s;
+  s.n_tokens = static_cast<uint64_t>(*n_tokens);
+  if (auto src = f->get_string("activation_stats.source"); src.ok()) s.source = *src;
+  if (f->find("activation_stats.model_fingerprint") != nullptr) {
+    auto fp = f->get_string("activation_stats.model_fingerprint");
+    if (!fp.ok()) return fp.error();
+    s.model_fingerprint = *fp;
+  }
+  s.counts.resize(static_cast<size_t>(*n_layer));
+  for (int64_t l = 0; l < *n_layer; ++l) {
+    auto t = f->tensor(layer_tensor(l));
+    if (!t.ok()) return t.error();
+    if (t->type() != DType::F32 || t->shape().rank != 1) {
+      return err("%s: tensor '%s' must be 1-D f32", path.c_str(), layer_tensor(l).c_str());
+    }
+    auto& c = s.counts[static_cast<size_t>(l)];
+    c.resize(static_cast<size_t>(t->shape()[0]));
+    std::memcpy(c.data(), t->data, c.size() * sizeof(float));
+    PI_TRY(check_counts(c, s.n_tokens, path, l));
+  }
+  return s;
+}
+
+Result<ActivationStats> read_stats_dir(const std::string& dir) {
+  std::map<int64_t, std::string> npy;  // ordered by layer number
+  bool has_pt = false;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (auto n = layer_file_number(name, "activation_", ".npy")) npy[*n] = e.path().string();
+    if (layer_file_number(name, "activation_", ".pt")) has_pt = true;
+  }
+  if (ec) return err("%s: cannot list directory: %s", dir.c_str(), ec.message().c_str());
+  if (npy.empty()) {
+    if (has_pt) {
+      return err("%s: holds activation_N.pt (torch) files: convert them once with "
+                 "`python tools/convert/convert_activations.py %s -o STATS.gguf`",
+                 dir.c_str(), dir.c_str());
+    }
+    return err("%s: no activation_N.npy files", dir.c_str());
+  }
+  ActivationStats s;
+  s.source = "npy";
+  int64_t expect = 0;
+  for (const auto& [layer, path] : npy) {
+    if (layer != expect) {
+      return err("%s: activation_%lld.npy is missing (layers must be 0..%lld)", dir.c_str(),
+                 static_cast<long long>(expect), static_cast<long long>(npy.rbegin()->first));
+    }
+    auto v = read_npy_1d(path);
+    if (!v.ok()) return v.error();
+    PI_TRY(check_counts(*v, 0, path, layer));
+    s.counts.push_back(std::move(*v));
+    ++expect;
+  }
+  // Values all <= 1 are frequencies per token (synth's expected counts): n_tokens = 1.
+  // Larger values are counts over an unknown number of tokens: relative (n_tokens = 0).
+  bool frequencies = true;
+  for (const auto& c : s.counts) {
+    for (float v : c) frequencies = frequencies && v <= 1.0f;
+  }
+  s.n_tokens = frequencies ? 1 : 0;
+  return s;
+}
+
+}  // namespace
+
+double ActivationStats::count_scale() const {
+  if (n_tokens > 0) return 1.0 / static_cast<double>(n_tokens);
+  float mx = 0;
+  for (const auto& c : counts) {
+    for (float v : c) mx = std::max(mx, v);
+  }
+  return mx > 0 ? 1.0 / static_cast<double>(mx) : 0.0;
+}
+
+std::vector<double> ActivationStats::frequencies(int64_t layer) const {
+  const auto& c = counts[static_cast<size_t>(layer)];
+  const double k = count_scale();
+  std::vector<double> f(c.size());
+  for (size_t i = 0; i < c.size(); ++i) f[i] = std::min(1.0, static_cast<double>(c[i]) * k);
+  return f;
+}
+
+Status write_activation_stats(const std::string& path, const ActivationStats& s) {
+  if (s.counts.empty()) return err("%s: activation statistics have no layers", path.c_str());
+  gguf::Writer w;
+  PI_TRY(w.add_kv("general.architecture", gguf::Value(std::string(kStatsArch))));
+  PI_TRY(w.add_kv("activation_stats.block_count", gguf::Value(static_cast<uint32_t>(s.n_layer()))));
+  PI_TRY(w.add_kv("activation_stats.n_tokens", gguf::Value(s.n_tokens)));
+  PI_TRY(w.add_kv("activation_stats.source", gguf::Value(s.source)));
+  if (!s.model_fingerprint.empty()) {
+    PI_TRY(w.add_kv("activation_stats.model_fingerprint", gguf::Value(s.model_fingerprint)));
+  }
+  for (int64_t l = 0; l < s.n_layer(); ++l) {
+    const auto& c = s.counts[static_cast<size_t>(l)];
+    if (c.empty()) return err("%s: layer %lld has no neurons", path.c_str(), static_cast<long long>(l));
+    PI_TRY(check_counts(c, s.n_tokens, path, l));
+    PI_TRY(w.add_tensor(layer_tensor(l), DType::F32, Shape{static_cast<int64_t>(c.size())}));
+  }
+  PI_TRY(w.begin(path));
+  for (int64_t l = 0; l < s.n_layer(); ++l) {
+    PI_TRY(w.write(std::as_bytes(std::span(s.counts[static_cast<size_t>(l)]))));
+  }
+  return w.finish();
+}
+
+Result<ActivationStats> read_activation_stats(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return read_stats_dir(path);
+  if (!std::filesystem::exists(path, ec)) {
+    return err("%s: no such activation statistics file or directory", path.c_str());
+  }
+  return read_stats_file(path);
+}
+
+Status check_stats_fit(const ActivationStats& s, int64_t n_layer, int64_t n_ff,
+                       const std::string& fingerprint, const std::string& what) {
+  if (!s.model_fingerprint.empty() && !fingerprint.empty() && s.model_fingerprint != fingerprint) {
+    return err("%s: statistics were measured on another model (fingerprint %s, this model %s)",
+               what.c_str(), s.model_fingerprint.c_str(), fingerprint.c_str());
+  }
+  if (s.n_layer() != n_layer) {
+    return err("%s: statistics have %lld layers, the model %lld", what.c_str(),
+               static_cast<long long>(s.n_layer()), static_cast<long long>(n_layer));
+  }
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const auto n = static_cast<int64_t>(s.counts[static_cast<size_t>(l)].size());
+    if (n != n_ff) {
+      return err("%s: layer %lld has %lld neurons, the model %lld", what.c_str(),
+                 static_cast<long long>(l), static_cast<long long>(n),
+                 static_cast<long long>(n_ff));
+    }
+  }
+  return Status::Ok();
+}
+
+std::optional<int64_t> layer_file_number(std::string_view filename, std::string_view prefix,
+                                         std::string_view ext) {
+  if (filename.size() <= prefix.size() + ext.size()) return std::nullopt;
+  if (filename.substr(0, prefix.size()) != prefix) return std::nullopt;
+  if (filename.substr(filename.size() - ext.size()) != ext) return std::nullopt;
+  std::string_view digits = filename.substr(prefix.size(), filename.size() - prefix.size() - ext.size());
+  if (digits.size() > 9) return std::nullopt;
+  if (digits.size() > 1 && digits[0] == '0') return std::nullopt;
+  int64_t n = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + (c - '0');
+  }
+  return n;
+}
+
+Result<std::vector<float>> read_npy_1d(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return err("%s: cannot open", path.c_str());
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) {
+    return err("%s: offset 0: not a NumPy .npy file", path.c_str());
+  }
+  const auto major = static_cast<unsigned char>(bytes[6]);
+  size_t header_len = 0, header_at = 0;
+  if (major == 1) {
+    header_len = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
+    header_at = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) return err("%s: offset 8: truncated .npy header", path.c_str());
+    uint32_t n = 0;
+    std::memcpy(&n, bytes.data() + 8, 4);
+    header_len = n;
+    header_at = 12;
+  } else {
+    return err("%s: offset 6: unsupported .npy version %u", path.c_str(), major);
+  }
+  if (header_at + header_len > bytes.size()) {
+    return err("%s: offset %zu: .npy header runs past end of file", path.c_str(), header_at);
+  }
+  const std::string header = bytes.substr(header_at, header_len);
+  auto field = [&](const char* key) -> std::string {
+    const size_t k = header.find(key);
+    if (k == std::string::npos) return {};
+    size_t v = header.find(':', k);
+    if (v == std::string::npos) return {};
+    ++v;
+    while (v < header.size() && header[v] == ' ') ++v;
+    size_t end = v;
+    if (end < header.size() && header[end] == '(') {
+      end = header.find(')', end);
+      return end == std::string::npos ? std::string() : header.substr(v, end - v + 1);
+    }
+    while (end < header.size() && header[end] != ',' && header[end] != '}') ++end;
+    return header.substr(v, end - v);
+  };
+  const std::string descr = field("'descr'");
+  const std::string fortran = field("'fortran_order'");
+  const std::string shape = field("'shape'");
+  size_t elem = 0;
+  if (descr == "'<f4'" || descr == "'<i4'") elem = 4;
+  else if (descr == "'<f8'" || descr == "'<i8'") elem = 8;
+  else return err("%s: .npy dtype %s is not one of <f4 <f8 <i4 <i8", path.c_str(), descr.c_str());
+  if (fortran != "False" && fortran != "True") {
+    return err("%s: .npy header has no fortran_order", path.c_str());
+  }
+  // A 1-D shape reads "(n,)".
+  if (shape.size() < 4 || shape.front() != '(' || shape.substr(shape.size() - 2) != ",)") {
+    return err("%s: .npy shape %s is not 1-D", path.c_str(), shape.c_str());
+  }
+  int64_t n = 0;
+  for (size_t i = 1; i + 2 < shape.size(); ++i) {
+    const char c = shape[i];
+    if (c < '0' || c > '9' || n > (int64_t{1} << 40)) {
+      return err("%s: .npy shape %s is not 1-D", path.c_str(), shape.c_str());
+    }
+    n = n * 10 + (c - '0');
+  }
+  const size_t data_at = header_at + header_len;
+  if (n <= 0 || (bytes.size() - data_at) / elem < static_cast<size_t>(n)) {
+    return err("%s: offset %zu: .npy data of %lld elements runs past end of file", path.c_str(),
+               data_at, static_cast<long long>(n));
+  }
+  std::vector<float> out(static_cast<size_t>(n));
+  const char* p = bytes.data() + data_at;
+  for (size_t i = 0; i < out.size(); ++i, p += elem) {
+    if (descr == "'<f4'") { float v; std::memcpy(&v, p, 4); out[i] = v; }
+    else if (descr == "'<f8'") { double v; std::memcpy(&v, p, 8); out[i] = static_cast<float>(v); }
+    else if (descr == "'<i4'") { int32_t v; std::memcpy(&v, p, 4); out[i] = static_cast<float>(v); }
+    else { int64_t v; std::memcpy(&v, p, 8); out[i] = static_cast<float>(v); }
+  }
+  return out;
+}
+
+}  // namespace pi::sparse

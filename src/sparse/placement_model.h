@@ -1,0 +1,48 @@
+// Builds a PlacementProblem (placement.h) from a loaded model, its activation statistics and
+// what the user asked for (budget, context, batch), with the true per-neuron cost: a neuron's
+// gate, up and down_t rows of n_embd elements in the file's types (the original's capacity
+// formula divides by n_ff where n_embd belongs, and wastes ~31% of the FFN budget at
+// n_ff/n_embd = 3.5). Also the model fingerprint the statistics and the index file record.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/error.h"
+#include "gguf/reader.h"
+#include "model/model.h"
+#include "sparse/activation_stats.h"
+#include "sparse/placement.h"
+
+namespace pi::sparse {
+
+struct PlacementRequest {
+  uint64_t budget = 0;       // device bytes
+  int64_t n_ctx = 4096;      // KV cells the context holds (already resolved, > 0)
+  int64_t n_batch = 512;     // most tokens per step: sizes the per-step scratch
+  int64_t n_outputs = 1;     // logit rows per step
+  int64_t granularity = 32;  // device neuron rows per tile
+  bool allow_neurons = true;
+};
+
+// f16 keys and values of one layer for n_ctx cells (shared by every sequence).
+uint64_t kv_layer_bytes(const model::HParams& hp, int64_t n_ctx);
+
+// The f32 per-step buffers a device step needs for n_batch tokens: residual, norms, q/k/v,
+// attention and FFN scratch, and n_outputs rows of head input and logits. An estimate the
+// ledger refines; it is counted in the budget, unlike in the original.
+uint64_t step_scratch_bytes(const model::HParams& hp, int64_t n_batch, int64_t n_outputs);
+
+// Per layer: dense block = attention weights + norms + predictor + KV cache (and, for a GGUF
+// file, the FFN: whole layers as llama.cpp -ngl); neuron rows for PowerInfer files. `stats`
+// is required for PowerInfer files (frequencies per token) and ignored for GGUF files; it must
+// fit the model (check_stats_fit).
+Result<PlacementProblem> placement_problem(const model::Model& m, const ActivationStats* stats,
+                                           const PlacementRequest& req);
+
+// "fnv1a64:<16 hex digits>" over general.architecture, the architecture's numeric metadata
+// (`<arch>.*`) and every tensor's name, type and shape in file order: equal for the same model
+// in the same types, different after requantization or for another model.
+std::string model_fingerprint(const gguf::File& f);
+
+}  // namespace pi::sparse

@@ -1,0 +1,166 @@
+// `powerinfer profile` and `powerinfer plan` on small synthetic files: the profile's counts,
+// plans within the budget, the GPU index reused only for the same request, whole layers for
+// GGUF files, and clear errors for bad budgets, missing or foreign statistics and indexes.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "cli/run_command.h"
+#include "gguf/reader.h"
+#include "sparse/activation_stats.h"
+#include "sparse/gpu_index.h"
+#include "sparse/placement_model.h"
+
+namespace {
+
+using pi::testing::run_command;
+
+const std::string kBin = PI_BIN_DIR;
+
+class PlanCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = (std::filesystem::temp_directory_path() / ("pi_plan_" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    for (const std::string& args :
+         {"-o " + dir_ + "/m.gguf --pwri --layers 12 --activation-dir " + dir_ + "/act",
+          "-o " + dir_ + "/q8.gguf --pwri --layers 12 --type q8_0",
+          "-o " + dir_ + "/dense.gguf --layers 12"}) {
+      auto r = run_command(kBin + "/powerinfer synth --no-progress " + args);
+      ASSERT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+    }
+  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
+
+  static pi::testing::CommandResult plan(const std::string& args) {
+    return run_command(kBin + "/powerinfer plan " + args);
+  }
+  static std::string model() { return dir_ + "/m.gguf"; }
+  static std::string stats() { return dir_ + "/act/activation_stats.gguf"; }
+
+  static inline std::string dir_;
+};
+
+TEST_F(PlanCli, PlansWithinTheBudgetAndReusesTheIndexOnlyForTheSameRequest) {
+  std::filesystem::remove(pi::sparse::gpu_index_path(model()));
+  auto r = plan("-m " + model() + " --vram-budget 0.004 --stats " + stats());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("no index yet"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("total: device"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(pi::sparse::gpu_index_path(model())));
+  r = plan("-m " + model() + " --vram-budget 0.004 --stats " + stats());
+  EXPECT_NE(r.output.find("plan: loaded from"), std::string::npos) << r.output;
+  r = plan("-m " + model() + " --vram-budget 0.004 --stats " + stats() + " -c 128");
+  EXPECT_NE(r.output.find("n_ctx"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("plan: loaded from"), std::string::npos) << r.output;
+  r = plan("-m " + model() + " --vram-budget 0.004 --stats " + stats() + " -c 128 --reset-gpu-index");
+  EXPECT_NE(r.output.find("--reset-gpu-index"), std::string::npos) << r.output;
+
+  r = plan("-m " + model() + " --vram-budget 0.004 --stats " + stats() + " --json --sweep 9 --no-write-index");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_LE(j["device_bytes"].get<uint64_t>(), j["budget_bytes"].get<uint64_t>());
+  EXPECT_EQ(j["layers"].size(), 12u);
+  EXPECT_GT(j["hot_neurons"].get<int64_t>(), 0);
+  EXPECT_GT(j["mass_covered"].get<double>(), 0.0);
+  ASSERT_EQ(j["sweep"].size(), 9u);
+  // CPU bytes never grow with the budget. The mass covered may dip: an attention block saves
+  // more per byte than any neuron, so a larger budget can trade hot neurons for a layer.
+  double cpu = 1e300;
+  for (const auto& pt : j["sweep"]) {
+    EXPECT_LE(pt["device_bytes"].get<uint64_t>(), pt["budget_bytes"].get<uint64_t>());
+    EXPECT_LE(pt["cpu_bytes_per_token"].get<double>(), cpu);
+    cpu = pt["cpu_bytes_per_token"].get<double>();
+  }
+  EXPECT_DOUBLE_EQ(j["sweep"].back()["mass_covered"].get<double>(), 1.0);  // everything fits
+  EXPECT_DOUBLE_EQ(cpu, 0.0);
+
+  r = plan("-m " + model() + " --vram-budget 0.004 --stats " + stats() + " --json --disable-gpu-index");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output.substr(r.output.find('{')))["hot_neurons"].get<int64_t>(), 0);
+}
+
+TEST_F(PlanCli, ForeignAndDamagedIndexesAreSolvedAgain) {
+  const std::string idx = dir_ + "/other.gpuidx";
+  auto r = plan("-m " + model() + " --vram-budget 0.004 --stats " + stats() + " --gpu-index " + idx);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The same index offered for the q8_0 file (another fingerprint).
+  r = plan("-m " + dir_ + "/q8.gguf --vram-budget 0.004 --stats " + dir_ + "/act --gpu-index " + idx +
+           " --no-write-index");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("solved for another model"), std::string::npos) << r.output;
+  std::filesystem::resize_file(idx, std::filesystem::file_size(idx) / 2);
+  r = plan("-m " + model() + " --vram-budget 0.004 --stats " + stats() + " --gpu-index " + idx);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(idx + ": offset"), std::string::npos) << r.output;
+  EXPECT_TRUE(pi::sparse::read_gpu_index(idx).ok());
+}
+
+TEST_F(PlanCli, BadRequestsFailClearly) {
+  for (auto [budget, text] : {std::pair{"-1", "negative"}, {"nan", "NaN"}, {"1e9", "1 PiB"}}) {
+    auto r = plan("-m " + model() + " --stats " + stats() + " --vram-budget " + budget);
+    EXPECT_NE(r.exit_code, 0) << budget;
+    EXPECT_NE(r.output.find(text), std::string::npos) << r.output;
+  }
+  auto r = plan("-m " + model() + " --vram-budget 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("powerinfer profile"), std::string::npos) << r.output;
+  // Statistics of the f16 file for the q8_0 file: another fingerprint.
+  r = plan("-m " + dir_ + "/q8.gguf --vram-budget 1 --stats " + stats());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("another model"), std::string::npos) << r.output;
+  r = plan("-m " + model() + " --vram-budget 1 --stats " + dir_ + "/missing.gguf");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("missing.gguf"), std::string::npos) << r.output;
+}
+
+TEST_F(PlanCli, GgufFilesMoveWholeLayers) {
+  int64_t prev = -1;
+  for (const char* gib : {"0", "0.003", "0.006", "1"}) {
+    auto r = plan("-m " + dir_ + "/dense.gguf --vram-budget " + std::string(gib) + " --json");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    EXPECT_EQ(j["hot_neurons"].get<int64_t>(), 0);
+    EXPECT_GE(j["n_dense_layers"].get<int64_t>(), prev);
+    prev = j["n_dense_layers"].get<int64_t>();
+  }
+  EXPECT_EQ(prev, 12);
+}
+
+// The profile counts true activations: synth's files fire ~10% of neurons per token.
+TEST_F(PlanCli, ProfileCountsActivations) {
+  std::mt19937 rng(1);
+  const char* words[] = {"the", "model", "reads", "every", "neuron", "on", "a", "token", "and", "counts"};
+  std::ofstream(dir_ + "/text.txt") << [&] {
+    std::string s;
+    for (int i = 0; i < 600; ++i) s += std::string(words[rng() % 10]) + " ";
+    return s;
+  }();
+  const std::string out = dir_ + "/prof.gguf";
+  auto r = run_command(kBin + "/powerinfer profile -m " + model() + " -f " + dir_ + "/text.txt -o " + out +
+                       " -c 64 -t 2 --max-tokens 300 --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = pi::sparse::read_activation_stats(out);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->n_tokens, 300u);
+  ASSERT_EQ(s->n_layer(), 12);
+  auto f = pi::gguf::File::open(model());
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(s->model_fingerprint, pi::sparse::model_fingerprint(*f));
+  for (int64_t l = 0; l < 12; ++l) {
+    double mean = 0;
+    for (double v : s->frequencies(l)) mean += v;
+    mean /= static_cast<double>(s->counts[l].size());
+    EXPECT_GT(mean, 0.05) << l;
+    EXPECT_LT(mean, 0.15) << l;
+  }
+  r = plan("-m " + model() + " --vram-budget 0.004 --stats " + out + " --no-write-index");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+}  // namespace

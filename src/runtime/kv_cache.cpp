@@ -76,8 +76,9 @@ bool KvCache::holds_prefix(SeqId s, int64_t p) const {
 Result<KvSlot> KvCache::find_slot(int64_t n) const {
   if (n < 0) return err("invalid batch size %lld", ll(n));
   if (n > n_free()) {
-    return err("context overflow: %lld tokens do not fit (context size %lld, %lld in use)", ll(n),
-               ll(n_ctx_), ll(n_used_));
+    return with_code(err("context overflow: %lld tokens do not fit (context size %lld, %lld in use)",
+                         ll(n), ll(n_ctx_), ll(n_used_)),
+                     ErrorCode::ContextFull);
   }
   KvSlot slot;
   slot.cells.reserve(static_cast<size_t>(n));

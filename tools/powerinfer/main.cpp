@@ -13,7 +13,7 @@ namespace {
 
 // llama.cpp spells some long options with one dash; CLI11 accepts only one-letter short
 // options, so these spellings become --np, --npp, ... before parsing.
-constexpr const char* kOneDashLong[] = {"-np", "-npp", "-ntg", "-npl", "-pps"};
+constexpr const char* kOneDashLong[] = {"-np", "-npp", "-ntg", "-npl", "-pps", "-cnv", "-sys"};
 
 std::vector<std::string> normalized_args(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);

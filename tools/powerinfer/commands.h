@@ -20,5 +20,6 @@ Runner add_bench(CLI::App& app);
 Runner add_perplexity(CLI::App& app);
 Runner add_batched(CLI::App& app);
 Runner add_batched_bench(CLI::App& app);
+Runner add_serve(CLI::App& app);
 
 }  // namespace pi::cli

@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   runners["perplexity"] = pi::cli::add_perplexity(app);
   runners["batched"] = pi::cli::add_batched(app);
   runners["batched-bench"] = pi::cli::add_batched_bench(app);
+  runners["serve"] = pi::cli::add_serve(app);
 
   try {
     std::vector<std::string> args = normalized_args(argc, argv);

@@ -182,6 +182,8 @@ void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
     std::lock_guard lk(mu_);
     stats_.processing += 1;
     stats_.cached_tokens += static_cast<int64_t>(n_common);
+    stats_.slots[static_cast<size_t>(s.id)].busy = true;
+    stats_.slots[static_cast<size_t>(s.id)].n_predicted = 0;
   }
   if (s.cached.size() > n_common) {
     if (Status st = session_->seq_rm(s.id, static_cast<int32_t>(n_common)); !st.ok()) {
@@ -227,6 +229,8 @@ void Scheduler::end(Slot& s, Finish f, std::string error) {
   {
     std::lock_guard lk(mu_);
     stats_.processing -= 1;
+    stats_.slots[static_cast<size_t>(s.id)].busy = false;
+    stats_.slots[static_cast<size_t>(s.id)].n_cached = static_cast<int64_t>(s.cached.size());
     if (f == Finish::Cancelled) {
       stats_.cancelled += 1;
     } else if (f == Finish::Error) {
@@ -402,7 +406,6 @@ void Scheduler::loop() {
     stats_.steps += 1;
     for (auto& s : slots_) {
       SchedulerStats::Slot& o = stats_.slots[static_cast<size_t>(s->id)];
-      o.busy = s->job != nullptr;
       o.n_cached = static_cast<int64_t>(s->cached.size());
       o.n_predicted = s->stats.n_predicted;
     }

@@ -128,6 +128,7 @@ async function send() {
     if (e.name !== 'AbortError') { out.className = 'msg error'; out.textContent = 'Error: ' + e.message; }
   }
   history.push({role: 'assistant', content: answer});
+  out.dataset.done = '1';
   controller = null;
   $('send').disabled = false; $('stop').disabled = true;
 }
@@ -135,6 +136,12 @@ async function send() {
 $('send').onclick = send;
 $('stop').onclick = () => { if (controller) controller.abort(); };
 $('clear').onclick = () => { history = []; $('log').innerHTML = ''; $('stats').textContent = ''; };
+// /?prompt=TEXT sends TEXT at once; the settings can be given too (?seed=1&max_tokens=8; used
+// by the headless-browser test).
+const params = new URLSearchParams(location.search);
+for (const id of ['temperature', 'top_k', 'top_p', 'min_p', 'repeat_penalty', 'max_tokens', 'seed'])
+  if (params.get(id) !== null) $(id).value = params.get(id);
+if (params.get('prompt')) { $('input').value = params.get('prompt'); send(); }
 $('input').addEventListener('keydown', (e) => {
   if (e.key === 'Enter' && !e.shiftKey) { e.preventDefault(); send(); }
 });

@@ -235,8 +235,7 @@ HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
     auto last = Clock::now();
     while (true) {
       Job::Output o = job->take(kTick);
-      auto& mutable_o = o;
-      collect(mutable_o);
+      collect(o);
       if (o.done) {
         write(body(o.stats));
         return;

@@ -4,6 +4,10 @@
 
 #include <strings.h>
 
+#include <chrono>
+#include <thread>
+#include <sys/socket.h>
+
 namespace pi::server {
 
 std::string HttpRequest::header(const std::string& name) const {
@@ -25,6 +29,12 @@ HttpServer::HttpServer(const HttpOptions& o) : impl_(std::make_unique<Impl>()), 
   impl_->svr.set_read_timeout(o.read_timeout_s, 0);
   impl_->svr.set_write_timeout(o.write_timeout_s, 0);
   impl_->svr.set_keep_alive_timeout(o.keep_alive_s);
+  // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which lets a second server
+  // bind a port already in use and silently share its connections.
+  impl_->svr.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   impl_->svr.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty() || !impl_->error_body) return;
     HttpResponse r;
@@ -95,10 +105,19 @@ Status HttpServer::bind() {
   return Status::Ok();
 }
 
-void HttpServer::run() { impl_->svr.listen_after_bind(); }
+void HttpServer::run() {
+  running_.store(true);
+  if (!stopped_.load()) impl_->svr.listen_after_bind();
+  running_.store(false);
+}
 
 void HttpServer::stop() {
-  if (impl_) impl_->svr.stop();
+  stopped_.store(true);
+  // httplib's stop() does nothing until the listener runs: repeat it until run() returns.
+  while (running_.load()) {
+    impl_->svr.stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 }  // namespace pi::server

@@ -7,6 +7,7 @@
 // run(); stop() may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -68,8 +69,9 @@ class HttpServer {
   // Binds host:port; fails naming them. port() is then the bound port.
   Status bind();
   int port() const { return port_; }
-  // Serves until stop(). Returns when the listener closes.
+  // Serves until stop(). Returns when the listener closes, at once when stop() came first.
   void run();
+  // Ends run() (waiting for it) from any thread, also while it is starting.
   void stop();
 
  private:
@@ -77,6 +79,7 @@ class HttpServer {
   std::unique_ptr<Impl> impl_;
   HttpOptions o_;
   int port_ = 0;
+  std::atomic<bool> running_{false}, stopped_{false};
 };
 
 }  // namespace pi::server

@@ -161,3 +161,24 @@ def test_slow_reader_does_not_stall_others(start_server):
         slow.close()
     assert wait_for(lambda: busy_slots(s) == 0, timeout=10)
     ok_after(s)
+
+
+def test_bad_flags_are_one_line_errors(start_server):
+    import subprocess
+    from conftest import BIN, MODEL
+    s = start_server("-np", 1, "-c", 256)
+
+    def serve(*args):
+        model = [] if "-m" in args else ["-m", MODEL]
+        return subprocess.run([BIN, "serve", *model, *map(str, args)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=60)
+
+    for args, part in [(("-np", 0, "--port", 0), "-np must be 1..64"),
+                       (("--port", s.port), f"cannot listen on 127.0.0.1:{s.port}"),
+                       (("--port", 0, "--chat-template", "bogus"), "unknown chat template 'bogus'"),
+                       (("--port", 0, "--temp", -1), "temperature"),
+                       (("-m", "/nonexistent.gguf", "--port", 0), "/nonexistent.gguf")]:
+        r = serve(*args)
+        assert r.returncode == 1, (args, r.stdout)
+        assert part in r.stdout, (args, r.stdout)
+    ok_after(s)

@@ -37,8 +37,8 @@ TEST_F(CliConversation, AnswersEveryTurnAndShiftsTheContext) {
 
 // Same seed, same conversation, same text.
 TEST_F(CliConversation, IsReproducibleWithASeed) {
-  const std::string cmd = "printf 'And God said\\n' | " + kBin + "run -m " + kModel +
-                          " -cnv --chat-template zephyr -n 16 -s 3 -t 1 2>/dev/null";
+  const std::string cmd = "(printf 'And God said\\n' | " + kBin + "run -m " + kModel +
+                          " -cnv --chat-template zephyr -n 16 -s 3 -t 1 2>/dev/null)";
   auto a = run_command(cmd), b = run_command(cmd);
   ASSERT_EQ(a.exit_code, 0);
   EXPECT_EQ(a.output, b.output);

@@ -21,5 +21,6 @@ Runner add_perplexity(CLI::App& app);
 Runner add_batched(CLI::App& app);
 Runner add_batched_bench(CLI::App& app);
 Runner add_devices(CLI::App& app);
+Runner add_serve(CLI::App& app);
 
 }  // namespace pi::cli

@@ -13,7 +13,7 @@ namespace {
 
 // llama.cpp spells some long options with one dash; CLI11 accepts only one-letter short
 // options, so these spellings become --np, --npp, ... before parsing.
-constexpr const char* kOneDashLong[] = {"-np", "-npp", "-ntg", "-npl", "-pps"};
+constexpr const char* kOneDashLong[] = {"-np", "-npp", "-ntg", "-npl", "-pps", "-cnv", "-sys"};
 
 std::vector<std::string> normalized_args(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   runners["batched"] = pi::cli::add_batched(app);
   runners["batched-bench"] = pi::cli::add_batched_bench(app);
   runners["devices"] = pi::cli::add_devices(app);
+  runners["serve"] = pi::cli::add_serve(app);
 
   try {
     std::vector<std::string> args = normalized_args(argc, argv);

@@ -11,6 +11,7 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   python3 python3-venv python3-pip
+  chromium
 )
 
 missing=()
@@ -31,7 +32,7 @@ fi
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import sys" 2>/dev/null; then
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import numpy, sentencepiece, tokenizers, safetensors, pytest" 2>/dev/null; then
+if ! .venv/bin/python -c "import numpy, sentencepiece, tokenizers, safetensors, pytest, openai" 2>/dev/null; then
   echo "installing Python test dependencies into .venv"
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-test.txt
 fi

@@ -25,10 +25,11 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "powerinfer/error.h"
 #include "powerinfer/batch.h"
 #include "powerinfer/sampling.h"
 #include "powerinfer/sparsity.h"
+#include "powerinfer/vocabulary.h"
 
 namespace pi {
 
@@ -53,6 +54,7 @@ struct ModelInfo {
   bool mmap = true;              // mapped (true) or read into memory (LoadOptions::mmap)
   uint64_t huge_page_bytes = 0;  // read into memory: bytes the kernel backs with huge pages
   uint64_t weight_bytes_per_token = 0;  // bytes of weights one decode step reads
+  std::string chat_template;  // tokenizer.chat_template (Jinja source); empty when absent
 };
 
 struct LoadOptions {
@@ -75,12 +77,15 @@ class Engine {
   const ModelInfo& info() const { return info_; }
   // nullptr when the file carries no vocabulary.
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  // The same vocabulary through the public facade; nullptr when the file has none.
+  const Vocabulary* vocabulary() const { return vocabulary_.get(); }
   const model::Model& model() const { return *model_; }
 
  private:
   Engine() = default;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Vocabulary> vocabulary_;
   ModelInfo info_;
 };
 
@@ -137,6 +142,8 @@ class Session {
   Status advance(int32_t token);
   // Tokens sample() never returns (e.g. end-of-generation tokens with --ignore-eos).
   void ban_tokens(std::vector<int32_t> ids);
+  // Tokens sequence seq's sampler never returns (replaces that sequence's list only).
+  void ban_tokens(int32_t seq, std::vector<int32_t> ids);
 
   // ---- Several sequences (n_seq_max > 1); the calls above work on sequence 0 ----
   // Evaluates tokens of any sequences in one forward pass (more than n_batch: several) and
@@ -150,6 +157,11 @@ class Session {
   // penalty window). Does not record it: decode() does. -1 when seq is outside
   // [0, n_seq_max).
   int32_t sample(int32_t seq, std::span<const float> logits);
+  // Gives sequence seq a fresh sampler with `p` (validated; its RNG seeded with p.seed exactly,
+  // not p.seed + seq) whose penalty window holds `history`, the tokens the sequence already
+  // holds (e.g. a cached prompt prefix). A sequence so set samples as a one-sequence session
+  // seeded p.seed that was fed `history` with prompt(). Its banned tokens are cleared.
+  Status set_sampling(int32_t seq, const SamplingParams& p, std::span<const int32_t> history = {});
   // Sequence dst (holding nothing) becomes a copy of src: it shares src's cached positions
   // (no data copied) and takes its penalty window; its RNG restarts from its own seed.
   Status fork(int32_t src, int32_t dst);

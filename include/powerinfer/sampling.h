@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "core/error.h"
+#include "powerinfer/error.h"
 
 namespace pi {
 

@@ -183,7 +183,8 @@ Status Context::decode(std::span<const int32_t> tokens, std::vector<float>* all,
   const int64_t past = n_past();
   for (size_t done = 0; done < tokens.size();) {
     if (stop && stop()) {
-      return err("interrupted after %zu of %zu tokens", done, tokens.size());
+      return with_code(err("interrupted after %zu of %zu tokens", done, tokens.size()),
+                       ErrorCode::Cancelled);
     }
     const size_t n = std::min(tokens.size() - done, static_cast<size_t>(opts_.n_batch));
     auto slot = cache_.find_slot(static_cast<int64_t>(n));

@@ -31,6 +31,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Load
     auto t = Tokenizer::from_gguf(f);
     if (!t.ok()) return t.error();
     e->tokenizer_ = std::make_unique<Tokenizer>(std::move(*t));
+    e->vocabulary_ = std::make_unique<Vocabulary>(*e->tokenizer_);
   }
   const model::HParams& hp = e->model_->hparams();
   ModelInfo& i = e->info_;
@@ -51,6 +52,9 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Load
   i.mmap = opts.mmap;
   i.huge_page_bytes = f.mapping().huge_page_bytes();
   i.weight_bytes_per_token = e->model_->weight_bytes_per_token();
+  if (const gguf::Value* v = f.find("tokenizer.chat_template");
+      v != nullptr && v->as_string() != nullptr)
+    i.chat_template = *v->as_string();
   return e;
 }
 
@@ -134,6 +138,21 @@ Status Session::advance(int32_t token) {
 
 void Session::ban_tokens(std::vector<int32_t> ids) {
   for (auto& s : samplers_) s->set_banned(ids);
+}
+
+void Session::ban_tokens(int32_t seq, std::vector<int32_t> ids) {
+  if (seq >= 0 && seq < n_seq_max()) samplers_[static_cast<size_t>(seq)]->set_banned(std::move(ids));
+}
+
+Status Session::set_sampling(int32_t seq, const SamplingParams& p,
+                             std::span<const int32_t> history) {
+  if (seq < 0 || seq >= n_seq_max())
+    return with_code(err("sequence %d outside [0, %d)", seq, n_seq_max()), ErrorCode::BadRequest);
+  if (Status v = validate_sampling(p); !v.ok()) return with_code(v.error(), ErrorCode::BadRequest);
+  auto s = std::make_unique<runtime::Sampler>(p, ctx_->model().hparams().n_vocab);
+  for (int32_t t : history) s->accept(t);
+  samplers_[static_cast<size_t>(seq)] = std::move(s);
+  return Status::Ok();
 }
 
 Status Session::decode(std::span<const BatchToken> batch) {

@@ -1,6 +1,8 @@
 #include "runtime/kv_cache.h"
 
 #include <algorithm>
+#include <climits>
+#include <iterator>
 #include <new>
 #include <string>
 
@@ -14,7 +16,12 @@ long long ll(int64_t v) { return static_cast<long long>(v); }
 
 // "[p0, p1)" or "[p0, end)" for messages.
 std::string range_text(int32_t p0, int32_t p1) {
-  return "[" + std::to_string(p0) + ", " + (p1 == kPosEnd ? "end" : std::to_string(p1)) + ")";
+  std::string s = "[";
+  s += std::to_string(p0);
+  s += ", ";
+  s += p1 == kPosEnd ? std::string("end") : std::to_string(p1);
+  s += ")";
+  return s;
 }
 
 Status check_range(int32_t p0, int32_t p1) {
@@ -39,6 +46,7 @@ KvCache::KvCache(const model::HParams& hp, int64_t n_ctx, backend::Buffer storag
     : n_ctx_(n_ctx),
       cells_(static_cast<size_t>(n_ctx)),
       seq_max_(static_cast<size_t>(kMaxSeqs), -1),
+      seq_entries_(static_cast<size_t>(kMaxSeqs)),
       storage_(std::move(storage)) {
   const auto per_tensor = static_cast<size_t>(n_ctx * hp.n_embd_kv());
   auto* base = storage_.as<uint16_t>();
@@ -58,29 +66,24 @@ int32_t KvCache::seq_pos_max(SeqId s) const {
 }
 
 int64_t KvCache::seq_cells(SeqId s) const {
-  if (!valid_seq(s)) return 0;
-  int64_t n = 0;
-  for (const Cell& c : cells_) n += (c.seqs & bit(s)) != 0 ? 1 : 0;
-  return n;
+  return valid_seq(s) ? static_cast<int64_t>(seq_entries_[static_cast<size_t>(s)].size()) : 0;
 }
 
 bool KvCache::holds_prefix(SeqId s, int64_t p) const {
   if (!valid_seq(s) || p < 0 || p > n_ctx_) return false;
-  int64_t n = 0;
-  for (int64_t c = 0; c < n_ctx_; ++c) {
-    const Cell& cell = cells_[static_cast<size_t>(c)];
-    if ((cell.seqs & bit(s)) == 0) continue;
-    if (c >= p || cell.pos != c) return false;
-    ++n;
-  }
-  return n == p;
+  const SeqEntries& e = seq_entries_[static_cast<size_t>(s)];
+  if (static_cast<int64_t>(e.size()) != p) return false;
+  for (size_t i = 0; i < e.size(); ++i)
+    if (e[i].first != static_cast<int32_t>(i) || e[i].second != static_cast<int32_t>(i)) return false;
+  return true;
 }
 
 Result<KvSlot> KvCache::find_slot(int64_t n) const {
   if (n < 0) return err("invalid batch size %lld", ll(n));
   if (n > n_free()) {
-    return err("context overflow: %lld tokens do not fit (context size %lld, %lld in use)", ll(n),
-               ll(n_ctx_), ll(n_used_));
+    return with_code(err("context overflow: %lld tokens do not fit (context size %lld, %lld in use)",
+                         ll(n), ll(n_ctx_), ll(n_used_)),
+                     ErrorCode::ContextFull);
   }
   KvSlot slot;
   slot.cells.reserve(static_cast<size_t>(n));
@@ -110,24 +113,17 @@ void KvCache::attention_lists(const KvSlot& slot, AttnLists& out) const {
     const SeqId s = slot.seq[i];
     if ((done & bit(s)) != 0) continue;
     done |= bit(s);
-    // (position, cell) of the sequence's cached cells and of its tokens in this batch.
-    auto& pc = out.scratch;
-    pc.clear();
-    for (int64_t c = 0; c < n_ctx_; ++c) {
-      const Cell& cell = cells_[static_cast<size_t>(c)];
-      if ((cell.seqs & bit(s)) != 0) pc.emplace_back(cell.pos, static_cast<int32_t>(c));
-    }
-    for (size_t j = i; j < m; ++j)
-      if (slot.seq[j] == s) pc.emplace_back(slot.pos[j], slot.cells[j]);
-    std::sort(pc.begin(), pc.end());
+    // The sequence's cached cells in position order, then its tokens of this batch, whose
+    // positions are above the cached ones and increase (what a commit checks).
+    const SeqEntries& cached = seq_entries_[static_cast<size_t>(s)];
     const auto begin = static_cast<int64_t>(out.cells.size());
-    for (const auto& e : pc) out.cells.push_back(e.second);
+    for (const auto& e : cached) out.cells.push_back(e.second);
+    auto n = static_cast<int64_t>(cached.size());
     for (size_t j = i; j < m; ++j) {
       if (slot.seq[j] != s) continue;
-      const auto upto = std::upper_bound(pc.begin(), pc.end(),
-                                         std::make_pair(slot.pos[j], INT32_MAX));
+      out.cells.push_back(slot.cells[j]);
       out.begin[j] = begin;
-      out.len[j] = upto - pc.begin();
+      out.len[j] = ++n;
     }
   }
 }
@@ -184,6 +180,7 @@ Status KvCache::commit(const KvSlot& slot) {
 
   for (size_t i = 0; i < m; ++i) {
     cells_[static_cast<size_t>(slot.cells[i])] = Cell{slot.pos[i], bit(slot.seq[i])};
+    seq_entries_[static_cast<size_t>(slot.seq[i])].emplace_back(slot.pos[i], slot.cells[i]);
   }
   std::copy(last, last + kMaxSeqs, seq_max_.begin());
   n_used_ += static_cast<int64_t>(m);
@@ -194,14 +191,30 @@ Status KvCache::remove(SeqId seq, int32_t p0, int32_t p1) {
   PI_TRY(check_range(p0, p1));
   if (seq != kAllSeqs && !valid_seq(seq))
     return err("KV cache: sequence id %d outside [0, %d)", seq, kMaxSeqs);
-  const uint64_t mask = seq == kAllSeqs ? ~uint64_t{0} : bit(seq);
-  for (Cell& cell : cells_) {
-    if (cell.pos < 0 || (cell.seqs & mask) == 0 || !in_range(cell.pos, p0, p1)) continue;
-    cell.seqs &= ~mask;
-    if (cell.seqs == 0) cell.pos = -1;
+  for (SeqId s = 0; s < kMaxSeqs; ++s) {
+    if (seq != kAllSeqs && s != seq) continue;
+    SeqEntries& e = seq_entries_[static_cast<size_t>(s)];
+    const auto lo = std::lower_bound(e.begin(), e.end(), std::make_pair(p0, INT32_MIN));
+    const auto hi = p1 == kPosEnd ? e.end()
+                                  : std::lower_bound(lo, e.end(), std::make_pair(p1, INT32_MIN));
+    drop_entries(s, static_cast<size_t>(lo - e.begin()), static_cast<size_t>(hi - e.begin()));
   }
-  recount();
   return Status::Ok();
+}
+
+void KvCache::drop_entries(SeqId s, size_t first, size_t last) {
+  SeqEntries& e = seq_entries_[static_cast<size_t>(s)];
+  if (first >= last) return;
+  for (size_t k = first; k < last; ++k) {
+    Cell& cell = cells_[static_cast<size_t>(e[k].second)];
+    cell.seqs &= ~bit(s);
+    if (cell.seqs == 0) {
+      cell.pos = -1;
+      --n_used_;
+    }
+  }
+  e.erase(e.begin() + static_cast<std::ptrdiff_t>(first), e.begin() + static_cast<std::ptrdiff_t>(last));
+  seq_max_[static_cast<size_t>(s)] = e.empty() ? -1 : e.back().first;
 }
 
 Status KvCache::copy(SeqId src, SeqId dst, int32_t p0, int32_t p1) {
@@ -210,31 +223,28 @@ Status KvCache::copy(SeqId src, SeqId dst, int32_t p0, int32_t p1) {
     return err("KV cache: sequence ids %d -> %d: both must be in [0, %d)", src, dst, kMaxSeqs);
   }
   if (src == dst) return err("KV cache: cannot copy sequence %d to itself", src);
-  for (const Cell& cell : cells_) {
-    if ((cell.seqs & bit(dst)) != 0 && (cell.seqs & bit(src)) == 0 && in_range(cell.pos, p0, p1)) {
+  SeqEntries& d = seq_entries_[static_cast<size_t>(dst)];
+  for (const auto& [pos, c] : d) {
+    if (in_range(pos, p0, p1) && (cells_[static_cast<size_t>(c)].seqs & bit(src)) == 0) {
       return err("KV cache: sequence %d already holds position %d of the range %s copied from %d",
-                 dst, cell.pos, range_text(p0, p1).c_str(), src);
+                 dst, pos, range_text(p0, p1).c_str(), src);
     }
   }
-  for (Cell& cell : cells_) {
-    if ((cell.seqs & bit(src)) == 0 || !in_range(cell.pos, p0, p1)) continue;
+  SeqEntries added;
+  for (const auto& [pos, c] : seq_entries_[static_cast<size_t>(src)]) {
+    Cell& cell = cells_[static_cast<size_t>(c)];
+    if (!in_range(pos, p0, p1) || (cell.seqs & bit(dst)) != 0) continue;
     cell.seqs |= bit(dst);
-    seq_max_[static_cast<size_t>(dst)] = std::max(seq_max_[static_cast<size_t>(dst)], cell.pos);
+    added.emplace_back(pos, c);
+  }
+  if (!added.empty()) {
+    SeqEntries merged;
+    merged.reserve(d.size() + added.size());
+    std::merge(d.begin(), d.end(), added.begin(), added.end(), std::back_inserter(merged));
+    d = std::move(merged);
+    seq_max_[static_cast<size_t>(dst)] = d.back().first;
   }
   return Status::Ok();
-}
-
-void KvCache::recount() {
-  n_used_ = 0;
-  std::fill(seq_max_.begin(), seq_max_.end(), -1);
-  for (const Cell& cell : cells_) {
-    if (cell.pos < 0) continue;
-    ++n_used_;
-    for (uint64_t m = cell.seqs; m != 0; m &= m - 1) {
-      int32_t& mx = seq_max_[static_cast<size_t>(__builtin_ctzll(m))];
-      mx = std::max(mx, cell.pos);
-    }
-  }
 }
 
 }  // namespace pi::runtime

@@ -141,12 +141,19 @@ class KvCache {
   Status commit(const KvSlot& slot);
   Status remove(SeqId seq, int32_t p0, int32_t p1);
   Status copy(SeqId src, SeqId dst, int32_t p0, int32_t p1);
-  void recount();
+  // Sequence s stops holding the cells of its entries [first, last); freed cells are counted.
+  void drop_entries(SeqId s, size_t first, size_t last);
+
+  // A sequence's (position, cell) entries in ascending position order, kept by every edit so
+  // that a step's bookkeeping (attention_lists, seq_pos_max, seq_cells) reads only the
+  // sequences in the batch instead of scanning all n_ctx cells.
+  using SeqEntries = std::vector<std::pair<int32_t, int32_t>>;
 
   int64_t n_ctx_;
   int64_t n_used_ = 0;
   std::vector<Cell> cells_;        // [n_ctx]
   std::vector<int32_t> seq_max_;   // [kMaxSeqs] highest position, -1: none
+  std::vector<SeqEntries> seq_entries_;  // [kMaxSeqs]
   backend::Buffer storage_;        // f16 [n_layer, 2, n_head_kv, n_ctx, head_dim]
   model::KvView view_;
 };

@@ -3,6 +3,8 @@
 // and leaves the cache unchanged when it refuses an edit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <vector>
 
 #include "backend/host_device.h"
@@ -277,6 +279,58 @@ TEST(KvCache, AttentionListsFollowPositionsOfEachSequence) {
   ASSERT_TRUE(c.apply(KvEdit::commit(b)).ok());
   EXPECT_EQ(c.seq_pos_max(0), 5);
   EXPECT_EQ(c.n_used(), 10);
+}
+
+// The per-sequence index the cache keeps incrementally agrees, after every edit of a random
+// mix of commits, copies and removals, with a scan of all cells.
+TEST(KvCache, PerSequenceIndexAgreesWithAFullScan) {
+  KvCache c(small_hparams(), 96);
+  std::mt19937 rng(7);
+  constexpr SeqId kSeqs = 5;
+  auto check = [&](int step) {
+    int64_t used = 0;
+    for (int64_t i = 0; i < c.n_ctx(); ++i) used += c.cell_pos(i) >= 0 ? 1 : 0;
+    ASSERT_EQ(c.n_used(), used) << "step " << step;
+    for (SeqId s = 0; s < kSeqs; ++s) {
+      std::vector<std::pair<int32_t, int32_t>> scan;  // (pos, cell)
+      for (int64_t i = 0; i < c.n_ctx(); ++i)
+        if ((c.cell_seqs(i) >> s) & 1) scan.emplace_back(c.cell_pos(i), static_cast<int32_t>(i));
+      std::sort(scan.begin(), scan.end());
+      ASSERT_EQ(c.seq_cells(s), static_cast<int64_t>(scan.size())) << "step " << step;
+      ASSERT_EQ(c.seq_pos_max(s), scan.empty() ? -1 : scan.back().first) << "step " << step;
+      // One token above the sequence's highest position, in a cell outside the cache.
+      AttnLists lists;
+      KvSlot one;
+      one.cells = {1000 + s};
+      one.seq = {s};
+      one.pos = {c.seq_pos_max(s) + 1};
+      c.attention_lists(one, lists);
+      std::vector<int32_t> want;
+      for (const auto& e : scan) want.push_back(e.second);
+      want.push_back(1000 + s);
+      ASSERT_EQ(lists.cells, want) << "step " << step << " seq " << s;
+    }
+  };
+  for (int step = 0; step < 400; ++step) {
+    const int what = static_cast<int>(rng() % 4);
+    const SeqId s = static_cast<SeqId>(rng() % kSeqs);
+    if (what <= 1) {
+      const int64_t n = 1 + rng() % 6;
+      if (c.n_free() < n) continue;
+      append(c, n, s, c.seq_pos_max(s) + 1 + static_cast<int32_t>(rng() % 3));
+    } else if (what == 2) {
+      const SeqId d = static_cast<SeqId>(rng() % kSeqs);
+      if (d == s) continue;
+      const int32_t p0 = static_cast<int32_t>(rng() % 20);
+      (void)c.apply(KvEdit::copy(s, d, p0, rng() % 2 ? kPosEnd : p0 + 5));  // may be refused
+    } else {
+      const int32_t p0 = static_cast<int32_t>(rng() % 30);
+      ASSERT_TRUE(c.apply(KvEdit::remove(rng() % 8 == 0 ? kAllSeqs : s, p0,
+                                         rng() % 2 ? kPosEnd : p0 + 4)).ok());
+    }
+    check(step);
+    if (HasFatalFailure()) return;
+  }
 }
 
 }  // namespace

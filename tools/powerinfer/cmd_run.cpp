@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "gen_options.h"
 #include "powerinfer/engine.h"
+#include "run_conversation.h"
 #include "sparsity_report.h"
 #include "tokenizer/tokenizer.h"
 
@@ -50,6 +51,11 @@ void install_sigint_handler() {
 
 struct RunOptions : GenOptions {
   bool interactive = false;
+  // -cnv: conversation mode with the chat template (run_conversation.h).
+  bool conversation = false;
+  std::string system_prompt;  // -sys
+  std::string chat_template;  // --chat-template NAME (or Jinja text); empty: the model's
+  int64_t n_keep = 0;         // --keep
   // PowerInfer files: --sparsity-report, --check-predictor (implies the report).
   bool sparsity_report = false;
   bool check_predictor = false;
@@ -201,6 +207,38 @@ int run(const RunOptions& o_in) {
 
   if (o.ignore_eos) session.ban_tokens(eog_tokens(*tok));
 
+  if (o.conversation) {
+    auto tmpl = chat::resolve_template(o.chat_template, info.chat_template);
+    if (!tmpl.ok()) {
+      log_error("%s", tmpl.error().message.c_str());
+      return 1;
+    }
+    log_info("conversation mode: chat template %s, keep %lld", chat::template_name(*tmpl),
+             static_cast<long long>(o.n_keep));
+    ConversationOptions co;
+    co.chat_template = *tmpl;
+    co.system_prompt = !o.system_prompt.empty() ? o.system_prompt : prompt;
+    co.n_keep = o.n_keep;
+    co.n_predict = o.n_predict;
+    co.ignore_eos = o.ignore_eos;
+    ConsoleIo io;
+    io.read_line = read_line;
+    io.print = [](std::string_view s) { print_piece(std::string(s)); };
+    io.interrupted = [] { return g_interrupted != 0; };
+    io.clear_interrupt = [] { g_interrupted = 0; };
+    Status st = run_conversation(session, *tok, co, io);
+    std::fputc('\n', stdout);
+    const double total_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start)
+            .count();
+    print_timings(load_ms, session.timings(), total_ms);
+    if (!st.ok()) {
+      log_error("%s", st.error().message.c_str());
+      return 1;
+    }
+    return 0;
+  }
+
   // An interactive session without a prompt starts with the user's first line.
   std::vector<int32_t> tokens;
   if (!(o.interactive && prompt.empty()))
@@ -328,6 +366,19 @@ Runner add_run(CLI::App& app) {
   sub->add_flag(
       "-i,--interactive,--chat", o->interactive,
       "Interactive: after each answer, read a line from stdin; the context is kept across turns");
+  sub->add_flag("--cnv,--conversation", o->conversation,
+                "Conversation mode: the user types from the first turn, turns are rendered with "
+                "the chat template, and a full context drops old turns (keeping --keep tokens)");
+  sub->add_option("--sys,--system-prompt", o->system_prompt,
+                  "Conversation mode: the system message (default: -p, if given)");
+  sub->add_option("--chat-template", o->chat_template,
+                  "Conversation mode: the chat template, by name (" + chat::template_names() +
+                      ") or as Jinja text to recognise; default: the model's "
+                      "tokenizer.chat_template");
+  sub->add_option("--keep", o->n_keep,
+                  "Conversation mode: tokens kept from the start when the context fills (-1: the "
+                  "whole first turn; the BOS token is always kept)")
+      ->capture_default_str();
   sub->add_flag("--sparsity-report", o->sparsity_report,
                 "After the run, print per layer the predicted active fraction of FFN neurons and "
                 "the weight bytes read per token");

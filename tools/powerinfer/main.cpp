@@ -13,7 +13,7 @@ namespace {
 
 // llama.cpp spells some long options with one dash; CLI11 accepts only one-letter short
 // options, so these spellings become --np, --npp, ... before parsing.
-constexpr const char* kOneDashLong[] = {"-np", "-npp", "-ntg", "-npl", "-pps"};
+constexpr const char* kOneDashLong[] = {"-np", "-npp", "-ntg", "-npl", "-pps", "-cnv", "-sys"};
 
 std::vector<std::string> normalized_args(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   runners["devices"] = pi::cli::add_devices(app);
   runners["profile"] = pi::cli::add_profile(app);
   runners["plan"] = pi::cli::add_plan(app);
+  runners["serve"] = pi::cli::add_serve(app);
 
   try {
     std::vector<std::string> args = normalized_args(argc, argv);

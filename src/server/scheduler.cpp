@@ -1,0 +1,415 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <optional>
+
+namespace pi::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+// The longest k < stop.size() such that `text` ends with the first k bytes of a stop string:
+// text that may still become a stop string and so is held back.
+size_t held_back(const std::string& text, size_t from, const std::vector<std::string>& stops) {
+  size_t held = 0;
+  for (const std::string& s : stops) {
+    for (size_t k = std::min(s.size() - 1, text.size() - from); k > held; --k) {
+      if (text.compare(text.size() - k, k, s, 0, k) == 0) {
+        held = k;
+        break;
+      }
+    }
+  }
+  return held;
+}
+
+}  // namespace
+
+const char* finish_name(Finish f) {
+  switch (f) {
+    case Finish::Stop: return "stop";
+    case Finish::Length: return "length";
+    case Finish::Cancelled: return "cancelled";
+    case Finish::Error: return "error";
+    case Finish::None: break;
+  }
+  return "none";
+}
+
+Job::Output Job::take(std::chrono::milliseconds timeout) {
+  std::unique_lock lk(m_);
+  cv_.wait_for(lk, timeout, [&] { return done_ || !text_.empty() || !probs_.empty(); });
+  Output o;
+  o.text.swap(text_);
+  o.probs.swap(probs_);
+  o.done = done_;
+  if (done_) o.stats = stats_;
+  return o;
+}
+
+void Job::publish(std::string text, std::vector<TokenProb> probs) {
+  if (text.empty() && probs.empty()) return;
+  {
+    std::lock_guard lk(m_);
+    text_ += text;
+    for (TokenProb& p : probs) probs_.push_back(std::move(p));
+  }
+  cv_.notify_all();
+}
+
+void Job::finish(const JobStats& stats) {
+  {
+    std::lock_guard lk(m_);
+    done_ = true;
+    stats_ = stats;
+  }
+  cv_.notify_all();
+}
+
+struct Scheduler::Slot {
+  int id = 0;
+  std::shared_ptr<Job> job;
+  std::vector<int32_t> cached;  // the tokens sequence `id` holds, positions 0..size-1
+  size_t n_prompt_fed = 0;      // prompt tokens the sequence holds
+  bool generating = false;      // the prompt is done; `next` is fed in the next step
+  int32_t next = -1;
+  std::optional<Vocabulary::Decoder> dec;
+  std::string text;  // generated text; [0, sent) is published
+  size_t sent = 0;
+  std::vector<TokenProb> probs;  // not yet published
+  JobStats stats;
+  Clock::time_point t_start, t_first;
+  int64_t last_use = 0;
+};
+
+Scheduler::Scheduler(const Engine& engine, std::unique_ptr<Session> session,
+                     const SchedulerOptions& o)
+    : engine_(engine), vocab_(*engine.vocabulary()), session_(std::move(session)), o_(o) {
+  for (int i = 0; i < o_.n_slots; ++i) {
+    slots_.push_back(std::make_unique<Slot>());
+    slots_.back()->id = i;
+  }
+  stats_.slots.resize(static_cast<size_t>(o_.n_slots));
+  for (int i = 0; i < o_.n_slots; ++i) stats_.slots[static_cast<size_t>(i)].id = i;
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() { shutdown(); }
+
+void Scheduler::shutdown() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (!thread_.joinable()) return;
+  thread_.join();
+  for (auto& s : slots_)
+    if (s->job) end(*s, Finish::Cancelled);
+  std::deque<std::shared_ptr<Job>> left;
+  {
+    std::lock_guard lk(mu_);
+    left.swap(queue_);
+  }
+  for (auto& j : left) {
+    JobStats st;
+    st.finish = Finish::Cancelled;
+    j->finish(st);
+  }
+}
+
+std::shared_ptr<Job> Scheduler::submit(JobSpec spec) {
+  auto job = std::make_shared<Job>();
+  job->spec = std::move(spec);
+  job->submitted = Clock::now();
+  {
+    std::lock_guard lk(mu_);
+    const auto free_slots = static_cast<size_t>(o_.n_slots - stats_.processing);
+    if (stop_ || queue_.size() >= static_cast<size_t>(o_.max_queue) + free_slots) {
+      stats_.rejected += 1;
+      return nullptr;
+    }
+    stats_.submitted += 1;
+    queue_.push_back(job);
+  }
+  cv_.notify_all();
+  return job;
+}
+
+SchedulerStats Scheduler::snapshot() const {
+  std::lock_guard lk(mu_);
+  SchedulerStats s = stats_;
+  s.queued = static_cast<int64_t>(queue_.size());
+  return s;
+}
+
+void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
+  const JobSpec& sp = job->spec;
+  s.job = std::move(job);
+  size_t n_common = sp.cache_prompt ? common_prefix(s.cached, sp.prompt) : 0;
+  // At least the last prompt token is evaluated: its logits give the first token.
+  n_common = std::min(n_common, sp.prompt.size() - 1);
+  s.stats = JobStats{};
+  s.stats.slot = s.id;
+  s.stats.n_prompt = static_cast<int64_t>(sp.prompt.size());
+  s.stats.n_cached = static_cast<int64_t>(n_common);
+  s.t_start = Clock::now();
+  s.stats.queue_ms = ms_between(s.job->submitted, s.t_start);
+  s.last_use = ++use_clock_;
+  s.generating = false;
+  s.n_prompt_fed = n_common;
+  // The decoder sees the prompt first, as `powerinfer run` does, so the answer's first piece
+  // keeps its leading space (SPM drops it only at the start of a text).
+  s.dec.emplace(vocab_);
+  for (int32_t t : sp.prompt) (void)s.dec->push(t);
+  s.text.clear();
+  s.sent = 0;
+  s.probs.clear();
+  {
+    std::lock_guard lk(mu_);
+    stats_.processing += 1;
+    stats_.cached_tokens += static_cast<int64_t>(n_common);
+    stats_.slots[static_cast<size_t>(s.id)].busy = true;
+    stats_.slots[static_cast<size_t>(s.id)].n_predicted = 0;
+  }
+  if (s.cached.size() > n_common) {
+    if (Status st = session_->seq_rm(s.id, static_cast<int32_t>(n_common)); !st.ok()) {
+      end(s, Finish::Error, st.error().message);
+      return;
+    }
+    s.cached.resize(n_common);
+  }
+  Status st = session_->set_sampling(
+      s.id, sp.sampling, std::span<const int32_t>(sp.prompt.data(), n_common));
+  if (!st.ok()) {
+    end(s, Finish::Error, st.error().message);
+    return;
+  }
+  if (sp.ignore_eos) session_->ban_tokens(s.id, vocab_.eog_tokens());
+}
+
+void Scheduler::publish_safe(Slot& s) {
+  const size_t held = s.job->spec.stop.empty() ? 0 : held_back(s.text, s.sent, s.job->spec.stop);
+  const size_t upto = s.text.size() - held;
+  if (upto > s.sent || !s.probs.empty()) {
+    s.job->publish(s.text.substr(s.sent, upto - s.sent), std::move(s.probs));
+    s.probs.clear();
+    s.sent = upto;
+  }
+}
+
+void Scheduler::end(Slot& s, Finish f, std::string error) {
+  const auto now = Clock::now();
+  if (s.dec && s.stats.stop_word.empty()) s.text += s.dec->flush();
+  if (s.text.size() > s.sent || !s.probs.empty()) {
+    s.job->publish(s.text.substr(s.sent), std::move(s.probs));
+    s.sent = s.text.size();
+  }
+  s.probs.clear();
+  s.stats.finish = f;
+  s.stats.error = std::move(error);
+  if (s.generating) {
+    s.stats.predict_ms = ms_between(s.t_first, now);
+  } else {
+    s.stats.prompt_ms = ms_between(s.t_start, now);
+  }
+  {
+    std::lock_guard lk(mu_);
+    stats_.processing -= 1;
+    stats_.slots[static_cast<size_t>(s.id)].busy = false;
+    stats_.slots[static_cast<size_t>(s.id)].n_cached = static_cast<int64_t>(s.cached.size());
+    if (f == Finish::Cancelled) {
+      stats_.cancelled += 1;
+    } else if (f == Finish::Error) {
+      stats_.failed += 1;
+    } else {
+      stats_.finished += 1;
+    }
+    stats_.prompt_tokens += s.stats.n_prompt - s.stats.n_cached;
+    stats_.predicted_tokens += s.stats.n_predicted;
+    stats_.prompt_seconds += s.stats.prompt_ms / 1e3;
+    stats_.predict_seconds += s.stats.predict_ms / 1e3;
+  }
+  s.job->finish(s.stats);
+  s.job.reset();
+  s.generating = false;
+  s.dec.reset();
+}
+
+bool Scheduler::on_token(Slot& s, int32_t t, std::span<const float> logits) {
+  const JobSpec& sp = s.job->spec;
+  if (sp.n_predict == 0 || (!sp.ignore_eos && vocab_.is_eog(t))) {
+    end(s, sp.n_predict == 0 ? Finish::Length : Finish::Stop);
+    return false;
+  }
+  s.stats.n_predicted += 1;
+  const std::string piece = s.dec->push(t);
+  if (sp.logprobs) {
+    // log-softmax of the raw logits.
+    float mx = -INFINITY;
+    for (float l : logits) mx = std::max(mx, l);
+    double sum = 0;
+    for (float l : logits) sum += std::exp(static_cast<double>(l - mx));
+    const float lse = mx + static_cast<float>(std::log(sum));
+    TokenProb p{t, vocab_.piece(t), logits[static_cast<size_t>(t)] - lse, {}};
+    const auto k = static_cast<size_t>(std::min<int64_t>(sp.top_logprobs,
+                                                         static_cast<int64_t>(logits.size())));
+    if (k > 0) {
+      std::vector<int32_t> ids(logits.size());
+      std::iota(ids.begin(), ids.end(), 0);
+      std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+                        [&](int32_t a, int32_t b) {
+                          const float la = logits[static_cast<size_t>(a)];
+                          const float lb = logits[static_cast<size_t>(b)];
+                          return la > lb || (la == lb && a < b);
+                        });
+      for (size_t i = 0; i < k; ++i)
+        p.top.push_back({ids[i], vocab_.piece(ids[i]), logits[static_cast<size_t>(ids[i])] - lse});
+    }
+    s.probs.push_back(std::move(p));
+  }
+  const size_t before = s.text.size();
+  s.text += piece;
+  if (!sp.stop.empty()) {
+    size_t longest = 0;
+    for (const std::string& w : sp.stop) longest = std::max(longest, w.size());
+    const size_t from = before >= longest ? before - longest + 1 : 0;
+    size_t best = std::string::npos;
+    const std::string* word = nullptr;
+    for (const std::string& w : sp.stop) {
+      const size_t at = s.text.find(w, std::min(from, s.sent));
+      if (at != std::string::npos && at < best) {
+        best = at;
+        word = &w;
+      }
+    }
+    if (word != nullptr) {
+      s.text.resize(best);
+      s.stats.stop_word = *word;
+      end(s, Finish::Stop);
+      return false;
+    }
+  }
+  if (sp.n_predict > 0 && s.stats.n_predicted >= sp.n_predict) {
+    end(s, Finish::Length);
+    return false;
+  }
+  if (static_cast<int64_t>(s.cached.size()) >= o_.n_ctx_slot) {
+    end(s, Finish::Length);
+    return false;
+  }
+  s.next = t;
+  publish_safe(s);
+  return true;
+}
+
+void Scheduler::loop() {
+  std::vector<BatchToken> batch;
+  std::vector<Slot*> owner;
+  while (true) {
+    std::vector<std::shared_ptr<Job>> incoming;
+    {
+      std::unique_lock lk(mu_);
+      auto busy = [&] {
+        return std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->job != nullptr; });
+      };
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty() || busy(); });
+      if (stop_) return;
+      size_t free_slots = 0;
+      for (const auto& s : slots_) free_slots += s->job == nullptr ? 1 : 0;
+      while (free_slots > 0 && !queue_.empty()) {
+        incoming.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+        --free_slots;
+      }
+    }
+    for (auto& job : incoming) {
+      // The free slot whose cache shares the longest prefix with the prompt, else the least
+      // recently used one.
+      Slot* best = nullptr;
+      size_t best_common = 0;
+      for (auto& s : slots_) {
+        if (s->job) continue;
+        const size_t c = job->spec.cache_prompt ? common_prefix(s->cached, job->spec.prompt) : 0;
+        if (best == nullptr || c > best_common ||
+            (c == best_common && s->last_use < best->last_use)) {
+          best = s.get();
+          best_common = c;
+        }
+      }
+      start(*best, std::move(job));
+    }
+    for (auto& s : slots_)
+      if (s->job && s->job->cancelled()) end(*s, Finish::Cancelled);
+
+    batch.clear();
+    owner.clear();
+    for (auto& s : slots_) {
+      if (!s->job || !s->generating) continue;
+      batch.push_back({s->next, s->id, static_cast<int32_t>(s->cached.size()), true});
+      owner.push_back(s.get());
+    }
+    auto budget = static_cast<size_t>(std::max<int64_t>(1, session_->n_batch()));
+    budget = budget > batch.size() ? budget - batch.size() : 0;
+    for (auto& s : slots_) {
+      if (!s->job || s->generating || budget == 0) continue;
+      const std::vector<int32_t>& p = s->job->spec.prompt;
+      const size_t n = std::min(budget, p.size() - s->n_prompt_fed);
+      for (size_t k = 0; k < n; ++k) {
+        const size_t i = s->n_prompt_fed + k;
+        batch.push_back({p[i], s->id, static_cast<int32_t>(s->cached.size() + k), i + 1 == p.size()});
+        owner.push_back(s.get());
+      }
+      budget -= n;
+    }
+    if (batch.empty()) continue;
+
+    if (Status st = session_->decode(batch); !st.ok()) {
+      for (Slot* s : owner) {
+        if (!s->job) continue;
+        (void)session_->seq_rm(s->id, 0);
+        s->cached.clear();
+        end(*s, Finish::Error, st.error().message);
+      }
+      continue;
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      Slot& s = *owner[i];
+      s.cached.push_back(batch[i].token);
+      if (!s.generating) s.n_prompt_fed += 1;
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (!batch[i].logits) continue;
+      Slot& s = *owner[i];
+      if (!s.generating) {
+        s.generating = true;
+        s.t_first = Clock::now();
+        s.stats.prompt_ms = ms_between(s.t_start, s.t_first);
+      }
+      const int32_t t = session_->sample(s.id, session_->batch_logits(i));
+      on_token(s, t, session_->batch_logits(i));
+    }
+    std::lock_guard lk(mu_);
+    stats_.steps += 1;
+    for (auto& s : slots_) {
+      SchedulerStats::Slot& o = stats_.slots[static_cast<size_t>(s->id)];
+      o.n_cached = static_cast<int64_t>(s->cached.size());
+      o.n_predicted = s->stats.n_predicted;
+    }
+  }
+}
+
+}  // namespace pi::server

@@ -1,0 +1,164 @@
+// The scheduler: one thread owns the Session (n_seq_max = slots) and runs continuous batching.
+// Each step adds the next token of every generating slot to one batch, then fills it with
+// chunks of waiting prompts, and evaluates it with one Session::decode call. A new request
+// takes the free slot whose cached tokens share the longest prefix with its prompt; only the
+// tail after the common prefix is evaluated (seq_rm drops the rest). Requests beyond the slots
+// wait in a bounded queue.
+//
+// Same answers everywhere: each request's sequence gets a sampler seeded with the request's
+// seed (Session::set_sampling) whose penalty window holds exactly the prompt, and the engine is
+// batch-invariant, so a request gives the tokens `powerinfer run` prints for the same prompt,
+// seed and settings, whatever the other slots do.
+//
+// Thread-safety: submit(), snapshot() and the Job methods may be called from any thread; they
+// talk to the scheduler thread through mutex/condition-variable protected state only. The
+// Session is touched by the scheduler thread alone.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "powerinfer/engine.h"
+
+namespace pi::server {
+
+enum class Finish { None, Stop, Length, Cancelled, Error };
+const char* finish_name(Finish f);  // "stop", "length", "cancelled", "error"
+
+struct TopProb {
+  int32_t id = 0;
+  std::string text;
+  float logprob = 0;
+};
+
+// One generated token with its log-probability (log-softmax of the raw logits).
+struct TokenProb {
+  int32_t id = 0;
+  std::string text;
+  float logprob = 0;
+  std::vector<TopProb> top;  // the top_logprobs most likely tokens
+};
+
+struct JobSpec {
+  std::vector<int32_t> prompt;  // at least one token, fewer than the slot context
+  SamplingParams sampling;      // seed used exactly
+  int64_t n_predict = -1;       // -1: until end of generation or a full slot context
+  std::vector<std::string> stop;
+  bool logprobs = false;
+  int top_logprobs = 0;
+  bool cache_prompt = true;
+  bool ignore_eos = false;
+};
+
+struct JobStats {
+  Finish finish = Finish::None;
+  std::string error;  // Finish::Error
+  int slot = -1;
+  int64_t n_prompt = 0;  // prompt tokens
+  int64_t n_cached = 0;  // of which reused from the slot's cache
+  int64_t n_predicted = 0;
+  double queue_ms = 0, prompt_ms = 0, predict_ms = 0;
+  std::string stop_word;  // the stop string that ended it, if any
+};
+
+// A request in flight. The scheduler appends output; the HTTP thread takes it.
+class Job {
+ public:
+  struct Output {
+    std::string text;
+    std::vector<TokenProb> probs;
+    bool done = false;
+    JobStats stats;  // valid when done
+  };
+  // Waits until there is output or the job is done, at most `timeout`, and takes what there is.
+  Output take(std::chrono::milliseconds timeout);
+  // Asks the scheduler to stop the job (client gone); it frees the slot at its next step.
+  void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+  JobSpec spec;
+  std::chrono::steady_clock::time_point submitted;
+
+ private:
+  friend class Scheduler;
+  void publish(std::string text, std::vector<TokenProb> probs);
+  void finish(const JobStats& stats);
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::string text_;
+  std::vector<TokenProb> probs_;
+  bool done_ = false;
+  JobStats stats_;
+  std::atomic<bool> cancelled_{false};
+};
+
+struct SchedulerOptions {
+  int n_slots = 1;
+  int64_t n_ctx_slot = 0;  // positions per slot
+  int max_queue = 16;      // requests waiting for a slot beyond the slots
+};
+
+// Counters for /metrics and /slots.
+struct SchedulerStats {
+  int64_t submitted = 0, rejected = 0, finished = 0, cancelled = 0, failed = 0;
+  int64_t prompt_tokens = 0, cached_tokens = 0, predicted_tokens = 0, steps = 0;
+  double prompt_seconds = 0, predict_seconds = 0;
+  int64_t processing = 0, queued = 0;
+  struct Slot {
+    int id = 0;
+    bool busy = false;
+    int64_t n_cached = 0;     // tokens the slot's sequence holds
+    int64_t n_predicted = 0;  // of the current request
+  };
+  std::vector<Slot> slots;
+};
+
+class Scheduler {
+ public:
+  // Takes over `session` (created with n_seq_max = o.n_slots) and starts the thread.
+  Scheduler(const Engine& engine, std::unique_ptr<Session> session, const SchedulerOptions& o);
+  ~Scheduler();  // shutdown()
+  // Stops the thread and ends every running and queued job as cancelled; later submits fail.
+  // Idempotent; call before stopping the HTTP server so that no handler waits on a job.
+  void shutdown();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a job; nullptr when the queue is full (the caller answers 503).
+  std::shared_ptr<Job> submit(JobSpec spec);
+  SchedulerStats snapshot() const;
+  const SchedulerOptions& options() const { return o_; }
+
+ private:
+  struct Slot;
+  void loop();
+  void start(Slot& s, std::shared_ptr<Job> job);
+  // Handles the token sampled for slot s; false when the job ended.
+  bool on_token(Slot& s, int32_t token, std::span<const float> logits);
+  void end(Slot& s, Finish f, std::string error = {});
+  void publish_safe(Slot& s);
+
+  const Engine& engine_;
+  const Vocabulary& vocab_;
+  std::unique_ptr<Session> session_;  // scheduler thread only
+  SchedulerOptions o_;
+  std::vector<std::unique_ptr<Slot>> slots_;  // scheduler thread only (busy flags mirrored)
+  int64_t use_clock_ = 0;
+
+  mutable std::mutex mu_;  // guards queue_, stop_, stats_
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stop_ = false;
+  SchedulerStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace pi::server

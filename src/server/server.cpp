@@ -1,0 +1,348 @@
+#include "server/server.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#include "server/chat_page.h"
+#include "server/responses.h"
+
+namespace pi::server {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+HttpResponse error_response(const ApiError& e) {
+  HttpResponse r;
+  r.status = e.status;
+  r.body = error_json(e);
+  if (e.status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+HttpResponse json_response(const json& j) {
+  HttpResponse r;
+  r.body = dump(j);
+  return r;
+}
+
+const ApiError kLoading{503, "unavailable_error", "Loading model"};
+
+uint64_t random_seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+// Parses a JSON object body for the small endpoints; sets `e` on failure.
+std::optional<json> object_body(const std::string& body, ApiError& e) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) {
+    e = {400, "invalid_request_error", "the request body is not valid JSON"};
+    return std::nullopt;
+  }
+  if (!j.is_object()) {
+    e = {400, "invalid_request_error", "the request body must be a JSON object"};
+    return std::nullopt;
+  }
+  return j;
+}
+
+}  // namespace
+
+ApiServer::ApiServer(HttpServer& http, const ApiOptions& o) : o_(o) {
+  auto guard = [this](bool needs_model, std::function<HttpResponse(const HttpRequest&)> f) {
+    return [this, needs_model, f = std::move(f)](const HttpRequest& r) {
+      if (!authorised(r))
+        return error_response({401, "authentication_error", "Invalid API Key"});
+      if (needs_model && !ready_.load(std::memory_order_acquire)) return error_response(kLoading);
+      return f(r);
+    };
+  };
+  http.route("GET", "/health", [this](const HttpRequest&) {
+    if (!ready_.load(std::memory_order_acquire)) return error_response(kLoading);
+    return json_response({{"status", "ok"}});
+  });
+  http.route("GET", "/", [](const HttpRequest&) {
+    HttpResponse r;
+    r.content_type = "text/html; charset=utf-8";
+    r.body = kChatPage;
+    return r;
+  });
+  for (const char* path : {"/v1/chat/completions", "/chat/completions"})
+    http.route("POST", path, guard(true, [this](const HttpRequest& r) { return generate(r, Endpoint::Chat); }));
+  for (const char* path : {"/v1/completions", "/completions"})
+    http.route("POST", path, guard(true, [this](const HttpRequest& r) { return generate(r, Endpoint::Completion); }));
+  http.route("POST", "/completion", guard(true, [this](const HttpRequest& r) { return generate(r, Endpoint::Llama); }));
+  http.route("POST", "/tokenize", guard(true, [this](const HttpRequest& r) { return tokenize(r); }));
+  http.route("POST", "/detokenize", guard(true, [this](const HttpRequest& r) { return detokenize(r); }));
+  for (const char* path : {"/v1/models", "/models"})
+    http.route("GET", path, guard(false, [this](const HttpRequest&) { return models(); }));
+  http.route("GET", "/props", guard(true, [this](const HttpRequest&) { return props(); }));
+  http.route("GET", "/slots", guard(true, [this](const HttpRequest&) { return slots(); }));
+  http.route("GET", "/metrics", guard(true, [this](const HttpRequest&) {
+    HttpResponse r;
+    r.content_type = "text/plain; version=0.0.4";
+    r.body = metrics_text(sched_->snapshot(), sched_->options().n_ctx_slot);
+    return r;
+  }));
+  http.set_error_body([](int status) {
+    ApiError e{status, "invalid_request_error", "HTTP error"};
+    if (status == 404) e = {404, "not_found_error", "File Not Found"};
+    if (status == 413) e = {413, "invalid_request_error", "the request body is too large"};
+    if (status >= 500) e = {status, "server_error", "internal server error"};
+    return error_json(e);
+  });
+  if (!o_.cors_origin.empty()) {
+    const std::string origin = o_.cors_origin;
+    http.set_post_process([origin](HttpResponse& r) {
+      r.headers.emplace_back("Access-Control-Allow-Origin", origin);
+      r.headers.emplace_back("Access-Control-Allow-Headers", "Authorization, Content-Type");
+      r.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    });
+    for (const char* path : {"/v1/chat/completions", "/chat/completions", "/v1/completions",
+                             "/completions", "/completion", "/tokenize", "/detokenize",
+                             "/v1/models", "/models", "/props", "/slots", "/metrics", "/health"}) {
+      http.route("OPTIONS", path, [](const HttpRequest&) {
+        HttpResponse r;
+        r.status = 204;
+        return r;
+      });
+    }
+  }
+}
+
+void ApiServer::attach(const Engine& engine, Scheduler& scheduler, chat::Template tmpl) {
+  engine_ = &engine;
+  sched_ = &scheduler;
+  tmpl_ = tmpl;
+  ready_.store(true, std::memory_order_release);
+}
+
+bool ApiServer::authorised(const HttpRequest& r) const {
+  if (o_.api_key.empty()) return true;
+  return r.header("Authorization") == "Bearer " + o_.api_key;
+}
+
+HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
+  ParseResult pr = parse_gen_request(r.body, ep, o_.defaults);
+  if (!pr.request) return error_response(pr.error);
+  GenRequest rq = std::move(*pr.request);
+  std::string text = rq.prompt;
+  if (ep == Endpoint::Chat) {
+    auto rendered = chat::render(tmpl_, rq.messages, true);
+    if (!rendered.ok()) return error_response({400, "invalid_request_error", rendered.error().message});
+    text = std::move(*rendered);
+  }
+  const Vocabulary& v = *engine_->vocabulary();
+  JobSpec spec;
+  spec.prompt = v.encode(text, v.add_bos(), /*parse_special=*/true);
+  const int64_t ctx = sched_->options().n_ctx_slot;
+  const int64_t limit = o_.max_prompt_tokens > 0 ? std::min(o_.max_prompt_tokens, ctx - 1) : ctx - 1;
+  if (spec.prompt.empty())
+    return error_response({400, "invalid_request_error", "the prompt is empty"});
+  if (static_cast<int64_t>(spec.prompt.size()) > limit) {
+    return error_response(
+        {400, "invalid_request_error",
+         "the prompt is " + std::to_string(spec.prompt.size()) + " tokens; at most " +
+             std::to_string(limit) + " fit (slot context " + std::to_string(ctx) + ")"});
+  }
+  spec.sampling = rq.sampling;
+  if (!rq.seeded) spec.sampling.seed = random_seed();
+  spec.n_predict = rq.n_predict;
+  spec.stop = rq.stop;
+  spec.logprobs = rq.logprobs;
+  spec.top_logprobs = rq.top_logprobs;
+  spec.cache_prompt = rq.cache_prompt;
+  spec.ignore_eos = rq.ignore_eos;
+  std::shared_ptr<Job> job = sched_->submit(std::move(spec));
+  if (!job) {
+    return error_response({503, "unavailable_error",
+                           "the server is busy: every slot is in use and the queue is full"});
+  }
+  AnswerId id;
+  id.id = std::string(ep == Endpoint::Chat ? "chatcmpl-" : "cmpl-") +
+          std::to_string(next_id_.fetch_add(1));
+  id.created = static_cast<int64_t>(std::time(nullptr));
+  id.model = o_.model_name;
+  const auto deadline = Clock::now() + std::chrono::seconds(o_.timeout_s);
+  constexpr auto kTick = std::chrono::milliseconds(500);
+
+  if (rq.stream) {
+    HttpResponse resp;
+    resp.content_type = "text/event-stream";
+    resp.headers.emplace_back("Cache-Control", "no-cache");
+    resp.stream = [job, rq, id, deadline, kTick](const BodyWriter& write) {
+      bool first = true;
+      while (true) {
+        Job::Output out = job->take(kTick);
+        bool ok = true;
+        if (!out.text.empty() || !out.probs.empty()) {
+          ok = write(chunk_event(rq, id, out.text, out.probs, first));
+          first = false;
+        } else if (!out.done) {
+          ok = write(": ping\n\n");  // an SSE comment: notices a gone client while waiting
+        }
+        if (!ok) {
+          job->cancel();
+          return;
+        }
+        if (out.done) {
+          if (out.stats.finish == Finish::Error) {
+            write("data: " + error_json({500, "server_error", out.stats.error}) + "\n\n");
+            return;
+          }
+          if (first && rq.endpoint == Endpoint::Chat) write(chunk_event(rq, id, "", {}, true));
+          write(final_events(rq, id, out.stats));
+          return;
+        }
+        if (Clock::now() > deadline) job->cancel();
+      }
+    };
+    return resp;
+  }
+
+  // Not streamed: answer directly when the job ends within a second. Longer jobs switch to a
+  // chunked body that writes a space (leading JSON whitespace) every half second, so that a
+  // gone client is noticed and its slot freed; the status is then already 200, and an engine
+  // failure becomes an error object in a 200 answer.
+  auto collected = std::make_shared<std::pair<std::string, std::vector<TokenProb>>>();
+  auto collect = [collected](Job::Output& o) {
+    collected->first += o.text;
+    for (TokenProb& p : o.probs) collected->second.push_back(std::move(p));
+  };
+  auto body = [rq, id, collected](const JobStats& st) {
+    if (st.finish == Finish::Error) return error_json({500, "server_error", st.error});
+    return final_json(rq, id, collected->first, collected->second, st);
+  };
+  const auto direct_until = Clock::now() + std::chrono::seconds(1);
+  while (Clock::now() < direct_until) {
+    Job::Output o = job->take(std::chrono::duration_cast<std::chrono::milliseconds>(
+        direct_until - Clock::now()));
+    collect(o);
+    if (!o.done) continue;
+    HttpResponse resp;
+    if (o.stats.finish == Finish::Error) resp.status = 500;
+    resp.body = body(o.stats);
+    return resp;
+  }
+  HttpResponse resp;
+  resp.stream = [job, collect, body, deadline, kTick](const BodyWriter& write) {
+    auto last = Clock::now();
+    while (true) {
+      Job::Output o = job->take(kTick);
+      collect(o);
+      if (o.done) {
+        write(body(o.stats));
+        return;
+      }
+      if (Clock::now() - last >= kTick) {
+        if (!write(" ")) {
+          job->cancel();
+          return;
+        }
+        last = Clock::now();
+      }
+      if (Clock::now() > deadline) job->cancel();
+    }
+  };
+  return resp;
+}
+
+HttpResponse ApiServer::tokenize(const HttpRequest& r) {
+  ApiError e;
+  auto j = object_body(r.body, e);
+  if (!j) return error_response(e);
+  auto c = j->find("content");
+  if (c == j->end() || !c->is_string())
+    return error_response({400, "invalid_request_error", "field 'content' must be a string"});
+  bool add_special = false, with_pieces = false;
+  if (auto a = j->find("add_special"); a != j->end()) {
+    if (!a->is_boolean())
+      return error_response({400, "invalid_request_error", "field 'add_special' must be a boolean"});
+    add_special = a->get<bool>();
+  }
+  if (auto a = j->find("with_pieces"); a != j->end()) {
+    if (!a->is_boolean())
+      return error_response({400, "invalid_request_error", "field 'with_pieces' must be a boolean"});
+    with_pieces = a->get<bool>();
+  }
+  const Vocabulary& v = *engine_->vocabulary();
+  const std::vector<int32_t> ids = v.encode(c->get<std::string>(), add_special && v.add_bos(), true);
+  json tokens = json::array();
+  for (int32_t id : ids) {
+    if (with_pieces) {
+      tokens.push_back({{"id", id}, {"piece", v.piece(id)}});
+    } else {
+      tokens.push_back(id);
+    }
+  }
+  return json_response({{"tokens", tokens}});
+}
+
+HttpResponse ApiServer::detokenize(const HttpRequest& r) {
+  ApiError e;
+  auto j = object_body(r.body, e);
+  if (!j) return error_response(e);
+  auto t = j->find("tokens");
+  if (t == j->end() || !t->is_array())
+    return error_response({400, "invalid_request_error", "field 'tokens' must be an array of token ids"});
+  const Vocabulary& v = *engine_->vocabulary();
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < t->size(); ++i) {
+    const json& x = (*t)[i];
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= v.n_vocab()) {
+      return error_response({400, "invalid_request_error",
+                             "tokens[" + std::to_string(i) + "] is not a token id in [0, " +
+                                 std::to_string(v.n_vocab()) + ")"});
+    }
+    ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  }
+  return json_response({{"content", v.decode(ids, false)}});
+}
+
+HttpResponse ApiServer::models() {
+  const int64_t created = static_cast<int64_t>(std::time(nullptr));
+  json m = {{"id", o_.model_name}, {"object", "model"}, {"created", created}, {"owned_by", "powerinfer"}};
+  if (ready_.load(std::memory_order_acquire)) {
+    const ModelInfo& i = engine_->info();
+    m["meta"] = {{"n_vocab", i.n_vocab}, {"n_ctx_train", i.n_ctx_train}, {"n_embd", i.n_embd},
+                 {"n_params_layers", i.n_layer}, {"size", i.file_bytes},
+                 {"architecture", i.architecture}, {"powerinfer", i.powerinfer}};
+  }
+  return json_response({{"object", "list"}, {"data", json::array({m})}});
+}
+
+HttpResponse ApiServer::props() {
+  const SamplingParams& d = o_.defaults;
+  json params = {{"temperature", d.temperature}, {"top_k", d.top_k}, {"top_p", d.top_p},
+                 {"min_p", d.min_p}, {"repeat_penalty", d.repeat_penalty},
+                 {"repeat_last_n", d.repeat_last_n}, {"presence_penalty", d.presence_penalty},
+                 {"frequency_penalty", d.frequency_penalty}, {"n_predict", -1}};
+  return json_response({{"default_generation_settings",
+                         {{"n_ctx", sched_->options().n_ctx_slot}, {"params", params}}},
+                        {"total_slots", sched_->options().n_slots},
+                        {"chat_template", chat::template_name(tmpl_)},
+                        {"model_path", o_.model_path},
+                        {"model", o_.model_name},
+                        {"max_queue", sched_->options().max_queue}});
+}
+
+HttpResponse ApiServer::slots() {
+  const SchedulerStats s = sched_->snapshot();
+  json a = json::array();
+  for (const auto& sl : s.slots) {
+    a.push_back({{"id", sl.id},
+                 {"n_ctx", sched_->options().n_ctx_slot},
+                 {"is_processing", sl.busy},
+                 {"n_cached", sl.n_cached},
+                 {"n_decoded", sl.n_predicted}});
+  }
+  return json_response(a);
+}
+
+}  // namespace pi::server

@@ -1,0 +1,55 @@
+// The HTTP API of `powerinfer serve`: OpenAI-compatible (/v1/chat/completions,
+// /v1/completions, /v1/models) and llama.cpp-compatible (/completion, /tokenize, /detokenize,
+// /props, /slots, /metrics, /health) endpoints over a Scheduler, plus the chat page at /.
+// Routes are registered on construction; until attach() (the model is loading) /health and
+// the model endpoints answer 503.
+//
+// Thread-safety: handlers run on the HTTP worker threads and reach the model only through the
+// Scheduler's queue; attach() publishes the engine and scheduler with release/acquire.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include "chat/chat_template.h"
+#include "powerinfer/engine.h"
+#include "server/http.h"
+#include "server/request.h"
+#include "server/scheduler.h"
+
+namespace pi::server {
+
+struct ApiOptions {
+  std::string model_name;   // reported as the model id
+  std::string model_path;
+  std::string api_key;      // empty: no authentication
+  std::string cors_origin;  // empty: no CORS headers
+  SamplingParams defaults;  // sampling where a request leaves a field out
+  int64_t max_prompt_tokens = 0;  // 0: the slot context minus one
+  int timeout_s = 600;            // longest a request may run; then it is cancelled
+};
+
+class ApiServer {
+ public:
+  ApiServer(HttpServer& http, const ApiOptions& o);
+  // From now on requests are served by `scheduler` (which must outlive this object's use).
+  void attach(const Engine& engine, Scheduler& scheduler, chat::Template tmpl);
+
+ private:
+  HttpResponse generate(const HttpRequest& r, Endpoint ep);
+  HttpResponse tokenize(const HttpRequest& r);
+  HttpResponse detokenize(const HttpRequest& r);
+  HttpResponse props();
+  HttpResponse slots();
+  HttpResponse models();
+  bool authorised(const HttpRequest& r) const;
+
+  ApiOptions o_;
+  const Engine* engine_ = nullptr;
+  Scheduler* sched_ = nullptr;
+  chat::Template tmpl_ = chat::Template::ChatML;
+  std::atomic<bool> ready_{false};
+  std::atomic<uint64_t> next_id_{1};
+};
+
+}  // namespace pi::server

@@ -1,0 +1,130 @@
+// Request parsing and response shapes of the server (no model, no sockets).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/request.h"
+#include "server/responses.h"
+
+namespace pi::server {
+namespace {
+
+using json = nlohmann::json;
+
+ParseResult parse(const std::string& body, Endpoint ep = Endpoint::Completion) {
+  return parse_gen_request(body, ep, SamplingParams{});
+}
+
+void expect_error(const std::string& body, int status, const std::string& part,
+                  Endpoint ep = Endpoint::Completion) {
+  ParseResult r = parse(body, ep);
+  ASSERT_FALSE(r.request.has_value()) << body;
+  EXPECT_EQ(r.error.status, status) << body;
+  EXPECT_NE(r.error.message.find(part), std::string::npos) << body << " -> " << r.error.message;
+}
+
+TEST(ServerRequest, ReadsEveryField) {
+  ParseResult r = parse(R"({"prompt":"hi","max_tokens":7,"temperature":0.5,"top_p":0.9,
+    "top_k":5,"min_p":0.1,"repeat_penalty":1.1,"stop":["a","b"],"seed":42,"stream":true,
+    "stream_options":{"include_usage":true},"logprobs":2,"cache_prompt":false,
+    "response_format":{"type":"text"}})");
+  ASSERT_TRUE(r.request.has_value()) << r.error.message;
+  const GenRequest& g = *r.request;
+  EXPECT_EQ(g.prompt, "hi");
+  EXPECT_EQ(g.n_predict, 7);
+  EXPECT_FLOAT_EQ(g.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(g.sampling.top_p, 0.9f);
+  EXPECT_EQ(g.sampling.top_k, 5);
+  EXPECT_FLOAT_EQ(g.sampling.min_p, 0.1f);
+  EXPECT_FLOAT_EQ(g.sampling.repeat_penalty, 1.1f);
+  EXPECT_EQ(g.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(g.seeded);
+  EXPECT_EQ(g.sampling.seed, 42u);
+  EXPECT_TRUE(g.stream && g.include_usage && g.logprobs);
+  EXPECT_EQ(g.top_logprobs, 2);
+  EXPECT_FALSE(g.cache_prompt);
+}
+
+TEST(ServerRequest, ChatMessagesAndDefaults) {
+  ParseResult r = parse(R"({"messages":[{"role":"system","content":"s"},
+    {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
+    "stop":"x","seed":-1})", Endpoint::Chat);
+  ASSERT_TRUE(r.request.has_value()) << r.error.message;
+  ASSERT_EQ(r.request->messages.size(), 2u);
+  EXPECT_EQ(r.request->messages[1].content, "ab");
+  EXPECT_EQ(r.request->stop, std::vector<std::string>{"x"});
+  EXPECT_FALSE(r.request->seeded);
+  EXPECT_EQ(r.request->n_predict, -1);
+  EXPECT_FLOAT_EQ(r.request->sampling.temperature, SamplingParams{}.temperature);
+}
+
+TEST(ServerRequest, RejectsBadBodies) {
+  expect_error("{", 400, "not valid JSON");
+  expect_error("[1]", 400, "must be a JSON object");
+  expect_error(R"({"prompt":"a","temperature":"hot"})", 400, "'temperature' must be a number");
+  expect_error(R"({"prompt":"a","max_tokens":1.5})", 400, "'max_tokens' must be an integer");
+  expect_error(R"({"prompt":"a","stream":1})", 400, "'stream' must be a boolean");
+  expect_error(R"({"prompt":"a","stop":[1]})", 400, "'stop' must be a string or an array");
+  expect_error(R"({"prompt":"a","stop":[""]})", 400, "must not be empty");
+  expect_error(R"({"prompt":"a","bogus":1})", 400, "unknown field 'bogus'");
+  expect_error(R"({"prompt":7})", 400, "'prompt' must be a string");
+  expect_error(R"({})", 400, "missing field 'prompt'");
+  expect_error(R"({"prompt":"a","top_p":0})", 400, "top-p");
+  expect_error(R"({"prompt":"a","temperature":-1})", 400, "temperature");
+  expect_error(R"({"prompt":"a","max_tokens":-5})", 400, "max_tokens");
+  expect_error(R"({"prompt":"a","logprobs":50})", 400, "top_logprobs must be in [0, 20]");
+  expect_error(R"({"prompt":"a","response_format":{"type":"json_object"}})", 501,
+               "response_format 'json_object' is not supported");
+  expect_error(R"({"prompt":"a","n":2})", 501, "only n = 1");
+  expect_error(R"({"messages":"hi"})", 400, "'messages' must be an array", Endpoint::Chat);
+  expect_error(R"({"messages":[]})", 400, "must not be empty", Endpoint::Chat);
+  expect_error(R"({"messages":[{"content":"x"}]})", 400, "messages[0].role", Endpoint::Chat);
+  expect_error(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", 501,
+               "only parts of type 'text'", Endpoint::Chat);
+  expect_error(R"({"prompt":"a"})", 400, "unknown field 'prompt'", Endpoint::Chat);
+}
+
+TEST(ServerResponses, ShapesOfAnswersAndErrors) {
+  const json e = json::parse(error_json({503, "unavailable_error", "busy"}));
+  EXPECT_EQ(e["error"]["code"], 503);
+  EXPECT_EQ(e["error"]["type"], "unavailable_error");
+  EXPECT_EQ(e["error"]["message"], "busy");
+
+  GenRequest rq;
+  rq.endpoint = Endpoint::Chat;
+  rq.include_usage = true;
+  AnswerId id{"chatcmpl-1", 100, "m"};
+  JobStats st;
+  st.finish = Finish::Length;
+  st.n_prompt = 5;
+  st.n_predicted = 3;
+  const json f = json::parse(final_json(rq, id, "abc", {}, st));
+  EXPECT_EQ(f["object"], "chat.completion");
+  EXPECT_EQ(f["choices"][0]["message"]["content"], "abc");
+  EXPECT_EQ(f["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(f["usage"]["total_tokens"], 8);
+  EXPECT_EQ(f["timings"]["predicted_n"], 3);
+  const std::string events = final_events(rq, id, st);
+  EXPECT_EQ(events.rfind("data: [DONE]\n\n"), events.size() - 14);
+  EXPECT_NE(events.find("\"usage\""), std::string::npos);
+  // Invalid UTF-8 (a lone byte token) is replaced, never thrown on.
+  const std::string chunk = chunk_event(rq, id, "\xff", {}, true);
+  EXPECT_NE(chunk.find("\"role\":\"assistant\""), std::string::npos);
+  EXPECT_EQ(chunk.rfind("data: ", 0), 0u);
+}
+
+TEST(ServerResponses, MetricsAreParseablePrometheusText) {
+  SchedulerStats s;
+  s.submitted = 3;
+  s.finished = 2;
+  s.slots.resize(2);
+  s.slots[0].n_cached = 50;
+  const std::string m = metrics_text(s, 100);
+  EXPECT_NE(m.find("# TYPE powerinfer_requests_submitted_total counter\npowerinfer_requests_submitted_total 3\n"),
+            std::string::npos);
+  EXPECT_NE(m.find("powerinfer_kv_cache_tokens 50\n"), std::string::npos);
+  EXPECT_NE(m.find("powerinfer_kv_cache_usage_ratio 0.25\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pi::server

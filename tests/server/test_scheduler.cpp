@@ -1,0 +1,126 @@
+// The scheduler on the bundled model: answers that do not depend on what else runs, the
+// bounded queue, cancellation, limits. No sockets (the pytest files cover HTTP).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "server/scheduler.h"
+
+namespace pi::server {
+namespace {
+
+const std::string kModel = std::string(PI_SOURCE_DIR) + "/models/kjv-relu/kjv-relu.pwri.gguf";
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kModel)) GTEST_SKIP() << kModel << " not present";
+    auto e = Engine::load(kModel);
+    ASSERT_TRUE(e.ok()) << e.error().message;
+    engine_ = std::move(*e);
+  }
+
+  std::unique_ptr<Scheduler> make(int slots, int max_queue) {
+    SessionOptions so;
+    so.n_ctx = 256 * slots;
+    so.n_threads = 1;
+    so.n_seq_max = slots;
+    auto s = Session::create(*engine_, so);
+    EXPECT_TRUE(s.ok()) << s.error().message;
+    return std::make_unique<Scheduler>(*engine_, std::move(*s),
+                                       SchedulerOptions{slots, 256, max_queue});
+  }
+
+  JobSpec spec(const std::string& prompt, int64_t n, uint64_t seed) const {
+    JobSpec j;
+    const Vocabulary& v = *engine_->vocabulary();
+    j.prompt = v.encode(prompt, v.add_bos(), true);
+    j.n_predict = n;
+    j.sampling.seed = seed;
+    return j;
+  }
+
+  static std::pair<std::string, JobStats> wait(Job& job) {
+    std::string text;
+    while (true) {
+      Job::Output o = job.take(std::chrono::milliseconds(200));
+      text += o.text;
+      if (o.done) return {text, o.stats};
+    }
+  }
+
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(SchedulerTest, AnswersDoNotDependOnOtherRequests) {
+  const std::vector<std::string> prompts = {"And God said", "In the beginning", "Jesus wept"};
+  std::vector<std::string> alone;
+  {
+    auto s = make(1, 8);
+    for (const auto& p : prompts) alone.push_back(wait(*s->submit(spec(p, 20, 5))).first);
+  }
+  auto s = make(2, 8);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (int round = 0; round < 2; ++round)
+    for (const auto& p : prompts) jobs.push_back(s->submit(spec(p, 20, 5)));
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    ASSERT_NE(jobs[i], nullptr);
+    auto [text, st] = wait(*jobs[i]);
+    EXPECT_EQ(text, alone[i % prompts.size()]) << i;
+    EXPECT_TRUE(st.finish == Finish::Length || st.finish == Finish::Stop);
+  }
+  const SchedulerStats m = s->snapshot();
+  EXPECT_EQ(m.submitted, 6);
+  EXPECT_EQ(m.finished, 6);
+  EXPECT_EQ(m.processing, 0);
+  EXPECT_GT(m.cached_tokens, 0);  // the second round reuses the slots' prompts
+}
+
+TEST_F(SchedulerTest, QueueIsBoundedAndCancelFreesTheSlot) {
+  auto s = make(1, 0);
+  JobSpec long_job = spec("And God said", 200, 1);
+  long_job.ignore_eos = true;
+  auto a = s->submit(long_job);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(s->submit(spec("x", 2, 1)), nullptr);  // no free slot, no queue
+  EXPECT_EQ(s->snapshot().rejected, 1);
+  a->cancel();
+  auto [text, st] = wait(*a);
+  EXPECT_EQ(st.finish, Finish::Cancelled);
+  EXPECT_LT(st.n_predicted, 200);
+  auto b = s->submit(spec("And God said", 3, 1));
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(wait(*b).second.n_predicted, 3);
+  EXPECT_EQ(s->snapshot().cancelled, 1);
+}
+
+TEST_F(SchedulerTest, StopStringsEndTheAnswerBeforeTheStop) {
+  auto s = make(1, 4);
+  JobSpec j = spec("And God said", 30, 2);
+  j.sampling.temperature = 0;
+  const std::string full = wait(*s->submit(j)).first;
+  ASSERT_GT(full.size(), 12u);
+  const std::string word = full.substr(8, 4);
+  j.stop = {word};
+  auto [text, st] = wait(*s->submit(j));
+  EXPECT_EQ(text, full.substr(0, full.find(word)));
+  EXPECT_EQ(st.finish, Finish::Stop);
+  EXPECT_EQ(st.stop_word, word);
+}
+
+TEST_F(SchedulerTest, ShutdownEndsRunningAndQueuedJobs) {
+  auto s = make(1, 4);
+  JobSpec long_job = spec("And God said", 250, 1);
+  long_job.ignore_eos = true;
+  auto a = s->submit(long_job), b = s->submit(long_job);
+  s->shutdown();
+  const Finish fa = wait(*a).second.finish;
+  EXPECT_TRUE(fa == Finish::Cancelled || fa == Finish::Length);
+  EXPECT_EQ(wait(*b).second.finish, Finish::Cancelled);
+  EXPECT_EQ(s->submit(spec("x", 1, 1)), nullptr);
+}
+
+}  // namespace
+}  // namespace pi::server

@@ -217,7 +217,7 @@ TEST(CliRunErrors, InvalidFlagValues) {
     const char* message;
   } cases[] = {
       {"-n -2", "-n must be -1 (no limit) or >= 0 (got -2)"},
-      {"-t 0", "-t must be >= 1 (got 0)"},
+      {"-t 0", "-t 0: the thread count must be in [1, 256]"},
       {"-c -1", "-c must be >= 0"},
       {"-b 0", "-b must be >= 1 (got 0)"},
       {"--temp -0.5", "--temp must be >= 0"},

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/log.h"
 #include "gen_options.h"
@@ -68,7 +69,7 @@ struct TokenStream {
 };
 
 Status check(const BenchOptions& o) {
-  if (o.n_threads < 1) return err("-t must be >= 1 (got %d)", o.n_threads);
+  PI_TRY(check_threads("-t", o.n_threads));
   if (o.n_ctx < 0) return err("-c must be >= 0 (got %lld)", static_cast<long long>(o.n_ctx));
   if (o.n_batch < 1) return err("-b must be >= 1 (got %lld)", static_cast<long long>(o.n_batch));
   if (o.output != "md" && o.output != "json")

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/log.h"
 #include "perplexity_kl_file.h"
@@ -63,7 +64,7 @@ Status validate(const PerplexityOptions& o) {
     return err("-c must be even and >= 4: the second half of each chunk is scored (got %lld)",
                static_cast<long long>(o.n_ctx));
   if (o.n_batch < 1) return err("-b must be >= 1 (got %lld)", static_cast<long long>(o.n_batch));
-  if (o.n_threads < 1) return err("-t must be >= 1 (got %d)", o.n_threads);
+  PI_TRY(check_threads("-t", o.n_threads));
   if (o.n_chunks == 0 || o.n_chunks < -1)
     return err("--chunks must be >= 1, or -1 for all (got %lld)",
                static_cast<long long>(o.n_chunks));

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/log.h"
 #include "quantize_model.h"
@@ -31,8 +32,12 @@ Runner add_quantize(CLI::App& app) {
   sub->add_option("--override", a->overrides,
                   "PATTERN=TYPE: type for tensors whose name matches the glob (repeatable), "
                   "e.g. 'blk.*.ffn_down_t.weight=q8_0'");
-  sub->add_option("-t,--threads", a->opts.threads, "Threads")->check(CLI::Range(1, 1024));
+  sub->add_option("-t,--threads", a->opts.threads, "Threads");
   return [a]() -> int {
+    if (Status s = check_threads("-t", a->opts.threads); !s.ok()) {
+      log_error("%s", s.error().message.c_str());
+      return 1;
+    }
     auto target = dtype_from_name(a->type);
     if (!target || !dtype_info(*target).computable || *target == DType::I32) {
       log_error("quantize: unknown or unsupported type '%s' (use f32, f16, bf16, q8_0, q6_k, "

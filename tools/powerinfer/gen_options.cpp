@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "cli_checks.h"
 #include "core/log.h"
 #include "tokenizer/tokenizer.h"
 
@@ -60,7 +61,7 @@ void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help) {
 }
 
 Status validate_gen(const GenOptions& o) {
-  if (o.n_threads < 1) return err("-t must be >= 1 (got %d)", o.n_threads);
+  PI_TRY(check_threads("-t", o.n_threads));
   if (o.n_ctx < 0)
     return err("-c must be >= 0 (0: the default size; got %lld)", static_cast<long long>(o.n_ctx));
   if (o.n_batch < 1) return err("-b must be >= 1 (got %lld)", static_cast<long long>(o.n_batch));

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <exception>
 #include <map>
 #include <string>
 #include <vector>
@@ -55,9 +56,17 @@ int main(int argc, char** argv) {
   }
   if (verbose) pi::set_log_level(pi::LogLevel::Debug);
   if (quiet) pi::set_log_level(pi::LogLevel::Error);
-  for (CLI::App* sub : app.get_subcommands()) {
-    auto it = runners.find(sub->get_name());
-    if (it != runners.end()) return it->second();
+  // The subcommands return errors as values; an exception reaching here is a bug, reported
+  // as one line rather than an abort.
+  try {
+    for (CLI::App* sub : app.get_subcommands()) {
+      auto it = runners.find(sub->get_name());
+      if (it != runners.end()) return it->second();
+    }
+  } catch (const std::exception& e) {
+    pi::log_error("powerinfer: internal error: %s", e.what());
+  } catch (...) {
+    pi::log_error("powerinfer: internal error (unknown exception)");
   }
   return 1;
 }

@@ -10,6 +10,7 @@
 #include <system_error>
 #include <thread>
 
+#include "core/log.h"
 #include "model/model.h"
 #include "runtime/context.h"
 #include "runtime/sampler.h"
@@ -44,10 +45,14 @@ Engine::~Engine() = default;
 
 Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const LoadOptions& opts) {
   std::unique_ptr<Engine> e(new Engine());
-  auto m = model::Model::load(path, opts.mmap ? LoadMode::Map : LoadMode::Read);
+  auto m = model::Model::load(path, opts.mmap ? LoadMode::Map : LoadMode::Read,
+                              opts.check_tensors);
   if (!m.ok()) return m.error();
   e->model_ = std::move(*m);
   const gguf::File& f = e->model_->file();
+  if (opts.mlock) {
+    if (Status s = f.mapping().lock(); !s.ok()) log_warn("%s", s.error().message.c_str());
+  }
   if (f.find("tokenizer.ggml.model") != nullptr) {
     auto t = Tokenizer::from_gguf(f);
     if (!t.ok()) return t.error();

@@ -123,7 +123,7 @@ TEST(CliRun, PromptFileEscapesAndNoDisplayPrompt) {
   EXPECT_EQ(esc.rfind("a\nb", 0), 0u) << esc;
   const std::string hex = generated(kRun + "-m " + m + " -p 'a\\x41b\\q' -e -n 0");
   EXPECT_EQ(hex.rfind("aAb\\q", 0), 0u) << hex;
-  const std::string raw = generated(kRun + "-m " + m + " -p 'a\\nb' -n 0");
+  const std::string raw = generated(kRun + "-m " + m + " -p 'a\\nb' --no-escape -n 0");
   EXPECT_EQ(raw.rfind("a\\nb", 0), 0u) << raw;
 }
 

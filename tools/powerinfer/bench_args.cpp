@@ -82,6 +82,8 @@ Result<BenchOptions> validate_bench_flags(const BenchFlags& f, int default_threa
   BenchOptions o;
   o.probe_only = f.probe_only;
   o.mmap = f.mmap;
+  PI_TRY(check_model_flags(f));
+  o.model_flags = f;
 
   constexpr int64_t kMaxTokens = int64_t{1} << 20;
   auto threads = int_list("-t", f.threads, {default_threads}, 1, kMaxThreads);

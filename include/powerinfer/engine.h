@@ -62,6 +62,11 @@ struct LoadOptions {
   // memory backed by transparent huge pages (llama.cpp's --no-mmap): a copy at load, faster
   // decoding, most of all for neuron-sparse decoding's scattered rows.
   bool mmap = true;
+  // Lock the model in RAM (mlock) so it is never paged out; a failure is a warning.
+  bool mlock = false;
+  // Check every weight for NaN/Inf at load (slow: reads the whole file). The norms and other
+  // small tensors are always checked.
+  bool check_tensors = false;
 };
 
 class Engine {

@@ -171,3 +171,16 @@ void MappedFile::prefetch(size_t offset, size_t length) const {
 }
 
 }  // namespace pi
+
+namespace pi {
+
+Status MappedFile::lock() const {
+  if (size_ == 0) return Status::Ok();
+  if (::mlock(data_, size_) != 0) {
+    return err("%s: cannot lock %.1f MiB in memory (mlock: %s; see ulimit -l)", path_.c_str(),
+               static_cast<double>(size_) / 1048576.0, std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+}  // namespace pi

@@ -45,6 +45,10 @@ class MappedFile {
   // Asks the kernel to read the given range ahead (madvise WILLNEED). Best effort.
   void prefetch(size_t offset, size_t length) const;
 
+  // Locks the whole file in RAM (mlock: read now, never paged out; llama.cpp's --mlock).
+  // Fails, naming the reason, when RLIMIT_MEMLOCK or memory is too small; munmap unlocks.
+  Status lock() const;
+
  private:
   void reset();
   std::string path_;

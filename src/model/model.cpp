@@ -1,17 +1,19 @@
 #include "model/model.h"
 
 #include "model/arch.h"
+#include "model/model_checks.h"
 #include "model/tensor_loader.h"
 
 namespace pi::model {
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& path, LoadMode mode) {
+Result<std::unique_ptr<Model>> Model::load(const std::string& path, LoadMode mode,
+                                           bool check_all_tensors) {
   auto f = gguf::File::open(path, {}, mode);
   if (!f.ok()) return f.error();
-  return from_file(std::move(*f));
+  return from_file(std::move(*f), check_all_tensors);
 }
 
-Result<std::unique_ptr<Model>> Model::from_file(gguf::File file) {
+Result<std::unique_ptr<Model>> Model::from_file(gguf::File file, bool check_all_tensors) {
   std::unique_ptr<Model> m(new Model(std::move(file)));
   const gguf::File& f = m->file_;
   auto arch_name = f.get_string("general.architecture");
@@ -26,8 +28,13 @@ Result<std::unique_ptr<Model>> Model::from_file(gguf::File file) {
   hp.arch_name = *arch_name;
   hp.powerinfer = f.is_powerinfer();
   PI_TRY(read_common_hparams(f, hp));
+  PI_TRY(check_block_count(f, hp));
   TensorLoader loader(f, m->widened_);
   PI_TRY(arch->load(f, loader, hp, m->w_));
+  PI_TRY(check_norm_eps(f, hp));
+  PI_TRY(check_vocab_size(f, hp));
+  PI_TRY(check_tensor_values(f, check_all_tensors));
+  warn_unused_tensors(f, loader.used());
   return m;
 }
 

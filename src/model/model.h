@@ -18,11 +18,15 @@ namespace pi::model {
 class Model {
  public:
   // Opens `path`, picks the architecture from general.architecture and loads every weight
-  // with shape checks. Errors name the file and the key or tensor at fault.
+  // with shape checks, then the checks of model_checks.h (block count, vocabulary size, norm
+  // epsilon, finite values of the small tensors; of every tensor with check_all_tensors) and
+  // a warning naming tensors the architecture does not use. Errors name the file and the key
+  // or tensor at fault.
   static Result<std::unique_ptr<Model>> load(const std::string& path,
-                                             LoadMode mode = LoadMode::Map);
+                                             LoadMode mode = LoadMode::Map,
+                                             bool check_all_tensors = false);
   // The same, from an already opened file (tests build files in memory).
-  static Result<std::unique_ptr<Model>> from_file(gguf::File file);
+  static Result<std::unique_ptr<Model>> from_file(gguf::File file, bool check_all_tensors = false);
 
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;

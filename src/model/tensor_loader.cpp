@@ -42,6 +42,7 @@ const Shape* TensorLoader::shape(const std::string& name) const {
 }
 
 Result<Matrix> TensorLoader::load_matrix(const gguf::TensorInfo& info, int64_t rows, int64_t cols) {
+  used_.insert(info.name);
   const Shape want{rows, cols};
   if (!(info.shape == want)) {
     return err("%s: tensor '%s' has shape %s, expected %s", file_.path().c_str(), info.name.c_str(),
@@ -61,6 +62,7 @@ Result<Matrix> TensorLoader::load_matrix(const gguf::TensorInfo& info, int64_t r
 }
 
 Result<Vector> TensorLoader::load_vector(const gguf::TensorInfo& info, int64_t n) {
+  used_.insert(info.name);
   if (!(info.shape == Shape{n})) {
     return err("%s: tensor '%s' has shape %s, expected %s", file_.path().c_str(), info.name.c_str(),
                info.shape.str().c_str(), Shape{n}.str().c_str());

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <deque>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ class TensorLoader {
   bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
   // Shape of a tensor, for architectures whose sizes are read from tensors.
   const Shape* shape(const std::string& name) const;
+  // Names of the tensors loaded so far (matrix/vector calls that found their tensor).
+  const std::set<std::string>& used() const { return used_; }
 
  private:
   Result<Matrix> load_matrix(const gguf::TensorInfo& info, int64_t rows, int64_t cols);
@@ -39,6 +42,7 @@ class TensorLoader {
 
   const gguf::File& file_;
   std::deque<std::vector<float>>& widened_;
+  std::set<std::string> used_;
 };
 
 }  // namespace pi::model

@@ -2,9 +2,15 @@
 // runtime Context and Sampler, and the tokenizer.
 #include "powerinfer/engine.h"
 
+#include <unistd.h>
+
 #include <chrono>
+#include <new>
+#include <stdexcept>
+#include <system_error>
 #include <thread>
 
+#include "core/log.h"
 #include "model/model.h"
 #include "runtime/context.h"
 #include "runtime/sampler.h"
@@ -17,16 +23,36 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Refuses a context whose KV cache (f16 keys and values, every layer) cannot fit in this
+// machine's physical memory, before anything is allocated.
+Status check_kv_fits(const model::HParams& hp, int64_t n_ctx) {
+  const double bytes = 2.0 * 2.0 * static_cast<double>(hp.n_layer) * static_cast<double>(n_ctx) *
+                       static_cast<double>(hp.n_embd_kv());
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const double ram = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page)
+                                           : 0.0;
+  if (ram > 0 && bytes > ram) {
+    return err("context size %lld: its KV cache needs %.1f GiB, more than the %.1f GiB of memory "
+               "of this machine",
+               static_cast<long long>(n_ctx), bytes / 1073741824.0, ram / 1073741824.0);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Engine::~Engine() = default;
 
 Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const LoadOptions& opts) {
   std::unique_ptr<Engine> e(new Engine());
-  auto m = model::Model::load(path, opts.mmap ? LoadMode::Map : LoadMode::Read);
+  auto m = model::Model::load(path, opts.mmap ? LoadMode::Map : LoadMode::Read,
+                              opts.check_tensors);
   if (!m.ok()) return m.error();
   e->model_ = std::move(*m);
   const gguf::File& f = e->model_->file();
+  if (opts.mlock) {
+    if (Status s = f.mapping().lock(); !s.ok()) log_warn("%s", s.error().message.c_str());
+  }
   if (f.find("tokenizer.ggml.model") != nullptr) {
     auto t = Tokenizer::from_gguf(f);
     if (!t.ok()) return t.error();
@@ -75,7 +101,18 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.n_threads = o.n_threads > 0
                      ? o.n_threads
                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  auto ctx = runtime::Context::create(engine.model(), co);
+  if (co.n_ctx > 0) PI_TRY(check_kv_fits(engine.model().hparams(), co.n_ctx));
+  Result<std::unique_ptr<runtime::Context>> ctx = err("no context");
+  try {
+    ctx = runtime::Context::create(engine.model(), co);
+  } catch (const std::bad_alloc&) {
+    return err("out of memory creating a session of %lld context tokens, batch %lld",
+               static_cast<long long>(co.n_ctx), static_cast<long long>(co.n_batch));
+  } catch (const std::length_error&) {
+    return err("context size %lld is too large", static_cast<long long>(co.n_ctx));
+  } catch (const std::system_error& e) {
+    return err("cannot start %d threads: %s", co.n_threads, e.what());
+  }
   if (!ctx.ok()) return ctx.error();
   std::unique_ptr<Session> s(new Session());
   s->ctx_ = std::move(*ctx);

@@ -80,7 +80,7 @@ TEST_F(CliBatched, BadFlagsGiveOneLineErrors) {
       {"-np 0", "-np must be 1..64 (got 0)"},
       {"-np 65", "-np must be 1..64 (got 65)"},
       {"-n -1", "-n must be >= 0"},
-      {"-t 0", "-t must be >= 1"},
+      {"-t 0", "-t 0: the thread count must be in [1, 256]"},
       {"-c 10 -np 4 -n 8", "context too small: the prompt (4 tokens) and 4 sequences x 8 tokens "
                            "need 36 cells; pass -c >= 36"},
       {"--top-p 2", "--top-p must be in (0, 1]"},

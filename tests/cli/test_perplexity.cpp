@@ -391,7 +391,7 @@ TEST_F(CliPerplexity, ErrorMessages) {
   fails(m + f + " -c 63", "-c must be even and >= 4");
   fails(m + f + " -c 2", "-c must be even and >= 4");
   fails(m + f + " -c 64 -b 0", "-b must be >= 1");
-  fails(m + f + " -c 64 -t 0", "-t must be >= 1");
+  fails(m + f + " -c 64 -t 0", "-t 0: the thread count must be in");
   fails(m + f + " -c 64 --chunks 0", "--chunks must be >= 1");
   fails(m + " -f /nonexistent.txt -c 64", "/nonexistent.txt: cannot read the text file");
   fails("-m /nonexistent.gguf" + f + " -c 64", "/nonexistent.gguf");

@@ -123,7 +123,7 @@ TEST(CliRun, PromptFileEscapesAndNoDisplayPrompt) {
   EXPECT_EQ(esc.rfind("a\nb", 0), 0u) << esc;
   const std::string hex = generated(kRun + "-m " + m + " -p 'a\\x41b\\q' -e -n 0");
   EXPECT_EQ(hex.rfind("aAb\\q", 0), 0u) << hex;
-  const std::string raw = generated(kRun + "-m " + m + " -p 'a\\nb' -n 0");
+  const std::string raw = generated(kRun + "-m " + m + " -p 'a\\nb' --no-escape -n 0");
   EXPECT_EQ(raw.rfind("a\\nb", 0), 0u) << raw;
 }
 
@@ -217,7 +217,7 @@ TEST(CliRunErrors, InvalidFlagValues) {
     const char* message;
   } cases[] = {
       {"-n -2", "-n must be -1 (no limit) or >= 0 (got -2)"},
-      {"-t 0", "-t must be >= 1 (got 0)"},
+      {"-t 0", "-t 0: the thread count must be in [1, 256]"},
       {"-c -1", "-c must be >= 0"},
       {"-b 0", "-b must be >= 1 (got 0)"},
       {"--temp -0.5", "--temp must be >= 0"},

@@ -80,7 +80,8 @@ void add_vocab(gguf::Writer& w, const TinySpec& s) {
   const std::string words[] = {sp,        sp + "the", sp + "a", "e",  "t",  "o",  "n",
                                sp + "in", sp + "and", "th",     "he", "in", "er", "an"};
   int64_t i = 0;
-  while (static_cast<int64_t>(tokens.items.size()) < s.n_vocab) {
+  const int64_t n_tokens = s.n_vocab_tokens >= 0 ? s.n_vocab_tokens : s.n_vocab;
+  while (static_cast<int64_t>(tokens.items.size()) < n_tokens) {
     std::string piece = i < 14 ? words[i] : sp + "w" + std::to_string(i);
     push(piece, -static_cast<float>(i), 1);
     ++i;
@@ -104,14 +105,15 @@ Status write_tiny_model(const TinySpec& s, const std::string& path) {
   PI_TRY(w.add_kv("general.name", Value(std::string("tiny-") + a)));
   PI_TRY(w.add_kv(a + ".context_length", Value(static_cast<uint32_t>(s.n_ctx_train))));
   PI_TRY(w.add_kv(a + ".embedding_length", Value(static_cast<uint32_t>(s.n_embd))));
-  PI_TRY(w.add_kv(a + ".block_count", Value(static_cast<uint32_t>(s.n_layer))));
+  PI_TRY(w.add_kv(a + ".block_count",
+                  Value(static_cast<uint32_t>(s.block_count >= 0 ? s.block_count : s.n_layer))));
   PI_TRY(w.add_kv(a + ".feed_forward_length", Value(static_cast<uint32_t>(s.n_ff))));
   PI_TRY(w.add_kv(a + ".attention.head_count", Value(static_cast<uint32_t>(s.n_head))));
   PI_TRY(w.add_kv(a + ".attention.head_count_kv", Value(static_cast<uint32_t>(s.n_head_kv))));
   if (a == "falcon") {
-    PI_TRY(w.add_kv(a + ".attention.layer_norm_epsilon", Value(1e-5f)));
+    PI_TRY(w.add_kv(a + ".attention.layer_norm_epsilon", Value(s.norm_eps)));
   } else {
-    PI_TRY(w.add_kv(a + ".attention.layer_norm_rms_epsilon", Value(1e-5f)));
+    PI_TRY(w.add_kv(a + ".attention.layer_norm_rms_epsilon", Value(s.norm_eps)));
     PI_TRY(w.add_kv(a + ".rope.freq_base", Value(10000.0f)));
   }
   if (!s.activation.empty()) PI_TRY(w.add_kv(a + ".feed_forward_activation", Value(s.activation)));
@@ -126,6 +128,10 @@ Status write_tiny_model(const TinySpec& s, const std::string& path) {
     PI_TRY(w.add_tensor(t.name, t.matrix ? s.wtype : DType::F32, t.shape));
     kept.push_back(t);
   }
+  for (const auto& [name, shape] : s.extra) {
+    PI_TRY(w.add_tensor(name, DType::F32, shape));
+    kept.push_back({name, shape, false, 0.0f});
+  }
   PI_TRY(w.begin(path));
   std::mt19937_64 rng(s.seed);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
@@ -134,6 +140,7 @@ Status write_tiny_model(const TinySpec& s, const std::string& path) {
     // Matrices scaled so that each row's dot product with a unit-RMS input stays O(1).
     const float scale = t.matrix ? 1.5f / std::sqrt(static_cast<float>(t.shape.cols())) : 0.1f;
     for (float& x : v) x = t.center + scale * uni(rng);
+    if (auto it = s.poison.find(t.name); it != s.poison.end()) v.back() = it->second;
     const DType type = t.matrix ? s.wtype : DType::F32;
     std::vector<std::byte> bytes(static_cast<size_t>(t.shape.rows()) *
                                  row_bytes(type, t.shape.cols()));

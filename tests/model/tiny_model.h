@@ -33,6 +33,12 @@ struct TinySpec {
   bool vocab = true;
   std::set<std::string> drop;            // tensors to leave out
   std::map<std::string, Shape> reshape;  // tensors written with another shape
+  // Malformed files for the loader's checks:
+  int64_t block_count = -1;                // <arch>.block_count written (-1: n_layer)
+  int64_t n_vocab_tokens = -1;             // tokens in the vocabulary (-1: n_vocab)
+  float norm_eps = 1e-5f;                  // the norm epsilon key
+  std::map<std::string, Shape> extra;      // additional f32 tensors no architecture reads
+  std::map<std::string, float> poison;     // tensor -> value of its last element (NaN, Inf)
 };
 
 // The spec most variant tests use: an architecture, weight type, file kind and KV-head count

@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "cli_checks.h"
+
 namespace pi::cli {
 namespace {
 
@@ -80,11 +82,16 @@ Result<BenchOptions> validate_bench_flags(const BenchFlags& f, int default_threa
   BenchOptions o;
   o.probe_only = f.probe_only;
   o.mmap = f.mmap;
+  PI_TRY(check_model_flags(f));
+  o.model_flags = f;
 
   constexpr int64_t kMaxTokens = int64_t{1} << 20;
-  auto threads = int_list("-t", f.threads, {default_threads}, 1, 1024);
+  auto threads = int_list("-t", f.threads, {default_threads}, 1, kMaxThreads);
   if (!threads.ok()) return threads.error();
-  for (int64_t t : *threads) o.threads.push_back(static_cast<int>(t));
+  for (int64_t t : *threads) {
+    PI_TRY(check_threads("-t", t));
+    o.threads.push_back(static_cast<int>(t));
+  }
 
   if (f.output == "md" || f.output == "markdown") {
     o.format = BenchFormat::Markdown;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "llama_flags.h"
 
 namespace pi::cli {
 
@@ -15,7 +16,7 @@ enum class BenchMode { Dense, Sparse };
 enum class BenchFormat { Markdown, Json, Csv };
 
 // What the command line asked for, as typed (strings), before validation.
-struct BenchFlags {
+struct BenchFlags : ModelFlags {
   std::vector<std::string> models;   // -m, comma lists allowed
   std::vector<std::string> prompts;  // -p
   std::vector<std::string> gens;     // -n
@@ -52,6 +53,7 @@ struct BenchOptions {
   int probe_passes = 5;
   int warmup_gen = 8;  // generated tokens in a generation test's untimed warm-up run
   bool mmap = true;    // false: read models into huge-page memory (--no-mmap)
+  ModelFlags model_flags;  // -ngl, --mlock, --check-tensors, ... (llama_flags.h)
 };
 
 // Checks every list and value; messages name the flag and the offending item.

@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "core/log.h"
 #include "gen_options.h"
+#include "interrupt.h"
 #include "powerinfer/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,9 +27,6 @@ namespace pi::cli {
 namespace {
 
 constexpr int kMaxParallel = 64;
-
-volatile std::sig_atomic_t g_stop = 0;
-extern "C" void on_sigint_batched(int) { g_stop = 1; }
 
 struct BatchedOptions : GenOptions {
   int n_parallel = 1;
@@ -89,14 +87,10 @@ int batched(const BatchedOptions& o_in) {
   if (!text.ok()) return fail(text.error());
   const uint64_t seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
 
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_sigint_batched;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
+  install_sigint_flag();
 
   const auto t_start = std::chrono::steady_clock::now();
-  auto engine = Engine::load(o.model, LoadOptions{o.mmap});
+  auto engine = Engine::load(o.model, load_options(o, o.mmap));
   if (!engine.ok()) return fail(engine.error());
   const Tokenizer* tok = (*engine)->tokenizer();
   if (tok == nullptr) {
@@ -146,7 +140,7 @@ int batched(const BatchedOptions& o_in) {
     for (int32_t t : tokens) c.shown_prompt += c.dec->push(t);
   }
 
-  bool interrupted = false;
+  bool was_interrupted = false;
   int64_t n_steps = 0;
   auto finish = [&](int code) {
     for (size_t i = 0; i < seqs.size(); ++i) {
@@ -156,7 +150,7 @@ int batched(const BatchedOptions& o_in) {
                   c.text.c_str());
     }
     std::fflush(stdout);
-    if (interrupted) log_info("[interrupted]");
+    if (was_interrupted) log_info("[interrupted]");
     int64_t generated = 0;
     for (const Continuation& c : seqs) generated += c.n_tokens;
     const double total_ms = ms_since(t_start);
@@ -168,9 +162,9 @@ int batched(const BatchedOptions& o_in) {
     return code;
   };
 
-  if (Status s = session.prompt(tokens, [] { return g_stop != 0; }); !s.ok()) {
-    if (g_stop != 0) {
-      interrupted = true;
+  if (Status s = session.prompt(tokens, [] { return interrupted(); }); !s.ok()) {
+    if (interrupted()) {
+      was_interrupted = true;
       return finish(130);
     }
     log_error("%s", s.error().message.c_str());
@@ -188,8 +182,8 @@ int batched(const BatchedOptions& o_in) {
   std::vector<BatchToken> batch;
   batch.reserve(seqs.size());
   for (int64_t k = 0; k < o.n_predict; ++k) {
-    if (g_stop != 0) {
-      interrupted = true;
+    if (interrupted()) {
+      was_interrupted = true;
       return finish(130);
     }
     batch.clear();

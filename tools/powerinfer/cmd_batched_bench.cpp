@@ -15,15 +15,17 @@
 #include <thread>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/log.h"
 #include "gen_options.h"
+#include "interrupt.h"
 #include "powerinfer/engine.h"
 
 namespace pi::cli {
 namespace {
 
-struct BenchOptions {
+struct BenchOptions : ModelFlags {
   std::string model;
   int n_threads = 1;
   int64_t n_ctx = 0;
@@ -69,7 +71,8 @@ struct TokenStream {
 };
 
 Status check(const BenchOptions& o) {
-  if (o.n_threads < 1) return err("-t must be >= 1 (got %d)", o.n_threads);
+  PI_TRY(check_threads("-t", o.n_threads));
+  PI_TRY(check_model_flags(o));
   if (o.n_ctx < 0) return err("-c must be >= 0 (got %lld)", static_cast<long long>(o.n_ctx));
   if (o.n_batch < 1) return err("-b must be >= 1 (got %lld)", static_cast<long long>(o.n_batch));
   if (o.output != "md" && o.output != "json")
@@ -198,7 +201,7 @@ int bench(const BenchOptions& o_in) {
   for (int64_t pl : o.npl) max_pl = std::max(max_pl, pl);
   const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : max_kv;
 
-  auto engine = Engine::load(o.model, LoadOptions{o.mmap});
+  auto engine = Engine::load(o.model, load_options(o, o.mmap));
   if (!engine.ok()) return fail(engine.error());
   SessionOptions so;
   so.n_ctx = n_ctx;
@@ -222,9 +225,12 @@ int bench(const BenchOptions& o_in) {
            o.pps ? "shared (--pps)" : "separate");
 
   std::vector<Row> rows;
+  install_sigint_flag();
+  const size_t n_cells = o.npp.size() * o.ntg.size() * o.npl.size();
   for (int64_t pp : o.npp) {
     for (int64_t tg : o.ntg) {
       for (int64_t pl : o.npl) {
+        if (interrupted()) break;
         const int64_t need = cells_needed(pp, tg, pl, o.pps);
         if (need > s.n_ctx()) {
           log_warn("PP %lld TG %lld PL %lld skipped: needs %lld KV cells, -c is %lld",
@@ -244,7 +250,10 @@ int bench(const BenchOptions& o_in) {
       }
     }
   }
-  if (rows.empty()) {
+  if (interrupted()) {
+    log_info("[interrupted: %zu of %zu cells finished]", rows.size(), n_cells);
+    if (rows.empty()) return kInterruptedExit;
+  } else if (rows.empty()) {
     return fail(err("no cell of the grid fits the context of %lld cells (the largest needs %lld)",
                     static_cast<long long>(s.n_ctx()), static_cast<long long>(max_kv)));
   }
@@ -254,7 +263,7 @@ int bench(const BenchOptions& o_in) {
     print_md(rows);
   }
   std::fflush(stdout);
-  return 0;
+  return interrupted() ? kInterruptedExit : 0;
 }
 
 }  // namespace
@@ -290,6 +299,7 @@ Runner add_batched_bench(CLI::App& app) {
                 "PowerInfer files: compute every FFN neuron instead of the predicted ones");
   sub->add_option("-o,--output", o->output, "Table format: md or json")->capture_default_str();
   sub->add_flag("!--no-warmup", o->warmup, "Skip the warm-up pass that maps the weights");
+  add_model_flags(sub, *o);
   return [o]() -> int { return bench(*o); };
 }
 

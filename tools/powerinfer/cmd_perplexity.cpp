@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -25,8 +26,11 @@
 #include <thread>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "text_file.h"
+#include "interrupt.h"
+#include "llama_flags.h"
 #include "core/log.h"
 #include "gen_options.h"
 #include "perplexity_kl_file.h"
@@ -37,7 +41,7 @@
 namespace pi::cli {
 namespace {
 
-struct PerplexityOptions {
+struct PerplexityOptions : ModelFlags {
   std::string model;
   std::string text_file;
   int64_t n_ctx = 512;
@@ -49,6 +53,10 @@ struct PerplexityOptions {
   bool mmap = true;
   std::string kl_save;
   std::string kl_base;
+  // llama.cpp's spelling: --kl-divergence-base FILE saves (as --kl-save), and with
+  // --kl-divergence compares (as --kl-base).
+  std::string kl_divergence_base;
+  bool kl_divergence = false;
   bool ctx_given = false;     // -c on the command line (else --kl-base's value wins)
   bool chunks_given = false;  // --chunks on the command line
 };
@@ -66,7 +74,8 @@ Status validate(const PerplexityOptions& o) {
     return err("-c must be even and >= 4: the second half of each chunk is scored (got %lld)",
                static_cast<long long>(o.n_ctx));
   if (o.n_batch < 1) return err("-b must be >= 1 (got %lld)", static_cast<long long>(o.n_batch));
-  if (o.n_threads < 1) return err("-t must be >= 1 (got %d)", o.n_threads);
+  PI_TRY(check_threads("-t", o.n_threads));
+  PI_TRY(check_model_flags(o));
   if (o.n_chunks == 0 || o.n_chunks < -1)
     return err("--chunks must be >= 1, or -1 for all (got %lld)",
                static_cast<long long>(o.n_chunks));
@@ -179,6 +188,15 @@ int fail(const Error& e) {
 
 int run_perplexity(PerplexityOptions o) {
   if (Status s = validate(o); !s.ok()) return fail(s.error());
+  if (!o.kl_divergence_base.empty()) {
+    if (!o.kl_save.empty() || !o.kl_base.empty())
+      return fail(err("--kl-divergence-base is llama.cpp's spelling of --kl-save/--kl-base: give "
+                      "one of them"));
+    (o.kl_divergence ? o.kl_base : o.kl_save) = o.kl_divergence_base;
+  } else if (o.kl_divergence) {
+    return fail(err("--kl-divergence needs --kl-divergence-base FILE (written by a run without "
+                    "--kl-divergence)"));
+  }
   if (!o.kl_save.empty() && !o.kl_base.empty())
     return fail(err("--kl-save and --kl-base are mutually exclusive"));
 
@@ -194,7 +212,7 @@ int run_perplexity(PerplexityOptions o) {
   if (!text.ok()) return fail(text.error());
 
   const auto t_load = std::chrono::steady_clock::now();
-  auto engine = Engine::load(o.model, LoadOptions{o.mmap});
+  auto engine = Engine::load(o.model, load_options(o, o.mmap));
   if (!engine.ok()) return fail(engine.error());
   const Tokenizer* tok = (*engine)->tokenizer();
   if (tok == nullptr)
@@ -294,8 +312,10 @@ int run_perplexity(PerplexityOptions o) {
   std::vector<double> base_nll(base ? nll.size() : 0);
   std::vector<double> scratch(2 * nv);
   Scores scores;
+  install_sigint_flag();
+  int64_t n_done = 0;
   const auto t_eval = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < c.n_chunks; ++i) {
+  for (int64_t i = 0; i < c.n_chunks && !interrupted(); ++i, ++n_done) {
     std::span<const int32_t> chunk(chunks.data() + i * c.n_ctx, static_cast<size_t>(c.n_ctx));
     session.reset();
     logits.clear();
@@ -319,6 +339,13 @@ int run_perplexity(PerplexityOptions o) {
   const double eval_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_eval).count();
   std::printf("\n");
+  if (interrupted()) {
+    log_info("[interrupted after %lld of %lld chunks]", static_cast<long long>(n_done),
+             static_cast<long long>(c.n_chunks));
+    if (writer) log_warn("%s is incomplete and cannot serve as a base", o.kl_save.c_str());
+    if (n_done == 0) return kInterruptedExit;
+    writer.reset();
+  }
   if (writer) {
     if (Status s = writer->finish(); !s.ok()) return fail(s.error());
   }
@@ -332,12 +359,12 @@ int run_perplexity(PerplexityOptions o) {
   log_info(
       "perplexity: %lld chunks, %lld tokens evaluated (%lld scored) in %.2f s: %.2f tokens/s "
       "(forward passes alone: %.2f tokens/s)",
-      static_cast<long long>(c.n_chunks), static_cast<long long>(t.n_prompt),
+      static_cast<long long>(n_done), static_cast<long long>(t.n_prompt),
       static_cast<long long>(scores.nll.count()), eval_s,
       eval_s > 0 ? static_cast<double>(t.n_prompt) / eval_s : 0.0,
       t.prompt_ms > 0 ? 1e3 * static_cast<double>(t.n_prompt) / t.prompt_ms : 0.0);
   if (writer) log_info("saved the base log-probabilities to %s", o.kl_save.c_str());
-  return 0;
+  return interrupted() ? kInterruptedExit : 0;
 }
 
 }  // namespace
@@ -376,6 +403,12 @@ Runner add_perplexity(CLI::App& app) {
                   "Compare with a file written by --kl-save: KL divergence per token, same top-1 "
                   "token, both perplexities")
       ->excludes(save);
+  sub->add_option("--kl-divergence-base", o->kl_divergence_base,
+                  "llama.cpp's spelling: alone, as --kl-save FILE; with --kl-divergence, as "
+                  "--kl-base FILE");
+  sub->add_flag("--kl-divergence", o->kl_divergence,
+                "With --kl-divergence-base FILE: compare with it (llama.cpp's spelling)");
+  add_model_flags(sub, *o);
   return [o, ctx, chunks]() -> int {
     o->ctx_given = ctx->count() > 0;
     o->chunks_given = chunks->count() > 0;

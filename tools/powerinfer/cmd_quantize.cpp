@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/log.h"
+#include "quantize_ftype.h"
 #include "quantize_model.h"
 
 namespace pi::cli {
@@ -25,14 +27,26 @@ Runner add_quantize(CLI::App& app) {
       "for 4/5-bit targets.");
   sub->add_option("input", a->opts.input, "Input model")->required()->check(CLI::ExistingFile);
   sub->add_option("output", a->opts.output, "Output model")->required();
-  sub->add_option("type", a->type, "Target type, e.g. q4_0")->required();
+  sub->add_option("type", a->type,
+                  "Target type, e.g. q4_0, or llama.cpp's numeric id (2 = q4_0, 7 = q8_0)")
+      ->required();
   sub->add_flag("--allow-requantize", a->opts.allow_requantize,
                 "Allow converting tensors that are already quantized");
   sub->add_option("--override", a->overrides,
                   "PATTERN=TYPE: type for tensors whose name matches the glob (repeatable), "
                   "e.g. 'blk.*.ffn_down_t.weight=q8_0'");
-  sub->add_option("-t,--threads", a->opts.threads, "Threads")->check(CLI::Range(1, 1024));
+  sub->add_option("-t,--threads", a->opts.threads, "Threads");
   return [a]() -> int {
+    if (Status s = check_threads("-t", a->opts.threads); !s.ok()) {
+      log_error("%s", s.error().message.c_str());
+      return 1;
+    }
+    auto type_name = quantize_type_name(a->type);
+    if (!type_name.ok()) {
+      log_error("%s", type_name.error().message.c_str());
+      return 1;
+    }
+    a->type = *type_name;
     auto target = dtype_from_name(a->type);
     if (!target || !dtype_info(*target).computable || *target == DType::I32) {
       log_error("quantize: unknown or unsupported type '%s' (use f32, f16, bf16, q8_0, q6_k, "

@@ -24,6 +24,7 @@
 #include "commands.h"
 #include "core/log.h"
 #include "gen_options.h"
+#include "interrupt.h"
 #include "powerinfer/engine.h"
 #include "run_conversation.h"
 #include "sparsity_report.h"
@@ -31,23 +32,6 @@
 
 namespace pi::cli {
 namespace {
-
-// Set by the SIGINT handler, read and cleared by the generation loop. The handler does
-// nothing else.
-volatile std::sig_atomic_t g_interrupted = 0;
-
-extern "C" void on_sigint(int) { g_interrupted = 1; }
-
-// Installs the handler without SA_RESTART, so a blocking read of the next user turn returns
-// (EINTR) when Ctrl-C is pressed.
-void install_sigint_handler() {
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_sigint;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;
-  sigaction(SIGINT, &sa, nullptr);
-}
 
 struct RunOptions : GenOptions {
   bool interactive = false;
@@ -93,7 +77,7 @@ enum class Stop { Eog, Limit, ContextFull, Interrupted };
 Result<Stop> generate(Session& s, const Tokenizer& tok, Tokenizer::StreamDecoder& dec,
                       int64_t limit, bool ignore_eos, DenseShadow* shadow) {
   for (int64_t n = 0; limit < 0 || n < limit; ++n) {
-    if (g_interrupted) return Stop::Interrupted;
+    if (interrupted()) return Stop::Interrupted;
     const int32_t t = s.sample();
     if (!ignore_eos && tok.is_eog(t)) return Stop::Eog;
     print_piece(dec.push(t));
@@ -111,7 +95,7 @@ bool read_line(std::string& line) {
   while (true) {
     if (std::fgets(buf, sizeof buf, stdin) == nullptr) {
       std::clearerr(stdin);
-      return !line.empty() && !g_interrupted;
+      return !line.empty() && !interrupted();
     }
     line += buf;
     if (!line.empty() && line.back() == '\n') return true;
@@ -142,9 +126,9 @@ int run(const RunOptions& o_in) {
   o.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
 
   // From here on Ctrl-C only sets a flag; generation checks it between tokens.
-  install_sigint_handler();
+  install_sigint_flag();
   const auto t_start = std::chrono::steady_clock::now();
-  auto engine = Engine::load(o.model, LoadOptions{o.mmap});
+  auto engine = Engine::load(o.model, load_options(o, o.mmap));
   if (!engine.ok()) {
     log_error("%s", engine.error().message.c_str());
     return 1;
@@ -271,9 +255,9 @@ int run(const RunOptions& o_in) {
     return code;
   };
 
-  const auto interrupted = [] { return g_interrupted != 0; };
-  if (Status s = session.prompt(tokens, interrupted); !s.ok()) {
-    if (g_interrupted) {
+  const auto stop_requested = [] { return interrupted(); };
+  if (Status s = session.prompt(tokens, stop_requested); !s.ok()) {
+    if (interrupted()) {
       log_info("\n[interrupted while reading the prompt]");
       return finish(130);
     }
@@ -310,7 +294,7 @@ int run(const RunOptions& o_in) {
   }
   std::string line;
   while (true) {
-    g_interrupted = 0;
+    clear_interrupt();
     print_piece(dec.flush());
     print_piece("\n> ");
     if (!read_line(line)) break;
@@ -324,8 +308,8 @@ int run(const RunOptions& o_in) {
         return finish(1);
       }
       for (int32_t t : turn) (void)dec.push(t);  // the user's text is already on screen
-      if (Status s = session.prompt(turn, interrupted); !s.ok()) {
-        if (g_interrupted) continue;  // the turn was cut short: back to the input prompt
+      if (Status s = session.prompt(turn, stop_requested); !s.ok()) {
+        if (interrupted()) continue;  // the turn was cut short: back to the input prompt
         log_error("%s", s.error().message.c_str());
         return finish(1);
       }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <thread>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/log.h"
 #include "synth_model.h"
@@ -54,10 +55,14 @@ Runner add_synth(CLI::App& app) {
   sub->add_option("--activation-dir", o->activation_dir,
                   "Also write DIR/activation_N.npy and DIR/activation_stats.gguf: each neuron's expected firing frequency");
   sub->add_option("--seed", o->seed, "Random seed")->capture_default_str();
-  sub->add_option("-t,--threads", o->threads, "Threads (default: all)")->check(CLI::Range(0, 1024));
+  sub->add_option("-t,--threads", o->threads, "Threads (0: all)");
   sub->add_flag(
       "--no-progress", [o](int64_t) { o->progress = false; }, "No progress bar");
   return [o]() -> int {
+    if (Status s = check_threads("-t", o->threads, 0); !s.ok()) {
+      log_error("%s", s.error().message.c_str());
+      return 1;
+    }
     auto spec = tools::synth::resolve(*o);
     if (!spec.ok()) {
       log_error("%s", spec.error().message.c_str());

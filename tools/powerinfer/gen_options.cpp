@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "cli_checks.h"
 #include "core/log.h"
 #include "tokenizer/tokenizer.h"
 
@@ -42,7 +43,9 @@ void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help) {
   sub->add_option("-s,--seed", o.seed, "RNG seed (-1: random)")->capture_default_str();
   sub->add_flag("--ignore-eos", o.ignore_eos,
                 "Never stop at end-of-text tokens (they are not sampled)");
-  sub->add_flag("-e,--escape", o.escape, "Process escapes (\\n, \\t, \\xHH, ...) in the prompt");
+  sub->add_flag("-e,--escape,!--no-escape", o.escape,
+                "Process escapes (\\n, \\t, \\xHH, ...) in the prompt (on by default, as in "
+                "llama.cpp; --no-escape: off)");
   sub->add_flag("--no-display-prompt", o.no_display_prompt, "Print only the generated text");
   sub->add_flag(
       "!--no-warmup", o.warmup,
@@ -58,6 +61,7 @@ void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help) {
                   "variable LLAMA_SPARSE_PRED_THRESHOLD, else the file's "
                   "powerinfer.sparse_threshold, else 0; this flag wins). Negative values as "
                   "--sparse-threshold=-inf");
+  add_model_flags(sub, o);
 }
 
 void add_device_option(CLI::App* sub, std::string& device) {
@@ -68,7 +72,8 @@ void add_device_option(CLI::App* sub, std::string& device) {
 }
 
 Status validate_gen(const GenOptions& o) {
-  if (o.n_threads < 1) return err("-t must be >= 1 (got %d)", o.n_threads);
+  PI_TRY(check_threads("-t", o.n_threads));
+  PI_TRY(check_model_flags(o));
   if (o.n_ctx < 0)
     return err("-c must be >= 0 (0: the default size; got %lld)", static_cast<long long>(o.n_ctx));
   if (o.n_batch < 1) return err("-b must be >= 1 (got %lld)", static_cast<long long>(o.n_batch));
@@ -123,6 +128,9 @@ std::string unescape(const std::string& s) {
 Result<std::string> load_prompt(const GenOptions& o) {
   std::string prompt = o.prompt;
   if (!o.prompt_file.empty()) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(o.prompt_file, ec))
+      return err("%s: -f names a directory, not a prompt file", o.prompt_file.c_str());
     std::ifstream in(o.prompt_file, std::ios::binary);
     if (!in) {
       return err("%s: cannot read prompt file: %s", o.prompt_file.c_str(), std::strerror(errno));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "llama_flags.h"
 #include "powerinfer/engine.h"
 
 namespace pi {
@@ -20,7 +21,7 @@ namespace pi::cli {
 
 inline constexpr const char* kDefaultModel = "models/kjv-relu/kjv-relu.pwri.gguf";
 
-struct GenOptions {
+struct GenOptions : ModelFlags {
   std::string model;
   std::string prompt;
   std::string prompt_file;
@@ -31,7 +32,7 @@ struct GenOptions {
   SamplingParams sampling;
   int64_t seed = -1;
   bool ignore_eos = false;
-  bool escape = false;
+  bool escape = true;  // -e is on by default, as in llama.cpp; --no-escape clears it
   bool no_display_prompt = false;
   bool warmup = true;
   bool mmap = true;  // --no-mmap: read the model into huge-page memory
@@ -45,8 +46,9 @@ struct GenOptions {
 // for --no-mmap, how much of the file landed in huge pages.
 void log_model_info(const std::string& path, const ModelInfo& info, bool sparse);
 
-// Registers -m -p -f -n -t -b, the sampling flags, -s --ignore-eos -e --no-display-prompt
-// --no-warmup --no-mmap --dense --sparse-threshold on `sub`. `n_help` describes -n; -c (whose default
+// Registers -m -p -f -n -t -b, the sampling flags, -s --ignore-eos -e/--no-escape
+// --no-display-prompt --no-warmup --no-mmap --dense --sparse-threshold and the model flags
+// (llama_flags.h) on `sub`. `n_help` describes -n; -c (whose default
 // differs) is the caller's.
 void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help);
 

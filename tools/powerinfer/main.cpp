@@ -2,30 +2,14 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <exception>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "core/log.h"
-
-namespace {
-
-// llama.cpp spells some long options with one dash; CLI11 accepts only one-letter short
-// options, so these spellings become --np, --npp, ... before parsing.
-constexpr const char* kOneDashLong[] = {"-np", "-npp", "-ntg", "-npl", "-pps", "-cnv", "-sys"};
-
-std::vector<std::string> normalized_args(int argc, char** argv) {
-  std::vector<std::string> args(argv, argv + argc);
-  for (size_t i = 1; i < args.size(); ++i) {
-    for (const char* name : kOneDashLong) {
-      if (args[i] == name) args[i] = std::string("-") + name;
-    }
-  }
-  return args;
-}
-
-}  // namespace
+#include "llama_flags.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"powerinfer: fast local LLM inference that exploits activation sparsity"};
@@ -33,7 +17,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "powerinfer 0.1.0");
   bool verbose = false, quiet = false;
   app.add_flag("-v,--verbose", verbose, "Log debug messages");
-  app.add_flag("-q,--quiet", quiet, "Log only errors");
+  app.add_flag("-q,--quiet", quiet, "Log only errors (also --log-disable, anywhere)");
 
   std::map<std::string, pi::cli::Runner> runners;
   runners["inspect"] = pi::cli::add_inspect(app);
@@ -49,8 +33,15 @@ int main(int argc, char** argv) {
   runners["plan"] = pi::cli::add_plan(app);
   runners["serve"] = pi::cli::add_serve(app);
 
+  bool log_disable = false;
+  auto normalized = pi::cli::normalize_args(std::vector<std::string>(argv, argv + argc),
+                                            &log_disable);
+  if (!normalized.ok()) {
+    pi::log_error("%s", normalized.error().message.c_str());
+    return 1;
+  }
   try {
-    std::vector<std::string> args = normalized_args(argc, argv);
+    std::vector<std::string>& args = *normalized;
     std::vector<char*> ptrs;
     for (std::string& a : args) ptrs.push_back(a.data());
     app.parse(static_cast<int>(ptrs.size()), ptrs.data());
@@ -58,10 +49,18 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   if (verbose) pi::set_log_level(pi::LogLevel::Debug);
-  if (quiet) pi::set_log_level(pi::LogLevel::Error);
-  for (CLI::App* sub : app.get_subcommands()) {
-    auto it = runners.find(sub->get_name());
-    if (it != runners.end()) return it->second();
+  if (quiet || log_disable) pi::set_log_level(pi::LogLevel::Error);
+  // The subcommands return errors as values; an exception reaching here is a bug, reported
+  // as one line rather than an abort.
+  try {
+    for (CLI::App* sub : app.get_subcommands()) {
+      auto it = runners.find(sub->get_name());
+      if (it != runners.end()) return it->second();
+    }
+  } catch (const std::exception& e) {
+    pi::log_error("powerinfer: internal error: %s", e.what());
+  } catch (...) {
+    pi::log_error("powerinfer: internal error (unknown exception)");
   }
   return 1;
 }

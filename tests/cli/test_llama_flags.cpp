@@ -1,0 +1,231 @@
+// llama.cpp's habits: its one-dash flags (-ngl, -fa, -ctk/-ctv) are accepted or refused by
+// name (-hf), --mlock, --log-disable, -e on by default, --check-tensors, numeric quantize
+// type ids, perplexity's --kl-divergence-base, -f on a directory, and Ctrl-C in
+// batched-bench and perplexity printing what was finished.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+
+#include "cli/run_command.h"
+#include "model/tiny_model.h"
+
+namespace {
+
+using pi::testing::run_command;
+
+const std::string kBin = PI_BIN_DIR;
+const std::string kPi = kBin + "/powerinfer ";
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+const std::string& model() {
+  static const std::string path = [] {
+    const std::string p = pi::testing::temp_path("flags.gguf");
+    pi::Status s = pi::testing::write_tiny_model({}, p);
+    EXPECT_TRUE(s.ok()) << s.error().message;
+    return p;
+  }();
+  return path;
+}
+
+std::string run_base() { return kPi + "run -m " + model() + " -p 'the and' -n 6 --temp 0 --ignore-eos"; }
+
+// stdout alone.
+std::string text_of(const std::string& cmd) {
+  auto r = run_command("(" + cmd + " 2>/dev/null)");
+  EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+  return r.output;
+}
+
+// stderr alone.
+pi::testing::CommandResult stderr_of(const std::string& cmd) {
+  return run_command("(" + cmd + " >/dev/null)");
+}
+
+TEST(LlamaFlags, NglIsStoredAndWarnedWithoutAGpu) {
+  auto r = run_command(run_base() + " -ngl 99");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "no GPU device: -ngl ignored")) << r.output;
+  EXPECT_EQ(text_of(run_base() + " -ngl 99"), text_of(run_base()));
+  auto zero = run_command(run_base() + " --n-gpu-layers 0");
+  ASSERT_EQ(zero.exit_code, 0) << zero.output;
+  EXPECT_FALSE(has(zero.output, "-ngl ignored")) << zero.output;
+  auto bad = run_command(run_base() + " -ngl -5");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_TRUE(has(bad.output, "-ngl must be >= -1")) << bad.output;
+  for (const char* sub : {"batched -np 2", "batched-bench -npp 4 -ntg 2 -npl 1"}) {
+    auto b = run_command(kPi + sub + " -m " + model() + " -p 'the' -ngl 10 -n 2");
+    if (std::string(sub).rfind("batched-bench", 0) == 0)
+      b = run_command(kPi + sub + " -m " + model() + " -ngl 10");
+    EXPECT_EQ(b.exit_code, 0) << sub << "\n" << b.output;
+    EXPECT_TRUE(has(b.output, "-ngl ignored")) << b.output;
+  }
+}
+
+TEST(LlamaFlags, FlashAttentionIsANoOpWithANote) {
+  const std::string ref = text_of(run_base());
+  // -fa must not read a file named 'a', and must not swallow the next flag.
+  auto r = run_command(kPi + "run -fa -m " + model() + " -p 'the and' -n 6 --temp 0 --ignore-eos");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "note: -fa has no effect")) << r.output;
+  EXPECT_EQ(text_of(run_base() + " -fa"), ref);
+  EXPECT_EQ(text_of(run_base() + " -fa on"), ref);
+  EXPECT_EQ(text_of(run_base() + " --flash-attn off"), ref);
+  auto bad = run_command(run_base() + " --flash-attn=sometimes");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_TRUE(has(bad.output, "-fa sometimes: expected on, off or auto")) << bad.output;
+}
+
+TEST(LlamaFlags, CacheTypesOtherThanF16AreRefused) {
+  EXPECT_EQ(text_of(run_base() + " -ctk f16 -ctv F16"), text_of(run_base()));
+  for (const char* f : {"-ctk q8_0", "-ctv q4_0", "--cache-type-k f32"}) {
+    auto r = run_command(run_base() + " " + f);
+    EXPECT_EQ(r.exit_code, 1) << f << "\n" << r.output;
+    EXPECT_TRUE(has(r.output, "the KV cache is stored as f16 only")) << r.output;
+  }
+}
+
+TEST(LlamaFlags, MlockAndLogDisable) {
+  auto r = run_command(run_base() + " --mlock");
+  ASSERT_EQ(r.exit_code, 0) << r.output;  // a failed lock is only a warning
+  EXPECT_EQ(text_of(run_base() + " --mlock"), text_of(run_base()));
+
+  auto quiet = stderr_of(run_base() + " --log-disable");
+  EXPECT_EQ(quiet.exit_code, 0);
+  EXPECT_EQ(quiet.output, "");  // nothing on stderr
+  auto loud = stderr_of(run_base());
+  EXPECT_TRUE(has(loud.output, "load time")) << loud.output;
+  // Errors still show.
+  auto e = run_command(run_base() + " --log-disable -c -5");
+  EXPECT_EQ(e.exit_code, 1);
+  EXPECT_TRUE(has(e.output, "-c must be >= 0")) << e.output;
+}
+
+TEST(LlamaFlags, EscapesAreProcessedByDefault) {
+  const std::string m = "-m " + model() + " -n 0 ";
+  EXPECT_EQ(text_of(kPi + "run " + m + "-p 'a\\nb'").rfind("a\nb", 0), 0u);
+  EXPECT_EQ(text_of(kPi + "run " + m + "-p 'a\\nb' --no-escape").rfind("a\\nb", 0), 0u);
+  EXPECT_EQ(text_of(kPi + "run " + m + "-p 'a\\nb' -e").rfind("a\nb", 0), 0u);
+}
+
+TEST(LlamaFlags, UnknownLlamaCppFlagsAreRefusedByName) {
+  const struct {
+    const char* args;
+    const char* message;
+  } cases[] = {
+      {"run -hf TheBloke/x", "-hf: llama.cpp's flag to download a model from Hugging Face is not "
+                             "supported"},
+      {"run -m x -sm row", "-sm: llama.cpp's flag to split the model across GPUs"},
+      {"perplexity -hfr a/b", "-hfr: llama.cpp's flag"},
+      {"run -m x -nocnv", "-nocnv: unknown option"},
+      {"-hf a/b", "-hf: llama.cpp's flag"},
+  };
+  for (const auto& c : cases) {
+    auto r = run_command(kPi + c.args);
+    EXPECT_EQ(r.exit_code, 1) << c.args << "\n" << r.output;
+    EXPECT_TRUE(has(r.output, c.message)) << c.args << "\n" << r.output;
+  }
+  // A prompt that looks like a flag is still a prompt.
+  EXPECT_EQ(text_of(kPi + "run -m " + model() + " -n 0 -p -hf").rfind("-hf", 0), 0u);
+}
+
+TEST(LlamaFlags, CheckTensorsScansEveryWeight) {
+  pi::testing::TinySpec s;
+  s.n_vocab = 1100;  // token_embd [1100, 64]: not among the always-checked small tensors
+  s.poison = {{"token_embd.weight", std::numeric_limits<float>::quiet_NaN()}};
+  const std::string path = pi::testing::temp_path("nan_embd_cli.gguf");
+  ASSERT_TRUE(pi::testing::write_tiny_model(s, path).ok());
+  const std::string cmd = kPi + "run -m " + path + " -p 'the' -n 2";
+  EXPECT_EQ(run_command(cmd).exit_code, 0);
+  auto r = run_command(cmd + " --check-tensors");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "tensor 'token_embd.weight' has a non-finite value (nan)")) << r.output;
+  EXPECT_EQ(run_command(kPi + "run -m " + model() + " -p 'the' -n 2 --check-tensors").exit_code, 0);
+}
+
+TEST(LlamaFlags, DirectoryAsTextFileIsAnError) {
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  auto r = run_command(kPi + "run -m " + model() + " -f " + dir);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "-f names a directory")) << r.output;
+  auto p = run_command(kPi + "perplexity -m " + model() + " -f " + dir);
+  EXPECT_EQ(p.exit_code, 1) << p.output;
+  EXPECT_TRUE(has(p.output, "-f names a directory")) << p.output;
+}
+
+TEST(LlamaFlags, QuantizeTakesLlamaCppTypeIds) {
+  const std::string out = pi::testing::temp_path("q7.gguf");
+  auto r = run_command(kPi + "quantize " + model() + " " + out + " 7");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto i = run_command(kPi + "inspect " + out);
+  EXPECT_TRUE(has(i.output, "q8_0") || has(i.output, "Q8_0")) << i.output;
+  auto upper = run_command(kPi + "quantize " + model() + " " + out + " Q4_0");
+  EXPECT_EQ(upper.exit_code, 0) << upper.output;
+  auto iq = run_command(kPi + "quantize " + model() + " " + out + " 19");
+  EXPECT_EQ(iq.exit_code, 1);
+  EXPECT_TRUE(has(iq.output, "type id 19 is llama.cpp's iq2_xxs")) << iq.output;
+  auto none = run_command(kPi + "quantize " + model() + " " + out + " 99");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_TRUE(has(none.output, "99 is not one of llama.cpp's file-type ids")) << none.output;
+}
+
+std::string long_text(const std::string& name, int words) {
+  const std::string p = pi::testing::temp_path(name);
+  std::ofstream out(p);
+  const char* w[] = {"the", "and", "in", "a", "the", "an", "he"};
+  for (int i = 0; i < words; ++i) out << w[(i * 7 + i / 3) % 7] << ' ';
+  return p;
+}
+
+TEST(LlamaFlags, KlDivergenceBaseIsAnAlias) {
+  const std::string text = long_text("kl.txt", 400);
+  const std::string base = pi::testing::temp_path("kl.bin");
+  const std::string pp = kPi + "perplexity -m " + model() + " -f " + text + " -c 32 ";
+  auto save = run_command(pp + "--kl-divergence-base " + base);
+  ASSERT_EQ(save.exit_code, 0) << save.output;
+  EXPECT_TRUE(has(save.output, "saved the base log-probabilities")) << save.output;
+  auto cmp = run_command(pp + "--kl-divergence-base " + base + " --kl-divergence");
+  ASSERT_EQ(cmp.exit_code, 0) << cmp.output;
+  EXPECT_TRUE(has(cmp.output, "KL divergence against")) << cmp.output;
+  auto lone = run_command(pp + "--kl-divergence");
+  EXPECT_EQ(lone.exit_code, 1);
+  EXPECT_TRUE(has(lone.output, "--kl-divergence needs --kl-divergence-base")) << lone.output;
+}
+
+// Starts `cmd` in the background, waits until its stderr shows `ready`, sends SIGINT and
+// returns the exit code and both outputs.
+pi::testing::CommandResult interrupt_when(const std::string& cmd, const std::string& ready,
+                                          const std::string& name) {
+  const std::string err = pi::testing::temp_path(name + ".err");
+  const std::string out = pi::testing::temp_path(name + ".out");
+  const std::string script = "(" + cmd + " >" + out + " 2>" + err + " & pid=$!; n=0; " +
+                             "until grep -q '" + ready + "' " + err +
+                             " || [ $n -ge 600 ]; do sleep 0.05; n=$((n+1)); done; " +
+                             "kill -INT $pid; wait $pid; echo \"rc=$?\"; cat " + out + " " + err +
+                             ")";
+  return run_command(script);
+}
+
+TEST(LlamaFlags, InterruptedBatchedBenchPrintsTheFinishedCells) {
+  std::string npl = "1";
+  for (int i = 0; i < 300; ++i) npl += ",2";
+  auto r = interrupt_when(kPi + "batched-bench -m " + model() + " -npp 32 -ntg 128 -npl " + npl,
+                          "PL 1:", "bb_int");
+  EXPECT_TRUE(has(r.output, "rc=130")) << r.output;
+  EXPECT_TRUE(has(r.output, "[interrupted: ")) << r.output;
+  EXPECT_TRUE(has(r.output, "|    32 |    128 |    1 |")) << r.output;  // the first row
+}
+
+TEST(LlamaFlags, InterruptedPerplexityPrintsTheEstimateSoFar) {
+  const std::string text = long_text("ppl_int.txt", 200000);
+  auto r = interrupt_when(kPi + "perplexity -m " + model() + " -f " + text + " -c 64",
+                          "s per chunk", "ppl_int");
+  EXPECT_TRUE(has(r.output, "rc=130")) << r.output;
+  EXPECT_TRUE(has(r.output, "[interrupted after ")) << r.output;
+  EXPECT_TRUE(has(r.output, "Final estimate: PPL = ")) << r.output;
+}
+
+}  // namespace

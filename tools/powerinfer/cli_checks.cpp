@@ -1,0 +1,23 @@
+#include "cli_checks.h"
+
+#include <thread>
+
+#include "core/log.h"
+
+namespace pi::cli {
+
+Status check_threads(const char* flag, int64_t n, int64_t min) {
+  if (n < min || n > kMaxThreads) {
+    return err("%s %lld: the thread count must be in [%lld, %lld]", flag,
+               static_cast<long long>(n), static_cast<long long>(min),
+               static_cast<long long>(kMaxThreads));
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  if (hw > 0 && n > static_cast<int64_t>(hw)) {
+    log_warn("%s %lld: more threads than the %u hardware threads of this machine (slower, not "
+             "faster)", flag, static_cast<long long>(n), hw);
+  }
+  return Status::Ok();
+}
+
+}  // namespace pi::cli

@@ -1,0 +1,19 @@
+// Limits on flag values shared by the subcommands, so that absurd values are refused with a
+// message naming the flag instead of reaching an allocation or thread creation that throws.
+#pragma once
+
+#include <cstdint>
+
+#include "core/error.h"
+
+namespace pi::cli {
+
+// Most threads a subcommand starts. More than this is never useful on one machine and can
+// exceed the process's thread limit.
+inline constexpr int64_t kMaxThreads = 256;
+
+// Checks a thread count given with `flag`: an error below `min` (1, or 0 where 0 means "all")
+// or above kMaxThreads; a warning (once per value) above the machine's hardware threads.
+Status check_threads(const char* flag, int64_t n, int64_t min = 1);
+
+}  // namespace pi::cli

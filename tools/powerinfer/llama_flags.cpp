@@ -1,0 +1,177 @@
+#include "llama_flags.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <string_view>
+
+#include "core/log.h"
+
+namespace pi::cli {
+namespace {
+
+struct Spelling {
+  const char* from;
+  const char* to;
+};
+
+// llama.cpp's one-dash long options and the names registered here.
+constexpr Spelling kRenamed[] = {
+    {"-ngl", "--n-gpu-layers"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
+    {"-np", "--np"},           {"-npp", "--npp"},          {"-ntg", "--ntg"},
+    {"-npl", "--npl"},         {"-pps", "--pps"},          {"-cnv", "--cnv"},
+    {"-sys", "--sys"},
+};
+
+// llama.cpp flags with no counterpart here, refused by name with what they do there.
+constexpr Spelling kRefused[] = {
+    {"-hf", "download a model from Hugging Face"},
+    {"-hfr", "download a model from Hugging Face"},
+    {"-hff", "download a model from Hugging Face"},
+    {"-hft", "Hugging Face token"},
+    {"-hfv", "download a vocoder from Hugging Face"},
+    {"-hffv", "download a vocoder from Hugging Face"},
+    {"-mu", "download a model from a URL"},
+    {"--hf-repo", "download a model from Hugging Face"},
+    {"--hf-file", "download a model from Hugging Face"},
+    {"--model-url", "download a model from a URL"},
+    {"-sm", "split the model across GPUs"},
+    {"-ts", "split the model across GPUs"},
+    {"-mg", "choose the main GPU"},
+    {"-dev", "choose devices"},
+    {"-ot", "override where tensors are placed"},
+    {"-nkvo", "keep the KV cache off the GPU"},
+    {"-cmoe", "keep MoE weights on the CPU"},
+    {"-ncmoe", "keep MoE weights on the CPU"},
+    {"-lcs", "lookup-decoding cache"},
+    {"-lcd", "lookup-decoding cache"},
+    {"-md", "speculative decoding draft model"},
+    {"-ngld", "speculative decoding draft model"},
+    {"-tb", "separate prompt-processing thread count"},
+    {"-dt", "KV defragmentation threshold"},
+    {"-mli", "multi-line input"},
+    {"-cml", "ChatML chat mode"},
+    {"-jf", "JSON schema constraints"},
+    {"-lv", "log verbosity levels"},
+    {"--lora", "LoRA adapters"},
+    {"--grammar", "grammar-constrained sampling"},
+    {"--mirostat", "Mirostat sampling"},
+    {"--numa", "NUMA placement"},
+};
+
+// Options whose value may legitimately look like a one-dash word (a prompt, a path).
+bool takes_text(std::string_view a) {
+  for (const char* o : {"-p", "--prompt", "-f", "--file", "-m", "--model", "-o", "--output",
+                        "--kl-save", "--kl-base", "--kl-divergence-base", "--activation-dir"})
+    if (a == o) return true;
+  return false;
+}
+
+bool is_one_dash_word(std::string_view a) {
+  if (a.size() < 3 || a[0] != '-' || a[1] == '-') return false;
+  if (a == "-inf" || a == "-nan" || a == "-infinity") return false;
+  return std::all_of(a.begin() + 1, a.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+  }) && std::isalpha(static_cast<unsigned char>(a[1]));
+}
+
+bool is_fa_value(std::string_view v) { return v == "on" || v == "off" || v == "auto"; }
+
+}  // namespace
+
+void add_model_flags(CLI::App* sub, ModelFlags& f) {
+  sub->add_option("--n-gpu-layers,--ngl", f.n_gpu_layers,
+                  "Layers to offload to the GPU (-1: all; llama.cpp's -ngl). No GPU backend in "
+                  "this build yet: warned and ignored")
+      ->capture_default_str();
+  sub->add_option("--flash-attn", f.flash_attn,
+                  "on, off or auto (llama.cpp's -fa): accepted, no effect (attention reads the KV "
+                  "cache in one streaming pass already)");
+  sub->add_option("--cache-type-k", f.cache_type_k, "KV cache type of keys (-ctk): f16 only")
+      ->capture_default_str();
+  sub->add_option("--cache-type-v", f.cache_type_v, "KV cache type of values (-ctv): f16 only")
+      ->capture_default_str();
+  sub->add_flag("--mlock", f.mlock,
+                "Lock the model in RAM so it is never paged out (a warning when the lock fails, "
+                "e.g. ulimit -l)");
+  sub->add_flag("--check-tensors", f.check_tensors,
+                "Check every weight for NaN/Inf at load (reads the whole file; the norms and "
+                "small tensors are always checked)");
+}
+
+Status check_model_flags(const ModelFlags& f) {
+  for (const auto& [flag, v] : {std::pair{"-ctk", &f.cache_type_k}, {"-ctv", &f.cache_type_v}}) {
+    std::string lower = *v;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower != "f16") {
+      return err("%s %s: the KV cache is stored as f16 only (supported: f16)", flag, v->c_str());
+    }
+  }
+  if (f.n_gpu_layers < -1)
+    return err("-ngl must be >= -1 (-1: all layers; got %lld)",
+               static_cast<long long>(f.n_gpu_layers));
+  if (!f.flash_attn.empty() && !is_fa_value(f.flash_attn))
+    return err("-fa %s: expected on, off or auto", f.flash_attn.c_str());
+  if (f.n_gpu_layers != 0) log_warn("no GPU device: -ngl ignored (running on the CPU)");
+  if (f.flash_attn == "on")
+    log_info("note: -fa has no effect here: attention already reads the KV cache in one pass");
+  return Status::Ok();
+}
+
+LoadOptions load_options(const ModelFlags& f, bool mmap) {
+  LoadOptions o;
+  o.mmap = mmap;
+  o.mlock = f.mlock;
+  o.check_tensors = f.check_tensors;
+  return o;
+}
+
+Result<std::vector<std::string>> normalize_args(const std::vector<std::string>& args,
+                                                bool* log_disable) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const bool value_of_text = i > 0 && takes_text(args[i - 1]);
+    if (i == 0 || value_of_text) {
+      out.push_back(a);
+      continue;
+    }
+    if (a == "--log-disable") {
+      *log_disable = true;
+      continue;
+    }
+    if (a == "-fa" || a == "--flash-attn") {
+      // llama.cpp's -fa is a bare flag in older versions and takes on|off|auto in newer ones.
+      if (i + 1 < args.size() && is_fa_value(args[i + 1])) {
+        out.push_back("--flash-attn=" + args[++i]);
+      } else {
+        out.push_back("--flash-attn=on");
+      }
+      continue;
+    }
+    const std::string_view name = std::string_view(a).substr(0, a.find('='));
+    bool done = false;
+    for (const Spelling& s : kRenamed) {
+      if (name == s.from) {
+        out.push_back(s.to + a.substr(name.size()));
+        done = true;
+        break;
+      }
+    }
+    for (const Spelling& s : kRefused) {
+      if (name == s.from) {
+        return err("%.*s: llama.cpp's flag to %s is not supported by powerinfer",
+                   static_cast<int>(name.size()), name.data(), s.to);
+      }
+    }
+    if (done) continue;
+    if (is_one_dash_word(a)) {
+      return err("%s: unknown option (one-dash long options are llama.cpp spellings; this one is "
+                 "not implemented; see --help)", a.c_str());
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+}  // namespace pi::cli

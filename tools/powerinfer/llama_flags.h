@@ -1,0 +1,45 @@
+// Flags carried over from llama.cpp that every model-loading subcommand (run, batched,
+// batched-bench, bench, perplexity) accepts, and the spellings main() rewrites or refuses
+// before CLI11 parses (CLI11 reads `-ngl` as `-n gl`, `-fa` as `-f a`, `-hf` as `-h f`).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "powerinfer/engine.h"
+
+namespace pi::cli {
+
+struct ModelFlags {
+  // -ngl/--n-gpu-layers: layers to offload to the GPU (-1: all). This build has no GPU
+  // backend yet, so a non-zero value is stored and warned about.
+  int64_t n_gpu_layers = 0;
+  std::string flash_attn;            // -fa/--flash-attn on|off|auto: accepted, no effect
+  std::string cache_type_k = "f16";  // -ctk/--cache-type-k: f16 only
+  std::string cache_type_v = "f16";  // -ctv/--cache-type-v: f16 only
+  bool mlock = false;                // --mlock: lock the model in RAM
+  bool check_tensors = false;        // --check-tensors: scan every weight for NaN/Inf at load
+};
+
+// Registers -ngl/--n-gpu-layers, --flash-attn, --cache-type-k, --cache-type-v, --mlock and
+// --check-tensors on `sub` (main() maps -fa, -ctk, -ctv onto the long names).
+void add_model_flags(CLI::App* sub, ModelFlags& f);
+
+// Refuses unsupported values (cache types other than f16, -ngl below -1, -fa values other
+// than on/off/auto) and logs the notes for accepted no-ops (-ngl without a GPU, -fa).
+Status check_model_flags(const ModelFlags& f);
+
+LoadOptions load_options(const ModelFlags& f, bool mmap);
+
+// Rewrites llama.cpp's one-dash spellings to the names CLI11 knows (-ngl, -fa [on|off|auto],
+// -ctk, -ctv, -np, -npp, -ntg, -npl, -pps) and removes --log-disable (setting *log_disable).
+// An error names a llama.cpp flag this program does not implement (e.g. -hf) or another
+// one-dash word CLI11 would split into letters.
+Result<std::vector<std::string>> normalize_args(const std::vector<std::string>& args,
+                                                bool* log_disable);
+
+}  // namespace pi::cli

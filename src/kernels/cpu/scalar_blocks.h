@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "tensor/dtype.h"
+#include "tensor/quant.h"
 
 namespace pi::cpu::detail {
 namespace {
@@ -64,6 +65,10 @@ inline int block_elems(DType t) {
     case DType::Q5_1:
     case DType::Q8_0:
       return 32;
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
     case DType::Q6_K:
       return 256;
     default:
@@ -149,6 +154,14 @@ inline void decode_block(DType t, const uint8_t* p, float* y) {
       }
       return;
     }
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+      // The reference decoder (pi_tensor, compiled for the baseline ISA): the portable
+      // leaves are not what the K-quant kernels' speed depends on.
+      (void)dequantize_row(t, p, y, 256);
+      return;
     default:
       return;
   }

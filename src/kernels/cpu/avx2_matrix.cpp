@@ -42,13 +42,17 @@ int act_offset(DType t) {
   }
 }
 
+bool k_quant(DType t) { return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K; }
+
 }  // namespace
 
 size_t avx2_act_bytes(DType t, int64_t cols) {
+  if (k_quant(t)) return avx2_kq_act_bytes(t, cols);
   return int_path(t) ? static_cast<size_t>(cols / 32) * kSlot : 0;
 }
 
 void avx2_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out) {
+  if (k_quant(t)) return avx2_kq_prepare(t, x, cols, out);
   if (!int_path(t)) return;
   const __m256i neg_off = _mm256_set1_epi32(-act_offset(t));
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -308,6 +312,10 @@ void avx2_dot(const DotTask& t) {
     case DType::Q5_1: return dot_quant<BQ5_1>(t);
     case DType::Q8_0: return dot_quant<BQ8_0>(t);
     case DType::Q6_K: return dot_q6k_task(t);
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K: return avx2_kq_dot(t);
     case DType::F32: return dot_floats<DType::F32>(t);
     case DType::F16: return dot_floats<DType::F16>(t);
     case DType::BF16: return dot_floats<DType::BF16>(t);

@@ -155,6 +155,8 @@ struct DecQ5_1 {
 };
 
 // ---- activation quantization ---------------------------------------------------------
+bool k_quant(DType t) { return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K; }
+
 bool int_path(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
          t == DType::Q8_0 || t == DType::Q6_K;
@@ -216,12 +218,14 @@ void prepare_quads(const float* x, int64_t nb, uint8_t* out) {
 }  // namespace
 
 size_t avx512_act_bytes(DType t, int64_t cols) {
+  if (k_quant(t)) return avx512_kq_act_bytes(t, cols);
   if (!int_path(t)) return 0;
   if (t == DType::Q4_0) return static_cast<size_t>((cols / 32 + 3) / 4) * kQuadSlot;
   return static_cast<size_t>((cols / 32 + 1) / 2) * kSlot;
 }
 
 void avx512_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out) {
+  if (k_quant(t)) return avx512_kq_prepare(t, x, cols, out);
   if (!int_path(t)) return;
   if (t == DType::Q4_0) return prepare_quads(x, cols / 32, out);
   const int64_t nb = cols / 32;
@@ -857,6 +861,10 @@ void avx512_dot(const DotTask& t) {
     case DType::Q5_1: return dot_quant<DecQ5_1>(t);
     case DType::Q8_0: return dot_quant<DecQ8_0>(t);
     case DType::Q6_K: return dot_q6k(t);
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K: return avx512_kq_dot(t);
     case DType::F32: return dot_floats<DType::F32>(t);
     case DType::F16: return dot_floats<DType::F16>(t);
     case DType::BF16: return dot_floats<DType::BF16>(t);

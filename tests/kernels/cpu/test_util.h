@@ -201,7 +201,7 @@ class Guarded {
 // super-block), or 0 when the kernel multiplies with x itself (float types, the scalar ISA).
 inline int64_t act_block(DType t, Isa isa) {
   if (!int_type(t) || isa == Isa::Scalar) return 0;
-  return k_type(t) && t != DType::Q6_K ? 0 : 32;
+  return k_type(t) && t != DType::Q6_K ? 256 : 32;
 }
 
 // The activation a kernel on `isa` multiplies with for weight type t: the integer paths

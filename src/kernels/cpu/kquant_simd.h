@@ -162,13 +162,18 @@ inline void kq_decode_q3k(const uint8_t* b, KBlock& k) {
   const float d = _cvtsh_ss(load_u16(b + 108));
   k.d = d;
   k.dc = -4.0f * d;
+  // Scale i: low nibble of byte i (i < 8) or high nibble of byte i - 8; bits 4-5 from byte
+  // 8 + i % 4 at bit 2 (i / 4) (tensor/quant_kquants.cpp).
   const uint8_t* s = b + 96;
-  for (int i = 0; i < 16; ++i) {
-    const int low = i < 8 ? s[i] & 15 : s[i - 8] >> 4;
-    const int high = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
-    k.sc[i] = static_cast<int8_t>((low | (high << 4)) - 32);
-    k.corr[i] = k.sc[i];
-  }
+  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s));
+  const __m128i m4 = _mm_set1_epi8(0x0f);
+  const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+  const __m128i high = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(load_u32(s + 8))),
+                                                    _mm_setr_epi32(0, 2, 4, 6)),
+                                     _mm_set1_epi8(0x03));
+  const __m128i sc = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
+  _mm_store_si128(reinterpret_cast<__m128i*>(k.sc), sc);
+  _mm_store_si128(reinterpret_cast<__m128i*>(k.corr), sc);
   const __m256i hm = loadu256(b);
   for (int n = 0; n < 2; ++n) {
     const __m256i v = loadu256(b + 32 + 32 * n);

@@ -186,50 +186,49 @@ int unpack_scale_q3(const uint8_t* in, int i) {
 
 }  // namespace
 
-void quantize_block(const float* x, BlockQ4_K& b) {
+namespace {
+
+// Q4_K (qh null, nmax 15) and Q5_K (nmax 31): the shared header and nibble placement.
+void quantize_k45(const float* x, int nmax, uint16_t& d, uint16_t& dmin, uint8_t* scales, uint8_t* qs,
+                  uint8_t* qh) {
   int sc[8], m[8], q[kQK_K];
-  b = BlockQ4_K{};
-  quantize_asymmetric(x, 32, 6, 15, b.d, b.dmin, sc, m, q);
-  pack_scales_k4(sc, m, b.scales);
+  quantize_asymmetric(x, 32, 6, nmax, d, dmin, sc, m, q);
+  pack_scales_k4(sc, m, scales);
   for (int e = 0; e < kQK_K; ++e) {
     const int g = e / 32, l = e % 32;
-    b.qs[32 * (g / 2) + l] |= static_cast<uint8_t>(q[e] << (4 * (g % 2)));
+    qs[32 * (g / 2) + l] |= static_cast<uint8_t>((q[e] & 15) << (4 * (g % 2)));
+    if (qh != nullptr) qh[l] |= static_cast<uint8_t>(((q[e] >> 4) & 1) << g);
   }
 }
 
-void dequantize_block(const BlockQ4_K& b, float* y) {
+void dequantize_k45(uint16_t dh, uint16_t mh, const uint8_t* scales, const uint8_t* qs, const uint8_t* qh,
+                    float* y) {
   int sc[8], m[8];
-  unpack_scales_k4(b.scales, sc, m);
-  const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+  unpack_scales_k4(scales, sc, m);
+  const float d = f16_to_f32(dh), dmin = f16_to_f32(mh);
   for (int e = 0; e < kQK_K; ++e) {
     const int g = e / 32, l = e % 32;
-    const int q = (b.qs[32 * (g / 2) + l] >> (4 * (g % 2))) & 15;
+    int q = (qs[32 * (g / 2) + l] >> (4 * (g % 2))) & 15;
+    if (qh != nullptr) q |= ((qh[l] >> g) & 1) << 4;
     y[e] = (d * static_cast<float>(sc[g])) * static_cast<float>(q) - dmin * static_cast<float>(m[g]);
   }
 }
+
+}  // namespace
+
+void quantize_block(const float* x, BlockQ4_K& b) {
+  b = BlockQ4_K{};
+  quantize_k45(x, 15, b.d, b.dmin, b.scales, b.qs, nullptr);
+}
+
+void dequantize_block(const BlockQ4_K& b, float* y) { dequantize_k45(b.d, b.dmin, b.scales, b.qs, nullptr, y); }
 
 void quantize_block(const float* x, BlockQ5_K& b) {
-  int sc[8], m[8], q[kQK_K];
   b = BlockQ5_K{};
-  quantize_asymmetric(x, 32, 6, 31, b.d, b.dmin, sc, m, q);
-  pack_scales_k4(sc, m, b.scales);
-  for (int e = 0; e < kQK_K; ++e) {
-    const int g = e / 32, l = e % 32;
-    b.qs[32 * (g / 2) + l] |= static_cast<uint8_t>((q[e] & 15) << (4 * (g % 2)));
-    b.qh[l] |= static_cast<uint8_t>(((q[e] >> 4) & 1) << g);
-  }
+  quantize_k45(x, 31, b.d, b.dmin, b.scales, b.qs, b.qh);
 }
 
-void dequantize_block(const BlockQ5_K& b, float* y) {
-  int sc[8], m[8];
-  unpack_scales_k4(b.scales, sc, m);
-  const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
-  for (int e = 0; e < kQK_K; ++e) {
-    const int g = e / 32, l = e % 32;
-    const int q = ((b.qs[32 * (g / 2) + l] >> (4 * (g % 2))) & 15) | (((b.qh[l] >> g) & 1) << 4);
-    y[e] = (d * static_cast<float>(sc[g])) * static_cast<float>(q) - dmin * static_cast<float>(m[g]);
-  }
-}
+void dequantize_block(const BlockQ5_K& b, float* y) { dequantize_k45(b.d, b.dmin, b.scales, b.qs, b.qh, y); }
 
 void quantize_block(const float* x, BlockQ2_K& b) {
   int sc[16], m[16], q[kQK_K];

@@ -21,16 +21,18 @@ std::string tmp(const std::string& name) {
   return (dir / name).string();
 }
 
-// A tiny random PowerInfer model with F32 weights, made by the Python test tool.
+// A random PowerInfer model with F32 weights, made by the Python test tool.
+std::string make_pwri(const std::string& name, const std::string& shape_args) {
+  std::string p = tmp(name);
+  auto r = run_command(std::string(PI_PYTHON) + " " + PI_SOURCE_DIR +
+                       "/tests/reference/make_tiny_model.py --arch llama --outtype f32 --pwri " + shape_args +
+                       " --out " + p);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return p;
+}
+
 const std::string& tiny_pwri() {
-  static const std::string path = [] {
-    std::string p = tmp("tiny.pwri.gguf");
-    auto r = run_command(std::string(PI_PYTHON) + " " + PI_SOURCE_DIR +
-                         "/tests/reference/make_tiny_model.py --arch llama --outtype f32 --pwri "
-                         "--embd 64 --ff 256 --seed 3 --out " + p);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return p;
-  }();
+  static const std::string path = make_pwri("tiny.pwri.gguf", "--embd 64 --ff 256 --seed 3");
   return path;
 }
 
@@ -90,14 +92,8 @@ TEST(CliQuantize, KeepsMagicMetadataAndSmallTensors) {
 // A PowerInfer model whose rows are multiples of 256 (8 layers, so that llama.cpp's
 // use_more_bits picks layers 0, 3, 6, 7), for the K-quant mixes.
 const std::string& wide_pwri() {
-  static const std::string path = [] {
-    std::string p = tmp("wide.pwri.gguf");
-    auto r = run_command(std::string(PI_PYTHON) + " " + PI_SOURCE_DIR +
-                         "/tests/reference/make_tiny_model.py --arch llama --outtype f32 --pwri "
-                         "--layers 8 --embd 256 --ff 512 --heads 4 --kv-heads 4 --seed 4 --out " + p);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return p;
-  }();
+  static const std::string path =
+      make_pwri("wide.pwri.gguf", "--layers 8 --embd 256 --ff 512 --heads 4 --kv-heads 4 --seed 4");
   return path;
 }
 

@@ -33,37 +33,18 @@ namespace {
 constexpr size_t kKSlot = 320;
 constexpr size_t kKSums = 256, kKScale = 288;
 
-inline bool kq_type(DType t) {
-  return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K;
-}
-
 inline size_t kq_bytes(DType t) { return row_bytes(t, 256); }
 
 // ---- activation ----------------------------------------------------------------------------
 // Quantizes the super-block x[0..256) into slot; slot group i holds x's group order[i].
 inline void kq_quantize(const float* x, uint8_t* slot, const int* order) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  __m256 amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
-  for (int i = 0; i < 32; ++i) {
-    const __m256 v = _mm256_loadu_ps(x + 8 * i);
-    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v));
-    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  }
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float am = _mm_cvtss_f32(m4);
-  const float d = _mm256_movemask_ps(nan) != 0 ? __builtin_nanf("") : am / 127.0f;
+  bool nan = false;
+  const float am = amax_of(x, 256, &nan);
+  const float d = nan ? __builtin_nanf("") : am / 127.0f;
   const __m256 id = _mm256_set1_ps(am > 0.0f && am <= 3.4e38f ? 127.0f / am : 0.0f);
   int16_t sums[16];
   for (int i = 0; i < 8; ++i) {
-    const float* xg = x + 32 * order[i];
-    __m256i q[4];
-    for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + 8 * k), id));
-    const __m256i w01 = _mm256_packs_epi32(q[0], q[1]), w23 = _mm256_packs_epi32(q[2], q[3]);
-    __m256i b8 = _mm256_packs_epi16(w01, w23);
-    b8 = _mm256_permutevar8x32_epi32(b8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    b8 = _mm256_max_epi8(b8, _mm256_set1_epi8(-127));
+    const __m256i b8 = quantize32_i8(x + 32 * order[i], id);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(slot + 32 * i), b8);
     alignas(32) int8_t qb[32];
     _mm256_store_si256(reinterpret_cast<__m256i*>(qb), b8);
@@ -115,13 +96,18 @@ inline __m256i kq_bit(__m256i v, int bit, char value) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, m), m), _mm256_set1_epi8(value));
 }
 
-inline void kq_decode_q4k(const uint8_t* b, KBlock& k) {
+// Q4_K/Q5_K: d, dmin and the scales and mins, the first 16 bytes of both layouts.
+inline void kq_header_k4(const uint8_t* b, KBlock& k) {
   k.d = _cvtsh_ss(load_u16(b));
   k.dc = -_cvtsh_ss(load_u16(b + 2));
   uint64_t sc, m;
   kq_scales_k4(b + 4, sc, m);
   kq_double(sc, k.sc);
   kq_double(m, k.corr);
+}
+
+inline void kq_decode_q4k(const uint8_t* b, KBlock& k) {
+  kq_header_k4(b, k);
   for (int c = 0; c < 4; ++c) {
     const __m256i v = loadu256(b + 16 + 32 * c);
     k.z[2 * c] = kq_nibbles_lo(v);
@@ -130,12 +116,7 @@ inline void kq_decode_q4k(const uint8_t* b, KBlock& k) {
 }
 
 inline void kq_decode_q5k(const uint8_t* b, KBlock& k) {
-  k.d = _cvtsh_ss(load_u16(b));
-  k.dc = -_cvtsh_ss(load_u16(b + 2));
-  uint64_t sc, m;
-  kq_scales_k4(b + 4, sc, m);
-  kq_double(sc, k.sc);
-  kq_double(m, k.corr);
+  kq_header_k4(b, k);
   const __m256i qh = loadu256(b + 16);
   for (int c = 0; c < 4; ++c) {
     const __m256i v = loadu256(b + 48 + 32 * c);
@@ -320,11 +301,7 @@ inline void kq_axpy(const AxpyTask& t) {
       kq_decode_floats(t.type, row + s * bb, w);
       for (int64_t i = 0; i < t.m; ++i) {
         const float c = t.coef[k * t.m + i];
-        if (c == 0.0f) continue;
-        const __m256 vc = _mm256_set1_ps(c);
-        float* y = t.Y + i * t.ldy + 256 * s;
-        for (int j = 0; j < 256; j += 8)
-          _mm256_storeu_ps(y + j, _mm256_fmadd_ps(_mm256_load_ps(w + j), vc, _mm256_loadu_ps(y + j)));
+        if (c != 0.0f) add_scaled256(w, c, t.Y + i * t.ldy + 256 * s);
       }
     }
   }

@@ -1,4 +1,4 @@
-// AVX-512 leaves of the K-quants Q2_K..Q5_K: activations quantized once per call to one int8
+// AVX-512 leaves of the K-quants Q2_K..Q6_K: activations quantized once per call to one int8
 // scale per 256-element super-block (kquant_simd.h), integer dot products with the sub-block
 // scales applied by VNNI vpdpwssd, and the axpy over decoded super-blocks. Compiled with the
 // AVX-512 flags (avx512_matrix.cpp).
@@ -7,7 +7,8 @@
 // nibbles hold groups (g, g + 2) in their low nibbles and (g + 1, g + 3) in their high ones,
 // so their activation slots store the groups in the order 0 2 1 3 4 6 5 7 (sums and scale
 // as in kquant_simd.h) and each 64-byte load of quants meets one 64-byte load of activations.
-// Q2_K and Q3_K use the 256-bit leaves of kquant_simd.h.
+// Q6_K has a 512-bit leaf on the same slots (natural order). Q2_K and Q3_K use the 256-bit
+// leaves of kquant_simd.h.
 #include <immintrin.h>
 
 #include "kernels/cpu/avx512_leaves.h"
@@ -110,6 +111,62 @@ inline void q45_row(const uint8_t* row, const uint8_t* next, const uint8_t* cons
   for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(acc[i]) + kq_hsum(accm[i]);
 }
 
+// Q6_K through the same activation slots (natural order): quarter p of a super-block (64
+// elements) has sub-blocks 4p .. 4p+3, x = d s (q - 32) with q in 0..63, so dc = -32 d and
+// the correction weights are the scales.
+inline void q6k_quarters(const uint8_t* b, __m512i* z) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x03);
+  for (int h = 0; h < 2; ++h) {
+    const __m512i ql = _mm512_loadu_si512(b + 64 * h);
+    const __m256i qh = loadu256(b + 128 + 32 * h);
+    const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+    const __m512i h0 = _mm512_slli_epi16(_mm512_and_si512(hh, m2), 4);
+    const __m512i h1 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hh, 4), m2), 4);
+    z[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), h0);
+    z[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), h1);
+  }
+}
+
+template <int NT>
+inline void q6k_row(const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, int64_t nsb, float* out) {
+  constexpr size_t kBytes = 210;
+  __m512i sidx[4];
+  for (int p = 0; p < 4; ++p) {
+    alignas(64) int16_t idx[32];
+    for (int l = 0; l < 32; ++l) idx[l] = static_cast<int16_t>(4 * p + l / 8);
+    sidx[p] = _mm512_load_si512(idx);
+  }
+  __m512 acc[NT];
+  __m256 accm[NT];
+  for (int i = 0; i < NT; ++i) {
+    acc[i] = _mm512_setzero_ps();
+    accm[i] = _mm256_setzero_ps();
+  }
+  for (int64_t s = 0; s < nsb; ++s) {
+    const uint8_t* b = row + s * kBytes;
+    if (next != nullptr) {
+      for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next + s * kBytes + o), _MM_HINT_T0);
+    }
+    __m512i z[4], sc[4];
+    q6k_quarters(b, z);
+    const __m256i s16 = _mm256_cvtepi8_epi16(loadu128(b + 192));
+    for (int p = 0; p < 4; ++p) sc[p] = _mm512_permutexvar_epi16(sidx[p], _mm512_castsi256_si512(s16));
+    const float d = _cvtsh_ss(load_u16(b + 208));
+    for (int i = 0; i < NT; ++i) {
+      const uint8_t* a = acts[i] + static_cast<size_t>(s) * kKSlot;
+      __m512i isum = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p)
+        isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(z[p], _mm512_loadu_si512(a + 64 * p)), sc[p]);
+      const __m256i csum = _mm256_madd_epi16(loadu256(a + kKSums), s16);
+      float dx;
+      std::memcpy(&dx, a + kKScale, 4);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dx), acc[i]);
+      accm[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(csum), _mm256_set1_ps(-32.0f * d * dx), accm[i]);
+    }
+  }
+  for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(acc[i]) + kq_hsum(accm[i]);
+}
+
 }  // namespace
 
 size_t avx512_kq_act_bytes(DType, int64_t cols) { return static_cast<size_t>(cols / 256) * kKSlot; }
@@ -123,6 +180,10 @@ void avx512_kq_dot(const DotTask& t) {
   if (t.type == DType::Q4_K) {
     kq_drive(t, [&](auto nt, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, float* out) {
       q45_row<false, decltype(nt)::value>(row, next, acts, nsb, out);
+    });
+  } else if (t.type == DType::Q6_K) {
+    kq_drive(t, [&](auto nt, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, float* out) {
+      q6k_row<decltype(nt)::value>(row, next, acts, nsb, out);
     });
   } else if (t.type == DType::Q5_K) {
     kq_drive(t, [&](auto nt, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, float* out) {

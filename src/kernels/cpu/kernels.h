@@ -10,8 +10,9 @@
 // with a message (ask supports() first).
 //
 // Numerics: quantized weight types multiply against activations quantized on the fly to
-// 8-bit blocks of 32 (once per call), so results differ from ref by at most the activation
-// quantization error (|x_block|_max / 254 per element) plus float rounding. Results never
+// 8-bit blocks (once per call): blocks of 32, or of 256 for the K-quants (Q2_K..Q5_K, and
+// Q6_K on AVX-512), so results differ from ref by at most the activation quantization error
+// (|x_block|_max / 254 per element) plus float rounding. Results never
 // depend on the number of threads: every output element is computed by one task in a fixed
 // order. Outputs of different ISAs may differ in the last bits.
 //

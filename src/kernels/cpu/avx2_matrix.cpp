@@ -216,9 +216,7 @@ void drive(const DotTask& t, Rows4 rows4, Row1 row1, Tokens tokens) {
   for (int64_t k = t.k0; k < t.k1; ++k) {
     const uint8_t* row = row_ptr(t, k);
     int sel[kMaxMaskTokens];
-    int n = 0;
-    for (int64_t i = 0; i < t.m; ++i)
-      if (t.masks == nullptr || ((t.masks[k] >> i) & 1u) != 0) sel[n++] = static_cast<int>(i);
+    const int n = select_tokens(t, k, sel);
     for (int g = 0; g < n; g += 4) {
       const int nt = n - g < 4 ? n - g : 4;
       float out[4];

@@ -37,24 +37,25 @@ inline __m256i min_index() {
                           12, -128, 12, -128, 13, -128, 13, -128, 14, -128, 14, -128, 15, -128, 15, -128);
 }
 
-struct Q45Block {
-  __m512i z[4];    // parts in slot order
+// A super-block for the 512-bit leaves: x = d sc z + dc corr per 16-element sub-block.
+struct Block512 {
+  __m512i z[4];    // quants of the four 64-byte parts, in slot order
   __m512i sc[4];   // int16 scales per part
-  __m256i mins;    // int16 min per 16-element sub-block
-  float d, dmin;
+  __m256i corr;    // int16 correction weight per sub-block (natural order)
+  float d, dc;
 };
 
 // Fifth bits of groups (A, B) = (2c + h, 2c + h + 2) of Q5_K: bytes with the bit -> 16.
 template <bool kQ5>
-inline void decode_q45(const uint8_t* b, const __m512i* sidx, Q45Block& k) {
+inline void decode_q45(const uint8_t* b, const __m512i* sidx, Block512& k) {
   k.d = _cvtsh_ss(load_u16(b));
-  k.dmin = _cvtsh_ss(load_u16(b + 2));
+  k.dc = -_cvtsh_ss(load_u16(b + 2));
   uint64_t sc, m;
   kq_scales_k4(b + 4, sc, m);
   const __m128i sm = _mm_set_epi64x(static_cast<long long>(m), static_cast<long long>(sc));
   const __m512i smb = _mm512_broadcast_i32x4(sm);
   for (int p = 0; p < 4; ++p) k.sc[p] = _mm512_shuffle_epi8(smb, sidx[p]);
-  k.mins = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(sm), min_index());
+  k.corr = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(sm), min_index());
   const uint8_t* qs = b + (kQ5 ? 48 : 16);
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   for (int c = 0; c < 2; ++c) {
@@ -76,13 +77,12 @@ inline void decode_q45(const uint8_t* b, const __m512i* sidx, Q45Block& k) {
 }
 
 // One row x NT tokens. Per super-block and token: isum = sum over the four parts of
-// vpdpwssd(vpmaddubsw(z, q), scales), msum = vpmaddwd(bsums, mins); then
-// acc += (d dx) isum and accm += (-dmin dx) msum. The same operations for every NT.
-template <bool kQ5, int NT>
-inline void q45_row(const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, int64_t nsb, float* out) {
-  constexpr size_t kBytes = kQ5 ? 176 : 144;
-  __m512i sidx[4];
-  for (int p = 0; p < 4; ++p) sidx[p] = scale_index(kNibbleOrder[2 * p], kNibbleOrder[2 * p + 1]);
+// vpdpwssd(vpmaddubsw(z, q), scales), csum = vpmaddwd(bsums, corr); then
+// acc += (d dx) isum and accm += (dc dx) csum. The same operations for every NT.
+// decode(b, k) fills a Block512 for the super-block at b (kBytes each).
+template <size_t kBytes, int NT, typename Decode>
+inline void row512(const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, int64_t nsb,
+                   Decode decode, float* out) {
   __m512 acc[NT];
   __m256 accm[NT];
   for (int i = 0; i < NT; ++i) {
@@ -94,21 +94,29 @@ inline void q45_row(const uint8_t* row, const uint8_t* next, const uint8_t* cons
     if (next != nullptr) {
       for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next + s * kBytes + o), _MM_HINT_T0);
     }
-    Q45Block k;
-    decode_q45<kQ5>(b, sidx, k);
+    Block512 k;
+    decode(b, k);
     for (int i = 0; i < NT; ++i) {
       const uint8_t* a = acts[i] + static_cast<size_t>(s) * kKSlot;
       __m512i isum = _mm512_setzero_si512();
       for (int p = 0; p < 4; ++p)
         isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(k.z[p], _mm512_loadu_si512(a + 64 * p)), k.sc[p]);
-      const __m256i msum = _mm256_madd_epi16(loadu256(a + kKSums), k.mins);
+      const __m256i csum = _mm256_madd_epi16(loadu256(a + kKSums), k.corr);
       float dx;
       std::memcpy(&dx, a + kKScale, 4);
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(k.d * dx), acc[i]);
-      accm[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(-k.dmin * dx), accm[i]);
+      accm[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(csum), _mm256_set1_ps(k.dc * dx), accm[i]);
     }
   }
   for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(acc[i]) + kq_hsum(accm[i]);
+}
+
+template <bool kQ5, int NT>
+inline void q45_row(const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, int64_t nsb, float* out) {
+  __m512i sidx[4];
+  for (int p = 0; p < 4; ++p) sidx[p] = scale_index(kNibbleOrder[2 * p], kNibbleOrder[2 * p + 1]);
+  row512<kQ5 ? 176 : 144, NT>(row, next, acts, nsb, [&](const uint8_t* b, Block512& k) { decode_q45<kQ5>(b, sidx, k); },
+                              out);
 }
 
 // Q6_K through the same activation slots (natural order): quarter p of a super-block (64
@@ -129,42 +137,19 @@ inline void q6k_quarters(const uint8_t* b, __m512i* z) {
 
 template <int NT>
 inline void q6k_row(const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, int64_t nsb, float* out) {
-  constexpr size_t kBytes = 210;
   __m512i sidx[4];
   for (int p = 0; p < 4; ++p) {
     alignas(64) int16_t idx[32];
     for (int l = 0; l < 32; ++l) idx[l] = static_cast<int16_t>(4 * p + l / 8);
     sidx[p] = _mm512_load_si512(idx);
   }
-  __m512 acc[NT];
-  __m256 accm[NT];
-  for (int i = 0; i < NT; ++i) {
-    acc[i] = _mm512_setzero_ps();
-    accm[i] = _mm256_setzero_ps();
-  }
-  for (int64_t s = 0; s < nsb; ++s) {
-    const uint8_t* b = row + s * kBytes;
-    if (next != nullptr) {
-      for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next + s * kBytes + o), _MM_HINT_T0);
-    }
-    __m512i z[4], sc[4];
-    q6k_quarters(b, z);
-    const __m256i s16 = _mm256_cvtepi8_epi16(loadu128(b + 192));
-    for (int p = 0; p < 4; ++p) sc[p] = _mm512_permutexvar_epi16(sidx[p], _mm512_castsi256_si512(s16));
-    const float d = _cvtsh_ss(load_u16(b + 208));
-    for (int i = 0; i < NT; ++i) {
-      const uint8_t* a = acts[i] + static_cast<size_t>(s) * kKSlot;
-      __m512i isum = _mm512_setzero_si512();
-      for (int p = 0; p < 4; ++p)
-        isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(z[p], _mm512_loadu_si512(a + 64 * p)), sc[p]);
-      const __m256i csum = _mm256_madd_epi16(loadu256(a + kKSums), s16);
-      float dx;
-      std::memcpy(&dx, a + kKScale, 4);
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dx), acc[i]);
-      accm[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(csum), _mm256_set1_ps(-32.0f * d * dx), accm[i]);
-    }
-  }
-  for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(acc[i]) + kq_hsum(accm[i]);
+  row512<210, NT>(row, next, acts, nsb, [&](const uint8_t* b, Block512& k) {
+    q6k_quarters(b, k.z);
+    k.corr = _mm256_cvtepi8_epi16(loadu128(b + 192));
+    for (int p = 0; p < 4; ++p) k.sc[p] = _mm512_permutexvar_epi16(sidx[p], _mm512_castsi256_si512(k.corr));
+    k.d = _cvtsh_ss(load_u16(b + 208));
+    k.dc = -32.0f * k.d;
+  }, out);
 }
 
 }  // namespace

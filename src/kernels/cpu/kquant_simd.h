@@ -251,9 +251,7 @@ inline void kq_drive(const DotTask& t, RowFn row_fn) {
       continue;
     }
     int sel[kMaxMaskTokens];
-    int n = 0;
-    for (int64_t i = 0; i < t.m; ++i)
-      if (t.masks == nullptr || ((t.masks[k] >> i) & 1u) != 0) sel[n++] = static_cast<int>(i);
+    const int n = select_tokens(t, k, sel);
     for (int g = 0; g < n; g += 4) {
       const int nt = n - g < 4 ? n - g : 4;
       const uint8_t* acts[4];

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/dispatch.h"
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
 
@@ -54,6 +55,15 @@ inline uint32_t load_u32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
   return v;
+}
+
+// The tokens of task t that row entry k is computed for (all of them when t.masks is null):
+// their indices into sel (room for kMaxMaskTokens), in order; returns their count.
+inline int select_tokens(const DotTask& t, int64_t k, int* sel) {
+  int n = 0;
+  for (int64_t i = 0; i < t.m; ++i)
+    if (t.masks == nullptr || ((t.masks[k] >> i) & 1u) != 0) sel[n++] = static_cast<int>(i);
+  return n;
 }
 
 // Elements per block and bytes per block of the matrix kernels' weight types.

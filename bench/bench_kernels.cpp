@@ -196,6 +196,18 @@ void fill_random(DType t, uint8_t* p, int64_t rows, int64_t cols, uint32_t seed)
       case DType::Q6_K:
         std::memcpy(blk + 208, &scale, 2);
         break;
+      case DType::Q3_K:
+        std::memcpy(blk + 108, &scale, 2);
+        break;
+      case DType::Q2_K:
+        std::memcpy(blk + 80, &scale, 2);
+        std::memcpy(blk + 82, &scale, 2);
+        break;
+      case DType::Q4_K:
+      case DType::Q5_K:
+        std::memcpy(blk, &scale, 2);
+        std::memcpy(blk + 2, &scale, 2);
+        break;
       case DType::Q4_1:
       case DType::Q5_1:
         std::memcpy(blk, &scale, 2);
@@ -299,7 +311,8 @@ constexpr Shape kShapes[] = {{"4096x4096", 4096, 4096},   {"11008x4096", 11008, 
                              {"4096x11008", 4096, 11008}, {"1024x4096", 1024, 4096},
                              {"11008x1024", 11008, 1024}};
 const DType kTypes[] = {DType::Q4_0, DType::Q8_0, DType::F16,  DType::BF16, DType::F32,
-                        DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q6_K};
+                        DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q6_K, DType::Q4_K,
+                        DType::Q5_K, DType::Q3_K, DType::Q2_K};
 
 void register_all() {
   benchmark::RegisterBenchmark("probe/read_2GiB", BM_ReadProbe)->Arg(1)->Arg(2)->UseRealTime()->Iterations(5);

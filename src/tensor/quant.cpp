@@ -1,5 +1,5 @@
 // Row-level entry points of quant.h: validate the type and length, then convert element by
-// element (plain types) or block by block (quant_blocks.cpp, quant_q6k.cpp). Blocks are
+// element (plain types) or block by block (quant_blocks.cpp, quant_q6k.cpp, quant_kquants.cpp). Blocks are
 // copied through a local struct, so rows may start at any byte address.
 #include "tensor/quant.h"
 
@@ -91,6 +91,10 @@ Status quantize_row(DType t, const float* x, void* out, int64_t n) {
     case DType::Q5_1: quantize_blocks<BlockQ5_1>(x, out, n, bs); break;
     case DType::Q8_0: quantize_blocks<BlockQ8_0>(x, out, n, bs); break;
     case DType::Q6_K: quantize_blocks<BlockQ6_K>(x, out, n, bs); break;
+    case DType::Q2_K: quantize_blocks<BlockQ2_K>(x, out, n, bs); break;
+    case DType::Q3_K: quantize_blocks<BlockQ3_K>(x, out, n, bs); break;
+    case DType::Q4_K: quantize_blocks<BlockQ4_K>(x, out, n, bs); break;
+    case DType::Q5_K: quantize_blocks<BlockQ5_K>(x, out, n, bs); break;
     default:
       return err("quantize_row: type %s is computable but has no quantizer",
                  std::string(dtype_name(t)).c_str());
@@ -114,6 +118,10 @@ Status dequantize_row(DType t, const void* in, float* y, int64_t n) {
     case DType::Q5_1: dequantize_blocks<BlockQ5_1>(in, y, n, bs); break;
     case DType::Q8_0: dequantize_blocks<BlockQ8_0>(in, y, n, bs); break;
     case DType::Q6_K: dequantize_blocks<BlockQ6_K>(in, y, n, bs); break;
+    case DType::Q2_K: dequantize_blocks<BlockQ2_K>(in, y, n, bs); break;
+    case DType::Q3_K: dequantize_blocks<BlockQ3_K>(in, y, n, bs); break;
+    case DType::Q4_K: dequantize_blocks<BlockQ4_K>(in, y, n, bs); break;
+    case DType::Q5_K: dequantize_blocks<BlockQ5_K>(in, y, n, bs); break;
     default:
       return err("dequantize_row: type %s is computable but has no dequantizer",
                  std::string(dtype_name(t)).c_str());

@@ -46,6 +46,36 @@ struct BlockQ6_K {  // 256 values: 16 sub-blocks of 16, 6-bit quants, 8-bit sub-
   int8_t scales[16];
   uint16_t d;
 };
+// K-quant super-blocks of 256 elements (ggml's layouts; quant_kquants.cpp gives each
+// element's place). Q4_K/Q5_K: 8 sub-blocks of 32 with 6-bit scale and min packed in 12
+// bytes, x = d * sc * q - dmin * m. Q2_K: 16 sub-blocks of 16, 4-bit scale (low nibble) and
+// min (high nibble), x = d * sc * q - dmin * m, q in 0..3. Q3_K: 16 sub-blocks of 16, 6-bit
+// scales s (stored s + 32) packed in 12 bytes, x = d * s * q, q in -4..3 (2 low bits in qs,
+// the third in hmask, clear meaning -4).
+struct BlockQ2_K {
+  uint8_t scales[16];
+  uint8_t qs[64];
+  uint16_t d, dmin;
+};
+struct BlockQ3_K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];
+  uint16_t d;
+};
+struct BlockQ4_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qs[128];
+};
+struct BlockQ5_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
+              sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ6_K) == 210);
 
@@ -53,7 +83,8 @@ static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(Block
 // reference (dtype_info(t).computable == false) and when n % block_size != 0.
 // F32/F16/BF16/I32 are handled as plain element conversions (I32: round to nearest even,
 // saturating, NaN -> 0). Q4_0..Q8_0 blocks are byte-identical to ggml's reference quantizer;
-// Q6_K uses this engine's own scale search (quant_q6k.cpp states its error bound).
+// the K-quants (Q2_K..Q6_K) use this engine's own scale searches (quant_q6k.cpp,
+// quant_kquants.cpp), writing valid ggml blocks.
 // Inputs to the block formats must be finite. `out` needs no particular alignment.
 Status quantize_row(DType t, const float* x, void* out, int64_t n);
 // Dequantizes n values; same preconditions as quantize_row, checked here as well. Decoding

@@ -77,14 +77,13 @@ float search_step(const float* x) {
   return best_step;
 }
 
-// The smallest positive half whose value is >= v (v finite, > 0).
+}  // namespace
+
 uint16_t f16_at_least(float v) {
   uint16_t h = f32_to_f16(v);
   if (f16_to_f32(h) < v && h < 0x7c00u) ++h;
   return h;
 }
-
-}  // namespace
 
 // Quantizer: each sub-block gets a real step s from search_step; the super-scale is
 // d = max|s| / 127 rounded up to a half, the integer scales are round(s / d) (so |scale| <= 127),

@@ -447,6 +447,34 @@ TEST(CliPerplexityBundled, DenseEqualsTheTrainingTimeValueAndSparseIsClose) {
   EXPECT_GT(kl_value(sparse.text, "same top-1"), 95.0) << sparse.text;
 }
 
+// The K-quant mixes of `powerinfer quantize` on the bundled model (from its Q8_0 weights,
+// run sparse as shipped, 40 chunks of 256): perplexity within a stated bound of the Q8_0
+// file's. Measured (docs/BENCHMARKS.md, "K-quant mixes"): q6_k +0.05%, q5_k_m +0.24%,
+// q4_k_m +0.55%, q3_k_m +2.8%, q2_k +6.6%; bounds about twice that, plus 0.5% for noise.
+TEST(CliPerplexityBundled, KQuantMixesStayCloseToQ8) {
+  const std::string model = bundled_model();
+  if (model.empty()) GTEST_SKIP() << "no bundled model";
+  const std::string dir = std::string(PI_SOURCE_DIR) + "/models/kjv-relu/";
+  const std::string args = " -f " + dir + "heldout.txt -c 256 --chunks 40";
+  const double base = run_ppl("-m " + model + args).ppl;
+  ASSERT_GT(base, 1.0);
+  const struct {
+    const char* mix;
+    double bound;  // relative
+  } mixes[] = {{"q6_k", 0.01}, {"q5_k_m", 0.01}, {"q4_k_m", 0.015}, {"q3_k_m", 0.06}, {"q2_k", 0.14}};
+  for (const auto& m : mixes) {
+    const std::string out = pi::testing::temp_path(std::string("bundled.") + m.mix + ".pwri.gguf");
+    auto r = run_command(std::string(PI_BIN_DIR) + "/powerinfer quantize --allow-requantize " + model + " " + out +
+                         " " + m.mix);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const double ppl = run_ppl("-m " + out + args).ppl;
+    std::printf("  %-7s PPL %.4f (q8_0 %.4f, %+.2f%%, bound %.1f%%)\n", m.mix, ppl, base,
+                100.0 * (ppl / base - 1.0), 100.0 * m.bound);
+    EXPECT_LT(ppl, base * (1.0 + m.bound)) << m.mix;
+    EXPECT_GT(ppl, base * (1.0 - m.bound)) << m.mix;
+  }
+}
+
 #endif  // PI_PERPLEXITY_BUNDLED
 
 }  // namespace

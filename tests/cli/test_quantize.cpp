@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "cli/run_command.h"
 #include "gguf/reader.h"
@@ -20,16 +21,18 @@ std::string tmp(const std::string& name) {
   return (dir / name).string();
 }
 
-// A tiny random PowerInfer model with F32 weights, made by the Python test tool.
+// A random PowerInfer model with F32 weights, made by the Python test tool.
+std::string make_pwri(const std::string& name, const std::string& shape_args) {
+  std::string p = tmp(name);
+  auto r = run_command(std::string(PI_PYTHON) + " " + PI_SOURCE_DIR +
+                       "/tests/reference/make_tiny_model.py --arch llama --outtype f32 --pwri " + shape_args +
+                       " --out " + p);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return p;
+}
+
 const std::string& tiny_pwri() {
-  static const std::string path = [] {
-    std::string p = tmp("tiny.pwri.gguf");
-    auto r = run_command(std::string(PI_PYTHON) + " " + PI_SOURCE_DIR +
-                         "/tests/reference/make_tiny_model.py --arch llama --outtype f32 --pwri "
-                         "--embd 64 --ff 256 --seed 3 --out " + p);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return p;
-  }();
+  static const std::string path = make_pwri("tiny.pwri.gguf", "--embd 64 --ff 256 --seed 3");
   return path;
 }
 
@@ -84,6 +87,98 @@ TEST(CliQuantize, KeepsMagicMetadataAndSmallTensors) {
       EXPECT_LT(rel, bound) << ta.name << " " << type;
     }
   }
+}
+
+// A PowerInfer model whose rows are multiples of 256 (8 layers, so that llama.cpp's
+// use_more_bits picks layers 0, 3, 6, 7), for the K-quant mixes.
+const std::string& wide_pwri() {
+  static const std::string path =
+      make_pwri("wide.pwri.gguf", "--layers 8 --embd 256 --ff 512 --heads 4 --kv-heads 4 --seed 4");
+  return path;
+}
+
+double relative_rms_error(const pi::gguf::File& a, const pi::gguf::TensorInfo& ta, const pi::gguf::File& b,
+                          const pi::gguf::TensorInfo& tb) {
+  auto x = dequant(a, ta), y = dequant(b, tb);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num += (x[i] - y[i]) * (x[i] - y[i]);
+    den += x[i] * x[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// The per-tensor recipes (tools/powerinfer/quant_mix.h) on an 8-layer model, the RMSE table,
+// predictors and ffn_down_t kept, and values within each type's precision.
+TEST(CliQuantize, KQuantMixesFollowTheRecipes) {
+  using pi::DType;
+  const std::string in = wide_pwri();
+  struct Case {
+    const char* mix;
+    DType base, attn_v_more, attn_v_other, down_more, down_other, attn_out, pred;
+    uint32_t file_type;
+  };
+  const Case cases[] = {
+      {"q4_k_m", DType::Q4_K, DType::Q6_K, DType::Q4_K, DType::Q6_K, DType::Q4_K, DType::Q4_K, DType::Q4_K, 15},
+      {"q5_k_m", DType::Q5_K, DType::Q6_K, DType::Q5_K, DType::Q6_K, DType::Q5_K, DType::Q5_K, DType::Q5_K, 17},
+      {"q6_k", DType::Q6_K, DType::Q6_K, DType::Q6_K, DType::Q6_K, DType::Q6_K, DType::Q6_K, DType::Q6_K, 18},
+      {"q2_k", DType::Q2_K, DType::Q3_K, DType::Q3_K, DType::Q3_K, DType::Q3_K, DType::Q3_K, DType::Q4_K, 10},
+  };
+  const std::set<int> more = {0, 3, 6, 7};  // use_more_bits(i, 8): i < 1, i >= 7, (i - 1) % 3 == 2
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.mix);
+    const std::string out = tmp(std::string("wide.") + c.mix + ".gguf");
+    auto r = run_command(kBin + "/powerinfer quantize " + in + " " + out + " " + c.mix);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("rel. rmse"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(std::string(pi::dtype_name(c.base)) + " "), std::string::npos) << r.output;
+    auto a = pi::gguf::File::open(in);
+    auto b = pi::gguf::File::open(out);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_TRUE(b->is_powerinfer());
+    EXPECT_EQ(b->find("general.file_type")->to_string(100), std::to_string(c.file_type));
+    int n_pred = 0, n_down_t = 0;
+    for (const auto& ta : a->tensors()) {
+      const auto* tb = b->find_tensor(ta.name);
+      ASSERT_NE(tb, nullptr) << ta.name;
+      if (ta.shape.rank == 1) continue;
+      const std::string& n = ta.name;
+      const int layer = n.starts_with("blk.") ? std::stoi(n.substr(4)) : -1;
+      DType want = c.base;
+      if (n == "output.weight") want = DType::Q6_K;
+      if (n.ends_with("attn_v.weight")) want = more.count(layer) ? c.attn_v_more : c.attn_v_other;
+      if (n.ends_with("ffn_down_t.weight")) want = more.count(layer) ? c.down_more : c.down_other;
+      if (n.ends_with("attn_output.weight")) want = c.attn_out;
+      if (n.ends_with("fc1.weight") || n.ends_with("fc2.weight")) {
+        ++n_pred;
+        // Predictor rows (fc2: the predictor's rank) that 256 does not divide fall back.
+        want = ta.shape.cols() % 256 == 0 ? c.pred
+               : c.pred == DType::Q4_K   ? DType::Q5_0
+               : c.pred == DType::Q5_K   ? DType::Q5_1
+                                          : DType::Q8_0;
+      }
+      n_down_t += n.ends_with("ffn_down_t.weight");
+      EXPECT_EQ(tb->type, want) << n;
+      const DType got = tb->type;
+      const double bound = got == DType::Q2_K ? 0.45 : got == DType::Q3_K ? 0.25 : got == DType::Q4_K ? 0.12
+                           : got == DType::Q5_K ? 0.06 : got == DType::Q6_K ? 0.03 : 0.15;
+      EXPECT_LT(relative_rms_error(*a, ta, *b, *tb), bound) << n;
+    }
+    EXPECT_EQ(n_pred, 16);
+    EXPECT_EQ(n_down_t, 8);
+  }
+}
+
+// Rows that 256 does not divide fall back as llama.cpp does (64 columns: Q4_K -> Q5_0).
+TEST(CliQuantize, KQuantMixFallsBackForShortRows) {
+  const std::string in = tiny_pwri(), out = tmp("tiny.q4_k_m.gguf");
+  auto r = run_command(kBin + "/powerinfer quantize " + in + " " + out + " Q4_K_M");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto b = pi::gguf::File::open(out);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->find_tensor("blk.0.ffn_gate.weight")->type, pi::DType::Q5_0);
+  EXPECT_EQ(b->find_tensor("output.weight")->type, pi::DType::Q8_0);  // Q6_K -> Q8_0
+  EXPECT_EQ(b->find_tensor("blk.0.ffn_down_t.weight")->type, pi::DType::Q5_0);
 }
 
 TEST(CliQuantize, OverridesAndRequantize) {

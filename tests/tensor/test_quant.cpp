@@ -383,6 +383,53 @@ TEST(QuantRoundTrip, Q6_KWithinDerivedBound) {
   EXPECT_LT(std::sqrt(sq_err / sq_x), 0.03);
 }
 
+// Q2_K..Q5_K: for each sub-block, the min-max grid with nmax steps (step = (max - min(0,
+// min)) / nmax, or 2 amax / (2^bits - 1) for the symmetric Q3_K) bounds what a quantizer of
+// the format should reach: every element within one grid step (half a step of rounding, half
+// for the fit) plus the integer sub-scales' rounding (half a super-scale d per level, half a
+// dmin for the min), and the RMS error within the uniform-rounding value step / sqrt(12)
+// averaged over sub-blocks, with 10% slack.
+TEST(QuantRoundTrip, KQuantsWithinMinMaxGrid) {
+  struct Case {
+    DType t;
+    int sub, nmax;
+    bool symmetric;
+    size_t d_at, dmin_at;  // byte offsets of the f16 super-scales (dmin_at 0: none)
+  };
+  const int64_t n = 256 * 40;
+  auto x = test_row(n, 77);
+  for (int64_t i = 0; i < n; ++i) {
+    if ((i / 32) % 7 == 3) x[static_cast<size_t>(i)] *= 0.05f;  // uneven sub-blocks
+  }
+  for (const Case& c : {Case{DType::Q2_K, 16, 3, false, 80, 82}, Case{DType::Q3_K, 16, 7, true, 108, 0},
+                        Case{DType::Q4_K, 32, 15, false, 0, 2}, Case{DType::Q5_K, 32, 31, false, 0, 2}}) {
+    std::vector<uint8_t> q(row_bytes(c.t, n));
+    std::vector<float> y(static_cast<size_t>(n));
+    ASSERT_TRUE(quantize_row(c.t, x.data(), q.data(), n).ok());
+    ASSERT_TRUE(dequantize_row(c.t, q.data(), y.data(), n).ok());
+    double sq_err = 0.0, sq_theory = 0.0;
+    for (int64_t sb = 0; sb < n / c.sub; ++sb) {
+      const float* xs = x.data() + sb * c.sub;
+      const BlockStats st = stats(xs, c.sub);
+      const float step = c.symmetric ? 2 * st.amax / c.nmax : (st.hi - std::fmin(st.lo, 0.0f)) / c.nmax;
+      const uint8_t* blk = q.data() + (sb * c.sub / 256) * row_bytes(c.t, 256);
+      uint16_t h[2] = {0, 0};
+      std::memcpy(&h[0], blk + c.d_at, 2);
+      if (c.dmin_at != 0) std::memcpy(&h[1], blk + c.dmin_at, 2);
+      const float levels = c.symmetric ? (c.nmax + 1) / 2.0f : static_cast<float>(c.nmax);
+      const float bound = step + (levels * f16_to_f32(h[0]) + f16_to_f32(h[1])) / 2 + 1e-6f * st.amax;
+      for (int k = 0; k < c.sub; ++k) {
+        const float e = xs[k] - y[static_cast<size_t>(sb * c.sub + k)];
+        ASSERT_LE(std::fabs(e), bound)
+            << dtype_name(c.t) << " sub-block " << sb << " element " << k;
+        sq_err += static_cast<double>(e) * e;
+      }
+      sq_theory += c.sub * static_cast<double>(step) * step / 12.0;
+    }
+    EXPECT_LE(std::sqrt(sq_err / sq_theory), 1.1) << dtype_name(c.t);
+  }
+}
+
 TEST(QuantRoundTrip, PlainTypes) {
   const int64_t n = 37;  // no block constraint
   const auto x = test_row(64, 7);
@@ -431,8 +478,10 @@ TEST(QuantErrors, LengthNotMultipleOfBlockSizeIsRejected) {
       EXPECT_FALSE(dequantize_row(t, buf.data(), x.data(), n).ok());
     }
   }
-  EXPECT_FALSE(quantize_row(DType::Q6_K, x.data(), buf.data(), 128).ok());
-  EXPECT_FALSE(dequantize_row(DType::Q6_K, buf.data(), x.data(), 288).ok());
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    EXPECT_FALSE(quantize_row(t, x.data(), buf.data(), 128).ok()) << dtype_name(t);
+    EXPECT_FALSE(dequantize_row(t, buf.data(), x.data(), 288).ok()) << dtype_name(t);
+  }
   EXPECT_FALSE(quantize_row(DType::Q8_0, x.data(), buf.data(), -32).ok());
   // Zero elements is a valid, empty row.
   EXPECT_TRUE(quantize_row(DType::Q4_0, x.data(), buf.data(), 0).ok());
@@ -441,7 +490,7 @@ TEST(QuantErrors, LengthNotMultipleOfBlockSizeIsRejected) {
 TEST(QuantErrors, TypesWithoutReferenceAreRejected) {
   std::vector<float> x(256, 1.0f);
   std::vector<uint8_t> buf(1024);
-  for (DType t : {DType::Q4_K, DType::Q8_1, DType::IQ2_XXS, DType::F64, DType::I8}) {
+  for (DType t : {DType::Q8_K, DType::Q8_1, DType::IQ2_XXS, DType::F64, DType::I8}) {
     const Status s = quantize_row(t, x.data(), buf.data(), 256);
     ASSERT_FALSE(s.ok()) << dtype_name(t);
     EXPECT_NE(s.error().message.find(std::string(dtype_name(t))), std::string::npos);
@@ -453,7 +502,8 @@ TEST(QuantErrors, UnalignedBuffersWork) {
   const int64_t n = 256;
   const auto x = test_row(n, 5);
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                  DType::Q5_1, DType::Q8_0, DType::Q6_K}) {
+                  DType::Q5_1, DType::Q8_0, DType::Q6_K, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                  DType::Q5_K}) {
     const size_t nb = row_bytes(t, n);
     std::vector<uint8_t> aligned(nb), shifted(nb + 1);
     ASSERT_TRUE(quantize_row(t, x.data(), aligned.data(), n).ok());

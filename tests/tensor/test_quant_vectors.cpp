@@ -116,7 +116,7 @@ TEST_P(OracleVectors, MatchBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Gguf, OracleVectors,
                          ::testing::Values("f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1",
-                                           "q8_0", "q6_K"),
+                                           "q8_0", "q6_K", "q2_K", "q3_K", "q4_K", "q5_K"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

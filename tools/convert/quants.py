@@ -1,5 +1,6 @@
 """ggml tensor types: sizes, NumPy quantization (F32, F16, BF16, Q8_0, Q4_0) and
-dequantization (those plus Q4_1, Q5_0, Q5_1, Q6_K), on the ggml byte layouts.
+dequantization (those plus Q4_1, Q5_0, Q5_1 and the K-quants Q2_K..Q6_K), on the ggml
+byte layouts.
 
 Arrays are row-major, outermost dimension first; blocks run along the innermost dimension,
 so a row's element count must be a multiple of the type's block size. Quantized data is
@@ -219,9 +220,62 @@ def _dq_q6_k(b):
     return y
 
 
+# K-quants Q2_K..Q5_K. Element e of a super-block lies in 32-element group g = e // 32 at
+# l = e % 32 (see src/tensor/quant_kquants.cpp): Q4_K/Q5_K keep it in nibble g % 2 of
+# qs[32 (g // 2) + l] (Q5_K's fifth bit: bit g of qh[l]), sub-block g; Q2_K/Q3_K in bits
+# 2 (g % 4) of qs[32 (g // 4) + l] (Q3_K's third bit: bit g of hmask[l]), sub-block e // 16.
+# Values are computed in float32 in ggml's order: (d * scale) * q - (dmin * min).
+_E = np.arange(256)
+_G, _L = _E // 32, _E % 32
+
+
+def _k4_scales(s):
+    """uint8 [nb, 12] -> 6-bit scales and mins, float32 [nb, 8] each."""
+    s = s.astype(np.int32)
+    sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)], axis=1)
+    m = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], axis=1)
+    return sc.astype(np.float32), m.astype(np.float32)
+
+
+def _dq_q4_k(b):
+    sc, m = _k4_scales(b[:, 4:16])
+    q = (b[:, 16:144][:, 32 * (_G // 2) + _L] >> (4 * (_G % 2)).astype(np.uint8)) & 15
+    return (_half(b, 0) * sc[:, _G]) * q.astype(np.float32) - _half(b, 2) * m[:, _G]
+
+
+def _dq_q5_k(b):
+    sc, m = _k4_scales(b[:, 4:16])
+    q = (b[:, 48:176][:, 32 * (_G // 2) + _L] >> (4 * (_G % 2)).astype(np.uint8)) & 15
+    q = q | (((b[:, 16:48][:, _L] >> _G.astype(np.uint8)) & 1) << 4)
+    return (_half(b, 0) * sc[:, _G]) * q.astype(np.float32) - _half(b, 2) * m[:, _G]
+
+
+def _low2(qs):
+    return (qs[:, 32 * (_G // 4) + _L] >> (2 * (_G % 4)).astype(np.uint8)) & 3
+
+
+def _dq_q2_k(b):
+    s = b[:, 0:16][:, _E // 16]
+    sc, m = (s & 15).astype(np.float32), (s >> 4).astype(np.float32)
+    return (_half(b, 80) * sc) * _low2(b[:, 16:80]).astype(np.float32) - _half(b, 82) * m
+
+
+def _dq_q3_k(b):
+    s = b[:, 96:108].astype(np.int32)
+    i = np.arange(16)
+    low = np.where(i < 8, s[:, i % 8] & 15, s[:, i % 8] >> 4)
+    high = (s[:, 8 + i % 4] >> (2 * (i // 4))) & 3
+    scale = ((low | (high << 4)) - 32).astype(np.float32)[:, _E // 16]
+    hbit = (b[:, 0:32][:, _L] >> _G.astype(np.uint8)) & 1
+    q = _low2(b[:, 32:96]).astype(np.int32) - np.where(hbit == 1, 0, 4)
+    return (_half(b, 108) * scale) * q.astype(np.float32)
+
+
 _DEQUANT = {
     GGMLType.Q8_0: _dq_q8_0, GGMLType.Q4_0: _dq_q4_0, GGMLType.Q4_1: _dq_q4_1,
     GGMLType.Q5_0: _dq_q5_0, GGMLType.Q5_1: _dq_q5_1, GGMLType.Q6_K: _dq_q6_k,
+    GGMLType.Q2_K: _dq_q2_k, GGMLType.Q3_K: _dq_q3_k, GGMLType.Q4_K: _dq_q4_k,
+    GGMLType.Q5_K: _dq_q5_k,
 }
 
 QUANTIZE = {GGMLType.Q8_0: quantize_q8_0, GGMLType.Q4_0: quantize_q4_0}

@@ -22,9 +22,10 @@ Runner add_quantize(CLI::App& app) {
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
       "quantize",
-      "Convert a GGUF/PowerInfer model to F32, F16, BF16, Q8_0, Q6_K, Q5_1, Q5_0, Q4_1 or Q4_0.\n"
+      "Convert a GGUF/PowerInfer model to F32, F16, BF16, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, or the\n"
+      "K-quant mixes Q6_K, Q5_K_M, Q4_K_M, Q3_K_M, Q2_K (llama.cpp's per-tensor recipes).\n"
       "Norms and 1-D tensors stay as they are; predictors follow TYPE; output.weight gets Q6_K\n"
-      "for 4/5-bit targets.");
+      "for 4/5-bit targets. Prints the sizes and the round-trip RMSE per output type.");
   sub->add_option("input", a->opts.input, "Input model")->required()->check(CLI::ExistingFile);
   sub->add_option("output", a->opts.output, "Output model")->required();
   sub->add_option("type", a->type,
@@ -47,13 +48,14 @@ Runner add_quantize(CLI::App& app) {
       return 1;
     }
     a->type = *type_name;
-    auto target = dtype_from_name(a->type);
-    if (!target || !dtype_info(*target).computable || *target == DType::I32) {
+    auto target = tools::parse_quant_target(a->type);
+    if (!target) {
       log_error("quantize: unknown or unsupported type '%s' (use f32, f16, bf16, q8_0, q6_k, "
-                "q5_1, q5_0, q4_1, q4_0)", a->type.c_str());
+                "q5_k_m, q5_1, q5_0, q4_k_m, q4_1, q4_0, q3_k_m, q2_k)", a->type.c_str());
       return 1;
     }
-    a->opts.target = *target;
+    a->opts.target = target->base;
+    a->opts.mix = target->mix;
     for (const std::string& o : a->overrides) {
       auto eq = o.rfind('=');
       auto t = eq == std::string::npos ? std::nullopt : dtype_from_name(o.substr(eq + 1));
@@ -75,6 +77,11 @@ Runner add_quantize(CLI::App& app) {
                 static_cast<double>(rep->file_in) / 1048576.0,
                 static_cast<double>(rep->file_out) / 1048576.0,
                 100.0 * static_cast<double>(rep->file_out) / static_cast<double>(rep->file_in));
+    if (!rep->errors.empty()) std::printf("%-6s %8s %14s %12s %10s\n", "type", "tensors", "elements", "rmse", "rel. rmse");
+    for (const auto& e : rep->errors) {
+      std::printf("%-6s %8d %14llu %12.4e %9.3f%%\n", std::string(dtype_name(e.type)).c_str(), e.n_tensors,
+                  static_cast<unsigned long long>(e.n_elements), e.rmse(), 100.0 * e.relative());
+    }
     return 0;
   };
 }

@@ -22,16 +22,38 @@ bool same_file(const std::string& a, const std::string& b) {
   return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-// Converts rows [r0, r1) of a tensor from `src` type to `dst` type.
+// Converts rows [r0, r1) of a tensor from `src` type to `dst` type, adding the round-trip
+// error to *sq_err and the squared source values to *sq_x.
 Status convert_rows(DType src, DType dst, const std::byte* in, std::byte* out, int64_t r0,
-                    int64_t r1, int64_t cols) {
-  std::vector<float> row(static_cast<size_t>(cols));
+                    int64_t r1, int64_t cols, double* sq_err, double* sq_x) {
+  std::vector<float> row(static_cast<size_t>(cols)), back(static_cast<size_t>(cols));
   const size_t in_row = row_bytes(src, cols), out_row = row_bytes(dst, cols);
   for (int64_t r = r0; r < r1; ++r) {
+    std::byte* q = out + static_cast<size_t>(r) * out_row;
     PI_TRY(dequantize_row(src, in + static_cast<size_t>(r) * in_row, row.data(), cols));
-    PI_TRY(quantize_row(dst, row.data(), out + static_cast<size_t>(r) * out_row, cols));
+    PI_TRY(quantize_row(dst, row.data(), q, cols));
+    PI_TRY(dequantize_row(dst, q, back.data(), cols));
+    for (int64_t c = 0; c < cols; ++c) {
+      const double x = row[static_cast<size_t>(c)], e = x - back[static_cast<size_t>(c)];
+      *sq_err += e * e;
+      *sq_x += x * x;
+    }
   }
   return Status::Ok();
+}
+
+TypeError& error_of(QuantizeReport& rep, DType t) {
+  for (TypeError& e : rep.errors)
+    if (e.type == t) return e;
+  rep.errors.push_back(TypeError{t});
+  return rep.errors.back();
+}
+
+// Blocks in the file: one more than the largest "blk.N." index.
+int count_layers(const gguf::File& f) {
+  int n = 0;
+  for (const auto& t : f.tensors()) n = std::max(n, layer_of(t.name) + 1);
+  return n;
 }
 
 }  // namespace
@@ -66,6 +88,10 @@ uint32_t file_type_for(DType target) {
     case DType::Q5_0: return 8;
     case DType::Q5_1: return 9;
     case DType::Q6_K: return 18;
+    case DType::Q2_K: return 10;
+    case DType::Q3_K: return 12;
+    case DType::Q4_K: return 15;
+    case DType::Q5_K: return 17;
     case DType::BF16: return 32;
     default: return 0;
   }
@@ -95,6 +121,8 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& o) {
   if (!in.ok()) return in.error();
   const gguf::File& f = *in;
 
+  const uint32_t file_type = o.mix != Mix::None ? mix_file_type(o.mix) : file_type_for(o.target);
+  const int n_layer = count_layers(f);
   gguf::Writer w(f.magic());
   if (f.alignment() != gguf::kDefaultAlignment) PI_TRY(w.set_alignment(f.alignment()));
   bool has_file_type = false;
@@ -102,18 +130,22 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& o) {
     if (kv.key == "general.alignment" || kv.key == "general.quantized_by") continue;
     if (kv.key == "general.file_type") {
       has_file_type = true;
-      PI_TRY(w.add_kv(kv.key, gguf::Value(file_type_for(o.target))));
+      PI_TRY(w.add_kv(kv.key, gguf::Value(file_type)));
       continue;
     }
     PI_TRY(w.add_kv(kv.key, kv.value));
   }
-  if (!has_file_type) PI_TRY(w.add_kv("general.file_type", gguf::Value(file_type_for(o.target))));
+  if (!has_file_type) PI_TRY(w.add_kv("general.file_type", gguf::Value(file_type)));
   PI_TRY(w.add_kv("general.quantized_by", gguf::Value(std::string("powerinfer quantize"))));
 
   std::vector<DType> types;
   QuantizeReport rep;
   for (const auto& t : f.tensors()) {
     DType dst = choose_type(t.name, t.shape.rank, t.shape.cols(), t.type, o.target);
+    if (o.mix != Mix::None && dst != t.type) {
+      dst = mix_type(t.name, t.shape.cols(), o.mix, n_layer);
+      if (t.shape.cols() % dtype_info(dst).block_size != 0) dst = DType::F16;
+    }
     for (const auto& [pattern, type] : o.overrides) {
       if (glob_match(pattern, t.name)) {
         if (t.shape.cols() % dtype_info(type).block_size != 0) {
@@ -169,21 +201,30 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& o) {
         out.resize(static_cast<size_t>(r1 - r0) * out_row);
         const std::byte* src = v.data + static_cast<size_t>(r0) * in_row;
         std::vector<Status> st(static_cast<size_t>(threads));
+        std::vector<double> sq_err(static_cast<size_t>(threads)), sq_x(static_cast<size_t>(threads));
         std::vector<std::thread> pool;
         const int64_t n = r1 - r0, per = (n + threads - 1) / threads;
         for (int k = 0; k < threads; ++k) {
           const int64_t a = std::min(n, k * per), b = std::min(n, a + per);
           if (a >= b) continue;
           pool.emplace_back([&, k, a, b] {
-            st[static_cast<size_t>(k)] = convert_rows(t.type, dst, src, out.data(), a, b, cols);
+            const auto kk = static_cast<size_t>(k);
+            st[kk] = convert_rows(t.type, dst, src, out.data(), a, b, cols, &sq_err[kk], &sq_x[kk]);
           });
         }
         for (auto& th : pool) th.join();
         for (const Status& s : st) PI_TRY(s);
+        TypeError& te = error_of(rep, dst);
+        for (int k = 0; k < threads; ++k) {
+          te.sq_err += sq_err[static_cast<size_t>(k)];
+          te.sq_x += sq_x[static_cast<size_t>(k)];
+        }
+        te.n_elements += static_cast<uint64_t>((r1 - r0) * cols);
         PI_TRY(w.write(out));
         bar.update(done + static_cast<uint64_t>(r1) * in_row);
       }
       ++rep.n_quantized;
+      ++error_of(rep, dst).n_tensors;
     }
     done += t.nbytes;
     bar.update(done);

@@ -3,12 +3,14 @@
 // 7B file needs O(rows-per-chunk) memory, not the file size.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/error.h"
+#include "quant_mix.h"
 #include "tensor/dtype.h"
 
 namespace pi::tools {
@@ -16,6 +18,8 @@ namespace pi::tools {
 struct QuantizeOptions {
   std::string input, output;
   DType target = DType::Q4_0;
+  // A K-quant mix (quant_mix.h) decides each matrix's type instead of `target` (its base).
+  Mix mix = Mix::None;
   bool allow_requantize = false;
   // Ordered (glob pattern, type) overrides matched against tensor names; first match wins.
   std::vector<std::pair<std::string, DType>> overrides;
@@ -23,10 +27,22 @@ struct QuantizeOptions {
   bool progress = true;
 };
 
+// Round-trip error of the converted tensors of one output type: sum (x - x')^2 and sum x^2
+// over their elements, x the source values and x' what the written blocks decode to.
+struct TypeError {
+  DType type = DType::F32;
+  int n_tensors = 0;
+  uint64_t n_elements = 0;
+  double sq_err = 0.0, sq_x = 0.0;
+  double rmse() const { return n_elements > 0 ? std::sqrt(sq_err / static_cast<double>(n_elements)) : 0.0; }
+  double relative() const { return sq_x > 0.0 ? std::sqrt(sq_err / sq_x) : 0.0; }
+};
+
 struct QuantizeReport {
   uint64_t bytes_in = 0, bytes_out = 0;  // tensor data bytes
   uint64_t file_in = 0, file_out = 0;    // whole files
   int n_quantized = 0, n_copied = 0;
+  std::vector<TypeError> errors;         // per output type of the converted tensors
 };
 
 // The type a tensor gets for a given target (before overrides). Rules:

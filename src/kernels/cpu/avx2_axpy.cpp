@@ -173,11 +173,7 @@ void axpy_q6k(const AxpyTask& t) {
       }
       for (int64_t i = 0; i < t.m; ++i) {
         const float c = t.coef[k * t.m + i];
-        if (c == 0.0f) continue;
-        const __m256 vc = _mm256_set1_ps(c);
-        float* y = t.Y + i * t.ldy + 256 * s;
-        for (int j = 0; j < 256; j += 8)
-          _mm256_storeu_ps(y + j, _mm256_fmadd_ps(_mm256_load_ps(w + j), vc, _mm256_loadu_ps(y + j)));
+        if (c != 0.0f) add_scaled256(w, c, t.Y + i * t.ldy + 256 * s);
       }
     }
   }
@@ -193,6 +189,10 @@ void avx2_axpy(const AxpyTask& t) {
     case DType::Q5_1: return axpy_blocks<BQ5_1>(t);
     case DType::Q8_0: return axpy_blocks<BQ8_0>(t);
     case DType::Q6_K: return axpy_q6k(t);
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K: return avx2_kq_axpy(t);
     case DType::F32: return axpy_floats<DType::F32>(t);
     case DType::F16: return axpy_floats<DType::F16>(t);
     case DType::BF16: return axpy_floats<DType::BF16>(t);

@@ -88,6 +88,39 @@ inline __m256i q6_quants(const uint8_t* b, int j) {
   return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
 }
 
+// ---- activation quantization ----------------------------------------------------------------
+// Largest magnitude of x[0..n) (n a multiple of 8) and whether any element is NaN.
+inline float amax_of(const float* x, int n, bool* has_nan) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+  for (int i = 0; i < n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v));
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  *has_nan = _mm256_movemask_ps(nan) != 0;
+  return _mm_cvtss_f32(m4);
+}
+
+// round(x[j] * id) for 32 floats as int8 in order (nearest even, saturated to -127..127).
+inline __m256i quantize32_i8(const float* x, __m256 id) {
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), id));
+  // Pack 32 int32 -> 32 int8 in order (packs work within 128-bit lanes; fix with a permute).
+  const __m256i w01 = _mm256_packs_epi32(q[0], q[1]), w23 = _mm256_packs_epi32(q[2], q[3]);
+  const __m256i b8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w01, w23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  return _mm256_max_epi8(b8, _mm256_set1_epi8(-127));
+}
+
+// y[0..256) += c * w[0..256) (w 32-byte aligned), one FMA per element.
+inline void add_scaled256(const float* w, float c, float* y) {
+  const __m256 vc = _mm256_set1_ps(c);
+  for (int j = 0; j < 256; j += 8) _mm256_storeu_ps(y + j, _mm256_fmadd_ps(_mm256_load_ps(w + j), vc, _mm256_loadu_ps(y + j)));
+}
+
 // ---- float rows --------------------------------------------------------------------------
 template <DType T>
 inline __m256 load_w(const uint8_t* row, int64_t j) {

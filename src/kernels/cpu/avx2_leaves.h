@@ -11,4 +11,10 @@ void avx2_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out);
 void avx2_dot(const DotTask& task);
 void avx2_axpy(const AxpyTask& task);
 
+// The K-quants Q2_K..Q5_K (avx2_kquant.cpp); the leaves above hand them over.
+size_t avx2_kq_act_bytes(DType t, int64_t cols);
+void avx2_kq_prepare(DType t, const float* x, int64_t cols, uint8_t* out);
+void avx2_kq_dot(const DotTask& task);
+void avx2_kq_axpy(const AxpyTask& task);
+
 }  // namespace pi::cpu::detail

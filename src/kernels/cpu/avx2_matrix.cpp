@@ -42,37 +42,25 @@ int act_offset(DType t) {
   }
 }
 
+bool k_quant(DType t) { return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K; }
+
 }  // namespace
 
 size_t avx2_act_bytes(DType t, int64_t cols) {
+  if (k_quant(t)) return avx2_kq_act_bytes(t, cols);
   return int_path(t) ? static_cast<size_t>(cols / 32) * kSlot : 0;
 }
 
 void avx2_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out) {
+  if (k_quant(t)) return avx2_kq_prepare(t, x, cols, out);
   if (!int_path(t)) return;
   const __m256i neg_off = _mm256_set1_epi32(-act_offset(t));
-  const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < cols / 32; ++b) {
     const float* xb = x + 32 * b;
-    __m256 v[4], amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
-    for (int i = 0; i < 4; ++i) {
-      v[i] = _mm256_loadu_ps(xb + 8 * i);
-      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
-      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float am = _mm_cvtss_f32(m4);
-    const float d = _mm256_movemask_ps(nan) != 0 ? __builtin_nanf("") : am / 127.0f;
-    const __m256 id = _mm256_set1_ps(am > 0.0f && am <= 3.4e38f ? 127.0f / am : 0.0f);
-    __m256i q[4];
-    for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
-    // Pack 32 int32 -> 32 int8 in order (packs work within 128-bit lanes; fix with a permute).
-    const __m256i w01 = _mm256_packs_epi32(q[0], q[1]), w23 = _mm256_packs_epi32(q[2], q[3]);
-    __m256i b8 = _mm256_packs_epi16(w01, w23);
-    b8 = _mm256_permutevar8x32_epi32(b8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    b8 = _mm256_max_epi8(b8, _mm256_set1_epi8(-127));
+    bool nan = false;
+    const float am = amax_of(xb, 32, &nan);
+    const float d = nan ? __builtin_nanf("") : am / 127.0f;
+    const __m256i b8 = quantize32_i8(xb, _mm256_set1_ps(am > 0.0f && am <= 3.4e38f ? 127.0f / am : 0.0f));
     uint8_t* slot = out + b * kSlot;
     _mm256_store_si256(reinterpret_cast<__m256i*>(slot), b8);
     const __m256i sums = lane_dot(_mm256_set1_epi8(1), b8);
@@ -228,9 +216,7 @@ void drive(const DotTask& t, Rows4 rows4, Row1 row1, Tokens tokens) {
   for (int64_t k = t.k0; k < t.k1; ++k) {
     const uint8_t* row = row_ptr(t, k);
     int sel[kMaxMaskTokens];
-    int n = 0;
-    for (int64_t i = 0; i < t.m; ++i)
-      if (t.masks == nullptr || ((t.masks[k] >> i) & 1u) != 0) sel[n++] = static_cast<int>(i);
+    const int n = select_tokens(t, k, sel);
     for (int g = 0; g < n; g += 4) {
       const int nt = n - g < 4 ? n - g : 4;
       float out[4];
@@ -308,6 +294,10 @@ void avx2_dot(const DotTask& t) {
     case DType::Q5_1: return dot_quant<BQ5_1>(t);
     case DType::Q8_0: return dot_quant<BQ8_0>(t);
     case DType::Q6_K: return dot_q6k_task(t);
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K: return avx2_kq_dot(t);
     case DType::F32: return dot_floats<DType::F32>(t);
     case DType::F16: return dot_floats<DType::F16>(t);
     case DType::BF16: return dot_floats<DType::BF16>(t);

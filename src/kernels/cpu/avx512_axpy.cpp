@@ -356,6 +356,10 @@ void avx512_axpy(const AxpyTask& t) {
     case DType::Q5_1: return axpy_blocks<AxQ5_1>(t);
     case DType::Q8_0: return axpy_blocks<AxQ8_0>(t);
     case DType::Q6_K: return axpy_q6k(t);
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K: return avx512_kq_axpy(t);
     case DType::F32: return axpy_float<DType::F32>(t);
     case DType::F16: return axpy_float<DType::F16>(t);
     case DType::BF16: return axpy_float<DType::BF16>(t);

@@ -12,4 +12,10 @@ void avx512_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out);
 void avx512_dot(const DotTask& task);
 void avx512_axpy(const AxpyTask& task);
 
+// The K-quants Q2_K..Q5_K (avx512_kquant.cpp); the leaves above hand them over.
+size_t avx512_kq_act_bytes(DType t, int64_t cols);
+void avx512_kq_prepare(DType t, const float* x, int64_t cols, uint8_t* out);
+void avx512_kq_dot(const DotTask& task);
+void avx512_kq_axpy(const AxpyTask& task);
+
 }  // namespace pi::cpu::detail

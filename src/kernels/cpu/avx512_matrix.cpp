@@ -3,7 +3,7 @@
 //
 // Prepared activation (integer types), per pair of 32-element blocks A, B, one 192-byte
 // slot: 64 int8 quants, 16 int32 (or f32) lane terms, 16 f32 lane scales. A lane is the
-// 4 bytes vpdpbusd sums. Byte order is natural (A then B) for Q8_0 and Q6_K, and nibble
+// 4 bytes vpdpbusd sums. Byte order is natural (A then B) for Q8_0, and nibble
 // order [A0-15, B0-15, A16-31, B16-31] for the 4/5-bit types, which is the order their
 // packed nibbles unpack to. The lane term is -offset * (sum of the lane's 4 quants) for
 // types stored as q - offset (so vpdpbusd starting from it yields sum (q - offset) * x),
@@ -155,9 +155,14 @@ struct DecQ5_1 {
 };
 
 // ---- activation quantization ---------------------------------------------------------
+// The K-quants whose dot products avx512_kquant.cpp computes, Q6_K included.
+bool k_quant(DType t) {
+  return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
+
 bool int_path(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-         t == DType::Q8_0 || t == DType::Q6_K;
+         t == DType::Q8_0;
 }
 
 // 32 floats -> 32 int8 with d = amax / 127 (NaN when the block holds a NaN, so that every
@@ -182,7 +187,6 @@ int act_offset(DType t) {
     case DType::Q4_0: return DecQ4_0::kOffset;
     case DType::Q5_0: return DecQ5_0::kOffset;
     case DType::Q8_0: return DecQ8_0::kOffset;
-    case DType::Q6_K: return 32;
     default: return 0;
   }
 }
@@ -216,12 +220,14 @@ void prepare_quads(const float* x, int64_t nb, uint8_t* out) {
 }  // namespace
 
 size_t avx512_act_bytes(DType t, int64_t cols) {
+  if (k_quant(t)) return avx512_kq_act_bytes(t, cols);
   if (!int_path(t)) return 0;
   if (t == DType::Q4_0) return static_cast<size_t>((cols / 32 + 3) / 4) * kQuadSlot;
   return static_cast<size_t>((cols / 32 + 1) / 2) * kSlot;
 }
 
 void avx512_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out) {
+  if (k_quant(t)) return avx512_kq_prepare(t, x, cols, out);
   if (!int_path(t)) return;
   if (t == DType::Q4_0) return prepare_quads(x, cols / 32, out);
   const int64_t nb = cols / 32;
@@ -508,52 +514,6 @@ inline void q4_tokens2(const uint8_t* row0, const uint8_t* row1, const uint8_t* 
   }
 }
 
-// ---- Q6_K: 256-element super-blocks = 4 activation slots -------------------------------
-// Sub-block index of each lane for the j-th 64-element quarter of a super-block.
-inline __m512i q6_sub_lanes(int j) {
-  return _mm512_add_epi32(_mm512_set1_epi32(4 * j),
-                          _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-}
-
-// Quants (0..63) of the super-block's quarters 2h and 2h+1, natural element order.
-inline void q6_quants(const uint8_t* b, int h, __m512i& z0, __m512i& z1) {
-  const __m512i ql = _mm512_loadu_si512(b + 64 * h);
-  const __m256i qh = loadu256(b + 128 + 32 * h);
-  const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-  const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x03);
-  const __m512i h0 = _mm512_slli_epi16(_mm512_and_si512(hh, m2), 4);
-  const __m512i h1 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hh, 4), m2), 4);
-  z0 = _mm512_or_si512(_mm512_and_si512(ql, m4), h0);
-  z1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), h1);
-}
-
-template <int NT>
-inline void dot_q6k_tokens(const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, int64_t nsb,
-                           float* out) {
-  __m512 acc[NT];
-  for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
-  for (int64_t s = 0; s < nsb; ++s) {
-    const uint8_t* b = row + s * 210;
-    for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(next + s * 210 + 64 * l), _MM_HINT_T0);
-    const __m512 d = _mm512_set1_ps(_cvtsh_ss(load_u16(b + 208)));
-    const __m512 sf = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(loadu128(b + 192))), d);
-    for (int h = 0; h < 2; ++h) {
-      __m512i z[2];
-      q6_quants(b, h, z[0], z[1]);
-      for (int g = 0; g < 2; ++g) {
-        const int j = 2 * h + g;  // quarter: elements 64j .. 64j+63
-        const __m512 sc = _mm512_permutexvar_ps(q6_sub_lanes(j), sf);
-        for (int i = 0; i < NT; ++i) {
-          const uint8_t* a = acts[i] + (4 * s + j) * kSlot;
-          const __m512i si = _mm512_dpbusd_epi32(_mm512_load_si512(a + 64), z[g], _mm512_load_si512(a));
-          acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(si), _mm512_load_ps(a + 128)), sc, acc[i]);
-        }
-      }
-    }
-  }
-  for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(acc[i]);
-}
-
 // ---- f32 / f16 / bf16 rows against f32 activations ---------------------------------------
 template <DType T>
 inline __m512 load_w(const uint8_t* row, int64_t j) {
@@ -656,9 +616,7 @@ void rows_many_tokens(const DotTask& t, Tokens fn) {
     }
     const int64_t r = row_of(t, k);
     int sel[kMaxMaskTokens];
-    int n = 0;
-    for (int64_t i = 0; i < t.m; ++i)
-      if (t.masks == nullptr || ((t.masks[k] >> i) & 1u) != 0) sel[n++] = static_cast<int>(i);
+    const int n = select_tokens(t, k, sel);
     for (int g = 0; g < n; g += 4) {
       const int nt = n - g < 4 ? n - g : 4;
       float out[4];
@@ -798,31 +756,6 @@ void dot_q4_0(const DotTask& t) {
       });
 }
 
-void dot_q6k(const DotTask& t) {
-  const int64_t nsb = t.cols / 256;
-  if (t.m == 1 && t.masks == nullptr) {
-    // One row at a time, each prefetching the row four places ahead in the list.
-    const uint8_t* act0 = t.act;
-    rows_one_token(
-        t,
-        [&](const uint8_t* const* r, const uint8_t* const* n, float* o) {
-          for (int i = 0; i < 4; ++i) dot_q6k_tokens<1>(r[i], n[i], &act0, nsb, o + i);
-        },
-        [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_q6k_tokens<1>(r[0], n[0], &act0, nsb, o); });
-    return;
-  }
-  rows_many_tokens(t, [&](const uint8_t* row, const int* sel, int nt, float* out) {
-    const uint8_t* acts[4];
-    for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
-    switch (nt) {
-      case 4: dot_q6k_tokens<4>(row, row, acts, nsb, out); break;
-      case 3: dot_q6k_tokens<3>(row, row, acts, nsb, out); break;
-      case 2: dot_q6k_tokens<2>(row, row, acts, nsb, out); break;
-      default: dot_q6k_tokens<1>(row, row, acts, nsb, out); break;
-    }
-  });
-}
-
 template <DType T>
 void dot_floats(const DotTask& t) {
   if (t.m == 1 && t.masks == nullptr) {
@@ -856,7 +789,11 @@ void avx512_dot(const DotTask& t) {
     case DType::Q5_0: return dot_quant<DecQ5_0>(t);
     case DType::Q5_1: return dot_quant<DecQ5_1>(t);
     case DType::Q8_0: return dot_quant<DecQ8_0>(t);
-    case DType::Q6_K: return dot_q6k(t);
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: return avx512_kq_dot(t);
     case DType::F32: return dot_floats<DType::F32>(t);
     case DType::F16: return dot_floats<DType::F16>(t);
     case DType::BF16: return dot_floats<DType::BF16>(t);

@@ -4,13 +4,15 @@
 //
 // Conventions (as in ref.h): shapes are outermost first; a weight W: t [rows, cols] has row r
 // at W + r * row_bytes(t, cols); cols must be a multiple of the type's block size.
-// Supported weight types: F32, F16, BF16, Q8_0, Q4_0 (fast paths), Q4_1, Q5_0, Q5_1, Q6_K.
+// Supported weight types: F32, F16, BF16, Q8_0, Q4_0 (fast paths), Q4_1, Q5_0, Q5_1, Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K.
 // Calling a kernel with another type or a misaligned cols is a programming error: it aborts
 // with a message (ask supports() first).
 //
 // Numerics: quantized weight types multiply against activations quantized on the fly to
-// 8-bit blocks of 32 (once per call), so results differ from ref by at most the activation
-// quantization error (|x_block|_max / 254 per element) plus float rounding. Results never
+// 8-bit blocks (once per call): blocks of 32, or of 256 for the K-quants (Q2_K..Q5_K, and
+// Q6_K on AVX-512), so results differ from ref by at most the activation quantization error
+// (|x_block|_max / 254 per element) plus float rounding. Results never
 // depend on the number of threads: every output element is computed by one task in a fixed
 // order. Outputs of different ISAs may differ in the last bits.
 //

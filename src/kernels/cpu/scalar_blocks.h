@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/dispatch.h"
 #include "tensor/dtype.h"
+#include "tensor/quant.h"
 
 namespace pi::cpu::detail {
 namespace {
@@ -55,6 +57,15 @@ inline uint32_t load_u32(const uint8_t* p) {
   return v;
 }
 
+// The tokens of task t that row entry k is computed for (all of them when t.masks is null):
+// their indices into sel (room for kMaxMaskTokens), in order; returns their count.
+inline int select_tokens(const DotTask& t, int64_t k, int* sel) {
+  int n = 0;
+  for (int64_t i = 0; i < t.m; ++i)
+    if (t.masks == nullptr || ((t.masks[k] >> i) & 1u) != 0) sel[n++] = static_cast<int>(i);
+  return n;
+}
+
 // Elements per block and bytes per block of the matrix kernels' weight types.
 inline int block_elems(DType t) {
   switch (t) {
@@ -64,6 +75,10 @@ inline int block_elems(DType t) {
     case DType::Q5_1:
     case DType::Q8_0:
       return 32;
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
     case DType::Q6_K:
       return 256;
     default:
@@ -149,6 +164,14 @@ inline void decode_block(DType t, const uint8_t* p, float* y) {
       }
       return;
     }
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+      // The reference decoder (pi_tensor, compiled for the baseline ISA): the portable
+      // leaves are not what the K-quant kernels' speed depends on.
+      (void)dequantize_row(t, p, y, 256);
+      return;
     default:
       return;
   }

@@ -15,7 +15,7 @@ namespace pi::cpu::test {
 namespace {
 
 std::vector<int64_t> col_sizes(DType t) {
-  if (t == DType::Q6_K) return {256, 768, 4352};
+  if (k_type(t)) return {256, 768, 4352};
   if (int_type(t)) return {32, 96, 4128};
   return {1, 5, 17, 96, 130, 4128};
 }
@@ -124,7 +124,7 @@ TEST(CpuAxpy, ZeroCoefficientSkipsNonFiniteRowsAndNonZeroPropagates) {
       if (int_type(t)) {
         // Quantizers drop NaN; poison row 1's first block scale (an f16 NaN) instead.
         uint8_t* row1 = w.storage.data() + w.offset + w.row_bytes();
-        const size_t d_at = t == DType::Q6_K ? 208 : 0;
+        const size_t d_at = scale_at(t);
         row1[d_at] = 0x00;
         row1[d_at + 1] = 0x7e;
       }
@@ -151,7 +151,7 @@ TEST(CpuAxpy, BatchAndUnionMatchPerTokenReference) {
     for (DType t : matrix_types()) {
       for (int64_t m : {1, 4, 70}) {
         SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t) << " m=" << m);
-        const int64_t n_rows = 45, cols = t == DType::Q6_K ? 512 : 160;
+        const int64_t n_rows = 45, cols = k_type(t) ? 512 : 160;
         const Weights w = random_weights(t, n_rows, cols, 51);
         auto A = gaussian(m * n_rows, 52);
         for (size_t i = 0; i < A.size(); i += 3) A[i] = 0.0f;  // ReLU-like zeros

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/kernels.h"
@@ -46,8 +47,33 @@ inline std::vector<Isa> isas() {
 inline const std::vector<DType>& matrix_types() {
   static const std::vector<DType> t = {DType::F32,  DType::F16,  DType::BF16,
                                        DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                                       DType::Q5_0, DType::Q5_1, DType::Q6_K};
+                                       DType::Q5_0, DType::Q5_1, DType::Q6_K,
+                                       DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K};
   return t;
+}
+
+// The K-quants: 256-element super-blocks.
+inline bool k_type(DType t) { return dtype_info(t).block_size == 256; }
+
+// Byte offset of a block's (first) f16 scale d.
+inline size_t scale_at(DType t) {
+  switch (t) {
+    case DType::Q6_K: return 208;
+    case DType::Q3_K: return 108;
+    case DType::Q2_K: return 80;
+    default: return 0;
+  }
+}
+
+// Bytes [begin, end) of a K-quant super-block that hold quants (not scales).
+inline std::pair<size_t, size_t> k_quant_bytes(DType t) {
+  switch (t) {
+    case DType::Q2_K: return {16, 80};
+    case DType::Q3_K: return {0, 96};
+    case DType::Q4_K: return {16, 144};
+    case DType::Q5_K: return {16, 176};
+    default: return {0, 192};  // Q6_K
+  }
 }
 
 inline bool int_type(DType t) { return dtype_info(t).quantized; }
@@ -80,6 +106,25 @@ inline Weights make_weights(DType t, int64_t rows, int64_t cols, const std::vect
   // Kernels may compute a block value d * (q - o) + m as d * q, -o * d and m separately, and
   // the AVX-512 axpy decodes 4/5-bit quants as 1 + q / 2^bits, adding a term 2^bits * d.
   w.mag.resize(w.dequant.size());
+  if (k_type(t)) {
+    // K-quants: kernels compute d s q and the constant term c (the value at quant bytes 0:
+    // -dmin m, or -offset d s) separately; |w - c| + |c| per element.
+    const auto [qb, qe] = k_quant_bytes(t);
+    std::vector<uint8_t> blk(pi::row_bytes(t, 256));
+    float c[256];
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < cols / 256; ++b) {
+        std::memcpy(blk.data(), w.storage.data() + offset + r * rb + b * blk.size(), blk.size());
+        std::memset(blk.data() + qb, 0, qe - qb);
+        EXPECT_TRUE(dequantize_row(t, blk.data(), c, 256).ok());
+        for (int j = 0; j < 256; ++j) {
+          const size_t i = static_cast<size_t>(r * cols + b * 256 + j);
+          w.mag[i] = std::fabs(w.dequant[i] - c[j]) + std::fabs(c[j]);
+        }
+      }
+    }
+    return w;
+  }
   const bool with_min = t == DType::Q4_1 || t == DType::Q5_1;
   const float o = t == DType::Q4_0 ? 8.0f : t == DType::Q5_0 ? 16.0f : 0.0f;
   const float bias = t == DType::Q4_0 || t == DType::Q4_1   ? 16.0f
@@ -141,20 +186,30 @@ class Guarded {
   int64_t n_;
 };
 
+// Elements per activation scale of the integer path for weight type t on `isa`: 32 (the
+// 8-bit blocks of the 32-element formats, and Q6_K on AVX2), 256 (the K-quants otherwise: one
+// scale per super-block), or 0 when the kernel multiplies with x itself (float types, the scalar ISA).
+inline int64_t act_block(DType t, Isa isa) {
+  if (!int_type(t) || isa == Isa::Scalar) return 0;
+  if (t == DType::Q6_K) return isa == Isa::Avx512 ? 256 : 32;
+  return k_type(t) ? 256 : 32;
+}
+
 // The activation a kernel on `isa` multiplies with for weight type t: the integer paths
-// quantize each block of 32 to int8 with scale amax/127 (round to nearest even), exactly as
-// emulated here; the f32 paths use x itself.
+// quantize each block of act_block elements to int8 with scale amax/127 (round to nearest
+// even), exactly as emulated here; the f32 paths use x itself.
 inline std::vector<float> effective_x(DType t, Isa isa, const float* x, int64_t cols) {
   std::vector<float> out(x, x + cols);
-  if (!int_type(t) || isa == Isa::Scalar) return out;
-  for (int64_t b = 0; b < cols / 32; ++b) {
+  const int64_t bs = act_block(t, isa);
+  if (bs == 0) return out;
+  for (int64_t b = 0; b < cols / bs; ++b) {
     float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[32 * b + j]));
+    for (int64_t j = 0; j < bs; ++j) amax = std::fmax(amax, std::fabs(x[bs * b + j]));
     const float d = amax / 127.0f;
     const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    for (int j = 0; j < 32; ++j) {
-      const float q = std::nearbyint(x[32 * b + j] * id);
-      out[static_cast<size_t>(32 * b + j)] = d * q;
+    for (int64_t j = 0; j < bs; ++j) {
+      const float q = std::nearbyint(x[bs * b + j] * id);
+      out[static_cast<size_t>(bs * b + j)] = d * q;
     }
   }
   return out;
@@ -172,14 +227,14 @@ inline double dot_bound(const float* w, const float* x, int64_t n) {
 
 // Worst-case effect of the activation quantization on W[r,:] . x: each element moves by at
 // most half a step dx_b = amax_b / 127 (plus rounding of the scale), so the product moves by
-// at most sum over blocks of (dx_b / 2) * sum_{j in b} |w_j|.
-inline double act_quant_bound(const float* w, const float* x, int64_t n) {
+// at most sum over blocks of (dx_b / 2) * sum_{j in b} |w_j|. bs: act_block (32 or 256).
+inline double act_quant_bound(const float* w, const float* x, int64_t n, int64_t bs = 32) {
   double s = 0.0;
-  for (int64_t b = 0; b < n / 32; ++b) {
+  for (int64_t b = 0; b < n / bs; ++b) {
     double amax = 0.0, sw = 0.0;
-    for (int j = 0; j < 32; ++j) {
-      amax = std::fmax(amax, std::fabs(x[32 * b + j]));
-      sw += std::fabs(w[32 * b + j]);
+    for (int64_t j = 0; j < bs; ++j) {
+      amax = std::fmax(amax, std::fabs(x[bs * b + j]));
+      sw += std::fabs(w[bs * b + j]);
     }
     s += (amax / 127.0) * (0.5 + 1e-3) * sw;
   }

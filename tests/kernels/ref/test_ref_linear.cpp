@@ -103,7 +103,7 @@ TEST(RefMatvec, HalfTypesExactWhenWeightsAreRepresentable) {
 
 TEST(RefMatvec, QuantizedEqualsMatvecOverDequantizedWeights) {
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q6_K,
-                  DType::F16, DType::BF16}) {
+                  DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::F16, DType::BF16}) {
     const int64_t rows = 5, cols = 512;
     const auto q = to_type(t, gaussian(rows * cols, 10), rows, cols);
     const auto Wf = to_f32(t, q, rows, cols);
@@ -241,7 +241,7 @@ TEST(RefNaN, PropagatesThroughProducts) {
 TEST(RefPreconditions, ViolationsYieldNaN) {
   std::vector<uint8_t> W(4096, 0);
   std::vector<float> x(64, 1.0f), y(2, 0.0f);
-  matvec(DType::Q4_K, W.data(), 2, 256, x.data(), y.data());  // no reference for Q4_K
+  matvec(DType::IQ4_XS, W.data(), 2, 256, x.data(), y.data());  // no reference for IQ4_XS
   EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[1]));
   y = {0.0f, 0.0f};
   matvec(DType::Q4_0, W.data(), 2, 33, x.data(), y.data());  // 33 % 32 != 0

@@ -5,7 +5,7 @@
 Run once by hand; CI only reads the .bin files and never needs the package:
     python3 -m venv /tmp/ggufvenv && /tmp/ggufvenv/bin/pip install gguf numpy
     /tmp/ggufvenv/bin/python tests/tensor/vectors/make_vectors.py
-Produced with gguf 0.19.0 and numpy 2.4.
+Produced with gguf 0.19.0 and numpy 2.4 (q2_k..q5_k: `make_vectors.py --k`, gguf 0.19.0).
 
 File format (all little-endian), one file per type, <type>.bin:
     char[4] "PIQV"; u32 version = 1; u32 ggml type id; u32 n (elements);
@@ -103,6 +103,28 @@ def main() -> None:
     raw[:, 208:210] = d.view(np.uint8).reshape(n_blocks, 2)
     write("q6_k", T.Q6_K, None, raw, quants.dequantize(raw.reshape(-1), T.Q6_K))
 
+    # Q2_K..Q5_K: random blocks too (gguf-py quantizes none of them), d and dmin random
+    # finite normal halves (dmin of either sign: the format allows it) at the byte offsets of
+    # each layout.
+    write_k_blocks()
+
+
+def write_k_blocks() -> None:
+    for name, qt, size, halves in [("q2_k", T.Q2_K, 84, (80, 82)), ("q3_k", T.Q3_K, 110, (108,)),
+                                   ("q4_k", T.Q4_K, 144, (0, 2)), ("q5_k", T.Q5_K, 176, (0, 2))]:
+        n_blocks = 8
+        raw = rng.integers(0, 256, (n_blocks, size), dtype=np.uint16).astype(np.uint8)
+        for at in halves:
+            h = (rng.uniform(-1, 1, n_blocks) * 10 ** rng.uniform(-4, 0, n_blocks)).astype(np.float16)
+            raw[:, at:at + 2] = h.view(np.uint8).reshape(n_blocks, 2)
+        write(name, qt, None, raw, quants.dequantize(raw.reshape(-1), qt))
+
 
 if __name__ == "__main__":
-    main()
+    import sys
+    # --k: (re)write only the Q2_K..Q5_K files (added later; the others stay as committed).
+    if "--k" in sys.argv:
+        rng = np.random.default_rng(20261201)
+        write_k_blocks()
+    else:
+        main()

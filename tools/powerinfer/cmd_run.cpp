@@ -208,8 +208,8 @@ int run(const RunOptions& o_in) {
     ConsoleIo io;
     io.read_line = read_line;
     io.print = [](std::string_view s) { print_piece(std::string(s)); };
-    io.interrupted = [] { return g_interrupted != 0; };
-    io.clear_interrupt = [] { g_interrupted = 0; };
+    io.interrupted = [] { return interrupted(); };
+    io.clear_interrupt = [] { clear_interrupt(); };
     Status st = run_conversation(session, *tok, co, io);
     std::fputc('\n', stdout);
     const double total_ms =

@@ -130,17 +130,7 @@ class RefOps final : public Ops {
 RefDevice::RefDevice(uint64_t budget) : HostDevice(budget), ops_(std::make_unique<RefOps>()) {}
 RefDevice::~RefDevice() = default;
 
-bool RefDevice::supports(Op op, DType t) const {
-  switch (op) {
-    case Op::Embed:
-    case Op::Linear:
-    case Op::LinearT:
-    case Op::LinearRows:
-    case Op::LinearTRows:
-      return dtype_info(t).computable;
-    default:
-      return t == DType::F32;
-  }
-}
+// The reference kernels take what the host kernels take (every computable weight type).
+bool RefDevice::supports(Op op, DType t) const { return host_kernels_support(op, t); }
 
 }  // namespace pi::backend

@@ -141,7 +141,7 @@ TEST_F(DeviceOps, LinearFamilyOnEveryTypeAndDevice) {
   for (const DeviceCase& dc : devices()) {
     auto dev = dc.make();
     for (DType t : cpu::test::matrix_types()) {
-      const int64_t cols = t == DType::Q6_K ? 256 : 96, rows = 37;
+      const int64_t cols = dtype_info(t).block_size >= 256 ? 256 : 96, rows = 37;
       const Weights w = cpu::test::random_weights(t, rows, cols, 11);
       const DevWeights dw(*dev, w), rw(ref_, w);
       for (int64_t m : {1, 3}) {
@@ -199,7 +199,7 @@ TEST_F(DeviceOps, TransposedProductsOnEveryTypeAndDevice) {
   for (const DeviceCase& dc : devices()) {
     auto dev = dc.make();
     for (DType t : cpu::test::matrix_types()) {
-      const int64_t cols = t == DType::Q6_K ? 256 : 64, rows = 41, m = 2;
+      const int64_t cols = dtype_info(t).block_size >= 256 ? 256 : 64, rows = 41, m = 2;
       const Weights w = cpu::test::random_weights(t, rows, cols, 3);
       const DevWeights dw(*dev, w), rw(ref_, w);
       std::vector<float> a = cpu::test::gaussian(m * rows, 9);
@@ -299,7 +299,7 @@ TEST_F(DeviceOps, EmbedNormRopeAndElementwise) {
     }
     // Embedding rows of every type: a plain dequantize, exact.
     for (DType t : cpu::test::matrix_types()) {
-      const int64_t cols = t == DType::Q6_K ? 256 : 64;
+      const int64_t cols = dtype_info(t).block_size >= 256 ? 256 : 64;
       const Weights e = cpu::test::random_weights(t, 7, cols, 2);
       const DevWeights de(*dev, e), re(ref_, e);
       const int32_t tok[3] = {6, 0, 3};

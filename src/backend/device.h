@@ -84,7 +84,9 @@ enum class Op {
   StoreKv,
   Attention,
   Elementwise,
-  Copy
+  Copy,
+  Mask,     // threshold_mask, compact_rows
+  FfnRows,  // ffn_rows, with weights of the given type
 };
 
 class Device {
@@ -97,6 +99,12 @@ class Device {
   // True when device addresses are host pointers (the host may read them after a sync).
   virtual bool host_addressable() const = 0;
   virtual MemoryInfo memory() const = 0;
+  // Bytes of the budget an alloc() of `bytes` takes (the device's rounding): what an exact
+  // ledger counts for it.
+  virtual uint64_t alloc_footprint(size_t bytes) const { return bytes; }
+  // Device memory the device's runtime may take beyond alloc() (per-launch stacks, graphs,
+  // library handles): the margin a ledger keeps free inside the budget. 0 for host devices.
+  virtual uint64_t runtime_margin() const { return 0; }
   // Whether the device runs `op` with weights (or data) of type t.
   virtual bool supports(Op op, DType t) const = 0;
 

@@ -52,7 +52,10 @@ bool host_kernels_support(Op op, DType t) {
     case Op::LinearT:
     case Op::LinearRows:
     case Op::LinearTRows:
+    case Op::FfnRows:
       return dtype_info(t).computable;
+    case Op::Mask:
+      return true;
     default:
       return t == DType::F32;
   }

@@ -21,6 +21,19 @@
 
 namespace pi::backend {
 
+// The rows of one set of FFN neurons, row r of each matrix belonging to the same neuron: the
+// weights ffn_rows() reads. gate is absent (data == nullptr) for FfnKind::Plain.
+//   gate, up [n_rows, n_embd]; down_t [n_rows, n_embd] (PowerInfer's transposed down)
+struct FfnRows {
+  Matrix gate;
+  Matrix up;
+  Matrix down_t;
+};
+
+// u32 words of one row of a flag matrix over n entries (threshold_mask, compact_rows): flag j
+// is bit j % 32 of word j / 32; the bits past n in the last word are zero.
+inline int64_t mask_words(int64_t n) { return (n + 31) / 32; }
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -89,6 +102,33 @@ class Ops {
   // apart.
   virtual void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
                          int64_t rows, int64_t n) = 0;
+
+  // ---- The sparse FFN over neuron lists that live in device memory ----
+  // The device half of the hybrid executor picks and computes its neurons without a round trip
+  // to the host: the predictor's logits become flags, the flags of the device's neurons become
+  // row lists, and the lists drive the FFN. Unlike the ops above, every array of these three
+  // ops (flags, ids, row lists) is device memory.
+  //
+  // bits[i] = flags (X[i, j] >= thr) for j < n.   X f32 [m, n], bits u32 [m, mask_words(n)]
+  virtual void threshold_mask(const float* X, int64_t m, int64_t n, float thr,
+                              uint32_t* bits) = 0;
+  // Per token i, in CSR form: the k in [0, n_ids), ascending, whose entry ids[k] is flagged in
+  // row i of bits.   bits u32 [m, mask_words(n)], ids i32 [n_ids] (ascending, < n),
+  // idx i32 [m * n_ids] (token i's list at idx + offsets[i]), offsets i64 [m + 1] (offsets[0] = 0)
+  virtual void compact_rows(const uint32_t* bits, int64_t m, int64_t n, const int32_t* ids,
+                            int64_t n_ids, int32_t* idx, int64_t* offsets) = 0;
+  // PowerInfer's ReLU FFN over the rows listed per token (CSR, device memory, ascending, as
+  // compact_rows makes them): for token i and each listed row r,
+  //   g = gate_r · X[i], u = up_r · X[i] (computed only where g > 0 when there is a gate),
+  //   a = g * u (Gated), g * max(u, 0) (GatedBoth), u where u > 0 (Plain), else 0,
+  // and Y[i, :] = the sum, in list order, of a * down_t[r, :] over the listed rows with a != 0
+  // (Y overwritten; zero for an empty list). `work` is device scratch of
+  // ffn_rows_work_bytes(m, n_rows, n_embd) bytes.
+  //   X f32 [m, n_embd], Y f32 [m, n_embd]
+  virtual void ffn_rows(FfnKind kind, const FfnRows& w, const float* X, int64_t m,
+                        const int32_t* idx, const int64_t* offsets, void* work, float* Y) = 0;
+  // Device scratch ffn_rows needs for m tokens over matrices of n_rows rows.
+  virtual uint64_t ffn_rows_work_bytes(int64_t m, int64_t n_rows, int64_t n_embd) const = 0;
 };
 
 }  // namespace pi::backend

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 
+#include "backend/ffn_rows_host.h"
 #include "backend/host_device.h"
 #include "kernels/ref/ref.h"
 #include "tensor/quant.h"
@@ -122,6 +123,27 @@ class RefOps final : public Ops {
                  int64_t n) override {
     for (int64_t r = 0; r < rows; ++r)
       std::copy(src + r * src_stride, src + r * src_stride + n, dst + r * dst_stride);
+  }
+  void threshold_mask(const float* X, int64_t m, int64_t n, float thr, uint32_t* bits) override {
+    host::threshold_mask(X, m, n, thr, bits);
+  }
+  void compact_rows(const uint32_t* bits, int64_t m, int64_t n, const int32_t* ids, int64_t n_ids,
+                    int32_t* idx, int64_t* offsets) override {
+    host::compact_rows(bits, m, n, ids, n_ids, idx, offsets);
+  }
+  void ffn_rows(FfnKind kind, const FfnRows& w, const float* X, int64_t m, const int32_t* idx,
+                const int64_t* offsets, void* work, float* Y) override {
+    host::ffn_rows(
+        kind, w, X, m, idx, offsets, work, Y,
+        [](const Matrix& W, const int32_t* rows, int64_t n, const float* x, float* y) {
+          ref::matvec_rows(W.type, W.data, W.cols, rows, n, x, y);
+        },
+        [](const Matrix& D, const int32_t* rows, int64_t n, const float* a, float* y) {
+          ref::axpy_rows(D.type, D.data, D.cols, rows, n, a, y);
+        });
+  }
+  uint64_t ffn_rows_work_bytes(int64_t, int64_t n_rows, int64_t) const override {
+    return host::ffn_rows_work_bytes(n_rows);
   }
 };
 

@@ -373,6 +373,157 @@ TEST_F(DeviceOps, KvStoreAndAttentionOverCellLists) {
   }
 }
 
+// Host bytes in device memory, and back.
+template <typename T>
+Buffer upload_vec(Device& d, const std::vector<T>& v) {
+  Buffer b = d.alloc(std::max<size_t>(v.size(), 1) * sizeof(T), "test array").value();
+  if (!v.empty()) d.upload(b.data(), v.data(), v.size() * sizeof(T));
+  return b;
+}
+template <typename T>
+std::vector<T> download_vec(Device& d, const Buffer& b, size_t n) {
+  std::vector<T> v(n);
+  d.sync_all();
+  if (n > 0) d.download(v.data(), b.data(), n * sizeof(T));
+  return v;
+}
+
+TEST_F(DeviceOps, ThresholdMaskAndCompactRowsOnEveryDevice) {
+  for (const DeviceCase& dc : devices()) {
+    auto dev = dc.make();
+    for (int64_t n : {1, 31, 32, 33, 70}) {
+      const int64_t m = 3, words = mask_words(n);
+      std::vector<float> x = cpu::test::gaussian(m * n, 60 + static_cast<uint32_t>(n));
+      x[0] = 0.25f;  // exactly at the threshold: flagged (>=)
+      const float thr = 0.25f;
+      std::vector<uint32_t> want(static_cast<size_t>(m * words), 0);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          if (x[static_cast<size_t>(i * n + j)] >= thr)
+            want[static_cast<size_t>(i * words + j / 32)] |= 1u << (j % 32);
+      const DevBuf dx(*dev, x);
+      Buffer bits = dev->alloc(want.size() * 4, "bits").value();
+      dev->ops().threshold_mask(dx.p(), m, n, thr, bits.as<uint32_t>());
+      EXPECT_EQ(download_vec<uint32_t>(*dev, bits, want.size()), want) << dc.label << " n=" << n;
+      // The flagged entries among every third id (and the last), as local positions.
+      std::vector<int32_t> ids;
+      for (int32_t j = 0; j < n; j += 3) ids.push_back(j);
+      if (ids.back() != n - 1) ids.push_back(static_cast<int32_t>(n - 1));
+      std::vector<int32_t> wi;
+      std::vector<int64_t> wo = {0};
+      for (int64_t i = 0; i < m; ++i) {
+        for (size_t k = 0; k < ids.size(); ++k)
+          if (x[static_cast<size_t>(i * n + ids[k])] >= thr) wi.push_back(static_cast<int32_t>(k));
+        wo.push_back(static_cast<int64_t>(wi.size()));
+      }
+      Buffer did = upload_vec(*dev, ids);
+      Buffer idx = dev->alloc(m * ids.size() * 4, "idx").value();
+      Buffer off = dev->alloc((m + 1) * 8, "offsets").value();
+      dev->ops().compact_rows(bits.as<uint32_t>(), m, n, did.as<int32_t>(),
+                              static_cast<int64_t>(ids.size()), idx.as<int32_t>(),
+                              off.as<int64_t>());
+      const auto got_off = download_vec<int64_t>(*dev, off, static_cast<size_t>(m + 1));
+      EXPECT_EQ(got_off, wo) << dc.label << " n=" << n;
+      EXPECT_EQ(download_vec<int32_t>(*dev, idx, wi.size()), wi) << dc.label << " n=" << n;
+    }
+  }
+}
+
+// ffn_rows on every device and weight type against the reference device, for the three FFN
+// kinds, with lists that skip rows, list nothing for one token, and meet gates <= 0.
+TEST_F(DeviceOps, FfnRowsOnEveryTypeAndDevice) {
+  for (const DeviceCase& dc : devices()) {
+    auto dev = dc.make();
+    for (DType t : cpu::test::matrix_types()) {
+      const int64_t cols = dtype_info(t).block_size >= 256 ? 256 : 64, rows = 45, m = 3;
+      const Weights g = cpu::test::random_weights(t, rows, cols, 21);
+      const Weights u = cpu::test::random_weights(t, rows, cols, 22);
+      const Weights d = cpu::test::random_weights(t, rows, cols, 23);
+      const DevWeights dg(*dev, g), du(*dev, u), dd(*dev, d), rg(ref_, g), ru(ref_, u),
+          rd(ref_, d);
+      const std::vector<float> x = cpu::test::gaussian(m * cols, 24);
+      std::vector<int32_t> idx;
+      std::vector<int64_t> off = {0};
+      for (int64_t i = 0; i < m; ++i) {
+        if (i != 1)  // token 1 lists nothing
+          for (int32_t r = static_cast<int32_t>(i); r < rows; r += 2) idx.push_back(r);
+        off.push_back(static_cast<int64_t>(idx.size()));
+      }
+      // Tolerance per output column: every listed neuron's a bounded with the dot products'
+      // error bounds (a gate near zero may be kept on one device and dropped on the other).
+      const auto tolerance = [&](FfnKind kind) {
+        std::vector<double> tol(static_cast<size_t>(m * cols), 0.0);
+        for (int64_t i = 0; i < m; ++i) {
+          const float* xi = x.data() + i * cols;
+          for (int64_t k = off[static_cast<size_t>(i)]; k < off[static_cast<size_t>(i) + 1]; ++k) {
+            const int64_t r = idx[static_cast<size_t>(k)];
+            double gv = 0, uv = 0;
+            for (int64_t c = 0; c < cols; ++c) {
+              gv += static_cast<double>(g.dequant[static_cast<size_t>(r * cols + c)]) * xi[c];
+              uv += static_cast<double>(u.dequant[static_cast<size_t>(r * cols + c)]) * xi[c];
+            }
+            const double tg = linear_tol(g, dc.isa, r, xi), tu = linear_tol(u, dc.isa, r, xi);
+            double a = std::fabs(uv) + tu, da = tu;
+            if (kind != FfnKind::Plain) {
+              a *= std::fabs(gv) + tg;
+              da = tg * (std::fabs(uv) + tu) + tu * (std::fabs(gv) + tg) + 4 * kU * a;
+            }
+            for (int64_t c = 0; c < cols; ++c) {
+              const double dm = d.mag[static_cast<size_t>(r * cols + c)];
+              tol[static_cast<size_t>(i * cols + c)] += da * dm + (rows / 4.0 + 24) * kU * a * dm;
+            }
+          }
+        }
+        return tol;
+      };
+      for (FfnKind kind : {FfnKind::Gated, FfnKind::GatedBoth, FfnKind::Plain}) {
+        const std::string what = dc.label + " " + std::string(dtype_info(t).name) + " kind " +
+                                 std::to_string(static_cast<int>(kind));
+        const auto run = [&](Device& dv, const DevWeights& G, const DevWeights& U,
+                             const DevWeights& D) {
+          const FfnRows w{kind == FfnKind::Plain ? Matrix{} : G.m(), U.m(), D.m()};
+          Buffer bi = upload_vec(dv, idx), bo = upload_vec(dv, off);
+          Buffer work = dv.alloc(dv.ops().ffn_rows_work_bytes(m, rows, cols), "work").value();
+          const DevBuf dx(dv, x);
+          return run_on(dv, std::vector<float>(static_cast<size_t>(m * cols), 7.0f),
+                        [&](Device& dev2, float* y) {
+                          dev2.ops().ffn_rows(kind, w, dx.p(), m, bi.as<int32_t>(),
+                                              bo.as<int64_t>(), work.data(), y);
+                        });
+        };
+        // The definition, in double over the dequantized weights (independent of the host
+        // algorithm the cpu, ref and sim devices share).
+        std::vector<float> want(static_cast<size_t>(m * cols), 0.0f);
+        for (int64_t i = 0; i < m; ++i) {
+          std::vector<double> y(static_cast<size_t>(cols), 0.0);
+          for (int64_t k = off[static_cast<size_t>(i)]; k < off[static_cast<size_t>(i) + 1]; ++k) {
+            const auto r = static_cast<size_t>(idx[static_cast<size_t>(k)]);
+            double gv = 0, uv = 0;
+            for (int64_t c = 0; c < cols; ++c) {
+              const auto at = r * static_cast<size_t>(cols) + static_cast<size_t>(c);
+              gv += static_cast<double>(g.dequant[at]) * x[static_cast<size_t>(i * cols + c)];
+              uv += static_cast<double>(u.dequant[at]) * x[static_cast<size_t>(i * cols + c)];
+            }
+            const double a = kind == FfnKind::Plain       ? std::max(uv, 0.0)
+                             : kind == FfnKind::GatedBoth ? std::max(gv, 0.0) * std::max(uv, 0.0)
+                                                          : std::max(gv, 0.0) * uv;
+            for (int64_t c = 0; c < cols; ++c)
+              y[static_cast<size_t>(c)] += a * d.dequant[r * static_cast<size_t>(cols) + static_cast<size_t>(c)];
+          }
+          for (int64_t c = 0; c < cols; ++c)
+            want[static_cast<size_t>(i * cols + c)] = static_cast<float>(y[static_cast<size_t>(c)]);
+        }
+        const std::vector<double> tol = tolerance(kind);
+        expect_close(run(ref_, rg, ru, rd), want, tol, what + " ffn_rows (ref)");
+        const auto got = run(*dev, dg, du, dd);
+        expect_close(got, want, tol, what + " ffn_rows");
+        for (int64_t c = 0; c < cols; ++c)  // the empty list gives zeros
+          EXPECT_EQ(got[static_cast<size_t>(cols + c)], 0.0f) << what;
+      }
+    }
+  }
+}
+
 TEST_F(DeviceOps, SupportsAndMemoryInfo) {
   for (const DeviceCase& dc : devices()) {
     auto dev = dc.make();

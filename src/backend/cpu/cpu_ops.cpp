@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/ffn_rows_host.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/ref/ref.h"
 #include "tensor/quant.h"
@@ -248,6 +249,42 @@ void CpuOps::copy_rows(const float* src, int64_t src_stride, float* dst, int64_t
   for (int64_t r = 0; r < rows; ++r) {
     std::copy(src + r * src_stride, src + r * src_stride + n, dst + r * dst_stride);
   }
+}
+
+void CpuOps::threshold_mask(const float* X, int64_t m, int64_t n, float thr, uint32_t* bits) {
+  host::threshold_mask(X, m, n, thr, bits);
+}
+
+void CpuOps::compact_rows(const uint32_t* bits, int64_t m, int64_t n, const int32_t* ids,
+                          int64_t n_ids, int32_t* idx, int64_t* offsets) {
+  host::compact_rows(bits, m, n, ids, n_ids, idx, offsets);
+}
+
+void CpuOps::ffn_rows(FfnKind kind, const FfnRows& w, const float* X, int64_t m,
+                      const int32_t* idx, const int64_t* offsets, void* work, float* Y) {
+  // The one-token kernels the sparse FFN runs a token with (linear_rows / linear_t_rows with
+  // m = 1), the reference for the types the SIMD kernels lack.
+  const auto dot = [&](const Matrix& W, const int32_t* rows, int64_t n, const float* x, float* y) {
+    if (n == 0) return;
+    if (cpu::supports(W.type)) {
+      k_.matvec_rows(pool_, W.type, W.data, W.cols, rows, n, x, y);
+    } else {
+      ref::matvec_rows(W.type, W.data, W.cols, rows, n, x, y);
+    }
+  };
+  const auto axpy = [&](const Matrix& D, const int32_t* rows, int64_t n, const float* a, float* y) {
+    if (n == 0) return;
+    if (cpu::supports(D.type)) {
+      k_.axpy_rows(pool_, D.type, D.data, D.rows, D.cols, rows, n, a, y);
+    } else {
+      ref::axpy_rows(D.type, D.data, D.cols, rows, n, a, y);
+    }
+  };
+  host::ffn_rows(kind, w, X, m, idx, offsets, work, Y, dot, axpy);
+}
+
+uint64_t CpuOps::ffn_rows_work_bytes(int64_t, int64_t n_rows, int64_t) const {
+  return host::ffn_rows_work_bytes(n_rows);
 }
 
 }  // namespace pi::backend

@@ -43,6 +43,12 @@ class CpuOps final : public Ops {
   void add(float* Y, const float* X, int64_t n) override;
   void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
                  int64_t n) override;
+  void threshold_mask(const float* X, int64_t m, int64_t n, float thr, uint32_t* bits) override;
+  void compact_rows(const uint32_t* bits, int64_t m, int64_t n, const int32_t* ids, int64_t n_ids,
+                    int32_t* idx, int64_t* offsets) override;
+  void ffn_rows(FfnKind kind, const FfnRows& w, const float* X, int64_t m, const int32_t* idx,
+                const int64_t* offsets, void* work, float* Y) override;
+  uint64_t ffn_rows_work_bytes(int64_t m, int64_t n_rows, int64_t n_embd) const override;
 
  private:
   void activate_all(Activation act, float* x, int64_t n);

@@ -192,11 +192,17 @@ MemoryInfo SimDevice::memory() const {
   return MemoryInfo{impl_->capacity, impl_->capacity, impl_->used, impl_->peak};
 }
 
+uint64_t SimDevice::alloc_footprint(size_t bytes) const {
+  return (std::max<uint64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+}
+
+uint64_t SimDevice::runtime_margin() const { return impl_->opt.runtime_margin; }
+
 bool SimDevice::supports(Op op, DType t) const { return host_kernels_support(op, t); }
 
 Result<Buffer> SimDevice::alloc(size_t bytes, const char* what) {
   Impl& im = *impl_;
-  const uint64_t size = (std::max<uint64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  const uint64_t size = alloc_footprint(bytes);
   uint64_t off = 0;
   {
     std::lock_guard<std::mutex> lock(im.mem_mu);

@@ -1,7 +1,8 @@
 // The simulated GPU: a device that behaves like a discrete GPU and runs here, so that
 // everything the GPU path does (placement, budgets, copies, queue ordering) is tested in CI.
 //
-// - Memory: its own arena behind opaque handles. A device address is a handle into an address
+// - Memory: its own arena behind opaque handles (allocations rounded up to 256 bytes, which
+//   alloc_footprint() says). A device address is a handle into an address
 //   range mapped PROT_NONE, so host code that dereferences one faults at once; only the
 //   device's own work (and map()) translates handles to the arena. Capacity is hard: an
 //   allocation past it fails like a GPU out-of-memory, naming the bytes and what is free.
@@ -32,6 +33,7 @@ struct SimOptions {
   double copy_latency_us = 0;             // added to every copy
   double copy_gbps = 0;                   // copy bandwidth in GB/s; 0: as fast as memcpy
   bool abort_on_hazard = false;           // print the first hazard and abort (debugging)
+  uint64_t runtime_margin = 0;            // Device::runtime_margin(): none by default (exact)
 };
 
 struct SimCounters {
@@ -50,6 +52,8 @@ class SimDevice final : public Device {
   std::string describe() const override;
   bool host_addressable() const override { return false; }
   MemoryInfo memory() const override;
+  uint64_t alloc_footprint(size_t bytes) const override;
+  uint64_t runtime_margin() const override;
   bool supports(Op op, DType t) const override;
   Result<Buffer> alloc(size_t bytes, const char* what) override;
   Result<Buffer> alloc_host(size_t bytes, const char* what) override;

@@ -125,6 +125,38 @@ class SimOps final : public Ops {
           im_.cpu.copy_rows(s, src_stride, d, dst_stride, rows, n);
         });
   }
+  void threshold_mask(const float* X, int64_t m, int64_t n, float thr, uint32_t* bits) override {
+    run("threshold_mask", {{X, false}, {bits, true}},
+        [this, X = im_.real(X), m, n, thr, bits = im_.real(bits)] {
+          im_.cpu.threshold_mask(X, m, n, thr, bits);
+        });
+  }
+  void compact_rows(const uint32_t* bits, int64_t m, int64_t n, const int32_t* ids, int64_t n_ids,
+                    int32_t* idx, int64_t* offsets) override {
+    run("compact_rows", {{bits, false}, {ids, false}, {idx, true}, {offsets, true}},
+        [this, bits = im_.real(bits), m, n, ids = im_.real(ids), n_ids, idx = im_.real(idx),
+         offsets = im_.real(offsets)] {
+          im_.cpu.compact_rows(bits, m, n, ids, n_ids, idx, offsets);
+        });
+  }
+  void ffn_rows(FfnKind kind, const FfnRows& w, const float* X, int64_t m, const int32_t* idx,
+                const int64_t* offsets, void* work, float* Y) override {
+    run("ffn_rows",
+        {{w.gate.data, false},
+         {w.up.data, false},
+         {w.down_t.data, false},
+         {X, false},
+         {idx, false},
+         {offsets, false},
+         {work, true},
+         {Y, true}},
+        [this, kind, w = FfnRows{dev(w.gate), dev(w.up), dev(w.down_t)}, X = im_.real(X), m,
+         idx = im_.real(idx), offsets = im_.real(offsets), work = im_.real(work),
+         Y = im_.real(Y)] { im_.cpu.ffn_rows(kind, w, X, m, idx, offsets, work, Y); });
+  }
+  uint64_t ffn_rows_work_bytes(int64_t m, int64_t n_rows, int64_t n_embd) const override {
+    return im_.cpu.ffn_rows_work_bytes(m, n_rows, n_embd);
+  }
 
  private:
   template <typename F>

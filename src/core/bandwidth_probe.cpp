@@ -181,7 +181,9 @@ std::vector<uint32_t> probe_chunks(size_t n_chunks, double fraction, uint64_t se
     return z ^ (z >> 31);
   };
   const double f = std::clamp(fraction, 0.0, 1.0);
-  const auto threshold = static_cast<uint64_t>(f * 18446744073709551615.0);
+  // f * 2^64 for f < 1 (below 2^64, so the conversion is defined); every draw for f == 1.
+  const uint64_t threshold =
+      f >= 1.0 ? UINT64_MAX : static_cast<uint64_t>(f * 18446744073709551616.0);
   std::vector<uint32_t> out;
   out.reserve(static_cast<size_t>(f * static_cast<double>(n_chunks)) + 16);
   for (size_t c = 0; c < n_chunks && c <= UINT32_MAX; ++c)

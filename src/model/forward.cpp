@@ -15,31 +15,33 @@ struct BufferSpec {
   backend::Buffer StepBuffers::*member;
   const char* what;
   int64_t floats;
+  unsigned roles;  // the lane roles that need it
 };
 
 std::vector<BufferSpec> buffer_specs(const HParams& hp, int64_t n_batch, int64_t n_logits) {
   const int64_t qkv = hp.arch == Arch::Falcon ? n_batch * (hp.n_embd_q() + 2 * hp.n_embd_kv()) : 0;
-  return {{&StepBuffers::x, "step buffer x", n_batch * hp.n_embd},
-          {&StepBuffers::h, "step buffer h", n_batch * hp.n_embd},
-          {&StepBuffers::ffn_in, "step buffer ffn_in", n_batch * hp.n_embd},
-          {&StepBuffers::qkv, "step buffer qkv", qkv},
-          {&StepBuffers::q, "step buffer q", n_batch * hp.n_embd_q()},
-          {&StepBuffers::k, "step buffer k", n_batch * hp.n_embd_kv()},
-          {&StepBuffers::v, "step buffer v", n_batch * hp.n_embd_kv()},
-          {&StepBuffers::attn, "step buffer attn", n_batch * hp.n_embd_q()},
-          {&StepBuffers::proj, "step buffer proj", n_batch * hp.n_embd},
-          {&StepBuffers::ffn_out, "step buffer ffn_out", n_batch * hp.n_embd},
-          {&StepBuffers::out_in, "step buffer out_in", n_logits * hp.n_embd},
-          {&StepBuffers::logits, "step buffer logits", n_logits * hp.n_vocab}};
+  constexpr unsigned R = StepBuffers::kResidual, L = StepBuffers::kLayers, H = StepBuffers::kHead;
+  return {{&StepBuffers::x, "step buffer x", n_batch * hp.n_embd, R | L | H},
+          {&StepBuffers::h, "step buffer h", n_batch * hp.n_embd, L},
+          {&StepBuffers::ffn_in, "step buffer ffn_in", n_batch * hp.n_embd, L},
+          {&StepBuffers::qkv, "step buffer qkv", qkv, L},
+          {&StepBuffers::q, "step buffer q", n_batch * hp.n_embd_q(), L},
+          {&StepBuffers::k, "step buffer k", n_batch * hp.n_embd_kv(), L},
+          {&StepBuffers::v, "step buffer v", n_batch * hp.n_embd_kv(), L},
+          {&StepBuffers::attn, "step buffer attn", n_batch * hp.n_embd_q(), L},
+          {&StepBuffers::proj, "step buffer proj", n_batch * hp.n_embd, L},
+          {&StepBuffers::ffn_out, "step buffer ffn_out", n_batch * hp.n_embd, L},
+          {&StepBuffers::out_in, "step buffer out_in", n_logits * hp.n_embd, H},
+          {&StepBuffers::logits, "step buffer logits", n_logits * hp.n_vocab, H}};
 }
 
 }  // namespace
 
 Result<StepBuffers> StepBuffers::allocate(backend::Device& dev, const HParams& hp, int64_t n_batch,
-                                          int64_t n_logits) {
+                                          int64_t n_logits, unsigned roles) {
   StepBuffers b;
   for (const BufferSpec& s : buffer_specs(hp, n_batch, n_logits)) {
-    if (s.floats == 0) continue;
+    if (s.floats == 0 || (s.roles & roles) == 0) continue;
     auto buf = dev.alloc(static_cast<size_t>(s.floats) * sizeof(float), s.what);
     if (!buf.ok()) return buf.error();
     b.*s.member = std::move(*buf);
@@ -47,10 +49,18 @@ Result<StepBuffers> StepBuffers::allocate(backend::Device& dev, const HParams& h
   return b;
 }
 
-uint64_t StepBuffers::bytes(const HParams& hp, int64_t n_batch, int64_t n_logits) {
-  uint64_t n = 0;
+std::vector<uint64_t> StepBuffers::allocations(const HParams& hp, int64_t n_batch,
+                                               int64_t n_logits, unsigned roles) {
+  std::vector<uint64_t> out;
   for (const BufferSpec& s : buffer_specs(hp, n_batch, n_logits))
-    n += static_cast<uint64_t>(s.floats) * sizeof(float);
+    if (s.floats != 0 && (s.roles & roles) != 0)
+      out.push_back(static_cast<uint64_t>(s.floats) * sizeof(float));
+  return out;
+}
+
+uint64_t StepBuffers::bytes(const HParams& hp, int64_t n_batch, int64_t n_logits, unsigned roles) {
+  uint64_t n = 0;
+  for (uint64_t b : allocations(hp, n_batch, n_logits, roles)) n += b;
   return n;
 }
 
@@ -58,33 +68,60 @@ Result<std::unique_ptr<Forward>> Forward::create(const Model& model, const Model
                                                  backend::Device& dev, ForwardOptions opts,
                                                  std::unique_ptr<FfnStep> ffn) {
   opts.n_batch = std::max<int64_t>(opts.n_batch, 1);
-  auto buf = StepBuffers::allocate(dev, model.hparams(), opts.n_batch, logit_rows(opts));
-  if (!buf.ok()) return buf.error();
   if (ffn == nullptr) {
     auto dense = DenseFfn::create(model, weights, dev, opts.n_batch);
     if (!dense.ok()) return dense.error();
     ffn = std::move(*dense);
   }
-  std::unique_ptr<Forward> f(new Forward(model, weights, dev, opts, std::move(*buf)));
+  return create(model, {LaneSpec{&dev, &weights}}, LanePlan::single(model.hparams().n_layer), opts,
+                std::move(ffn));
+}
+
+Result<std::unique_ptr<Forward>> Forward::create(const Model& model, std::vector<LaneSpec> specs,
+                                                 LanePlan plan, ForwardOptions opts,
+                                                 std::unique_ptr<FfnStep> ffn) {
+  const HParams& hp = model.hparams();
+  opts.n_batch = std::max<int64_t>(opts.n_batch, 1);
+  const auto n_lanes = static_cast<int>(specs.size());
+  const auto bad = [&](int l) { return l < 0 || l >= n_lanes; };
+  if (n_lanes < 1 || ffn == nullptr || static_cast<int64_t>(plan.layers.size()) != hp.n_layer ||
+      bad(plan.embed) || bad(plan.head) ||
+      std::any_of(plan.layers.begin(), plan.layers.end(), bad)) {
+    return err("forward pass: a lane plan for %d lanes and %lld layers that does not fit them",
+               n_lanes, static_cast<long long>(hp.n_layer));
+  }
+  if (n_lanes > 1 && !specs[0].dev->host_addressable())
+    return err("forward pass: the first of several lanes must be the host");
+  std::vector<Lane> lanes;
+  for (int l = 0; l < n_lanes; ++l) {
+    unsigned roles = StepBuffers::kResidual;
+    if (std::find(plan.layers.begin(), plan.layers.end(), l) != plan.layers.end())
+      roles |= StepBuffers::kLayers;
+    if (plan.head == l) roles |= StepBuffers::kHead;
+    auto buf = StepBuffers::allocate(*specs[static_cast<size_t>(l)].dev, hp, opts.n_batch,
+                                     logit_rows(opts), roles);
+    if (!buf.ok()) return buf.error();
+    const LaneSpec& s = specs[static_cast<size_t>(l)];
+    lanes.push_back(Lane{s.dev, &s.dev->ops(), s.weights, std::move(*buf)});
+  }
+  std::unique_ptr<Forward> f(new Forward(model, std::move(lanes), std::move(plan), opts));
   f->set_ffn(std::move(ffn));
   return f;
 }
 
-Forward::Forward(const Model& model, const ModelWeights& weights, backend::Device& dev,
-                 ForwardOptions opts, StepBuffers buf)
+Forward::Forward(const Model& model, std::vector<Lane> lanes, LanePlan plan, ForwardOptions opts)
     : model_(model),
-      w_(weights),
-      dev_(dev),
-      ops_(dev.ops()),
+      lanes_(std::move(lanes)),
+      plan_(std::move(plan)),
       opts_(opts),
-      buf_(std::move(buf)),
       pos_(static_cast<size_t>(opts.n_batch)),
       len_(static_cast<size_t>(opts.n_batch)) {}
 
 std::span<const float> Forward::logits() const {
   const size_t n = n_logit_rows_ * static_cast<size_t>(n_vocab());
   if (n == 0) return {};
-  return {static_cast<const float*>(dev_.map(buf_.logits.data(), n * sizeof(float))), n};
+  const Lane& L = lanes_[static_cast<size_t>(plan_.head)];
+  return {static_cast<const float*>(L.dev->map(L.buf.logits.data(), n * sizeof(float))), n};
 }
 
 Status Forward::check_tokens(std::span<const int32_t> tokens) const {
@@ -156,88 +193,126 @@ Status Forward::eval_batch(std::span<const int32_t> tokens, const KvBatch& b, co
   return Status::Ok();
 }
 
+void Forward::sync_lanes() {
+  for (Lane& L : lanes_) L.dev->sync_all();
+}
+
+void Forward::move_residual(int from, int to, int64_t m) {
+  if (from == to) return;
+  Lane& a = lanes_[static_cast<size_t>(from)];
+  Lane& b = lanes_[static_cast<size_t>(to)];
+  const size_t bytes = static_cast<size_t>(m * model_.hparams().n_embd) * sizeof(float);
+  if (b.dev->host_addressable()) {
+    // Device -> host: in order after the device's work on x; the host waits for it.
+    a.dev->copy_out(backend::kCompute, b.buf.x.data(), a.buf.x.data(), bytes);
+    a.dev->sync(backend::kCompute);
+  } else {
+    // Host -> device, in order before the device's next work. The host's x is not written
+    // again before the pass ends (the residual comes back by copy_out, after this copy).
+    b.dev->copy_in(backend::kCompute, b.buf.x.data(), a.buf.x.data(), bytes);
+  }
+  x_lane_ = to;
+}
+
 void Forward::layers(std::span<const int32_t> tokens, const KvBatch& at, const KvView& kv) {
   const HParams& hp = model_.hparams();
   const auto m = static_cast<int64_t>(tokens.size());
   const int64_t n_embd = hp.n_embd;
   const backend::NormParams np = hp.norm_params();
-  float* x = buf_.x.as<float>();
-  float* h = buf_.h.as<float>();
-  float* ffn_in = buf_.ffn_in.as<float>();
-  float* proj = buf_.proj.as<float>();
-  float* ffn_out = buf_.ffn_out.as<float>();
-  ops_.embed(w_.tok_embd, tokens.data(), m, x);
+  {
+    Lane& E = lanes_[static_cast<size_t>(plan_.embed)];
+    E.ops->embed(E.w->tok_embd, tokens.data(), m, E.buf.x.as<float>());
+    x_lane_ = plan_.embed;
+  }
 
   for (int64_t il = 0; il < hp.n_layer; ++il) {
-    const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
-    ops_.norm(np, x, L.attn.norm, L.attn.norm_b, m, n_embd, h);
-    attention_block(il, m, at, kv.layers[static_cast<size_t>(il)]);
+    move_residual(x_lane_, plan_.layers[static_cast<size_t>(il)], m);
+    Lane& Ln = lanes_[static_cast<size_t>(x_lane_)];
+    backend::Ops& ops = *Ln.ops;
+    const LayerWeights& L = Ln.w->layers[static_cast<size_t>(il)];
+    float* x = Ln.buf.x.as<float>();
+    float* h = Ln.buf.h.as<float>();
+    float* ffn_in = Ln.buf.ffn_in.as<float>();
+    float* proj = Ln.buf.proj.as<float>();
+    float* ffn_out = Ln.buf.ffn_out.as<float>();
+    ops.norm(np, x, L.attn.norm, L.attn.norm_b, m, n_embd, h);
+    attention_block(Ln, il, m, at, kv.layers[static_cast<size_t>(il)]);
 
     if (hp.parallel_residual) {
       // Falcon: attention and FFN both read the layer input; the 7B layout shares its norm.
       const float* in = h;
       if (L.ffn.norm.present()) {
-        ops_.norm(np, x, L.ffn.norm, L.ffn.norm_b, m, n_embd, ffn_in);
+        ops.norm(np, x, L.ffn.norm, L.ffn.norm_b, m, n_embd, ffn_in);
         in = ffn_in;
       }
       ffn_->run(il, FfnInput{in, x, m}, ffn_out);
-      ops_.add(x, proj, m * n_embd);
-      ops_.add(x, ffn_out, m * n_embd);
+      ops.add(x, proj, m * n_embd);
+      ops.add(x, ffn_out, m * n_embd);
     } else {
-      ops_.add(x, proj, m * n_embd);
-      ops_.norm(np, x, L.ffn.norm, L.ffn.norm_b, m, n_embd, ffn_in);
+      ops.add(x, proj, m * n_embd);
+      ops.norm(np, x, L.ffn.norm, L.ffn.norm_b, m, n_embd, ffn_in);
       ffn_->run(il, FfnInput{ffn_in, x, m}, ffn_out);
-      ops_.add(x, ffn_out, m * n_embd);
+      ops.add(x, ffn_out, m * n_embd);
     }
   }
 }
 
-void Forward::attention_block(int64_t il, int64_t m, const KvBatch& at, const KvLayer& kv) {
+void Forward::attention_block(Lane& Ln, int64_t il, int64_t m, const KvBatch& at,
+                              const KvLayer& kv) {
   const HParams& hp = model_.hparams();
-  const AttnWeights& a = w_.layers[static_cast<size_t>(il)].attn;
+  backend::Ops& ops = *Ln.ops;
+  StepBuffers& buf = Ln.buf;
+  const AttnWeights& a = Ln.w->layers[static_cast<size_t>(il)].attn;
   const int64_t n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
-  float* q = buf_.q.as<float>();
-  float* k = buf_.k.as<float>();
-  float* v = buf_.v.as<float>();
-  const float* h = buf_.h.as<float>();
+  float* q = buf.q.as<float>();
+  float* k = buf.k.as<float>();
+  float* v = buf.v.as<float>();
+  const float* h = buf.h.as<float>();
   if (a.qkv.present()) {
-    float* qkv = buf_.qkv.as<float>();
-    ops_.linear(a.qkv, h, m, qkv);
+    float* qkv = buf.qkv.as<float>();
+    ops.linear(a.qkv, h, m, qkv);
     const int64_t stride = n_q + 2 * n_kv;
-    ops_.copy_rows(qkv, stride, q, n_q, m, n_q);
-    ops_.copy_rows(qkv + n_q, stride, k, n_kv, m, n_kv);
-    ops_.copy_rows(qkv + n_q + n_kv, stride, v, n_kv, m, n_kv);
+    ops.copy_rows(qkv, stride, q, n_q, m, n_q);
+    ops.copy_rows(qkv + n_q, stride, k, n_kv, m, n_kv);
+    ops.copy_rows(qkv + n_q + n_kv, stride, v, n_kv, m, n_kv);
   } else {
-    ops_.linear3(a.q, a.k, a.v, h, m, q, k, v);
+    ops.linear3(a.q, a.k, a.v, h, m, q, k, v);
   }
   const backend::RopeParams rp = hp.rope_params();
   const backend::AttnParams ap = hp.attn_params();
-  ops_.rope(rp, q, m, hp.n_head, at.pos);
-  ops_.rope(rp, k, m, hp.n_head_kv, at.pos);
-  ops_.store_kv(ap, k, v, m, kv, at.cell);
-  ops_.attention(ap, q, m, kv, at, buf_.attn.as<float>());
-  ops_.linear(a.out, buf_.attn.as<float>(), m, buf_.proj.as<float>());
+  ops.rope(rp, q, m, hp.n_head, at.pos);
+  ops.rope(rp, k, m, hp.n_head_kv, at.pos);
+  ops.store_kv(ap, k, v, m, kv, at.cell);
+  ops.attention(ap, q, m, kv, at, buf.attn.as<float>());
+  ops.linear(a.out, buf.attn.as<float>(), m, buf.proj.as<float>());
 }
 
 void Forward::output_head(std::span<const int32_t> rows, int64_t m, int64_t n) {
   const HParams& hp = model_.hparams();
-  const ModelWeights& w = w_;
-  const backend::NormParams np = hp.norm_params();
-  const float* x_all = buf_.x.as<float>();
-  float* out_in = buf_.out_in.as<float>();
   n_logit_rows_ = 0;
-  if (rows.empty() && n == 0) return;
+  if (rows.empty() && n == 0) {
+    sync_lanes();
+    return;
+  }
+  move_residual(x_lane_, plan_.head, m);
+  Lane& Hd = lanes_[static_cast<size_t>(plan_.head)];
+  backend::Ops& ops = *Hd.ops;
+  const ModelWeights& w = *Hd.w;
+  const backend::NormParams np = hp.norm_params();
+  const float* x_all = Hd.buf.x.as<float>();
+  float* out_in = Hd.buf.out_in.as<float>();
   if (rows.empty()) {
-    ops_.norm(np, x_all + (m - n) * hp.n_embd, w.out_norm, w.out_norm_b, n, hp.n_embd, out_in);
+    ops.norm(np, x_all + (m - n) * hp.n_embd, w.out_norm, w.out_norm_b, n, hp.n_embd, out_in);
   } else {
     n = static_cast<int64_t>(rows.size());
     for (int64_t j = 0; j < n; ++j) {
-      ops_.norm(np, x_all + rows[static_cast<size_t>(j)] * hp.n_embd, w.out_norm, w.out_norm_b, 1,
-                hp.n_embd, out_in + j * hp.n_embd);
+      ops.norm(np, x_all + rows[static_cast<size_t>(j)] * hp.n_embd, w.out_norm, w.out_norm_b, 1,
+               hp.n_embd, out_in + j * hp.n_embd);
     }
   }
-  ops_.linear(w.output, out_in, n, buf_.logits.as<float>());
+  ops.linear(w.output, out_in, n, Hd.buf.logits.as<float>());
   n_logit_rows_ = static_cast<size_t>(n);
+  sync_lanes();
 }
 
 }  // namespace pi::model

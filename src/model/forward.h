@@ -14,12 +14,15 @@
 // compute each token's numbers with the same kernels, and attention visits a token's cells in
 // its list order, so a token's results do not depend on which path ran it as long as the
 // kernels' many-token and one-token forms agree (docs/ARCHITECTURE.md, batch invariance).
-// The forward pass runs on one device (backend::Device) through its ops: weights are views in
+// The forward pass runs on a device (backend::Device) through its ops: weights are views in
 // that device's memory (the model file's mapping on the CPU), and so are the activations, in
 // StepBuffers allocated from the device once for the largest batch; eval() and eval_batch()
 // allocate nothing. Token ids, positions and cell lists stay on the host. The contiguous case
 // is a cell list too (cell c holds position c, attending cells 0..pos), so there is one
-// attention path. Thread-safety: one Forward per session.
+// attention path. A hybrid pass runs on several devices ("lanes": the CPU and a GPU): a
+// LanePlan says which lane runs the embedding, each layer and the head, and the residual
+// stream is copied where consecutive parts change lanes (the hybrid executor).
+// Thread-safety: one Forward per session.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +46,7 @@ struct ForwardOptions {
 };
 
 // Activations of one step for up to n_batch tokens, row-major [tokens, features], in the
-// device's memory.
+// device's memory. A lane allocates only what its roles need (Forward's lanes).
 struct StepBuffers {
   backend::Buffer x;        // f32 [n_batch, n_embd]  residual stream
   backend::Buffer h;        // f32 [n_batch, n_embd]  attention input (normalized x)
@@ -58,10 +61,39 @@ struct StepBuffers {
   backend::Buffer out_in;   // f32 [n_logits, n_embd]  normalized input of the output head
   backend::Buffer logits;   // f32 [n_logits, n_vocab]
 
+  // What a lane does, and so which buffers it needs: the residual stream x (every lane), the
+  // layers (every buffer but the head's), the output head (out_in, logits).
+  enum Role : unsigned { kResidual = 1, kLayers = 2, kHead = 4, kAll = 7 };
+
   static Result<StepBuffers> allocate(backend::Device& dev, const HParams& hp, int64_t n_batch,
-                                      int64_t n_logits);
-  // Device bytes allocate() asks for.
-  static uint64_t bytes(const HParams& hp, int64_t n_batch, int64_t n_logits);
+                                      int64_t n_logits, unsigned roles = kAll);
+  // The sizes allocate() asks for, one entry per allocation (a ledger counts their device
+  // footprints).
+  static std::vector<uint64_t> allocations(const HParams& hp, int64_t n_batch, int64_t n_logits,
+                                           unsigned roles = kAll);
+  // Bytes allocate() asks for in all.
+  static uint64_t bytes(const HParams& hp, int64_t n_batch, int64_t n_logits,
+                        unsigned roles = kAll);
+};
+
+// One device's part of a forward pass: the device, the weights as it sees them (views in its
+// memory; only the parts the LanePlan gives it are read) and its step buffers.
+struct LaneSpec {
+  backend::Device* dev = nullptr;
+  const ModelWeights* weights = nullptr;
+};
+
+// Which lane (an index into the lane list) runs each part of the forward pass. The residual
+// stream follows the work: it is copied between devices where consecutive parts run on
+// different lanes (the embedding, each layer's attention and norms, the head).
+struct LanePlan {
+  int embed = 0;
+  std::vector<int> layers;  // [n_layer]
+  int head = 0;
+  // Every part on lane 0.
+  static LanePlan single(int64_t n_layer) {
+    return LanePlan{0, std::vector<int>(static_cast<size_t>(n_layer), 0), 0};
+  }
 };
 
 class Forward {
@@ -72,8 +104,15 @@ class Forward {
   static Result<std::unique_ptr<Forward>> create(const Model& model, const ModelWeights& weights,
                                                  backend::Device& dev, ForwardOptions opts,
                                                  std::unique_ptr<FfnStep> ffn = nullptr);
+  // Runs the parts of the pass on several devices as `plan` says (`ffn`, required, runs each
+  // layer's FFN on the lane of its layer: its inputs and output are that lane's memory). The
+  // first lane must be host-addressable (token ids and the residual copies go through it).
+  static Result<std::unique_ptr<Forward>> create(const Model& model, std::vector<LaneSpec> lanes,
+                                                 LanePlan plan, ForwardOptions opts,
+                                                 std::unique_ptr<FfnStep> ffn);
 
   const ForwardOptions& options() const { return opts_; }
+  const LanePlan& lane_plan() const { return plan_; }
 
   // Replaces the per-layer FFN step (the sparse engine installs its own). The step must accept
   // batches of options().n_batch tokens.
@@ -82,7 +121,7 @@ class Forward {
   // Runs tokens at positions pos0 .. pos0 + m - 1 (1 <= m <= n_batch). Cells [0, pos0) of `kv`
   // must hold the keys and values of the earlier positions; cells [pos0, pos0 + m) are written.
   // Fails (writing nothing) for an empty or oversized batch, a token id outside the
-  // vocabulary, or positions beyond kv.n_ctx.
+  // vocabulary, or positions beyond kv.n_ctx. Returns when every device has finished.
   Status eval(std::span<const int32_t> tokens, int64_t pos0, const KvView& kv);
 
   // Runs a general batch: token i at position b.pos[i], written to cell b.cell[i], attending
@@ -101,20 +140,27 @@ class Forward {
   int64_t n_vocab() const { return static_cast<int64_t>(model_.hparams().n_vocab); }
 
  private:
-  Forward(const Model& model, const ModelWeights& weights, backend::Device& dev,
-          ForwardOptions opts, StepBuffers buf);
+  struct Lane {
+    backend::Device* dev;
+    backend::Ops* ops;
+    const ModelWeights* w;
+    StepBuffers buf;
+  };
+  Forward(const Model& model, std::vector<Lane> lanes, LanePlan plan, ForwardOptions opts);
   Status check_tokens(std::span<const int32_t> tokens) const;
   void layers(std::span<const int32_t> tokens, const KvBatch& at, const KvView& kv);
-  void attention_block(int64_t il, int64_t m, const KvBatch& at, const KvLayer& kv);
+  void attention_block(Lane& L, int64_t il, int64_t m, const KvBatch& at, const KvLayer& kv);
+  // Copies the residual stream of m tokens from lane `from` to lane `to`.
+  void move_residual(int from, int to, int64_t m);
   // Logits of the rows listed in `rows` (ascending), or of the last `n` rows when rows is empty.
   void output_head(std::span<const int32_t> rows, int64_t m, int64_t n);
+  void sync_lanes();
 
   const Model& model_;
-  const ModelWeights& w_;
-  backend::Device& dev_;
-  backend::Ops& ops_;
+  std::vector<Lane> lanes_;
+  LanePlan plan_;
+  int x_lane_ = 0;  // the lane holding the residual stream during a pass
   ForwardOptions opts_;
-  StepBuffers buf_;
   // eval()'s placement of its m tokens: positions pos0.. in cells pos0.., token i attending
   // cells 0 .. pos0 + i. Host memory, [n_batch].
   std::vector<int32_t> pos_;

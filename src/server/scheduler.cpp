@@ -91,7 +91,7 @@ struct Scheduler::Slot {
   size_t sent = 0;
   std::vector<TokenProb> probs;  // not yet published
   JobStats stats;
-  Clock::time_point t_start, t_first;
+  Clock::time_point t_start;
   int64_t last_use = 0;
 };
 
@@ -178,6 +178,7 @@ void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
   s.text.clear();
   s.sent = 0;
   s.probs.clear();
+  session_->reset_seq_timings(s.id);
   {
     std::lock_guard lk(mu_);
     stats_.processing += 1;
@@ -212,7 +213,6 @@ void Scheduler::publish_safe(Slot& s) {
 }
 
 void Scheduler::end(Slot& s, Finish f, std::string error) {
-  const auto now = Clock::now();
   if (s.dec && s.stats.stop_word.empty()) s.text += s.dec->flush();
   if (s.text.size() > s.sent || !s.probs.empty()) {
     s.job->publish(s.text.substr(s.sent), std::move(s.probs));
@@ -221,11 +221,9 @@ void Scheduler::end(Slot& s, Finish f, std::string error) {
   s.probs.clear();
   s.stats.finish = f;
   s.stats.error = std::move(error);
-  if (s.generating) {
-    s.stats.predict_ms = ms_between(s.t_first, now);
-  } else {
-    s.stats.prompt_ms = ms_between(s.t_start, now);
-  }
+  const SeqTimings t = session_->seq_timings(s.id);
+  s.stats.prompt_ms = t.prompt_ms;
+  s.stats.predict_ms = t.eval_ms + t.sample_ms;
   {
     std::lock_guard lk(mu_);
     stats_.processing -= 1;
@@ -238,7 +236,7 @@ void Scheduler::end(Slot& s, Finish f, std::string error) {
     } else {
       stats_.finished += 1;
     }
-    stats_.prompt_tokens += s.stats.n_prompt - s.stats.n_cached;
+    stats_.prompt_tokens += t.n_prompt;
     stats_.predicted_tokens += s.stats.n_predicted;
     stats_.prompt_seconds += s.stats.prompt_ms / 1e3;
     stats_.predict_seconds += s.stats.predict_ms / 1e3;
@@ -394,11 +392,7 @@ void Scheduler::loop() {
     for (size_t i = 0; i < batch.size(); ++i) {
       if (!batch[i].logits) continue;
       Slot& s = *owner[i];
-      if (!s.generating) {
-        s.generating = true;
-        s.t_first = Clock::now();
-        s.stats.prompt_ms = ms_between(s.t_start, s.t_first);
-      }
+      s.generating = true;
       const int32_t t = session_->sample(s.id, session_->batch_logits(i));
       on_token(s, t, session_->batch_logits(i));
     }

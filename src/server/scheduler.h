@@ -10,6 +10,8 @@
 // batch-invariant, so a request gives the tokens `powerinfer run` prints for the same prompt,
 // seed and settings, whatever the other slots do.
 //
+// Per-request timings come from the engine (Session::seq_timings of the slot's sequence).
+//
 // Thread-safety: submit(), snapshot() and the Job methods may be called from any thread; they
 // talk to the scheduler thread through mutex/condition-variable protected state only. The
 // Session is touched by the scheduler thread alone.
@@ -65,6 +67,8 @@ struct JobStats {
   int64_t n_prompt = 0;  // prompt tokens
   int64_t n_cached = 0;  // of which reused from the slot's cache
   int64_t n_predicted = 0;
+  // queue_ms: waiting for a slot (wall clock). prompt_ms: the engine's time on the prompt
+  // tokens; predict_ms: on the generated tokens, sampling included (Session::seq_timings).
   double queue_ms = 0, prompt_ms = 0, predict_ms = 0;
   std::string stop_word;  // the stop string that ended it, if any
 };

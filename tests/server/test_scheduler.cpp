@@ -1,5 +1,6 @@
 // The scheduler on the bundled model: answers that do not depend on what else runs, the
-// bounded queue, cancellation, limits. No sockets (the pytest files cover HTTP).
+// bounded queue, cancellation, limits, per-request timings. No sockets (the pytest files
+// cover HTTP).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -76,6 +77,25 @@ TEST_F(SchedulerTest, AnswersDoNotDependOnOtherRequests) {
   EXPECT_EQ(m.finished, 6);
   EXPECT_EQ(m.processing, 0);
   EXPECT_GT(m.cached_tokens, 0);  // the second round reuses the slots' prompts
+}
+
+// The engine's per-sequence counts agree with the scheduler's own bookkeeping: the prompt
+// tokens each request evaluated are its prompt minus the cached prefix, however the batches
+// mixed them with other slots' tokens and prompt chunks.
+TEST_F(SchedulerTest, TimingsComeFromTheSlotsSequence) {
+  auto s = make(2, 8);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const char* p : {"And God said", "In the beginning God created", "And God said unto Moses"})
+    jobs.push_back(s->submit(spec(p, 6, 3)));
+  int64_t evaluated = 0;
+  for (auto& j : jobs) {
+    ASSERT_NE(j, nullptr);
+    const JobStats st = wait(*j).second;
+    EXPECT_GT(st.prompt_ms, 0.0);
+    EXPECT_GT(st.predict_ms, 0.0);
+    evaluated += st.n_prompt - st.n_cached;
+  }
+  EXPECT_EQ(s->snapshot().prompt_tokens, evaluated);
 }
 
 TEST_F(SchedulerTest, QueueIsBoundedAndCancelFreesTheSlot) {

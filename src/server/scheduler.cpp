@@ -43,6 +43,7 @@ const char* finish_name(Finish f) {
     case Finish::Stop: return "stop";
     case Finish::Length: return "length";
     case Finish::Cancelled: return "cancelled";
+    case Finish::Shutdown: return "shutdown";
     case Finish::Error: return "error";
     case Finish::None: break;
   }
@@ -117,18 +118,36 @@ void Scheduler::shutdown() {
   cv_.notify_all();
   if (!thread_.joinable()) return;
   thread_.join();
+  // The thread is gone: the session and the slots are this thread's now.
   for (auto& s : slots_)
-    if (s->job) end(*s, Finish::Cancelled);
+    if (s->job) end(*s, Finish::Shutdown);
   std::deque<std::shared_ptr<Job>> left;
   {
     std::lock_guard lk(mu_);
     left.swap(queue_);
+    stats_.cancelled += static_cast<int64_t>(left.size());
   }
+  idle_cv_.notify_all();
   for (auto& j : left) {
     JobStats st;
-    st.finish = Finish::Cancelled;
+    st.finish = Finish::Shutdown;
     j->finish(st);
   }
+}
+
+void Scheduler::drain() {
+  std::lock_guard lk(mu_);
+  stats_.draining = true;
+}
+
+bool Scheduler::draining() const {
+  std::lock_guard lk(mu_);
+  return stats_.draining;
+}
+
+bool Scheduler::wait_idle(std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  return idle_cv_.wait_for(lk, timeout, [&] { return stats_.processing == 0 && queue_.empty(); });
 }
 
 std::shared_ptr<Job> Scheduler::submit(JobSpec spec) {
@@ -138,7 +157,8 @@ std::shared_ptr<Job> Scheduler::submit(JobSpec spec) {
   {
     std::lock_guard lk(mu_);
     const auto free_slots = static_cast<size_t>(o_.n_slots - stats_.processing);
-    if (stop_ || queue_.size() >= static_cast<size_t>(o_.max_queue) + free_slots) {
+    if (stop_ || stats_.draining ||
+        queue_.size() >= static_cast<size_t>(o_.max_queue) + free_slots) {
       stats_.rejected += 1;
       return nullptr;
     }
@@ -181,7 +201,6 @@ void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
   session_->reset_seq_timings(s.id);
   {
     std::lock_guard lk(mu_);
-    stats_.processing += 1;
     stats_.cached_tokens += static_cast<int64_t>(n_common);
     stats_.slots[static_cast<size_t>(s.id)].busy = true;
     stats_.slots[static_cast<size_t>(s.id)].n_predicted = 0;
@@ -229,7 +248,7 @@ void Scheduler::end(Slot& s, Finish f, std::string error) {
     stats_.processing -= 1;
     stats_.slots[static_cast<size_t>(s.id)].busy = false;
     stats_.slots[static_cast<size_t>(s.id)].n_cached = static_cast<int64_t>(s.cached.size());
-    if (f == Finish::Cancelled) {
+    if (f == Finish::Cancelled || f == Finish::Shutdown) {
       stats_.cancelled += 1;
     } else if (f == Finish::Error) {
       stats_.failed += 1;
@@ -242,6 +261,7 @@ void Scheduler::end(Slot& s, Finish f, std::string error) {
     stats_.predict_seconds += s.stats.predict_ms / 1e3;
   }
   s.job->finish(s.stats);
+  idle_cv_.notify_all();
   s.job.reset();
   s.generating = false;
   s.dec.reset();
@@ -332,6 +352,7 @@ void Scheduler::loop() {
         incoming.push_back(std::move(queue_.front()));
         queue_.pop_front();
         --free_slots;
+        stats_.processing += 1;  // counted from here, so that wait_idle() never sees a gap
       }
     }
     for (auto& job : incoming) {

@@ -11,7 +11,7 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   python3 python3-venv python3-pip
-  chromium
+  chromium haproxy
 )
 
 missing=()

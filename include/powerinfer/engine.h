@@ -123,6 +123,20 @@ struct Timings {
   int64_t n_sample = 0;
 };
 
+// Time and tokens of one sequence (Session::seq_timings), e.g. one server request. Each
+// decode() call's wall time is charged in full to every sequence with tokens in it (the
+// latency that sequence saw), so the sums over sequences exceed Timings::eval_ms. A token
+// counts as generated when it is the one sample(seq) last returned and the sequence's only
+// entry in the call; every other token counts as prompt.
+struct SeqTimings {
+  double prompt_ms = 0;
+  int64_t n_prompt = 0;  // prompt tokens evaluated (prompt(), and decode() as above)
+  double eval_ms = 0;
+  int64_t n_eval = 0;  // generated tokens evaluated (advance(), and decode() as above)
+  double sample_ms = 0;
+  int64_t n_sample = 0;  // tokens sampled for the sequence
+};
+
 class Session {
  public:
   // Validates the options (sampling values, sizes) and allocates every buffer.
@@ -192,6 +206,11 @@ class Session {
   // for page faults). Leaves the session empty and the timings untouched.
   Status warmup(int32_t token);
   const Timings& timings() const { return timings_; }
+  // Sequence seq's timings since creation or its last reset_seq_timings(); zeros for a seq
+  // outside [0, n_seq_max). Not cleared by reset() or seq_rm(): a caller that reuses a
+  // sequence for new work (a server slot) resets them when the work starts.
+  SeqTimings seq_timings(int32_t seq) const;
+  void reset_seq_timings(int32_t seq);
   // Sparse execution: whether it is on, the threshold, and per-layer counters since creation or
   // the last reset_sparsity() (warmup() resets them too).
   SparsityReport sparsity() const;
@@ -202,6 +221,9 @@ class Session {
   std::unique_ptr<runtime::Context> ctx_;
   std::vector<std::unique_ptr<runtime::Sampler>> samplers_;  // one per sequence
   Timings timings_;
+  std::vector<SeqTimings> seq_timings_;  // one per sequence
+  std::vector<int32_t> last_sampled_;    // per sequence: sample()'s last answer, -1 after use
+  std::vector<int32_t> seq_count_;       // decode() scratch: entries per sequence
 };
 
 }  // namespace pi

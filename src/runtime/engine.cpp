@@ -122,6 +122,10 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
     s->samplers_.push_back(
         std::make_unique<runtime::Sampler>(p, engine.model().hparams().n_vocab));
   }
+  const auto n_seq = static_cast<size_t>(o.n_seq_max);
+  s->seq_timings_.resize(n_seq);
+  s->last_sampled_.assign(n_seq, -1);
+  s->seq_count_.assign(n_seq, 0);
   return s;
 }
 
@@ -131,8 +135,12 @@ Status Session::prompt(std::span<const int32_t> tokens, const std::function<bool
   const int64_t before = ctx_->n_past();
   Status s = ctx_->decode(tokens, nullptr, stop);
   const int64_t fed = ctx_->n_past() - before;
-  timings_.prompt_ms += ms_since(t0);
+  const double ms = ms_since(t0);
+  timings_.prompt_ms += ms;
   timings_.n_prompt += fed;
+  seq_timings_[0].prompt_ms += ms;
+  seq_timings_[0].n_prompt += fed;
+  last_sampled_[0] = -1;
   for (int64_t i = 0; i < fed; ++i) samplers_[0]->accept(tokens[static_cast<size_t>(i)]);
   return s;
 }
@@ -145,8 +153,12 @@ Status Session::prompt_logits(std::span<const int32_t> tokens, std::vector<float
   const int64_t before = ctx_->n_past();
   Status s = ctx_->decode(tokens, &out);
   const int64_t fed = ctx_->n_past() - before;
-  timings_.prompt_ms += ms_since(t0);
+  const double ms = ms_since(t0);
+  timings_.prompt_ms += ms;
   timings_.n_prompt += fed;
+  seq_timings_[0].prompt_ms += ms;
+  seq_timings_[0].n_prompt += fed;
+  last_sampled_[0] = -1;
   for (int64_t i = 0; i < fed; ++i) samplers_[0]->accept(tokens[static_cast<size_t>(i)]);
   return s;
 }
@@ -157,8 +169,13 @@ int32_t Session::sample(int32_t seq, std::span<const float> logits) {
   const auto t0 = std::chrono::steady_clock::now();
   if (seq < 0 || seq >= n_seq_max()) return -1;
   const int32_t t = samplers_[static_cast<size_t>(seq)]->sample(logits);
-  timings_.sample_ms += ms_since(t0);
+  const double ms = ms_since(t0);
+  timings_.sample_ms += ms;
   timings_.n_sample += 1;
+  SeqTimings& st = seq_timings_[static_cast<size_t>(seq)];
+  st.sample_ms += ms;
+  st.n_sample += 1;
+  last_sampled_[static_cast<size_t>(seq)] = t;
   return t;
 }
 
@@ -166,9 +183,13 @@ Status Session::advance(int32_t token) {
   const auto t0 = std::chrono::steady_clock::now();
   const int32_t one[1] = {token};
   PI_TRY(ctx_->decode(one));
-  timings_.eval_ms += ms_since(t0);
+  const double ms = ms_since(t0);
+  timings_.eval_ms += ms;
   timings_.n_eval += 1;
   timings_.n_eval_passes += 1;
+  seq_timings_[0].eval_ms += ms;
+  seq_timings_[0].n_eval += 1;
+  last_sampled_[0] = -1;
   samplers_[0]->accept(token);
   return Status::Ok();
 }
@@ -195,11 +216,31 @@ Status Session::set_sampling(int32_t seq, const SamplingParams& p,
 Status Session::decode(std::span<const BatchToken> batch) {
   const auto t0 = std::chrono::steady_clock::now();
   PI_TRY(ctx_->decode_batch(batch));
-  timings_.eval_ms += ms_since(t0);
+  const double ms = ms_since(t0);
+  timings_.eval_ms += ms;
   timings_.n_eval += static_cast<int64_t>(batch.size());
   timings_.n_eval_passes +=
       (static_cast<int64_t>(batch.size()) + ctx_->options().n_batch - 1) / ctx_->options().n_batch;
-  for (const BatchToken& e : batch) samplers_[static_cast<size_t>(e.seq)]->accept(e.token);
+  for (const BatchToken& e : batch) {
+    samplers_[static_cast<size_t>(e.seq)]->accept(e.token);
+    seq_count_[static_cast<size_t>(e.seq)] += 1;
+  }
+  // decode_batch() accepted every sequence id, so the indexing below is in range.
+  for (const BatchToken& e : batch) {
+    const auto q = static_cast<size_t>(e.seq);
+    const int32_t n = seq_count_[q];
+    if (n == 0) continue;  // already charged
+    SeqTimings& st = seq_timings_[q];
+    if (n == 1 && e.token == last_sampled_[q]) {
+      st.eval_ms += ms;
+      st.n_eval += 1;
+    } else {
+      st.prompt_ms += ms;
+      st.n_prompt += n;
+    }
+    seq_count_[q] = 0;
+    last_sampled_[q] = -1;
+  }
   return Status::Ok();
 }
 
@@ -237,6 +278,15 @@ int64_t Session::n_past() const { return ctx_->n_past(); }
 int64_t Session::n_ctx() const { return ctx_->n_ctx(); }
 int Session::n_threads() const { return ctx_->options().n_threads; }
 int64_t Session::n_batch() const { return ctx_->options().n_batch; }
+
+SeqTimings Session::seq_timings(int32_t seq) const {
+  if (seq < 0 || seq >= n_seq_max()) return {};
+  return seq_timings_[static_cast<size_t>(seq)];
+}
+
+void Session::reset_seq_timings(int32_t seq) {
+  if (seq >= 0 && seq < n_seq_max()) seq_timings_[static_cast<size_t>(seq)] = {};
+}
 
 void Session::reset() {
   (void)ctx_->truncate(0);

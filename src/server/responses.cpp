@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace pi::server {
@@ -181,7 +182,7 @@ std::string final_events(const GenRequest& rq, const AnswerId& id, const JobStat
   return out + "data: [DONE]\n\n";
 }
 
-std::string metrics_text(const SchedulerStats& s, int64_t n_ctx_slot) {
+std::string metrics_text(const SchedulerStats& s, const SchedulerOptions& o) {
   std::string out;
   auto metric = [&](const char* name, const char* type, const char* help, double v) {
     char line[512];
@@ -193,10 +194,19 @@ std::string metrics_text(const SchedulerStats& s, int64_t n_ctx_slot) {
   metric("requests_submitted_total", "counter", "Requests accepted into the queue.", d(s.submitted));
   metric("requests_rejected_total", "counter", "Requests refused because the queue was full.", d(s.rejected));
   metric("requests_finished_total", "counter", "Requests that ended with stop or length.", d(s.finished));
-  metric("requests_cancelled_total", "counter", "Requests cancelled (client gone).", d(s.cancelled));
+  metric("requests_cancelled_total", "counter",
+         "Requests cancelled (client gone, time limit, or the server stopped first).", d(s.cancelled));
   metric("requests_failed_total", "counter", "Requests that failed in the engine.", d(s.failed));
   metric("requests_processing", "gauge", "Requests holding a slot.", d(s.processing));
   metric("requests_deferred", "gauge", "Requests waiting for a slot.", d(s.queued));
+  metric("slots_total", "gauge", "Slots (-np).", d(o.n_slots));
+  metric("slots_idle", "gauge", "Slots free for a new request.",
+         d(std::max<int64_t>(0, o.n_slots - s.processing)));
+  metric("slots_usage_ratio", "gauge", "Share of the slots in use.",
+         o.n_slots > 0 ? d(s.processing) / d(o.n_slots) : 0.0);
+  metric("queue_limit", "gauge", "Requests that may wait for a slot (--max-queue).", d(o.max_queue));
+  metric("draining", "gauge", "1 while the server drains before stopping (SIGTERM), else 0.",
+         s.draining ? 1.0 : 0.0);
   metric("prompt_tokens_total", "counter", "Prompt tokens evaluated.", d(s.prompt_tokens));
   metric("prompt_tokens_cached_total", "counter", "Prompt tokens reused from a slot's cache.", d(s.cached_tokens));
   metric("tokens_predicted_total", "counter", "Tokens generated.", d(s.predicted_tokens));
@@ -207,8 +217,14 @@ std::string metrics_text(const SchedulerStats& s, int64_t n_ctx_slot) {
   for (const auto& sl : s.slots) cells += sl.n_cached;
   metric("kv_cache_tokens", "gauge", "Tokens held in the KV cache over all slots.", d(cells));
   metric("kv_cache_usage_ratio", "gauge", "Share of the KV cache in use.",
-         n_ctx_slot > 0 && !s.slots.empty() ? d(cells) / d(n_ctx_slot * static_cast<int64_t>(s.slots.size())) : 0.0);
+         o.n_ctx_slot > 0 && !s.slots.empty() ? d(cells) / d(o.n_ctx_slot * static_cast<int64_t>(s.slots.size())) : 0.0);
   return out;
+}
+
+Health health(const SchedulerStats& s, const SchedulerOptions& o) {
+  if (s.draining) return {503, R"({"status":"draining"})"};
+  if (s.processing >= o.n_slots) return {200, R"({"status":"busy"})"};
+  return {200, R"({"status":"ok"})"};
 }
 
 }  // namespace pi::server

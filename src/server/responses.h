@@ -36,7 +36,21 @@ std::string final_events(const GenRequest& rq, const AnswerId& id, const JobStat
 // llama.cpp's timings object.
 std::string timings_json(const JobStats& st);
 
-// Prometheus text exposition of the scheduler counters.
-std::string metrics_text(const SchedulerStats& s, int64_t n_ctx_slot);
+// Prometheus text exposition of the scheduler counters, with the slot and queue gauges a
+// balancer or an operator watches (slots in use and idle, requests waiting, the queue limit,
+// draining).
+std::string metrics_text(const SchedulerStats& s, const SchedulerOptions& o);
+
+// What /health answers once the model is loaded.
+//   ok:       200 {"status":"ok"}        a slot is free
+//   busy:     200 {"status":"busy"}      every slot is in use (requests still queue): alive,
+//                                        so a balancer keeps it and its affine clients
+//   draining: 503 {"status":"draining"}  stopping (SIGTERM): a balancer takes it out
+// (While the model loads: 503 {"status":"loading", "error": {...}}, answered by the server.)
+struct Health {
+  int status = 200;
+  std::string body;
+};
+Health health(const SchedulerStats& s, const SchedulerOptions& o);
 
 }  // namespace pi::server

@@ -43,6 +43,7 @@ const char* finish_name(Finish f) {
     case Finish::Stop: return "stop";
     case Finish::Length: return "length";
     case Finish::Cancelled: return "cancelled";
+    case Finish::Shutdown: return "shutdown";
     case Finish::Error: return "error";
     case Finish::None: break;
   }
@@ -91,7 +92,7 @@ struct Scheduler::Slot {
   size_t sent = 0;
   std::vector<TokenProb> probs;  // not yet published
   JobStats stats;
-  Clock::time_point t_start, t_first;
+  Clock::time_point t_start;
   int64_t last_use = 0;
 };
 
@@ -117,18 +118,36 @@ void Scheduler::shutdown() {
   cv_.notify_all();
   if (!thread_.joinable()) return;
   thread_.join();
+  // The thread is gone: the session and the slots are this thread's now.
   for (auto& s : slots_)
-    if (s->job) end(*s, Finish::Cancelled);
+    if (s->job) end(*s, Finish::Shutdown);
   std::deque<std::shared_ptr<Job>> left;
   {
     std::lock_guard lk(mu_);
     left.swap(queue_);
+    stats_.cancelled += static_cast<int64_t>(left.size());
   }
+  idle_cv_.notify_all();
   for (auto& j : left) {
     JobStats st;
-    st.finish = Finish::Cancelled;
+    st.finish = Finish::Shutdown;
     j->finish(st);
   }
+}
+
+void Scheduler::drain() {
+  std::lock_guard lk(mu_);
+  stats_.draining = true;
+}
+
+bool Scheduler::draining() const {
+  std::lock_guard lk(mu_);
+  return stats_.draining;
+}
+
+bool Scheduler::wait_idle(std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  return idle_cv_.wait_for(lk, timeout, [&] { return stats_.processing == 0 && queue_.empty(); });
 }
 
 std::shared_ptr<Job> Scheduler::submit(JobSpec spec) {
@@ -138,7 +157,8 @@ std::shared_ptr<Job> Scheduler::submit(JobSpec spec) {
   {
     std::lock_guard lk(mu_);
     const auto free_slots = static_cast<size_t>(o_.n_slots - stats_.processing);
-    if (stop_ || queue_.size() >= static_cast<size_t>(o_.max_queue) + free_slots) {
+    if (stop_ || stats_.draining ||
+        queue_.size() >= static_cast<size_t>(o_.max_queue) + free_slots) {
       stats_.rejected += 1;
       return nullptr;
     }
@@ -178,9 +198,9 @@ void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
   s.text.clear();
   s.sent = 0;
   s.probs.clear();
+  session_->reset_seq_timings(s.id);
   {
     std::lock_guard lk(mu_);
-    stats_.processing += 1;
     stats_.cached_tokens += static_cast<int64_t>(n_common);
     stats_.slots[static_cast<size_t>(s.id)].busy = true;
     stats_.slots[static_cast<size_t>(s.id)].n_predicted = 0;
@@ -212,7 +232,6 @@ void Scheduler::publish_safe(Slot& s) {
 }
 
 void Scheduler::end(Slot& s, Finish f, std::string error) {
-  const auto now = Clock::now();
   if (s.dec && s.stats.stop_word.empty()) s.text += s.dec->flush();
   if (s.text.size() > s.sent || !s.probs.empty()) {
     s.job->publish(s.text.substr(s.sent), std::move(s.probs));
@@ -221,29 +240,28 @@ void Scheduler::end(Slot& s, Finish f, std::string error) {
   s.probs.clear();
   s.stats.finish = f;
   s.stats.error = std::move(error);
-  if (s.generating) {
-    s.stats.predict_ms = ms_between(s.t_first, now);
-  } else {
-    s.stats.prompt_ms = ms_between(s.t_start, now);
-  }
+  const SeqTimings t = session_->seq_timings(s.id);
+  s.stats.prompt_ms = t.prompt_ms;
+  s.stats.predict_ms = t.eval_ms + t.sample_ms;
   {
     std::lock_guard lk(mu_);
     stats_.processing -= 1;
     stats_.slots[static_cast<size_t>(s.id)].busy = false;
     stats_.slots[static_cast<size_t>(s.id)].n_cached = static_cast<int64_t>(s.cached.size());
-    if (f == Finish::Cancelled) {
+    if (f == Finish::Cancelled || f == Finish::Shutdown) {
       stats_.cancelled += 1;
     } else if (f == Finish::Error) {
       stats_.failed += 1;
     } else {
       stats_.finished += 1;
     }
-    stats_.prompt_tokens += s.stats.n_prompt - s.stats.n_cached;
+    stats_.prompt_tokens += t.n_prompt;
     stats_.predicted_tokens += s.stats.n_predicted;
     stats_.prompt_seconds += s.stats.prompt_ms / 1e3;
     stats_.predict_seconds += s.stats.predict_ms / 1e3;
   }
   s.job->finish(s.stats);
+  idle_cv_.notify_all();
   s.job.reset();
   s.generating = false;
   s.dec.reset();
@@ -334,6 +352,7 @@ void Scheduler::loop() {
         incoming.push_back(std::move(queue_.front()));
         queue_.pop_front();
         --free_slots;
+        stats_.processing += 1;  // counted from here, so that wait_idle() never sees a gap
       }
     }
     for (auto& job : incoming) {
@@ -394,11 +413,7 @@ void Scheduler::loop() {
     for (size_t i = 0; i < batch.size(); ++i) {
       if (!batch[i].logits) continue;
       Slot& s = *owner[i];
-      if (!s.generating) {
-        s.generating = true;
-        s.t_first = Clock::now();
-        s.stats.prompt_ms = ms_between(s.t_start, s.t_first);
-      }
+      s.generating = true;
       const int32_t t = session_->sample(s.id, session_->batch_logits(i));
       on_token(s, t, session_->batch_logits(i));
     }

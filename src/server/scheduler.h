@@ -10,7 +10,13 @@
 // batch-invariant, so a request gives the tokens `powerinfer run` prints for the same prompt,
 // seed and settings, whatever the other slots do.
 //
-// Thread-safety: submit(), snapshot() and the Job methods may be called from any thread; they
+// Draining (a graceful stop): drain() refuses new jobs while running and queued ones go on;
+// wait_idle() tells when they are done; shutdown() ends whatever is left as Finish::Shutdown.
+//
+// Per-request timings come from the engine (Session::seq_timings of the slot's sequence).
+//
+// Thread-safety: submit(), snapshot(), drain(), wait_idle() and the Job methods may be called
+// from any thread; they
 // talk to the scheduler thread through mutex/condition-variable protected state only. The
 // Session is touched by the scheduler thread alone.
 #pragma once
@@ -30,8 +36,10 @@
 
 namespace pi::server {
 
-enum class Finish { None, Stop, Length, Cancelled, Error };
-const char* finish_name(Finish f);  // "stop", "length", "cancelled", "error"
+// Cancelled: the client went away or its time ran out. Shutdown: the server stopped (the
+// drain timeout ran out, or no drain) before the job was done.
+enum class Finish { None, Stop, Length, Cancelled, Shutdown, Error };
+const char* finish_name(Finish f);  // "stop", "length", "cancelled", "shutdown", "error"
 
 struct TopProb {
   int32_t id = 0;
@@ -65,6 +73,8 @@ struct JobStats {
   int64_t n_prompt = 0;  // prompt tokens
   int64_t n_cached = 0;  // of which reused from the slot's cache
   int64_t n_predicted = 0;
+  // queue_ms: waiting for a slot (wall clock). prompt_ms: the engine's time on the prompt
+  // tokens; predict_ms: on the generated tokens, sampling included (Session::seq_timings).
   double queue_ms = 0, prompt_ms = 0, predict_ms = 0;
   std::string stop_word;  // the stop string that ended it, if any
 };
@@ -111,7 +121,8 @@ struct SchedulerStats {
   int64_t submitted = 0, rejected = 0, finished = 0, cancelled = 0, failed = 0;
   int64_t prompt_tokens = 0, cached_tokens = 0, predicted_tokens = 0, steps = 0;
   double prompt_seconds = 0, predict_seconds = 0;
-  int64_t processing = 0, queued = 0;
+  int64_t processing = 0, queued = 0;  // slots in use, jobs waiting for one
+  bool draining = false;                // drain() was called
   struct Slot {
     int id = 0;
     bool busy = false;
@@ -126,13 +137,20 @@ class Scheduler {
   // Takes over `session` (created with n_seq_max = o.n_slots) and starts the thread.
   Scheduler(const Engine& engine, std::unique_ptr<Session> session, const SchedulerOptions& o);
   ~Scheduler();  // shutdown()
-  // Stops the thread and ends every running and queued job as cancelled; later submits fail.
-  // Idempotent; call before stopping the HTTP server so that no handler waits on a job.
+  // Stops the thread and ends every running and queued job as Finish::Shutdown; later
+  // submits fail. Idempotent; call before stopping the HTTP server so that no handler waits
+  // on a job.
   void shutdown();
+  // From now on submit() fails; running and queued jobs go on. Idempotent.
+  void drain();
+  bool draining() const;
+  // Waits until no job runs or waits for a slot, at most `timeout`; true when none does.
+  bool wait_idle(std::chrono::milliseconds timeout);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues a job; nullptr when the queue is full (the caller answers 503).
+  // Queues a job; nullptr when the queue is full or the scheduler drains or has stopped
+  // (the caller answers 503; draining() tells which).
   std::shared_ptr<Job> submit(JobSpec spec);
   SchedulerStats snapshot() const;
   const SchedulerOptions& options() const { return o_; }
@@ -154,7 +172,8 @@ class Scheduler {
   int64_t use_clock_ = 0;
 
   mutable std::mutex mu_;  // guards queue_, stop_, stats_
-  std::condition_variable cv_;
+  std::condition_variable cv_;       // wakes the scheduler thread
+  std::condition_variable idle_cv_;  // signalled when a job ends (wait_idle)
   std::deque<std::shared_ptr<Job>> queue_;
   bool stop_ = false;
   SchedulerStats stats_;

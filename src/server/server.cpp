@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <random>
@@ -32,6 +33,10 @@ HttpResponse json_response(const json& j) {
 }
 
 const ApiError kLoading{503, "unavailable_error", "Loading model"};
+const ApiError kDraining{503, "unavailable_error",
+                         "the server is shutting down: send the request to another replica"};
+const ApiError kStopped{503, "unavailable_error",
+                        "the server stopped before the request finished"};
 
 uint64_t random_seed() {
   std::random_device rd;
@@ -64,8 +69,19 @@ ApiServer::ApiServer(HttpServer& http, const ApiOptions& o) : o_(o) {
     };
   };
   http.route("GET", "/health", [this](const HttpRequest&) {
-    if (!ready_.load(std::memory_order_acquire)) return error_response(kLoading);
-    return json_response({{"status", "ok"}});
+    if (!ready_.load(std::memory_order_acquire)) {
+      HttpResponse r = error_response(kLoading);
+      json j = json::parse(r.body);
+      j["status"] = "loading";
+      r.body = dump(j);
+      return r;
+    }
+    const Health h = health(sched_->snapshot(), sched_->options());
+    HttpResponse r;
+    r.status = h.status;
+    r.body = h.body;
+    if (h.status == 503) r.headers.emplace_back("Retry-After", "1");
+    return r;
   });
   http.route("GET", "/", [](const HttpRequest&) {
     HttpResponse r;
@@ -87,7 +103,7 @@ ApiServer::ApiServer(HttpServer& http, const ApiOptions& o) : o_(o) {
   http.route("GET", "/metrics", guard(true, [this](const HttpRequest&) {
     HttpResponse r;
     r.content_type = "text/plain; version=0.0.4";
-    r.body = metrics_text(sched_->snapshot(), sched_->options().n_ctx_slot);
+    r.body = metrics_text(sched_->snapshot(), sched_->options());
     return r;
   }));
   http.set_error_body([](int status) {
@@ -97,13 +113,18 @@ ApiServer::ApiServer(HttpServer& http, const ApiOptions& o) : o_(o) {
     if (status >= 500) e = {status, "server_error", "internal server error"};
     return error_json(e);
   });
-  if (!o_.cors_origin.empty()) {
-    const std::string origin = o_.cors_origin;
-    http.set_post_process([origin](HttpResponse& r) {
-      r.headers.emplace_back("Access-Control-Allow-Origin", origin);
+  http.set_post_process([this](HttpResponse& r) {
+    if (!o_.replica_id.empty()) r.headers.emplace_back("X-Replica", o_.replica_id);
+    // While draining every connection ends after its answer, so that kept-alive clients (a
+    // balancer's connection pool) reconnect elsewhere and the server can stop.
+    if (draining_.load(std::memory_order_relaxed)) r.headers.emplace_back("Connection", "close");
+    if (!o_.cors_origin.empty()) {
+      r.headers.emplace_back("Access-Control-Allow-Origin", o_.cors_origin);
       r.headers.emplace_back("Access-Control-Allow-Headers", "Authorization, Content-Type");
       r.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    });
+    }
+  });
+  if (!o_.cors_origin.empty()) {
     for (const char* path : {"/v1/chat/completions", "/chat/completions", "/v1/completions",
                              "/completions", "/completion", "/tokenize", "/detokenize",
                              "/v1/models", "/models", "/props", "/slots", "/metrics", "/health"}) {
@@ -121,6 +142,12 @@ void ApiServer::attach(const Engine& engine, Scheduler& scheduler, chat::Templat
   sched_ = &scheduler;
   tmpl_ = tmpl;
   ready_.store(true, std::memory_order_release);
+  if (draining_.load()) sched_->drain();
+}
+
+void ApiServer::drain() {
+  draining_.store(true);
+  if (ready_.load(std::memory_order_acquire)) sched_->drain();
 }
 
 bool ApiServer::authorised(const HttpRequest& r) const {
@@ -129,6 +156,7 @@ bool ApiServer::authorised(const HttpRequest& r) const {
 }
 
 HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
+  if (draining_.load()) return error_response(kDraining);
   ParseResult pr = parse_gen_request(r.body, ep, o_.defaults);
   if (!pr.request) return error_response(pr.error);
   GenRequest rq = std::move(*pr.request);
@@ -161,6 +189,7 @@ HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
   spec.ignore_eos = rq.ignore_eos;
   std::shared_ptr<Job> job = sched_->submit(std::move(spec));
   if (!job) {
+    if (sched_->draining()) return error_response(kDraining);
     return error_response({503, "unavailable_error",
                            "the server is busy: every slot is in use and the queue is full"});
   }
@@ -196,6 +225,10 @@ HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
             write("data: " + error_json({500, "server_error", out.stats.error}) + "\n\n");
             return;
           }
+          if (out.stats.finish == Finish::Shutdown) {
+            write("data: " + error_json(kStopped) + "\n\n");
+            return;
+          }
           if (first && rq.endpoint == Endpoint::Chat) write(chunk_event(rq, id, "", {}, true));
           write(final_events(rq, id, out.stats));
           return;
@@ -206,10 +239,11 @@ HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
     return resp;
   }
 
-  // Not streamed: answer directly when the job ends within a second. Longer jobs switch to a
-  // chunked body that writes a space (leading JSON whitespace) every half second, so that a
-  // gone client is noticed and its slot freed; the status is then already 200, and an engine
-  // failure becomes an error object in a 200 answer.
+  // Not streamed: answer directly when the job ends within heartbeat_s (default a second).
+  // Longer jobs switch to a chunked body that writes a space (leading JSON whitespace) every
+  // half second, so that a gone client is noticed and its slot freed; the status is then
+  // already 200, and an engine failure becomes an error object in a 200 answer. With
+  // heartbeat_s 0 the answer is always direct.
   auto collected = std::make_shared<std::pair<std::string, std::vector<TokenProb>>>();
   auto collect = [collected](Job::Output& o) {
     collected->first += o.text;
@@ -217,16 +251,29 @@ HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
   };
   auto body = [rq, id, collected](const JobStats& st) {
     if (st.finish == Finish::Error) return error_json({500, "server_error", st.error});
+    if (st.finish == Finish::Shutdown) return error_json(kStopped);
     return final_json(rq, id, collected->first, collected->second, st);
   };
-  const auto direct_until = Clock::now() + std::chrono::seconds(1);
-  while (Clock::now() < direct_until) {
-    Job::Output o = job->take(std::chrono::duration_cast<std::chrono::milliseconds>(
-        direct_until - Clock::now()));
+  const bool heartbeat = o_.heartbeat_s > 0;
+  const auto direct_until = Clock::now() + std::chrono::seconds(o_.heartbeat_s);
+  while (!heartbeat || Clock::now() < direct_until) {
+    auto wait = kTick;
+    if (heartbeat) {
+      wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                direct_until - Clock::now()));
+    }
+    Job::Output o = job->take(wait);
     collect(o);
-    if (!o.done) continue;
+    if (!o.done) {
+      if (Clock::now() > deadline) job->cancel();
+      continue;
+    }
     HttpResponse resp;
     if (o.stats.finish == Finish::Error) resp.status = 500;
+    if (o.stats.finish == Finish::Shutdown) {
+      resp.status = 503;
+      resp.headers.emplace_back("Retry-After", "1");
+    }
     resp.body = body(o.stats);
     return resp;
   }
@@ -329,7 +376,9 @@ HttpResponse ApiServer::props() {
                         {"chat_template", chat::template_name(tmpl_)},
                         {"model_path", o_.model_path},
                         {"model", o_.model_name},
-                        {"max_queue", sched_->options().max_queue}});
+                        {"max_queue", sched_->options().max_queue},
+                        {"replica_id", o_.replica_id},
+                        {"draining", sched_->draining()}});
 }
 
 HttpResponse ApiServer::slots() {

@@ -2,7 +2,10 @@
 // /v1/completions, /v1/models) and llama.cpp-compatible (/completion, /tokenize, /detokenize,
 // /props, /slots, /metrics, /health) endpoints over a Scheduler, plus the chat page at /.
 // Routes are registered on construction; until attach() (the model is loading) /health and
-// the model endpoints answer 503.
+// the model endpoints answer 503. After drain() (a graceful stop) generation requests get 503
+// with "Connection: close", /health answers 503 "draining", and requests already accepted go
+// on. Every answer carries "X-Replica: <replica_id>" when one is set, so that a client behind
+// a balancer can tell which replica served it.
 //
 // Thread-safety: handlers run on the HTTP worker threads and reach the model only through the
 // Scheduler's queue; attach() publishes the engine and scheduler with release/acquire.
@@ -27,6 +30,12 @@ struct ApiOptions {
   SamplingParams defaults;  // sampling where a request leaves a field out
   int64_t max_prompt_tokens = 0;  // 0: the slot context minus one
   int timeout_s = 600;            // longest a request may run; then it is cancelled
+  std::string replica_id;         // X-Replica header and /props "replica_id"; empty: none
+  // A non-streamed answer still being generated after this many seconds is sent chunked with
+  // a space every 0.5 s, so that a gone client is noticed. 0: never; the answer is sent whole
+  // or not at all, so a balancer can retry it elsewhere when this replica dies (a gone client
+  // is then noticed only when the answer ends).
+  int heartbeat_s = 1;
 };
 
 class ApiServer {
@@ -34,6 +43,9 @@ class ApiServer {
   ApiServer(HttpServer& http, const ApiOptions& o);
   // From now on requests are served by `scheduler` (which must outlive this object's use).
   void attach(const Engine& engine, Scheduler& scheduler, chat::Template tmpl);
+  // Starts a graceful stop: new generation requests are refused (503, Connection: close) and
+  // the scheduler, if attached, takes no new jobs. Idempotent; callable from any thread.
+  void drain();
 
  private:
   HttpResponse generate(const HttpRequest& r, Endpoint ep);
@@ -49,6 +61,7 @@ class ApiServer {
   Scheduler* sched_ = nullptr;
   chat::Template tmpl_ = chat::Template::ChatML;
   std::atomic<bool> ready_{false};
+  std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{1};
 };
 

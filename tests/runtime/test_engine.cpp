@@ -1,5 +1,6 @@
 // The public API (include/powerinfer/engine.h): loading, model info, session options,
-// prompt/sample/advance, reset, banned tokens, timings and context overflow.
+// prompt/sample/advance, reset, banned tokens, timings (whole session and per sequence) and
+// context overflow.
 #include <gtest/gtest.h>
 
 #include "model/tiny_model.h"
@@ -166,6 +167,70 @@ TEST(Session, ForkedSequencesReproduceSingleSessionsWithSeedPlusI) {
   s->reset();
   EXPECT_EQ(s->seq_pos_max(1), -1);
   EXPECT_EQ(s->n_past(), 0);
+}
+
+// Per-sequence timings: decode() charges a sequence's tokens to its prompt unless the entry is
+// the token sample(seq) just returned (then it is generated); sequences absent from a call get
+// nothing; prompt()/advance() count for sequence 0; reset_seq_timings() clears one sequence.
+TEST(Session, SeqTimingsSplitPromptFromGeneratedPerSequence) {
+  auto e = load_engine("engine_seq_timings.gguf");
+  ASSERT_NE(e, nullptr);
+  pi::SessionOptions o;
+  o.n_ctx = 64;
+  o.n_threads = 1;
+  o.n_seq_max = 3;
+  auto s = std::move(pi::Session::create(*e, o)).value();
+  // Prompts of 4 (sequence 0) and 3 (sequence 1) tokens in one call; sequence 2 idle.
+  std::vector<pi::BatchToken> batch = {{1, 0, 0, false}, {5, 0, 1, false}, {6, 0, 2, false},
+                                       {7, 0, 3, true},  {1, 1, 0, false}, {8, 1, 1, false},
+                                       {9, 1, 2, true}};
+  ASSERT_TRUE(s->decode(batch).ok());
+  EXPECT_EQ(s->seq_timings(0).n_prompt, 4);
+  EXPECT_EQ(s->seq_timings(1).n_prompt, 3);
+  EXPECT_EQ(s->seq_timings(0).n_eval, 0);
+  EXPECT_GE(s->seq_timings(0).prompt_ms, 0.0);
+  EXPECT_EQ(s->seq_timings(0).prompt_ms, s->seq_timings(1).prompt_ms);  // one call, both charged
+  EXPECT_EQ(s->seq_timings(2).n_prompt, 0);
+  EXPECT_EQ(s->seq_timings(2).prompt_ms, 0.0);
+  // Sequence 0 feeds its sampled token (generated); sequence 1 feeds one it was not given
+  // (a prompt token, e.g. a user turn).
+  const int32_t t0 = s->sample(0, s->batch_logits(3));
+  const int32_t t1 = s->sample(1, s->batch_logits(6));
+  ASSERT_GE(t0, 0);
+  ASSERT_GE(t1, 0);
+  const int32_t other = t1 == 10 ? 11 : 10;
+  ASSERT_TRUE(s->decode(std::vector<pi::BatchToken>{{t0, 0, 4, true}, {other, 1, 3, true}}).ok());
+  pi::SeqTimings a = s->seq_timings(0), b = s->seq_timings(1);
+  EXPECT_EQ(a.n_prompt, 4);
+  EXPECT_EQ(a.n_eval, 1);
+  EXPECT_EQ(a.n_sample, 1);
+  EXPECT_EQ(b.n_prompt, 4);
+  EXPECT_EQ(b.n_eval, 0);
+  EXPECT_EQ(b.n_sample, 1);
+  // A sampled token counts as generated once: feeding it again is a prompt token.
+  ASSERT_TRUE(s->decode(std::vector<pi::BatchToken>{{t0, 0, 5, true}}).ok());
+  EXPECT_EQ(s->seq_timings(0).n_eval, 1);
+  EXPECT_EQ(s->seq_timings(0).n_prompt, 5);
+  // The session totals still count every token once.
+  EXPECT_EQ(s->timings().n_eval, 7 + 2 + 1);
+  s->reset_seq_timings(0);
+  EXPECT_EQ(s->seq_timings(0).n_prompt, 0);
+  EXPECT_EQ(s->seq_timings(0).prompt_ms, 0.0);
+  EXPECT_EQ(s->seq_timings(1).n_prompt, 4);  // others untouched
+  EXPECT_EQ(s->seq_timings(-1).n_prompt, 0);
+  EXPECT_EQ(s->seq_timings(3).n_prompt, 0);
+  s->reset_seq_timings(7);  // outside: ignored
+
+  // The one-sequence calls count for sequence 0.
+  s->reset();
+  s->reset_seq_timings(0);
+  ASSERT_TRUE(s->prompt(std::vector<int32_t>{1, 5, 6}).ok());
+  ASSERT_TRUE(s->advance(s->sample()).ok());
+  ASSERT_TRUE(s->advance(s->sample()).ok());
+  a = s->seq_timings(0);
+  EXPECT_EQ(a.n_prompt, 3);
+  EXPECT_EQ(a.n_eval, 2);
+  EXPECT_EQ(a.n_sample, 2);
 }
 
 }  // namespace

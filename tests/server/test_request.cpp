@@ -119,11 +119,42 @@ TEST(ServerResponses, MetricsAreParseablePrometheusText) {
   s.finished = 2;
   s.slots.resize(2);
   s.slots[0].n_cached = 50;
-  const std::string m = metrics_text(s, 100);
+  s.processing = 1;
+  s.queued = 4;
+  const std::string m = metrics_text(s, SchedulerOptions{2, 100, 8});
   EXPECT_NE(m.find("# TYPE powerinfer_requests_submitted_total counter\npowerinfer_requests_submitted_total 3\n"),
             std::string::npos);
   EXPECT_NE(m.find("powerinfer_kv_cache_tokens 50\n"), std::string::npos);
   EXPECT_NE(m.find("powerinfer_kv_cache_usage_ratio 0.25\n"), std::string::npos);
+  EXPECT_NE(m.find("powerinfer_slots_total 2\n"), std::string::npos);
+  EXPECT_NE(m.find("powerinfer_slots_idle 1\n"), std::string::npos);
+  EXPECT_NE(m.find("powerinfer_slots_usage_ratio 0.5\n"), std::string::npos);
+  EXPECT_NE(m.find("powerinfer_requests_deferred 4\n"), std::string::npos);
+  EXPECT_NE(m.find("powerinfer_queue_limit 8\n"), std::string::npos);
+  EXPECT_NE(m.find("powerinfer_draining 0\n"), std::string::npos);
+  s.draining = true;
+  EXPECT_NE(metrics_text(s, SchedulerOptions{2, 100, 8}).find("powerinfer_draining 1\n"),
+            std::string::npos);
+}
+
+// /health: ok while a slot is free, busy (still 200: alive) when none is, 503 while draining
+// whatever the load.
+TEST(ServerResponses, HealthTellsOkBusyAndDraining) {
+  const SchedulerOptions o{2, 100, 8};
+  SchedulerStats s;
+  s.processing = 1;
+  EXPECT_EQ(health(s, o).status, 200);
+  EXPECT_EQ(json::parse(health(s, o).body)["status"], "ok");
+  s.processing = 2;
+  s.queued = 3;
+  EXPECT_EQ(health(s, o).status, 200);
+  EXPECT_EQ(json::parse(health(s, o).body)["status"], "busy");
+  s.draining = true;
+  EXPECT_EQ(health(s, o).status, 503);
+  EXPECT_EQ(json::parse(health(s, o).body)["status"], "draining");
+  s.processing = 0;
+  s.queued = 0;
+  EXPECT_EQ(health(s, o).status, 503);
 }
 
 }  // namespace

@@ -1,11 +1,17 @@
 // `powerinfer serve`: the HTTP server (src/server). Binds first (so /health answers 503 while
 // the model loads), loads the model, then serves until SIGINT or SIGTERM. The listening
 // address is logged as "listening on http://HOST:PORT" (with --port 0 the port is the one
-// the system picked).
+// the system picked). A stop signal drains: new generation requests get 503, running and
+// queued ones have --drain-timeout seconds to finish (a second signal cuts that short), then
+// whatever is left ends with an error and the process exits 0.
 #include <CLI/CLI.hpp>
 #include <pthread.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <csignal>
+#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -32,6 +38,9 @@ struct ServeOptions {
   size_t max_body = 1 << 20;
   int64_t max_prompt = 0;
   int timeout_s = 600;
+  int drain_timeout_s = 30;
+  int heartbeat_s = 1;
+  std::string replica_id;
   std::string alias;
   std::string api_key;
   std::string cors_origin;
@@ -40,11 +49,34 @@ struct ServeOptions {
   bool mmap = true;
   bool dense = false;
   std::string sparse_threshold;
+  std::string device = "cpu";
 };
 
 int fail(const std::string& msg) {
   log_error("%s", msg.c_str());
   return 1;
+}
+
+// "<hostname>:<port>": unique among the replicas of one host and across hosts.
+std::string default_replica_id(int port) {
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+  return std::string(host[0] != 0 ? host : "localhost") + ":" + std::to_string(port);
+}
+
+// Waits until the scheduler has nothing running or queued, at most `timeout_s` seconds; a
+// further stop signal ends the wait at once. True when it drained.
+bool wait_drained(server::Scheduler& sched, const sigset_t& stop_signals, int timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (sched.wait_idle(std::chrono::milliseconds(100))) return true;
+    const timespec zero{0, 0};
+    if (const int sig = sigtimedwait(&stop_signals, nullptr, &zero); sig > 0) {
+      log_info("signal %d: stopping without waiting for the running requests", sig);
+      return false;
+    }
+  }
+  return sched.wait_idle(std::chrono::milliseconds(0));
 }
 
 int serve(const ServeOptions& o) {
@@ -56,6 +88,8 @@ int serve(const ServeOptions& o) {
   if (o.n_ctx < 0) return fail("-c must be >= 0");
   if (o.max_queue < 0) return fail("--max-queue must be >= 0");
   if (o.timeout_s < 1) return fail("--timeout must be >= 1");
+  if (o.drain_timeout_s < 0) return fail("--drain-timeout must be >= 0");
+  if (o.heartbeat_s < 0) return fail("--heartbeat must be >= 0");
   if (o.port < 0 || o.port > 65535) return fail("--port must be 0..65535");
   if (Status v = validate_sampling(o.sampling); !v.ok()) return fail(v.error().message);
 
@@ -83,8 +117,10 @@ int serve(const ServeOptions& o) {
   ao.defaults = o.sampling;
   ao.max_prompt_tokens = o.max_prompt;
   ao.timeout_s = o.timeout_s;
-  server::ApiServer api(http, ao);
+  ao.heartbeat_s = o.heartbeat_s;
   if (Status b = http.bind(); !b.ok()) return fail(b.error().message);
+  ao.replica_id = !o.replica_id.empty() ? o.replica_id : default_replica_id(http.port());
+  server::ApiServer api(http, ao);
   std::thread http_thread([&http] { http.run(); });
   log_info("listening on http://%s:%d", o.host.c_str(), http.port());
 
@@ -117,6 +153,7 @@ int serve(const ServeOptions& o) {
   sg.sampling = o.sampling;
   sg.dense = o.dense;
   sg.sparse_threshold = o.sparse_threshold;
+  sg.device = o.device;
   auto so = session_options(sg, o.sampling.seed);
   if (!so.ok()) {
     stop_http();
@@ -149,9 +186,23 @@ int serve(const ServeOptions& o) {
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  log_info("signal %d: stopping", sig);
+  if (o.drain_timeout_s > 0) {
+    log_info("signal %d: draining (new requests get 503; running ones have %d s to finish; "
+             "a second signal stops at once)", sig, o.drain_timeout_s);
+    api.drain();
+    if (wait_drained(sched, stop_signals, o.drain_timeout_s)) {
+      log_info("drained: every accepted request finished");
+    } else {
+      const server::SchedulerStats st = sched.snapshot();
+      log_warn("stopping with %lld requests running and %lld queued: they end with an error",
+               static_cast<long long>(st.processing), static_cast<long long>(st.queued));
+    }
+  } else {
+    log_info("signal %d: stopping", sig);
+  }
   sched.shutdown();
   stop_http();
+  log_info("stopped");
   return 0;
 }
 
@@ -164,7 +215,8 @@ Runner add_serve(CLI::App& app) {
       "serve",
       "OpenAI- and llama.cpp-compatible HTTP server with continuous batching over -np slots\n"
       "(/v1/chat/completions, /v1/completions, /completion, /tokenize, /detokenize, /v1/models,\n"
-      "/props, /slots, /metrics, /health; a chat page at /). Stops on SIGINT/SIGTERM.");
+      "/props, /slots, /metrics, /health; a chat page at /). SIGINT/SIGTERM drain it, then it\n"
+      "exits 0 (deploy/README.md: several replicas behind HAProxy).");
   sub->add_option("-m,--model", o->model, std::string("Model file (default: ") + kDefaultModel + " if present)");
   sub->add_option("--host", o->host, "Address to listen on (loopback by default)")->capture_default_str();
   sub->add_option("--port", o->port, "Port (0: any free port, logged)")->capture_default_str();
@@ -176,6 +228,9 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--max-body", o->max_body, "Largest request body in bytes; larger get 413")->capture_default_str();
   sub->add_option("--max-prompt", o->max_prompt, "Most prompt tokens (0: the slot context minus one)")->capture_default_str();
   sub->add_option("--timeout", o->timeout_s, "Seconds a request may run before it is cancelled")->capture_default_str();
+  sub->add_option("--drain-timeout", o->drain_timeout_s, "On SIGTERM/SIGINT: seconds running requests get to finish while new ones get 503 (0: stop at once)")->capture_default_str();
+  sub->add_option("--heartbeat", o->heartbeat_s, "Non-streamed answers running longer are sent chunked with a space every 0.5 s to notice gone clients (0: never, so a balancer can retry them)")->capture_default_str();
+  sub->add_option("--replica-id", o->replica_id, "Name sent as the X-Replica header of every answer and in /props (default: HOSTNAME:PORT)");
   sub->add_option("-a,--alias", o->alias, "Model name reported by the API (default: the file name)");
   sub->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (not on /health and /)");
   sub->add_option("--cors-origin", o->cors_origin, "Send CORS headers allowing this origin (off by default)");
@@ -189,6 +244,7 @@ Runner add_serve(CLI::App& app) {
   sub->add_flag("!--no-mmap", o->mmap, "Read the model into huge-page memory instead of mapping it");
   sub->add_flag("--dense", o->dense, "PowerInfer files: compute every FFN neuron");
   sub->add_option("--sparse-threshold", o->sparse_threshold, "Predictor threshold (see run)");
+  add_device_option(sub, o->device);
   return [o]() -> int { return serve(*o); };
 }
 

@@ -186,7 +186,7 @@ Status check_index_matches(const GpuIndex& idx, const IndexKey& key,
   if (idx.n_ff != n_ff) {
     return err("%s: has %zu layers of other sizes than the model's %zu", path.c_str(), idx.n_ff.size(), n_ff.size());
   }
-  if (idx.key.stats_fingerprint != key.stats_fingerprint) {
+  if (!key.stats_fingerprint.empty() && idx.key.stats_fingerprint != key.stats_fingerprint) {
     return err("%s: solved for other activation statistics (%s, now %s)", path.c_str(),
                idx.key.stats_fingerprint.c_str(), key.stats_fingerprint.c_str());
   }
@@ -237,7 +237,13 @@ Result<IndexedPlan> plan_with_index(const std::string& path, const PlacementProb
   auto plan = solve_placement(p);
   if (!plan.ok()) return plan.error();
   out.plan = std::move(*plan);
-  if (use_index && opts.write) PI_TRY(write_gpu_index(path, out.plan, key, n_ff));
+  // A plan made without statistics places no neurons: it is not worth an index.
+  if (use_index && opts.write && !key.stats_fingerprint.empty()) {
+    if (Status w = write_gpu_index(path, out.plan, key, n_ff); !w.ok()) {
+      if (opts.write_errors_fatal) return w.error();
+      out.reason += "; index not written: " + w.error().message;
+    }
+  }
   return out;
 }
 

@@ -29,7 +29,8 @@
 
 namespace pi::sparse {
 
-// What a plan was solved for; an index matches a request when all fields are equal.
+// What a plan was solved for; an index matches a request when all fields are equal, except
+// that an empty stats_fingerprint (a run without statistics) accepts any statistics.
 struct IndexKey {
   std::string model_fingerprint;
   std::string stats_fingerprint;
@@ -72,6 +73,9 @@ struct IndexOptions {
   bool reset = false;    // --reset-gpu-index: solve again even when the index matches
   bool disable = false;  // --disable-gpu-index: no neuron split, no index read or written
   bool write = true;     // write the index after solving
+  // false: a failed write is reported in IndexedPlan::reason instead of failing (a model in a
+  // read-only directory still runs).
+  bool write_errors_fatal = true;
 };
 
 struct IndexedPlan {

@@ -146,6 +146,14 @@ NeuronChoice best_neurons(const Groups& gr, uint64_t room) {
   return best;
 }
 
+// The scratch a plan with dense blocks / the head / neurons on the device needs.
+uint64_t scratch_for(const PlacementProblem& p, bool dense, bool head, bool neurons) {
+  if (!dense && !head && !neurons) return 0;
+  return p.scratch_bytes + (dense || head ? p.scratch_lane_bytes : 0) +
+         (dense ? p.scratch_dense_bytes : 0) +
+         (head ? p.scratch_head_bytes : 0) + (neurons ? p.scratch_neuron_bytes : 0);
+}
+
 }  // namespace
 
 int64_t PlacementPlan::n_device_neurons() const {
@@ -174,7 +182,10 @@ Status validate_problem(const PlacementProblem& p) {
     total += v;
     return true;
   };
-  if (!add(p.head_bytes) || !add(p.scratch_bytes)) return err("placement: head or scratch bytes overflow");
+  if (!add(p.head_bytes) || !add(p.scratch_bytes) || !add(p.scratch_lane_bytes) ||
+      !add(p.scratch_dense_bytes) ||
+      !add(p.scratch_head_bytes) || !add(p.scratch_neuron_bytes))
+    return err("placement: head or scratch bytes overflow");
   for (size_t l = 0; l < p.layers.size(); ++l) {
     const LayerCost& L = p.layers[l];
     if (!add(L.dense_bytes) || L.dense_read_bytes > kMaxTotal) {
@@ -220,7 +231,7 @@ Result<PlacementPlan> evaluate_placement(const PlacementProblem& p, int64_t n_de
   plan.head_on_device = head_on_device;
   plan.granularity = p.granularity;
   plan.budget = p.budget;
-  bool any = n_dense_layers > 0 || head_on_device;
+  bool any_neurons = false;
   uint64_t bytes = head_on_device ? p.head_bytes : 0;
   double cpu = head_on_device ? 0.0 : static_cast<double>(p.head_bytes);
   double all_cpu = static_cast<double>(p.head_bytes);
@@ -255,12 +266,12 @@ Result<PlacementPlan> evaluate_placement(const PlacementProblem& p, int64_t n_de
                        padded_rows(ids.size(), p.granularity) * L.neuron_bytes;
     out.cpu_bytes_per_token = (out.dense_on_device ? 0.0 : static_cast<double>(L.dense_read_bytes)) +
                               cold * static_cast<double>(L.neuron_bytes);
-    any = any || !ids.empty();
+    any_neurons = any_neurons || !ids.empty();
     bytes += out.device_bytes;
     cpu += out.cpu_bytes_per_token;
     all_cpu += static_cast<double>(L.dense_read_bytes) + out.mass_total * static_cast<double>(L.neuron_bytes);
   }
-  plan.scratch_bytes = any ? p.scratch_bytes : 0;
+  plan.scratch_bytes = scratch_for(p, n_dense_layers > 0, head_on_device, any_neurons);
   plan.device_bytes = bytes + plan.scratch_bytes;
   plan.cpu_bytes_per_token = cpu;
   plan.cpu_bytes_all_cpu = all_cpu;
@@ -284,15 +295,26 @@ Result<PlacementPlan> solve_placement(const PlacementProblem& p) {
   }
   struct Best { double saving = -1; size_t n_dense = 0; bool head = false; NeuronChoice neurons; };
   Best best;
-  for (size_t P = 0; P <= n_layer; ++P) {
-    for (int h = 0; h < 2; ++h) {
+  for (size_t P = 0; P <= (p.allow_dense ? n_layer : 0); ++P) {
+    for (int h = 0; h < (p.allow_head ? 2 : 1); ++h) {
       const uint64_t d = dense[P] + (h ? p.head_bytes : 0);
-      Best cand{read[P] + (h ? static_cast<double>(p.head_bytes) : 0.0), P, h != 0, {}};
+      const double saved = read[P] + (h ? static_cast<double>(p.head_bytes) : 0.0);
+      // Without neurons: the empty plan always fits; any other needs its scratch.
+      const uint64_t fixed = d + scratch_for(p, P > 0, h != 0, false);
       const bool nothing_dense = P == 0 && h == 0;
-      if (!nothing_dense && (d > p.budget || p.scratch_bytes > p.budget - d)) continue;
-      if (p.scratch_bytes <= p.budget - d) cand.neurons = best_neurons(gr, p.budget - d - p.scratch_bytes);
-      cand.saving += cand.neurons.saving;
-      if (cand.saving > best.saving) best = std::move(cand);
+      if (nothing_dense || fixed <= p.budget) {
+        Best cand{saved, P, h != 0, {}};
+        if (cand.saving > best.saving) best = std::move(cand);
+      }
+      // With neurons: their scratch too, and the rest of the budget buys groups.
+      const uint64_t with = d + scratch_for(p, P > 0, h != 0, true);
+      if (with <= p.budget && !gr.classes.empty()) {
+        Best cand{saved, P, h != 0, best_neurons(gr, p.budget - with)};
+        cand.saving += cand.neurons.saving;
+        const bool takes = std::any_of(cand.neurons.take.begin(), cand.neurons.take.end(),
+                                       [](uint64_t k) { return k > 0; });
+        if (takes && cand.saving > best.saving) best = std::move(cand);
+      }
     }
   }
   // Device neurons of the chosen groups: take[c] first groups of each class (or greedily).

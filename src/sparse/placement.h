@@ -11,8 +11,8 @@
 //     only when it fires);
 //   - the output head lives on the device or on the CPU (head_bytes per token there);
 //   - the device holds the chosen dense blocks, the head, the hot neuron rows of each layer
-//     padded up to a multiple of `granularity` rows (the kernels' tile), and once, when
-//     anything is on the device, scratch_bytes of per-step buffers; all of it <= budget.
+//     padded up to a multiple of `granularity` rows (the kernels' tile), and the per-step
+//     buffers each kind of work needs (the scratch_* fields); all of it <= budget.
 // solve_placement() is exact over every choice of neuron sets, with the dense blocks on the
 // device forming a prefix of the layers (layers 0..P-1, as llama.cpp -ngl and the original
 // offload them) and the head on or off. When every layer's dense block has the same size and
@@ -42,10 +42,20 @@ struct LayerCost {
 struct PlacementProblem {
   std::vector<LayerCost> layers;
   uint64_t head_bytes = 0;     // output head and output norm: device bytes = bytes per token
-  uint64_t scratch_bytes = 0;  // per-step device buffers, counted once if anything is placed
+  // Per-step device buffers (and other fixed costs), counted once each when the plan needs
+  // them: scratch_bytes when anything is placed; scratch_lane_bytes when a dense block or the
+  // head is (the device's residual stream); the others when any dense block, the head, or any
+  // neuron is on the device (the hybrid executor's buffers for each kind of work).
+  uint64_t scratch_bytes = 0;
+  uint64_t scratch_lane_bytes = 0;
+  uint64_t scratch_dense_bytes = 0;
+  uint64_t scratch_head_bytes = 0;
+  uint64_t scratch_neuron_bytes = 0;
   uint64_t budget = 0;         // device bytes available
   int64_t granularity = 32;    // device neuron rows are allocated in multiples of this (>= 1)
   bool allow_neurons = true;   // false (--disable-gpu-index): every FFN neuron stays on the CPU
+  bool allow_dense = true;     // false: no dense block on the device (it cannot run their types)
+  bool allow_head = true;      // false: the head stays on the CPU
 };
 
 struct LayerPlan {
@@ -63,7 +73,7 @@ struct PlacementPlan {
   bool head_on_device = false;
   int64_t granularity = 0;
   uint64_t budget = 0;
-  uint64_t scratch_bytes = 0;  // counted: problem.scratch_bytes if anything is placed, else 0
+  uint64_t scratch_bytes = 0;  // the problem's scratch_* the plan needs, summed
   uint64_t device_bytes = 0;   // everything placed, scratch included; <= budget
   double cpu_bytes_per_token = 0;
   double cpu_bytes_all_cpu = 0;  // the same with nothing on the device

@@ -49,45 +49,80 @@ Result<PlacementProblem> placement_problem(const model::Model& m, const Activati
                static_cast<long long>(req.n_ctx), static_cast<long long>(req.n_batch),
                static_cast<long long>(req.n_outputs));
   }
-  const bool split = hp.powerinfer && !w.layers.empty() && w.layers[0].ffn.down_t.present();
+  const bool split =
+      req.split && hp.powerinfer && !w.layers.empty() && w.layers[0].ffn.down_t.present();
+  bool no_stats = false;
   if (split) {
-    if (stats == nullptr) {
+    if (stats == nullptr && !req.allow_missing_stats) {
       return err("%s: no activation statistics for this PowerInfer file: measure them with "
                  "`powerinfer profile -m %s -f TEXT -o STATS` and pass --stats STATS",
                  m.file().path().c_str(), m.file().path().c_str());
     }
-    PI_TRY(check_stats_fit(*stats, hp.n_layer, hp.n_ff, model_fingerprint(m.file()), "statistics"));
+    no_stats = stats == nullptr;
+    if (!no_stats)
+      PI_TRY(check_stats_fit(*stats, hp.n_layer, hp.n_ff, model_fingerprint(m.file()), "statistics"));
   }
   auto preds = load_predictors(m);
   if (!preds.ok()) return preds.error();
+  const auto fp = [&req](uint64_t n) { return req.footprint ? req.footprint(n) : n; };
+  // Read bytes and device bytes of a group of tensors.
+  struct Bytes {
+    uint64_t read = 0, device = 0;
+    void add(uint64_t n, const std::function<uint64_t(uint64_t)>& f) {
+      if (n == 0) return;
+      read += n;
+      device += f(n);
+    }
+  };
   PlacementProblem p;
   p.budget = req.budget;
   p.granularity = req.granularity;
   p.allow_neurons = req.allow_neurons;
-  p.head_bytes = matrix_bytes(w.output) + vector_bytes(w.out_norm) + vector_bytes(w.out_norm_b);
-  p.scratch_bytes = step_scratch_bytes(hp, req.n_batch, req.n_outputs);
+  {
+    Bytes head;
+    head.add(matrix_bytes(w.output), fp);
+    head.add(vector_bytes(w.out_norm), fp);
+    head.add(vector_bytes(w.out_norm_b), fp);
+    p.head_bytes = head.device;
+  }
+  if (req.scratch) {
+    p.scratch_bytes = req.scratch->common;
+    p.scratch_lane_bytes = req.scratch->lane;
+    p.scratch_dense_bytes = req.scratch->dense;
+    p.scratch_head_bytes = req.scratch->head;
+    p.scratch_neuron_bytes = req.scratch->neurons;
+  } else {
+    p.scratch_bytes = step_scratch_bytes(hp, req.n_batch, req.n_outputs);
+  }
   const uint64_t kv = kv_layer_bytes(hp, req.n_ctx);
   p.layers.resize(w.layers.size());
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const model::AttnWeights& a = w.layers[l].attn;
     const model::FfnWeights& f = w.layers[l].ffn;
     LayerCost& L = p.layers[l];
-    uint64_t weights = matrix_bytes(a.q) + matrix_bytes(a.k) + matrix_bytes(a.v) +
-                       matrix_bytes(a.qkv) + matrix_bytes(a.out) + vector_bytes(a.norm) +
-                       vector_bytes(a.norm_b) + vector_bytes(f.norm) + vector_bytes(f.norm_b);
-    if (!preds->empty()) weights += (*preds)[l].nbytes();
+    Bytes b;
+    for (const model::Matrix* t : {&a.q, &a.k, &a.v, &a.qkv, &a.out}) b.add(matrix_bytes(*t), fp);
+    for (const model::Vector* t : {&a.norm, &a.norm_b, &f.norm, &f.norm_b}) b.add(vector_bytes(*t), fp);
+    if (!preds->empty()) {
+      b.add((*preds)[l].fc1.nbytes(), fp);
+      b.add((*preds)[l].fc2.nbytes(), fp);
+    }
     if (split) {
       L.split = true;
       L.neuron_bytes = (f.gate.present() ? f.gate.row_stride() : 0) + f.up.row_stride() +
-                       f.down_t.row_stride();
-      const std::vector<double> fr = stats->frequencies(static_cast<int64_t>(l));
-      L.freq.assign(fr.begin(), fr.end());
+                       f.down_t.row_stride() + req.neuron_extra_bytes;
+      if (no_stats) {
+        L.freq.assign(static_cast<size_t>(hp.n_ff), kUnknownFrequency);
+      } else {
+        const std::vector<double> fr = stats->frequencies(static_cast<int64_t>(l));
+        L.freq.assign(fr.begin(), fr.end());
+      }
     } else {
       L.split = false;
-      weights += matrix_bytes(f.gate) + matrix_bytes(f.up) + matrix_bytes(f.down) + matrix_bytes(f.down_t);
+      for (const model::Matrix* t : {&f.gate, &f.up, &f.down, &f.down_t}) b.add(matrix_bytes(*t), fp);
     }
-    L.dense_bytes = weights + kv;
-    L.dense_read_bytes = weights + kv;
+    L.dense_bytes = b.device + fp(kv);
+    L.dense_read_bytes = b.read + kv;
   }
   return p;
 }

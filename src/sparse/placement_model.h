@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
@@ -16,6 +18,12 @@
 
 namespace pi::sparse {
 
+// The exact per-step device buffers of an executor, by the kind of work that needs them
+// (PlacementProblem's scratch_* fields).
+struct ScratchBytes {
+  uint64_t common = 0, lane = 0, dense = 0, head = 0, neurons = 0;
+};
+
 struct PlacementRequest {
   uint64_t budget = 0;       // device bytes
   int64_t n_ctx = 4096;      // KV cells the context holds (already resolved, > 0)
@@ -23,7 +31,24 @@ struct PlacementRequest {
   int64_t n_outputs = 1;     // logit rows per step
   int64_t granularity = 32;  // device neuron rows per tile
   bool allow_neurons = true;
+  // false: whole layers even for a PowerInfer file (run --dense).
+  bool split = true;
+  // Device bytes one allocation of n bytes takes (backend::Device::alloc_footprint): dense
+  // blocks and the head are counted tensor by tensor through it. Unset: n.
+  std::function<uint64_t(uint64_t)> footprint;
+  // Device bytes stored per hot neuron beyond its rows (the executor's neuron id).
+  uint64_t neuron_extra_bytes = 0;
+  // The executor's exact scratch; unset: the estimate step_scratch_bytes() as the common part.
+  std::optional<ScratchBytes> scratch;
+  // PowerInfer files without statistics: every neuron gets kUnknownFrequency instead of
+  // failing. The dense blocks go first (they save a byte per byte), then any neurons (each is
+  // as good as another without statistics: the lowest ids, deterministically).
+  bool allow_missing_stats = false;
 };
+
+// The firing frequency assumed for every neuron when there are no statistics: the activity
+// typical of ReLU-family models (PowerInfer's published ones fire 5-25% of their neurons).
+inline constexpr float kUnknownFrequency = 0.1f;
 
 // f16 keys and values of one layer for n_ctx cells (shared by every sequence).
 uint64_t kv_layer_bytes(const model::HParams& hp, int64_t n_ctx);

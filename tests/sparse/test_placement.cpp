@@ -32,7 +32,7 @@ OracleResult oracle(const PlacementProblem& p, bool prefixes_only) {
       for (uint64_t nm = 0; nm < (uint64_t{1} << N); ++nm) {
         uint64_t bytes = head ? p.head_bytes : 0;
         double cpu = head ? 0.0 : static_cast<double>(p.head_bytes);
-        bool any = dense != 0 || head;
+        bool any_neurons = false;
         for (size_t l = 0; l < L; ++l) {
           const LayerCost& c = p.layers[l];
           if (dense & (1u << l)) bytes += c.dense_bytes;
@@ -44,9 +44,13 @@ OracleResult oracle(const PlacementProblem& p, bool prefixes_only) {
           }
           const auto g = static_cast<uint64_t>(p.granularity);
           bytes += (n_on + g - 1) / g * g * c.neuron_bytes;
-          any = any || n_on > 0;
+          any_neurons = any_neurons || n_on > 0;
         }
-        if (any) bytes += p.scratch_bytes;
+        if (dense != 0 || head || any_neurons) bytes += p.scratch_bytes;
+        if (dense != 0 || head) bytes += p.scratch_lane_bytes;
+        if (dense != 0) bytes += p.scratch_dense_bytes;
+        if (head) bytes += p.scratch_head_bytes;
+        if (any_neurons) bytes += p.scratch_neuron_bytes;
         if (bytes <= p.budget && cpu < best.cpu) best.cpu = cpu;
       }
     }
@@ -76,7 +80,14 @@ PlacementProblem random_problem(std::mt19937_64& rng, bool equal_dense, int n_cl
   }
   p.head_bytes = bytes(rng) * 3;
   p.scratch_bytes = rng() % 3 == 0 ? 0 : bytes(rng);
-  total += p.head_bytes + p.scratch_bytes;
+  // The conditional parts of the scratch (the hybrid executor's per kind of work), often zero.
+  p.scratch_lane_bytes = rng() % 2 == 0 ? 0 : bytes(rng);
+  p.scratch_dense_bytes = rng() % 2 == 0 ? 0 : bytes(rng);
+  p.scratch_head_bytes = rng() % 2 == 0 ? 0 : bytes(rng);
+  p.scratch_neuron_bytes = rng() % 2 == 0 ? 0 : bytes(rng);
+  total += p.head_bytes + p.scratch_bytes + p.scratch_lane_bytes + p.scratch_dense_bytes +
+           p.scratch_head_bytes +
+           p.scratch_neuron_bytes;
   p.budget = std::uniform_int_distribution<uint64_t>(0, total)(rng);
   return p;
 }

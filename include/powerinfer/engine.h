@@ -21,12 +21,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "powerinfer/error.h"
 #include "powerinfer/batch.h"
+#include "powerinfer/placement.h"
 #include "powerinfer/sampling.h"
 #include "powerinfer/sparsity.h"
 #include "powerinfer/vocabulary.h"
@@ -110,6 +112,20 @@ struct SessionOptions {
   // against it when the session is created.
   std::string device = "cpu";
   uint64_t device_budget = 0;
+  // ---- Hybrid execution, on a device that is not the host (sim; cuda in CUDA builds) ----
+  // The device runs what fits this budget (bytes: weights, KV cache, per-step buffers, the
+  // runtime margin; every byte counted before allocation); unset: the device's free memory.
+  // The CPU runs the rest. placement() tells what went where.
+  std::optional<uint64_t> vram_budget;
+  // Activation statistics for the hot/cold split of PowerInfer files (powerinfer profile);
+  // empty: MODEL.activations.gguf beside the model when present.
+  std::string activation_stats;
+  // Whole layers on the device for dense placements (llama.cpp's -ngl; more than the layer
+  // count also puts the output head there); -1: as many as the budget holds.
+  int n_gpu_layers = -1;
+  std::string gpu_index;           // the plan's index file; empty: MODEL.generated.gpuidx
+  bool reset_gpu_index = false;    // solve the plan again even when the index matches
+  bool disable_gpu_index = false;  // keep every FFN neuron on the CPU; no index
 };
 
 // Wall-clock time spent in each phase, for llama.cpp-style timing reports.
@@ -215,6 +231,8 @@ class Session {
   // the last reset_sparsity() (warmup() resets them too).
   SparsityReport sparsity() const;
   void reset_sparsity();
+  // Hybrid sessions: the plan, the device memory ledger and the host <-> device traffic.
+  PlacementInfo placement() const;
 
  private:
   Session() = default;

@@ -29,6 +29,14 @@ namespace pi::backend {
 class Device;
 class Ops;
 
+// What a device was asked to do since it was created: copies between host and device memory,
+// and ops submitted (kernel launches on a GPU).
+struct DeviceActivity {
+  uint64_t bytes_in = 0, bytes_out = 0;    // host -> device, device -> host
+  uint64_t copies_in = 0, copies_out = 0;
+  uint64_t ops = 0;
+};
+
 struct MemoryInfo {
   uint64_t capacity = 0;  // bytes the device has (host RAM for the CPU)
   uint64_t budget = 0;    // bytes alloc() may hand out in all (<= capacity)
@@ -134,12 +142,16 @@ class Device {
   }
 
   // The host's view of device memory [p, p + bytes) after everything submitted so far has
-  // completed (it syncs every queue): host writes through it are seen by work submitted after.
-  // For host-addressable devices it is p itself. Valid until the next submission.
+  // completed (it syncs every queue), for reading: on a GPU it is a copy, so host writes
+  // through it are not seen by the device (the host devices and the sim happen to show the
+  // memory itself). For host-addressable devices it is p itself. Valid until the next
+  // submission.
   virtual void* map(const void* p, size_t bytes) = 0;
 
   // The ops of the forward pass, run on queue kCompute.
   virtual Ops& ops() = 0;
+  // Copies and ops counted so far (zero on devices whose memory is the host's).
+  virtual DeviceActivity activity() const { return {}; }
 
   // Blocking helpers over kCopy: a whole transfer and a sync.
   void upload(void* dst, const void* src, size_t bytes) {

@@ -23,6 +23,9 @@ struct DeviceOptions {
   SimOptions sim;                     // sim only
 };
 
+// Whether the device of this name computes in host memory (cpu, ref): no hybrid split there.
+bool is_host_device(const std::string& name);
+
 // Fails for an unknown name (listing the known ones) or bad options.
 Result<std::unique_ptr<Device>> make_device(const DeviceOptions& o);
 

@@ -56,4 +56,21 @@ class DenseFfn final : public FfnStep {
   std::vector<int32_t> all_neurons_;  // 0 .. n_ff-1: the row list of the dense down_t product
 };
 
+// Whole layers on several devices (a hybrid placement of a dense file, as llama.cpp -ngl):
+// layer il runs the step of the lane that runs the layer (Forward's LanePlan), whose inputs
+// and output are in that lane's memory.
+class LaneFfn final : public FfnStep {
+ public:
+  // steps[k] runs the layers with layer_lane[il] == k; every lane used must have a step.
+  LaneFfn(std::vector<std::unique_ptr<FfnStep>> steps, std::vector<int> layer_lane)
+      : steps_(std::move(steps)), lane_(std::move(layer_lane)) {}
+  void run(int64_t il, const FfnInput& in, float* out) override {
+    steps_[static_cast<size_t>(lane_[static_cast<size_t>(il)])]->run(il, in, out);
+  }
+
+ private:
+  std::vector<std::unique_ptr<FfnStep>> steps_;
+  std::vector<int> lane_;
+};
+
 }  // namespace pi::model

@@ -94,10 +94,11 @@ Result<std::unique_ptr<Forward>> Forward::create(const Model& model, std::vector
     return err("forward pass: the first of several lanes must be the host");
   std::vector<Lane> lanes;
   for (int l = 0; l < n_lanes; ++l) {
-    unsigned roles = StepBuffers::kResidual;
+    // A lane holds the residual stream if it embeds, runs a layer or the head.
+    unsigned roles = plan.embed == l ? StepBuffers::kResidual : 0u;
     if (std::find(plan.layers.begin(), plan.layers.end(), l) != plan.layers.end())
-      roles |= StepBuffers::kLayers;
-    if (plan.head == l) roles |= StepBuffers::kHead;
+      roles |= StepBuffers::kResidual | StepBuffers::kLayers;
+    if (plan.head == l) roles |= StepBuffers::kResidual | StepBuffers::kHead;
     auto buf = StepBuffers::allocate(*specs[static_cast<size_t>(l)].dev, hp, opts.n_batch,
                                      logit_rows(opts), roles);
     if (!buf.ok()) return buf.error();

@@ -15,7 +15,7 @@ int64_t resolve_n_ctx(const model::HParams& hp, int64_t requested) {
 
 Context::Context(const model::Model& model, ContextOptions opts,
                  std::unique_ptr<backend::Device> dev, model::PlacedWeights weights,
-                 backend::Buffer kv_storage)
+                 std::vector<KvStorage> kv_storage)
     : model_(model),
       opts_(opts),
       dev_(std::move(dev)),
@@ -103,8 +103,12 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
   opts.n_ctx = resolve_n_ctx(model.hparams(), opts.n_ctx);
   opts.n_batch = std::min(opts.n_batch, opts.n_ctx);
   opts.device.n_threads = opts.n_threads;
+  // A VRAM budget is the device's budget (the sim's capacity); host devices have none.
+  if (opts.vram_budget && !backend::is_host_device(opts.device.name))
+    opts.device.budget = *opts.vram_budget;
   auto dev = backend::make_device(opts.device);
   if (!dev.ok()) return dev.error();
+  if (!(*dev)->host_addressable()) return create_hybrid(model, opts, std::move(*dev));
   const bool sparse = wants_sparse(model, opts);
   if (model.hparams().powerinfer && !opts.dense && !sparse) {
     log_warn("%s: PowerInfer file without predictors (blk.N.fc1/fc2): running dense",
@@ -115,8 +119,10 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
   if (!weights.ok()) return weights.error();
   auto kv = (*dev)->alloc(KvCache::storage_bytes(model.hparams(), opts.n_ctx), "KV cache");
   if (!kv.ok()) return kv.error();
+  std::vector<KvStorage> storage;
+  storage.push_back(KvStorage{std::move(*kv), 0, model.hparams().n_layer});
   std::unique_ptr<Context> ctx(
-      new Context(model, opts, std::move(*dev), std::move(*weights), std::move(*kv)));
+      new Context(model, opts, std::move(*dev), std::move(*weights), std::move(storage)));
   PI_TRY(ctx->build_forward());
   return ctx;
 }

@@ -1,5 +1,8 @@
 // One inference context over a loaded model: the device it runs on (with the weights placed
-// there), forward pass and KV cache. decode() feeds tokens of sequence 0 after those already cached, in batches of
+// there), forward pass and KV cache. On a device that is not the host (sim, cuda) the context
+// is hybrid: the plan of hybrid_plan.h puts what fits the VRAM budget there and the CPU runs
+// the rest (a two-lane forward pass; sparse files split each layer's neurons with
+// sparse::HybridFfn). decode() feeds tokens of sequence 0 after those already cached, in batches of
 // n_batch (matrix x matrix products), and commits each batch to the cache. decode_batch()
 // feeds tokens of several sequences (ids 0 .. n_seq_max-1) in one forward pass; seq_cp()
 // shares a sequence's cells with another, seq_rm() forgets positions.
@@ -20,39 +23,24 @@
 
 #include "core/error.h"
 #include "backend/device.h"
-#include "backend/registry.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/placed_weights.h"
 #include "powerinfer/batch.h"
+#include "runtime/context_options.h"
+#include "runtime/hybrid_plan.h"
 #include "runtime/kv_cache.h"
 #include "sparse/sparse_ffn.h"
 
 namespace pi::runtime {
 
-struct ContextOptions {
-  int64_t n_ctx = 0;      // KV cells; 0: the model's training context, at most 4096
-  int64_t n_batch = 512;  // most tokens per forward call (clamped to n_ctx)
-  int n_threads = 1;
-  // The device that runs everything (backend/registry.h: cpu, ref, sim); its thread count is
-  // n_threads. Every buffer is counted against its budget before the first allocation.
-  backend::DeviceOptions device;
-  bool all_logits = false;  // keep logits of every token (tests, perplexity)
-  // PowerInfer (PWRI) files run the sparse FFN (src/sparse) unless `dense` is set; a PWRI file
-  // without predictors runs dense (with a warning). Ordinary GGUF files always run dense.
-  bool dense = false;
-  // Predictor threshold; unset: $LLAMA_SPARSE_PRED_THRESHOLD, else powerinfer.sparse_threshold,
-  // else 0 (sparse::resolve_threshold).
-  std::optional<float> sparse_threshold;
-  bool check_predictor = false;  // sparse only: also run the dense FFN and measure the predictor
-  int n_seq_max = 1;             // sequences the cache holds (1..64): ids 0 .. n_seq_max-1
-};
-
 class Context {
  public:
   // Checks the options, makes the device, checks that everything fits its budget (failing with
   // the bytes needed, item by item, and the budget) and allocates every buffer (weights on a
-  // device that cannot address the host, KV cache, step buffers, FFN scratch).
+  // device that cannot address the host, KV cache, step buffers, FFN scratch). On a device
+  // that is not the host: plans the hybrid split and its ledger first (failing, with the
+  // ledger, when the plan cannot fit), then allocates exactly what the ledger counts.
   static Result<std::unique_ptr<Context>> create(const model::Model& model, ContextOptions opts);
 
   const model::Model& model() const { return model_; }
@@ -93,7 +81,11 @@ class Context {
   int32_t seq_pos_max(SeqId s) const { return cache_.seq_pos_max(s); }
 
   model::Forward& forward() { return *forward_; }
+  // The device of the options (the GPU-like one of a hybrid context).
   backend::Device& device() { return *dev_; }
+  // Hybrid contexts: the plan, the ledger and the FFN split; nullptr otherwise.
+  const HybridSetup* hybrid() const { return hybrid_ ? &*hybrid_ : nullptr; }
+  const sparse::HybridFfn* hybrid_ffn() const { return hybrid_ffn_; }
   // The weights as the device sees them.
   const model::ModelWeights& weights() const { return weights_.weights; }
   const KvCache& cache() const { return cache_; }
@@ -104,7 +96,12 @@ class Context {
 
  private:
   Context(const model::Model& model, ContextOptions opts, std::unique_ptr<backend::Device> dev,
-          model::PlacedWeights weights, backend::Buffer kv_storage);
+          model::PlacedWeights weights, std::vector<KvStorage> kv_storage);
+  // The hybrid path of create() (context_hybrid.cpp).
+  static Result<std::unique_ptr<Context>> create_hybrid(const model::Model& model,
+                                                        ContextOptions opts,
+                                                        std::unique_ptr<backend::Device> dev);
+  Status build_hybrid_forward();
   // Device bytes everything a context allocates needs, checked against the device's free
   // memory: an error names each item and the budget.
   static Status check_budget(const model::Model& model, const ContextOptions& o,
@@ -121,7 +118,10 @@ class Context {
   const model::Model& model_;
   ContextOptions opts_;
   std::unique_ptr<backend::Device> dev_;
-  model::PlacedWeights weights_;
+  std::unique_ptr<backend::Device> host_;  // hybrid: the CPU lane's device
+  model::PlacedWeights weights_;           // the weights as dev_ sees them
+  std::optional<HybridSetup> hybrid_;
+  sparse::HybridFfn* hybrid_ffn_ = nullptr;  // owned by forward_
   KvCache cache_;
   std::unique_ptr<model::Forward> forward_;
   sparse::SparseFfn* sparse_ = nullptr;  // owned by forward_

@@ -98,6 +98,12 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.n_seq_max = o.n_seq_max;
   co.device.name = o.device;
   co.device.budget = o.device_budget;
+  co.vram_budget = o.vram_budget;
+  co.stats_path = o.activation_stats;
+  co.n_gpu_layers = o.n_gpu_layers;
+  co.gpu_index_path = o.gpu_index;
+  co.reset_gpu_index = o.reset_gpu_index;
+  co.disable_gpu_index = o.disable_gpu_index;
   co.n_threads = o.n_threads > 0
                      ? o.n_threads
                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -331,6 +337,42 @@ SparsityReport Session::sparsity() const {
     r.layers.push_back(l);
   }
   return r;
+}
+
+PlacementInfo Session::placement() const {
+  PlacementInfo p;
+  const runtime::HybridSetup* h = ctx_->hybrid();
+  if (h == nullptr) return p;
+  const model::HParams& hp = ctx_->model().hparams();
+  p.hybrid = true;
+  p.device = ctx_->device().name();
+  p.origin = h->origin;
+  p.stats = h->stats_path;
+  p.budget = h->budget;
+  p.device_bytes = h->ledger.total();
+  p.n_layer = hp.n_layer;
+  p.layers_on_device = h->plan.n_dense_layers;
+  p.head_on_device = h->plan.head_on_device;
+  p.hot_neurons = h->plan.n_device_neurons();
+  p.n_neurons = h->split ? hp.n_layer * hp.n_ff : 0;
+  p.mass_covered = h->plan.mass_covered();
+  p.cpu_bytes_per_token = h->plan.cpu_bytes_per_token;
+  p.device_bytes_per_token = h->plan.cpu_bytes_all_cpu - h->plan.cpu_bytes_per_token;
+  p.head_bytes = h->head_bytes;
+  for (size_t l = 0; l < h->layer_bytes.size(); ++l) {
+    const runtime::HybridSetup::LayerBytes& b = h->layer_bytes[l];
+    p.layers.push_back({h->plan.layers[l].dense_on_device, b.dense, b.kv_per_cell, b.hot, b.cold,
+                        static_cast<int64_t>(h->plan.layers[l].device_neurons.size())});
+  }
+  for (const runtime::LedgerLine& l : h->ledger.lines()) p.memory.push_back({l.what, l.count, l.bytes});
+  if (h->ledger.margin() > 0) p.memory.push_back({"runtime margin", 0, h->ledger.margin()});
+  const backend::DeviceActivity t = ctx_->device().activity();
+  p.bytes_to_device = t.bytes_in;
+  p.bytes_from_device = t.bytes_out;
+  p.copies_to_device = t.copies_in;
+  p.copies_from_device = t.copies_out;
+  p.device_ops = t.ops;
+  return p;
 }
 
 void Session::reset_sparsity() {

@@ -39,26 +39,54 @@ void KvSlot::assign_sequential(SeqId s, int32_t pos0) {
 }
 
 uint64_t KvCache::storage_bytes(const model::HParams& hp, int64_t n_ctx) {
-  return static_cast<uint64_t>(hp.n_layer * 2 * n_ctx * hp.n_embd_kv()) * sizeof(uint16_t);
+  return storage_bytes(hp, n_ctx, hp.n_layer);
 }
 
+uint64_t KvCache::storage_bytes(const model::HParams& hp, int64_t n_ctx, int64_t n_layers) {
+  return static_cast<uint64_t>(n_layers * 2 * n_ctx * hp.n_embd_kv()) * sizeof(uint16_t);
+}
+
+namespace {
+
+std::vector<KvStorage> one_block(const model::HParams& hp, backend::Buffer storage) {
+  std::vector<KvStorage> v;
+  v.push_back(KvStorage{std::move(storage), 0, hp.n_layer});
+  return v;
+}
+
+}  // namespace
+
 KvCache::KvCache(const model::HParams& hp, int64_t n_ctx, backend::Buffer storage)
+    : KvCache(hp, n_ctx, one_block(hp, std::move(storage))) {}
+
+KvCache::KvCache(const model::HParams& hp, int64_t n_ctx, std::vector<KvStorage> storage)
     : n_ctx_(n_ctx),
       cells_(static_cast<size_t>(n_ctx)),
       seq_max_(static_cast<size_t>(kMaxSeqs), -1),
       seq_entries_(static_cast<size_t>(kMaxSeqs)),
       storage_(std::move(storage)) {
   const auto per_tensor = static_cast<size_t>(n_ctx * hp.n_embd_kv());
-  auto* base = storage_.as<uint16_t>();
   view_.n_ctx = n_ctx;
   view_.layers.resize(static_cast<size_t>(hp.n_layer));
-  for (size_t il = 0; il < view_.layers.size(); ++il) {
-    model::KvLayer& L = view_.layers[il];
-    L.k = base != nullptr ? base + (2 * il) * per_tensor : nullptr;
-    L.v = base != nullptr ? base + (2 * il + 1) * per_tensor : nullptr;
-    L.head_stride = n_ctx * hp.head_dim;
-    L.cell_stride = hp.head_dim;
+  for (const KvStorage& block : storage_) {
+    auto* base = block.buffer.as<uint16_t>();
+    for (int64_t j = 0; j < block.n_layers; ++j) {
+      const auto il = static_cast<size_t>(block.first_layer + j);
+      if (il >= view_.layers.size()) break;
+      model::KvLayer& L = view_.layers[il];
+      const auto at = static_cast<size_t>(j);
+      L.k = base != nullptr ? base + (2 * at) * per_tensor : nullptr;
+      L.v = base != nullptr ? base + (2 * at + 1) * per_tensor : nullptr;
+      L.head_stride = n_ctx * hp.head_dim;
+      L.cell_stride = hp.head_dim;
+    }
   }
+}
+
+size_t KvCache::nbytes() const {
+  size_t n = 0;
+  for (const KvStorage& b : storage_) n += b.buffer.bytes();
+  return n;
 }
 
 int32_t KvCache::seq_pos_max(SeqId s) const {

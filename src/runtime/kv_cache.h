@@ -85,13 +85,26 @@ struct KvEdit {
   static KvEdit clear() { return truncate(0); }
 };
 
+// Cell contents of layers [first_layer, first_layer + n_layers) in one device's memory:
+// storage_bytes(hp, n_ctx, n_layers) bytes holding n_layers x {K, V} x n_ctx x n_embd_kv f16
+// values in KvLayer's head-major layout. A hybrid context keeps each layer's cells on the
+// device that runs its attention.
+struct KvStorage {
+  backend::Buffer buffer;
+  int64_t first_layer = 0;
+  int64_t n_layers = 0;
+};
+
 class KvCache {
  public:
-  // Cell contents live in `storage`, device memory of storage_bytes(hp, n_ctx) bytes holding
-  // n_layer x {K, V} x n_ctx x n_embd_kv f16 values in KvLayer's head-major layout. An empty
-  // storage gives a cache of metadata only (its view's layers point nowhere).
+  // Cell contents live in `storage`, device memory of storage_bytes(hp, n_ctx) bytes for
+  // every layer. An empty storage gives a cache of metadata only (its view's layers point
+  // nowhere).
   KvCache(const model::HParams& hp, int64_t n_ctx, backend::Buffer storage = {});
+  // Cell contents in several blocks of layers (together covering every layer once).
+  KvCache(const model::HParams& hp, int64_t n_ctx, std::vector<KvStorage> storage);
   static uint64_t storage_bytes(const model::HParams& hp, int64_t n_ctx);
+  static uint64_t storage_bytes(const model::HParams& hp, int64_t n_ctx, int64_t n_layers);
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
@@ -109,7 +122,7 @@ class KvCache {
   // True when sequence s holds exactly positions 0..p-1 in cells 0..p-1 (cell c: position c):
   // the layout the forward pass's contiguous fast path reads.
   bool holds_prefix(SeqId s, int64_t p) const;
-  size_t nbytes() const { return storage_.bytes(); }
+  size_t nbytes() const;
 
   // Plans where n tokens go: the first run of n free cells, else the n lowest free cells.
   // Fails with a context-overflow message when fewer than n cells are free.
@@ -154,7 +167,7 @@ class KvCache {
   std::vector<Cell> cells_;        // [n_ctx]
   std::vector<int32_t> seq_max_;   // [kMaxSeqs] highest position, -1: none
   std::vector<SeqEntries> seq_entries_;  // [kMaxSeqs]
-  backend::Buffer storage_;        // f16 [n_layer, 2, n_head_kv, n_ctx, head_dim]
+  std::vector<KvStorage> storage_;  // per block: f16 [n_layers, 2, n_head_kv, n_ctx, head_dim]
   model::KvView view_;
 };
 

@@ -55,6 +55,11 @@ Result<std::unique_ptr<SparseFfn>> SparseFfn::create(const model::Model& model,
                                                      backend::Device& dev, int64_t max_tokens,
                                                      std::vector<PredictorWeights> predictors,
                                                      SparseConfig cfg) {
+  if (!dev.host_addressable()) {
+    return err("the CPU sparse FFN runs on a host device (cpu, ref), not %s (a GPU-like device "
+               "runs it through the hybrid executor)",
+               dev.name().c_str());
+  }
   std::unique_ptr<SparseFfn> f(new SparseFfn(model, weights, dev, max_tokens, cfg));
   PI_TRY(f->allocate(std::move(predictors)));
   return f;

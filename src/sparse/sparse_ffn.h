@@ -22,9 +22,10 @@
 // kernels' one-token and many-token forms sum in different orders, so values differ between
 // batch splits by rounding only (as in the dense forward pass).
 //
-// The step runs on one device: the weights it computes (given, not taken from the model: a
-// hybrid split hands it part of them) and its activation scratch live there; the row lists,
-// the cost model and the filters are host work on mapped device memory (Device::map).
+// The step runs on one host device (cpu, ref: a GPU-like device gets the hybrid executor's
+// HybridFfn, which uses this step for the CPU's cold neurons): the weights it computes (given,
+// not taken from the model) and its activation scratch live there; the row lists, the cost
+// model and the filters are host work on that memory.
 // All scratch is allocated by create() for the largest batch; run() allocates nothing.
 // Thread-safety: one SparseFfn per Forward (session).
 #pragma once

@@ -336,6 +336,11 @@ SimCounters SimDevice::counters() const {
                      im.copies_out.load(), im.n_ops.load()};
 }
 
+DeviceActivity SimDevice::activity() const {
+  const SimCounters c = counters();
+  return DeviceActivity{c.bytes_in, c.bytes_out, c.copies_in, c.copies_out, c.ops};
+}
+
 std::vector<std::string> SimDevice::hazards() const {
   std::lock_guard<std::mutex> lock(impl_->check_mu);
   return impl_->hazard_log;

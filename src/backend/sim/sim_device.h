@@ -67,6 +67,7 @@ class SimDevice final : public Device {
   Ops& ops() override;
 
   SimCounters counters() const;
+  DeviceActivity activity() const override;
   // Hazards the race checker found, one line each, in submission order.
   std::vector<std::string> hazards() const;
   uint64_t pinned_bytes() const;

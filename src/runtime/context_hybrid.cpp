@@ -1,0 +1,168 @@
+// Context::create on a device that is not the host: the hybrid executor. The plan and its
+// ledger come first (hybrid_plan.h); then exactly what the ledger counts is allocated: the
+// dense blocks and head the plan puts on the device, the KV cache of those layers, the device
+// lane's step buffers and the FFN split's rows and scratch. The CPU lane reads the model's
+// own weights (the file's mapping) and keeps the other layers' KV cache in host memory.
+#include <cstdlib>
+
+#include "backend/registry.h"
+#include "core/log.h"
+#include "runtime/context.h"
+#include "sparse/placement_model.h"
+
+namespace pi::runtime {
+namespace {
+
+size_t sz(int64_t n) { return static_cast<size_t>(n); }
+
+// Places the views of the parts the plan puts on the device; the others stay host views (the
+// device lane never reads them).
+Result<model::PlacedWeights> place_planned(backend::Device& dev, const model::Model& m,
+                                           const HybridSetup& h) {
+  model::PlacedWeights p{backend::WeightStore(dev), m.weights()};
+  const auto place = [&](auto& view) -> Status {
+    auto placed = p.store.place(view);
+    if (!placed.ok()) return placed.error();
+    view = *placed;
+    return Status::Ok();
+  };
+  for (int64_t il = 0; il < m.hparams().n_layer; ++il) {
+    if (!h.plan.layers[sz(il)].dense_on_device) continue;
+    model::LayerWeights& L = p.weights.layers[sz(il)];
+    for (model::Matrix* t : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out})
+      PI_TRY(place(*t));
+    for (model::Vector* v : {&L.attn.norm, &L.attn.norm_b, &L.ffn.norm, &L.ffn.norm_b})
+      PI_TRY(place(*v));
+    if (!h.split) {
+      for (model::Matrix* t : {&L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
+        PI_TRY(place(*t));
+    }
+  }
+  if (h.plan.head_on_device) {
+    PI_TRY(place(p.weights.output));
+    PI_TRY(place(p.weights.out_norm));
+    PI_TRY(place(p.weights.out_norm_b));
+  }
+  return p;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Context>> Context::create_hybrid(const model::Model& model,
+                                                        ContextOptions opts,
+                                                        std::unique_ptr<backend::Device> dev) {
+  const model::HParams& hp = model.hparams();
+  const uint64_t budget = opts.vram_budget ? *opts.vram_budget : dev->memory().free();
+  auto setup = plan_hybrid(model, opts, *dev, budget);
+  if (!setup.ok()) return setup.error();
+  backend::DeviceOptions ho;
+  ho.name = "cpu";
+  ho.n_threads = opts.n_threads;
+  ho.isa = opts.device.isa;
+  auto host = backend::make_device(ho);
+  if (!host.ok()) return host.error();
+  if (model.hparams().powerinfer && !opts.dense && !setup->split) {
+    log_warn("%s: PowerInfer file without predictors (blk.N.fc1/fc2): running dense",
+             model.file().path().c_str());
+  }
+  const int64_t all_neurons = hp.n_layer * hp.n_ff;
+  if (setup->split && setup->stats_path.empty() && setup->plan.n_device_neurons() > 0 &&
+      setup->plan.n_device_neurons() < all_neurons && setup->origin.rfind("loaded", 0) != 0) {
+    log_warn("%s: no activation statistics: the %lld hot neurons on the device are any %lld, "
+             "not the most active (measure them with `powerinfer profile -m MODEL -f TEXT -o "
+             "%s.activations.gguf`)",
+             model.file().path().c_str(), static_cast<long long>(setup->plan.n_device_neurons()),
+             static_cast<long long>(setup->plan.n_device_neurons()), model.file().path().c_str());
+  }
+  const uint64_t used_before = dev->memory().used;
+
+  auto placed = place_planned(*dev, model, *setup);
+  if (!placed.ok()) return placed.error();
+  // KV cache: one block per device layer (as the ledger counts them), the rest on the host.
+  std::vector<KvStorage> kv;
+  const int64_t n_dev = setup->plan.n_dense_layers;
+  for (int64_t il = 0; il < n_dev; ++il) {
+    auto b = dev->alloc(KvCache::storage_bytes(hp, opts.n_ctx, 1), "KV cache");
+    if (!b.ok()) return b.error();
+    kv.push_back(KvStorage{std::move(*b), il, 1});
+  }
+  if (n_dev < hp.n_layer) {
+    auto b = (*host)->alloc(KvCache::storage_bytes(hp, opts.n_ctx, hp.n_layer - n_dev), "KV cache");
+    if (!b.ok()) return b.error();
+    kv.push_back(KvStorage{std::move(*b), n_dev, hp.n_layer - n_dev});
+  }
+
+  std::unique_ptr<Context> ctx(
+      new Context(model, opts, std::move(dev), std::move(*placed), std::move(kv)));
+  ctx->host_ = std::move(*host);
+  ctx->hybrid_ = std::move(*setup);
+  PI_TRY(ctx->build_hybrid_forward());
+
+  const HybridSetup& h = *ctx->hybrid_;
+  const uint64_t used = ctx->dev_->memory().used - used_before;
+  if (used != h.ledger.allocated()) {
+    log_warn("%s: the device holds %s, the ledger counted %s", model.file().path().c_str(),
+             mib_text(used).c_str(), mib_text(h.ledger.allocated()).c_str());
+  }
+  log_info("hybrid: %s + cpu; plan %s; %lld of %lld layers' attention, head %s, %lld hot "
+           "neurons (%.1f%% of the activation mass) on %s",
+           ctx->dev_->name().c_str(), h.origin.c_str(), static_cast<long long>(h.plan.n_dense_layers),
+           static_cast<long long>(hp.n_layer), h.plan.head_on_device ? "on the device" : "on the CPU",
+           static_cast<long long>(h.plan.n_device_neurons()), 100.0 * h.plan.mass_covered(),
+           ctx->dev_->name().c_str());
+  log_info("device memory (%s):\n%s", ctx->dev_->name().c_str(), h.ledger.table().c_str());
+  return ctx;
+}
+
+Status Context::build_hybrid_forward() {
+  const HybridSetup& h = *hybrid_;
+  const model::ForwardOptions fo{opts_.n_batch, opts_.all_logits, opts_.n_seq_max};
+  sparse::SparseConfig cfg;
+  if (h.split) {
+    auto thr = sparse::resolve_threshold(model_.file(), opts_.sparse_threshold,
+                                         std::getenv(sparse::kThresholdEnv));
+    if (!thr.ok()) return thr.error();
+    threshold_ = *thr;
+    cfg = sparse::SparseConfig{thr->value, opts_.check_predictor};
+  }
+  if (!h.uses_device()) {
+    // Nothing fits the device: the CPU-only pass, exactly.
+    std::unique_ptr<model::FfnStep> ffn;
+    if (h.split) {
+      auto sf = sparse::SparseFfn::create(model_, model_.weights(), *host_, opts_.n_batch, cfg);
+      if (!sf.ok()) return sf.error();
+      sparse_ = sf->get();
+      ffn = std::move(*sf);
+    }
+    auto f = model::Forward::create(model_, model_.weights(), *host_, fo, std::move(ffn));
+    if (!f.ok()) return f.error();
+    forward_ = std::move(*f);
+    return Status::Ok();
+  }
+  std::vector<model::LaneSpec> lanes = {{host_.get(), &model_.weights()},
+                                        {dev_.get(), &weights_.weights}};
+  std::unique_ptr<model::FfnStep> ffn;
+  if (h.split) {
+    auto hf = sparse::HybridFfn::create(model_, *host_, *dev_, h.layout, opts_.n_batch, cfg);
+    if (!hf.ok()) return hf.error();
+    hybrid_ffn_ = hf->get();
+    sparse_ = &(*hf)->cpu_part();
+    ffn = std::move(*hf);
+  } else {
+    std::vector<std::unique_ptr<model::FfnStep>> steps(2);
+    for (int lane : {kHostLane, kDeviceLane}) {
+      if (lane == kDeviceLane && h.plan.n_dense_layers == 0) continue;
+      auto d = model::DenseFfn::create(model_, *lanes[sz(lane)].weights, *lanes[sz(lane)].dev,
+                                       opts_.n_batch);
+      if (!d.ok()) return d.error();
+      steps[sz(lane)] = std::move(*d);
+    }
+    ffn = std::make_unique<model::LaneFfn>(std::move(steps), h.lanes.layers);
+  }
+  auto f = model::Forward::create(model_, std::move(lanes), h.lanes, fo, std::move(ffn));
+  if (!f.ok()) return f.error();
+  forward_ = std::move(*f);
+  return Status::Ok();
+}
+
+}  // namespace pi::runtime

@@ -1,0 +1,48 @@
+// The options of a runtime::Context (context.h); their own header so that the hybrid planner
+// (hybrid_plan.h) can read them without the Context.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "backend/registry.h"
+
+namespace pi::runtime {
+
+struct ContextOptions {
+  int64_t n_ctx = 0;      // KV cells; 0: the model's training context, at most 4096
+  int64_t n_batch = 512;  // most tokens per forward call (clamped to n_ctx)
+  int n_threads = 1;
+  // The device (backend/registry.h): a host device (cpu, ref) runs everything, with every
+  // buffer counted against its budget before the first allocation; any other (sim, cuda)
+  // runs what the hybrid plan puts on it and the CPU the rest (see below). Its thread count
+  // is n_threads (the CPU lane's too).
+  backend::DeviceOptions device;
+  bool all_logits = false;  // keep logits of every token (tests, perplexity)
+  // PowerInfer (PWRI) files run the sparse FFN (src/sparse) unless `dense` is set; a PWRI file
+  // without predictors runs dense (with a warning). Ordinary GGUF files always run dense.
+  bool dense = false;
+  // Predictor threshold; unset: $LLAMA_SPARSE_PRED_THRESHOLD, else powerinfer.sparse_threshold,
+  // else 0 (sparse::resolve_threshold).
+  std::optional<float> sparse_threshold;
+  bool check_predictor = false;  // sparse only: also run the dense FFN and measure the predictor
+  int n_seq_max = 1;             // sequences the cache holds (1..64): ids 0 .. n_seq_max-1
+
+  // ---- Hybrid execution: a device that is not the host (sim, cuda) runs what fits ----
+  // Device bytes the context may use there (weights, KV cache, per-step buffers, the runtime
+  // margin); unset: the device's free memory. Every byte is counted before allocation
+  // (runtime/ledger.h); the plan decides what goes there (runtime/hybrid_plan.h).
+  std::optional<uint64_t> vram_budget;
+  // Activation statistics for the hot/cold split; empty: <model>.activations.gguf if present.
+  std::string stats_path;
+  // Dense placements (GGUF files, --dense): this many whole layers on the device (llama.cpp
+  // -ngl; more than n_layer also puts the head there); -1: the planner decides.
+  int n_gpu_layers = -1;
+  std::string gpu_index_path;     // empty: <model>.generated.gpuidx
+  bool reset_gpu_index = false;   // solve again even when the index matches
+  bool disable_gpu_index = false; // every FFN neuron on the CPU; no index read or written
+  int64_t granularity = 32;       // device neuron rows are planned in multiples of this
+};
+
+}  // namespace pi::runtime

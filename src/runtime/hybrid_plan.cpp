@@ -1,0 +1,264 @@
+#include "runtime/hybrid_plan.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/log.h"
+#include "model/ffn.h"
+#include "sparse/activation_stats.h"
+#include "sparse/gpu_index.h"
+#include "sparse/placement_model.h"
+#include "sparse/predictor.h"
+
+namespace pi::runtime {
+namespace {
+
+size_t sz(int64_t n) { return static_cast<size_t>(n); }
+
+bool runs_sparse(const model::Model& m, const ContextOptions& o) {
+  return m.hparams().powerinfer && !o.dense && sparse::has_predictors(m.file());
+}
+
+// Logit rows a context's step buffers hold (as Context and Forward size them).
+int64_t logit_rows(const ContextOptions& o) {
+  return std::max<int64_t>({o.all_logits ? o.n_batch : 1, static_cast<int64_t>(o.n_seq_max), 1});
+}
+
+uint64_t footprints(const backend::Device& dev, const std::vector<uint64_t>& sizes) {
+  uint64_t n = 0;
+  for (uint64_t b : sizes) n += dev.alloc_footprint(b);
+  return n;
+}
+
+// The device parts of a layer that has its dense block there, and of the head.
+template <typename F>
+void each_dense_tensor(const model::LayerWeights& L, bool with_ffn, F&& f) {
+  for (const model::Matrix* t : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out})
+    if (t->present()) f("attention weights", t->nbytes(), t->type);
+  for (const model::Vector* v : {&L.attn.norm, &L.attn.norm_b, &L.ffn.norm, &L.ffn.norm_b})
+    if (v->present()) f("norms", v->nbytes(), DType::F32);
+  if (with_ffn) {
+    for (const model::Matrix* t : {&L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
+      if (t->present()) f("FFN weights", t->nbytes(), t->type);
+  }
+}
+
+template <typename F>
+void each_head_tensor(const model::ModelWeights& w, F&& f) {
+  if (w.output.present()) f("output head", w.output.nbytes(), w.output.type);
+  for (const model::Vector* v : {&w.out_norm, &w.out_norm_b})
+    if (v->present()) f("output head", v->nbytes(), DType::F32);
+}
+
+// What the device can run: the dense blocks, the head, the neuron rows.
+struct DeviceCan {
+  bool dense = true, head = true, neurons = true;
+};
+
+DeviceCan device_can(const model::Model& m, const backend::Device& dev, bool split) {
+  DeviceCan c;
+  const model::ModelWeights& w = m.weights();
+  for (const model::LayerWeights& L : w.layers) {
+    each_dense_tensor(L, !split, [&](const char*, uint64_t, DType t) {
+      c.dense = c.dense && dev.supports(backend::Op::Linear, t);
+    });
+    if (split) {
+      for (const model::Matrix* t : {&L.ffn.gate, &L.ffn.up, &L.ffn.down_t})
+        if (t->present()) c.neurons = c.neurons && dev.supports(backend::Op::FfnRows, t->type);
+    }
+  }
+  each_head_tensor(w, [&](const char*, uint64_t, DType t) {
+    c.head = c.head && dev.supports(backend::Op::Linear, t);
+  });
+  return c;
+}
+
+// The device lane's StepBuffers by role, at their footprints: x alone, the layers' other
+// buffers, the head's other buffers.
+sparse::ScratchBytes lane_scratch(const model::HParams& hp, const ContextOptions& o,
+                                  const backend::Device& dev) {
+  const int64_t rows = logit_rows(o);
+  using SB = model::StepBuffers;
+  const uint64_t x = footprints(dev, SB::allocations(hp, o.n_batch, rows, SB::kResidual));
+  sparse::ScratchBytes s;
+  s.lane = x;
+  s.dense = footprints(dev, SB::allocations(hp, o.n_batch, rows, SB::kLayers)) - x;
+  s.head = footprints(dev, SB::allocations(hp, o.n_batch, rows, SB::kHead)) - x;
+  return s;
+}
+
+std::vector<uint64_t> dense_ffn_allocations(const model::HParams& hp, int64_t n_batch) {
+  const uint64_t b = static_cast<uint64_t>(n_batch * hp.n_ff) * sizeof(float);
+  return {b, b};  // model::DenseFfn: gate and up scratch
+}
+
+}  // namespace
+
+bool HybridSetup::uses_device() const {
+  return plan.n_dense_layers > 0 || plan.head_on_device || plan.n_device_neurons() > 0;
+}
+
+unsigned device_lane_roles(const model::LanePlan& lanes) {
+  unsigned roles = 0;
+  if (std::find(lanes.layers.begin(), lanes.layers.end(), kDeviceLane) != lanes.layers.end())
+    roles |= model::StepBuffers::kResidual | model::StepBuffers::kLayers;
+  if (lanes.head == kDeviceLane)
+    roles |= model::StepBuffers::kResidual | model::StepBuffers::kHead;
+  return roles;
+}
+
+std::string find_stats(const std::string& model_path, const std::string& given) {
+  if (!given.empty()) return given;
+  const std::string beside = model_path + ".activations.gguf";
+  std::error_code ec;
+  return std::filesystem::exists(beside, ec) ? beside : std::string();
+}
+
+Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
+                                backend::Device& dev, uint64_t budget) {
+  const model::HParams& hp = m.hparams();
+  const std::string& path = m.file().path();
+  HybridSetup out;
+  out.budget = budget;
+  out.split = runs_sparse(m, o);
+  const uint64_t margin = dev.runtime_margin();
+  if (budget < margin) {
+    return err("--vram-budget: %s is less than the %s device %s keeps for its runtime",
+               mib_text(budget).c_str(), mib_text(margin).c_str(), dev.name().c_str());
+  }
+
+  // Statistics (PowerInfer files run sparse).
+  std::optional<sparse::ActivationStats> stats;
+  if (out.split) {
+    out.stats_path = find_stats(path, o.stats_path);
+    if (!out.stats_path.empty()) {
+      auto s = sparse::read_activation_stats(out.stats_path);
+      if (!s.ok()) return s.error();
+      stats = std::move(*s);
+    }
+  }
+
+  // The problem at the device's true costs.
+  const DeviceCan can = device_can(m, dev, out.split);
+  sparse::PlacementRequest req;
+  req.budget = budget - margin;
+  req.n_ctx = o.n_ctx;
+  req.n_batch = o.n_batch;
+  req.n_outputs = logit_rows(o);
+  req.granularity = o.granularity;
+  req.split = out.split;
+  req.allow_neurons = !o.disable_gpu_index && can.neurons;
+  req.allow_missing_stats = true;
+  req.footprint = [&dev](uint64_t n) { return dev.alloc_footprint(n); };
+  req.neuron_extra_bytes = sparse::HybridFfn::kNeuronIdBytes;
+  sparse::ScratchBytes s = lane_scratch(hp, o, dev);
+  if (out.split) {
+    const sparse::ScratchBytes f = sparse::HybridFfn::scratch(m, dev, o.n_batch);
+    s.dense += f.dense;
+    // The hot rows of a layer are one allocation: its footprint rounding and the alignment of
+    // the ids after them are not linear in the neurons; this bounds them.
+    s.neurons = f.neurons + static_cast<uint64_t>(hp.n_layer) * (dev.alloc_footprint(1) - 1 + 63);
+  } else {
+    s.dense += footprints(dev, dense_ffn_allocations(hp, o.n_batch));
+  }
+  req.scratch = s;
+  auto problem = sparse::placement_problem(m, stats ? &*stats : nullptr, req);
+  if (!problem.ok()) return problem.error();
+  problem->allow_dense = can.dense;
+  problem->allow_head = can.head;
+
+  // The plan: -ngl for whole layers, else the index or the solver.
+  if (o.n_gpu_layers >= 0 && out.split) {
+    log_warn("%s: -ngl places whole layers of dense files; a PowerInfer file run sparse is "
+             "placed by --vram-budget (-ngl ignored)", path.c_str());
+  }
+  if (o.n_gpu_layers >= 0 && !out.split) {
+    const int64_t n = std::min<int64_t>(o.n_gpu_layers, hp.n_layer);
+    const bool head = o.n_gpu_layers > hp.n_layer;
+    if ((n > 0 && !can.dense) || (head && !can.head))
+      return err("-ngl %d: device %s cannot run this file's weight types", o.n_gpu_layers,
+                 dev.name().c_str());
+    auto plan = sparse::evaluate_placement(*problem, n, head,
+                                           std::vector<std::vector<int32_t>>(sz(hp.n_layer)));
+    if (!plan.ok()) {
+      return err("%s: -ngl %d does not fit the device budget (%s): %s", path.c_str(),
+                 o.n_gpu_layers, mib_text(budget).c_str(), plan.error().message.c_str());
+    }
+    out.plan = std::move(*plan);
+    out.origin = "-ngl " + std::to_string(o.n_gpu_layers);
+  } else {
+    sparse::IndexKey key;
+    key.model_fingerprint = sparse::model_fingerprint(m.file());
+    key.stats_fingerprint = stats ? sparse::stats_fingerprint(*stats) : "";
+    key.granularity = o.granularity;
+    key.budget = req.budget;
+    key.n_ctx = o.n_ctx;
+    key.n_batch = o.n_batch;
+    sparse::IndexOptions io;
+    io.reset = o.reset_gpu_index;
+    io.disable = o.disable_gpu_index;
+    io.write_errors_fatal = false;
+    const std::string index =
+        o.gpu_index_path.empty() ? sparse::gpu_index_path(path) : o.gpu_index_path;
+    auto ip = sparse::plan_with_index(index, *problem, key, io);
+    if (!ip.ok()) return ip.error();
+    out.plan = std::move(ip->plan);
+    out.origin = ip->loaded ? "loaded from " + index : "solved (" + ip->reason + ")";
+  }
+
+  // What each layer reads per token, by side.
+  const uint64_t kv_all = sparse::kv_layer_bytes(hp, o.n_ctx);
+  for (size_t l = 0; l < problem->layers.size(); ++l) {
+    const sparse::LayerCost& c = problem->layers[l];
+    const sparse::LayerPlan& L = out.plan.layers[l];
+    HybridSetup::LayerBytes b;
+    b.dense = static_cast<double>(c.dense_read_bytes - kv_all);
+    b.kv_per_cell = static_cast<double>(kv_all) / static_cast<double>(o.n_ctx);
+    b.hot = L.mass_device * static_cast<double>(c.neuron_bytes);
+    b.cold = (L.mass_total - L.mass_device) * static_cast<double>(c.neuron_bytes);
+    out.layer_bytes.push_back(b);
+  }
+  out.head_bytes = static_cast<double>(problem->head_bytes);
+
+  // Lanes and the neuron split.
+  out.lanes.embed = kHostLane;
+  out.lanes.layers.resize(sz(hp.n_layer));
+  out.layout.attn_on_device.resize(sz(hp.n_layer));
+  out.layout.hot.resize(sz(hp.n_layer));
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    const sparse::LayerPlan& L = out.plan.layers[sz(il)];
+    out.lanes.layers[sz(il)] = L.dense_on_device ? kDeviceLane : kHostLane;
+    out.layout.attn_on_device[sz(il)] = L.dense_on_device;
+    out.layout.hot[sz(il)] = L.device_neurons;
+  }
+  out.lanes.head = out.plan.head_on_device ? kDeviceLane : kHostLane;
+
+  // The ledger: every allocation the context will make on the device.
+  out.ledger = Ledger(dev, budget);
+  if (!out.uses_device()) return out;
+  const unsigned roles = device_lane_roles(out.lanes);
+  if (roles != 0) {
+    out.ledger.add_all("step buffers", model::StepBuffers::allocations(hp, o.n_batch,
+                                                                       logit_rows(o), roles));
+  }
+  const model::ModelWeights& w = m.weights();
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    if (!out.plan.layers[sz(il)].dense_on_device) continue;
+    each_dense_tensor(w.layers[sz(il)], !out.split,
+                      [&](const char* what, uint64_t bytes, DType) { out.ledger.add(what, bytes); });
+    out.ledger.add("KV cache", sparse::kv_layer_bytes(hp, o.n_ctx));
+  }
+  if (out.plan.head_on_device)
+    each_head_tensor(w, [&](const char* what, uint64_t bytes, DType) { out.ledger.add(what, bytes); });
+  if (out.split) {
+    auto allocs = sparse::HybridFfn::device_allocations(m, dev, out.layout, o.n_batch);
+    if (!allocs.ok()) return allocs.error();
+    for (const sparse::DeviceAlloc& a : *allocs) out.ledger.add(a.what, a.bytes);
+  } else if (out.plan.n_dense_layers > 0) {
+    out.ledger.add_all("FFN scratch", dense_ffn_allocations(hp, o.n_batch));
+  }
+  PI_TRY(out.ledger.check(path + ": the placement"));
+  return out;
+}
+
+}  // namespace pi::runtime

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "cli/run_command.h"
+#include "model/tiny_model.h"
 
 namespace {
 
@@ -38,6 +40,50 @@ TEST(CliDevices, EveryDeviceGeneratesTheSameText) {
   const std::string batched =
       "batched -m " + kModel + " -p \"And God said\" -np 2 -n 6 --temp 0 -t 2";
   EXPECT_EQ(stdout_of(batched + " --device sim"), stdout_of(batched + " --device cpu"));
+}
+
+// Hybrid runs (what fits the budget on the simulated GPU, the rest on the CPU) print the plan
+// and the device memory at load and generate the CPU's greedy text at every budget.
+TEST(CliDevices, HybridRunsAtEveryBudgetGenerateTheCpuText) {
+  const std::string args = "run -m " + kModel + " -p \"And God said\" -n 12 --temp 0 -t 1 --no-warmup" +
+                           " --gpu-index " + pi::testing::temp_path("cli_hybrid.gpuidx");
+  const std::string cpu = stdout_of(args);
+  for (const char* budget : {"0", "0.001", "0.003", "0.006", "1"}) {
+    auto r = run_command(kBin + " " + args + " --device sim --vram-budget " + budget);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("hybrid: sim + cpu"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("device memory (sim)"), std::string::npos) << r.output;
+    EXPECT_EQ(stdout_of(args + " --device sim --vram-budget " + budget), cpu) << budget;
+  }
+}
+
+TEST(CliDevices, BadBudgetsAreClearErrors) {
+  const std::string args = "run -m " + kModel + " -p x -n 1 --device sim --vram-budget ";
+  for (const auto& [value, message] :
+       {std::pair{"-1", "negative"}, {"abc", "not a number"}, {"nan", "NaN"}, {"1e30", "1 PiB"}}) {
+    auto r = run_command(kBin + " " + args + value);
+    EXPECT_EQ(r.exit_code, 1) << value << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << value << "\n" << r.output;
+  }
+  // On the CPU a budget means nothing: a warning, and the run goes on.
+  auto cpu = run_command(kBin + " run -m " + kModel + " -p x -n 1 --vram-budget 1");
+  EXPECT_EQ(cpu.exit_code, 0) << cpu.output;
+  EXPECT_NE(cpu.output.find("ignored on cpu"), std::string::npos) << cpu.output;
+  // bench rows per budget need a GPU-like device.
+  auto bench = run_command(kBin + " bench -m " + kModel + " -n 2 -p 0 --vram-budget 1");
+  EXPECT_EQ(bench.exit_code, 1) << bench.output;
+  EXPECT_NE(bench.output.find("--device sim|cuda"), std::string::npos) << bench.output;
+}
+
+TEST(CliDevices, BenchRowsPerBudgetReportTheTrafficAndTheModel) {
+  auto r = run_command("(" + kBin + " bench -m " + kModel +
+                       " -p 0 -n 4 -r 1 -t 1 --warmup-gen 0 --probe-mib 64 --probe-passes 1"
+                       " --device sim:copy_us=5 --vram-budget 0,0.004,1 -o json 2>/dev/null)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* key : {"\"hybrid\"", "\"bytes_h2d_per_token\"", "\"bytes_d2h_per_token\"",
+                          "\"model_ts\"", "\"device_bytes\"", "\"layers_on_device\"",
+                          "\"device_memory\""})
+    EXPECT_NE(r.output.find(key), std::string::npos) << key << "\n" << r.output;
 }
 
 TEST(CliDevices, UnknownDeviceIsAClearError) {

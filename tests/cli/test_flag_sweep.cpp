@@ -109,6 +109,10 @@ std::vector<Subcommand> subcommands() {
       {"run", "run -m " + m + " -p 'the and' --no-warmup", gen_flags, {{"-n", "4"}}},
       {"batched", "batched -m " + m + " -p 'the and' --no-warmup", batched_flags,
        {{"-n", "4"}, {"-np", "2"}}},
+      {"run-sim",
+       "run --device sim -m " + m + " -p 'the and' --no-warmup",
+       {{"--vram-budget", Kind::Real}, {"-ngl", Kind::Int}, {"-b", Kind::Int}, {"-c", Kind::Int}},
+       {{"-n", "4"}}},
       {"batched-bench",
        "batched-bench -m " + m + " --no-warmup",
        {{"-t", Kind::Int},
@@ -129,7 +133,8 @@ std::vector<Subcommand> subcommands() {
         {"--probe-mib", Kind::Int},
         {"--probe-passes", Kind::Int},
         {"--warmup-gen", Kind::Int},
-        {"-ngl", Kind::Int}},
+        {"-ngl", Kind::Int},
+        {"--vram-budget", Kind::Real}},
        {{"-p", "4"},
         {"-n", "2"},
         {"-r", "1"},
@@ -182,7 +187,7 @@ TEST_P(FlagSweep, AbsurdValuesEndCleanly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EverySubcommand, FlagSweep,
-                         ::testing::Values("run", "batched", "batched-bench", "bench",
+                         ::testing::Values("run", "run-sim", "batched", "batched-bench", "bench",
                                            "perplexity", "synth", "quantize", "inspect"),
                          [](const auto& info) {
                            std::string n = info.param;

@@ -1,5 +1,7 @@
 #include "bench_args.h"
 
+#include "backend/registry.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -159,6 +161,21 @@ Result<BenchOptions> validate_bench_flags(const BenchFlags& f, int default_threa
     return err("--warmup-gen: %d is out of range [0, %lld]", f.warmup_gen,
                static_cast<long long>(kMaxTokens));
   o.warmup_gen = f.warmup_gen;
+
+  o.device = f.device;
+  if (!f.vram_budget.empty()) {
+    if (backend::is_host_device(f.device))
+      return err("--vram-budget: rows per budget need a GPU-like device (--device sim|cuda), "
+                 "not %s", f.device.c_str());
+    auto items = split_list("--vram-budget", {f.vram_budget});
+    if (!items.ok()) return items.error();
+    o.budgets.clear();
+    for (const std::string& g : *items) {
+      auto b = vram_budget_bytes(g);
+      if (!b.ok()) return b.error();
+      o.budgets.push_back(*b);
+    }
+  }
   return o;
 }
 

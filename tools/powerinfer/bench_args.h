@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ struct BenchFlags : ModelFlags {
   int probe_passes = 5;              // --probe-passes
   int warmup_gen = 8;                // --warmup-gen
   bool mmap = true;                  // --no-mmap clears it
+  std::string device = "cpu";        // --device (sim or cuda: hybrid rows, one per budget)
 };
 
 // The validated grid. Rows are models x modes x threads x tests, in that nesting order; a
@@ -54,6 +56,9 @@ struct BenchOptions {
   int warmup_gen = 8;  // generated tokens in a generation test's untimed warm-up run
   bool mmap = true;    // false: read models into huge-page memory (--no-mmap)
   ModelFlags model_flags;  // -ngl, --mlock, --check-tensors, ... (llama_flags.h)
+  std::string device = "cpu";
+  // --vram-budget list (bytes), one row each; {nullopt}: one row, the device's default.
+  std::vector<std::optional<uint64_t>> budgets{std::nullopt};
 };
 
 // Checks every list and value; messages name the flag and the offending item.

@@ -81,6 +81,82 @@ std::string csv_field(const std::string& s) {
   return q + "\"";
 }
 
+// The rows on a GPU-like device: what the plan put there, the traffic, and the model.
+std::string hybrid_markdown(const BenchReport& r) {
+  std::string s =
+      "\n| model | mode | device | budget GiB | threads | test | t/s | min - max | layers on "
+      "device | head | hot neurons | mass | device MiB | CPU MiB/token | device MiB/token | "
+      "to device KiB/token | from device KiB/token | copies/token | model t/s | of model |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const BenchRow& row : r.rows) {
+    const HybridRow& h = row.hybrid;
+    if (!h.present) continue;
+    const PlacementInfo& p = h.placement;
+    const std::string model = h.model_ts > 0 ? fmt("%.2f", h.model_ts) : "-";
+    const std::string of = h.model_ts > 0 ? fmt("%.0f%%", 100 * h.model_ratio) : "-";
+    s += fmt("| %s | %s | %s | %s | %d | %s | %.2f | %.2f - %.2f | %lld/%lld | %s | %lld/%lld | "
+             "%.1f%% | %.1f | %.2f | %.2f | %.1f | %.1f | %.1f | %s | %s |\n",
+             basename(r.models[row.model].path).c_str(), mode_name(row.mode), h.device.c_str(),
+             h.has_budget ? fmt("%.3g", static_cast<double>(h.budget) / kGiB).c_str() : "free",
+             row.threads, row.test.c_str(), row.ts_median, row.ts_min, row.ts_max,
+             static_cast<long long>(p.layers_on_device), static_cast<long long>(p.n_layer),
+             p.head_on_device ? "device" : "cpu", static_cast<long long>(p.hot_neurons),
+             static_cast<long long>(p.n_neurons), 100 * p.mass_covered,
+             static_cast<double>(p.device_bytes) / kMiB, p.cpu_bytes_per_token / kMiB,
+             p.device_bytes_per_token / kMiB, h.bytes_to_device / 1024, h.bytes_from_device / 1024,
+             h.copies, model.c_str(), of.c_str());
+  }
+  s += "\nDevice MiB: the ledger (every device allocation and the runtime margin). CPU and device "
+       "MiB/token: what the plan expects each side to read per token (weights, and the KV cache "
+       "at the full context). To/from device: copies measured over the timed tokens. Model t/s "
+       "(generation): the hybrid step's roofline model (tools/powerinfer/bench_hybrid.h): each "
+       "layer's bytes at the rate of the side that reads them (CPU: the read probe, its "
+       "scattered share for cold FFN rows; device: its measured matrix-vector rate), the FFN "
+       "halves overlapped, plus the measured hand-off time per copy and launch time per device op.\n";
+  for (const BenchRow& row : r.rows) {
+    if (!row.hybrid.present || row.hybrid.model_ts <= 0) continue;
+    const HybridRow& h = row.hybrid;
+    s += fmt("Rates used (%d thread%s): CPU %.1f GB/s sequential, %.1f GB/s scattered; device "
+             "%.1f GB/s; hand-off %.1f us; launch %.1f us per device op (%.0f ops per token).\n",
+             row.threads, row.threads == 1 ? "" : "s", h.cpu_gbps, h.cpu_scattered_gbps,
+             h.device_rates.read_gbps, h.device_rates.handoff_us, h.device_rates.launch_us, h.ops);
+    break;
+  }
+  return s;
+}
+
+Json hybrid_json(const HybridRow& h) {
+  if (!h.present) return nullptr;
+  const PlacementInfo& p = h.placement;
+  Json mem = Json::array();
+  for (const DeviceMemoryLine& l : p.memory)
+    mem.push_back(Json{{"what", l.what}, {"count", l.count}, {"bytes", l.bytes}});
+  return Json{{"device", h.device},
+              {"budget_bytes", h.has_budget ? Json(h.budget) : Json(nullptr)},
+              {"plan_origin", p.origin},
+              {"layers_on_device", p.layers_on_device},
+              {"n_layer", p.n_layer},
+              {"head_on_device", p.head_on_device},
+              {"hot_neurons", p.hot_neurons},
+              {"n_neurons", p.n_neurons},
+              {"mass_covered", p.mass_covered},
+              {"device_bytes", p.device_bytes},
+              {"cpu_bytes_per_token", p.cpu_bytes_per_token},
+              {"device_bytes_per_token", p.device_bytes_per_token},
+              {"bytes_h2d_per_token", h.bytes_to_device},
+              {"bytes_d2h_per_token", h.bytes_from_device},
+              {"copies_per_token", h.copies},
+              {"device_ops_per_token", h.ops},
+              {"launch_us", h.device_rates.launch_us},
+              {"model_ts", h.model_ts > 0 ? Json(h.model_ts) : Json(nullptr)},
+              {"model_ratio", h.model_ts > 0 ? Json(h.model_ratio) : Json(nullptr)},
+              {"device_gbps", h.device_rates.read_gbps},
+              {"handoff_us", h.device_rates.handoff_us},
+              {"cpu_gbps", h.cpu_gbps},
+              {"cpu_scattered_gbps", h.cpu_scattered_gbps},
+              {"device_memory", mem}};
+}
+
 }  // namespace
 
 std::string format_markdown(const BenchReport& r) {
@@ -129,10 +205,15 @@ std::string format_markdown(const BenchReport& r) {
              p.scattered, p.median > 0 ? 100 * p.scattered / p.median : 0.0);
 
   if (r.options.probe_only) return s;
+  bool any_host = false, any_hybrid = false;
+  for (const BenchRow& row : r.rows) (row.hybrid.present ? any_hybrid : any_host) = true;
+  if (any_hybrid) s += hybrid_markdown(r);
+  if (!any_host) return s;
   s += "\n| model | mode | threads | test | t/s | min - max | active | MiB/token | GB/s | "
        "probe GB/s | of probe | of roofline |\n";
   s += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const BenchRow& row : r.rows) {
+    if (row.hybrid.present) continue;
     const ModelSummary& md = r.models[row.model];
     const std::string active =
         row.active_fraction >= 0 ? fmt("%.1f%%", 100 * row.active_fraction) : "all";
@@ -190,7 +271,8 @@ std::string format_json(const BenchReport& r) {
                       {"n_batch", o.n_batch},
                       {"probe_bytes", o.probe_bytes},
                       {"probe_passes", o.probe_passes},
-                      {"warmup_gen", o.warmup_gen}};
+                      {"warmup_gen", o.warmup_gen},
+                      {"device", o.device}};
   j["load_average"] = Json{{"start", load_json(r.load_start)}, {"end", load_json(r.load_end)}};
   Json table = Json::array();
   for (const ProbeStats& p : r.probe) table.push_back(probe_json(p));
@@ -257,7 +339,8 @@ std::string format_json(const BenchReport& r) {
                         {"probe", probe_json(row.probe)},
                         {"probe_ratio", nullable(row.has_bytes, row.probe_ratio)},
                         {"roofline_ratio", nullable(row.has_bytes, row.roofline_ratio)},
-                        {"load_1m", nullable(row.load_1m >= 0, row.load_1m)}});
+                        {"load_1m", nullable(row.load_1m >= 0, row.load_1m)},
+                        {"hybrid", hybrid_json(row.hybrid)}});
   }
   j["results"] = rows;
   return j.dump(2) + "\n";
@@ -276,7 +359,8 @@ std::string format_csv(const BenchReport& r) {
   }
   s = "file,arch,type,format,mode,threads,n_batch,test,n_prompt,n_gen,reps,ts_median,ts_min,ts_max,"
       "ts_stddev,active_fraction,bytes_per_token,gbps,probe_gbps,probe_ratio,roofline_ratio,"
-      "load_1m,kernel_isa,cpu_model,commit\n";
+      "load_1m,kernel_isa,cpu_model,commit,device,vram_budget,device_bytes,bytes_h2d_per_token,"
+      "bytes_d2h_per_token,model_ts\n";
   for (const BenchRow& row : r.rows) {
     const ModelSummary& md = r.models[row.model];
     const std::string active = row.active_fraction >= 0 ? fmt("%.5f", row.active_fraction) : "";
@@ -286,14 +370,20 @@ std::string format_csv(const BenchReport& r) {
     const std::string roofline = row.has_bytes ? fmt("%.4f", row.roofline_ratio) : "";
     s += fmt(
         "%s,%s,%s,%s,%s,%d,%lld,%s,%lld,%lld,%zu,%.4f,%.4f,%.4f,%.4f,%s,%s,%s,%.3f,%s,%s,%.2f,%s,%"
-        "s,%s\n",
+        "s,%s,%s,%s,%s,%s,%s,%s\n",
         csv_field(basename(md.path)).c_str(), md.arch.c_str(), md.type.c_str(),
         md.powerinfer ? "PWRI" : "GGUF", mode_name(row.mode), row.threads,
         static_cast<long long>(row.n_batch), row.test.c_str(), static_cast<long long>(row.n_prompt),
         static_cast<long long>(row.n_gen), row.samples.size(), row.ts_median, row.ts_min,
         row.ts_max, row.ts_stddev, active.c_str(), bytes.c_str(), gbps.c_str(), row.probe.median,
         ratio.c_str(), roofline.c_str(), row.load_1m, r.machine.kernel_isa.c_str(),
-        csv_field(r.machine.cpu_model).c_str(), csv_field(r.build.commit).c_str());
+        csv_field(r.machine.cpu_model).c_str(), csv_field(r.build.commit).c_str(),
+        row.hybrid.present ? row.hybrid.device.c_str() : r.options.device.c_str(),
+        row.hybrid.has_budget ? fmt("%llu", static_cast<unsigned long long>(row.hybrid.budget)).c_str() : "",
+        row.hybrid.present ? fmt("%llu", static_cast<unsigned long long>(row.hybrid.placement.device_bytes)).c_str() : "",
+        row.hybrid.present ? fmt("%.0f", row.hybrid.bytes_to_device).c_str() : "",
+        row.hybrid.present ? fmt("%.0f", row.hybrid.bytes_from_device).c_str() : "",
+        row.hybrid.model_ts > 0 ? fmt("%.4f", row.hybrid.model_ts).c_str() : "");
   }
   return s;
 }

@@ -193,6 +193,7 @@ class RowRunner {
   Status repeat(BenchRow& row, int64_t tokens, Once once) {
     std::vector<double> passes = probe_.measure(pool_, o_.probe_passes);
     SparseTotals sum;
+    const PlacementInfo before = session_.placement();
     for (int r = 0; r < o_.reps; ++r) {
       auto dt = once();
       if (!dt.ok()) return dt.error();
@@ -207,6 +208,19 @@ class RowRunner {
       log_debug("bench:   repetition %d/%d: %.2f tokens/s", r + 1, o_.reps, row.samples.back());
     }
     row.probe = probe_stats(row.threads, std::move(passes));
+    if (before.hybrid) {
+      HybridRow& h = row.hybrid;
+      h.present = true;
+      h.placement = session_.placement();
+      const double n = static_cast<double>(tokens) * o_.reps;
+      h.device = h.placement.device;
+      h.bytes_to_device = static_cast<double>(h.placement.bytes_to_device - before.bytes_to_device) / n;
+      h.bytes_from_device =
+          static_cast<double>(h.placement.bytes_from_device - before.bytes_from_device) / n;
+      h.copies = static_cast<double>(h.placement.copies_to_device + h.placement.copies_from_device -
+                                     before.copies_to_device - before.copies_from_device) / n;
+      h.ops = static_cast<double>(h.placement.device_ops - before.device_ops) / n;
+    }
     if (row.mode == BenchMode::Sparse && sum.neurons > 0) {
       row.active_fraction = static_cast<double>(sum.predicted) / static_cast<double>(sum.neurons);
       row.computed_fraction = static_cast<double>(sum.computed) / static_cast<double>(sum.neurons);
@@ -275,12 +289,18 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
   bool mapped = false;
   for (BenchMode mode : modes_for(o, model.powerinfer)) {
     for (int threads : o.threads) {
+     for (const std::optional<uint64_t>& budget : o.budgets) {
       SessionOptions so;
       so.n_ctx = n_ctx;
       so.n_batch = o.n_batch;
       so.n_threads = threads;
       so.sampling.temperature = 0.0f;  // greedy
       so.sparse.dense = mode == BenchMode::Dense;
+      so.device = o.device;
+      ModelFlags flags = o.model_flags;
+      flags.vram_budget.clear();  // the list: one row per budget
+      PI_TRY(apply_hybrid_flags(flags, so));
+      so.vram_budget = budget;
       if (mode == BenchMode::Sparse && !mapped) {
         PI_TRY(map_all_weights(**engine, bos, threads));
         mapped = true;
@@ -301,6 +321,8 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
         row.n_prompt = n_prompt;
         row.n_gen = n_gen;
         row.test = n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
+        row.hybrid.has_budget = budget.has_value();
+        row.hybrid.budget = budget.value_or(0);
         row.load_1m = read_load_average().m1;
         log_info("bench: %s %s t=%d %s (load %.2f)", std::filesystem::path(path).filename().c_str(),
                  mode_name(mode), threads, row.test.c_str(), row.load_1m);
@@ -322,7 +344,42 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
       };
       for (int64_t p : o.n_prompt) PI_TRY(add_row(p, 0));
       for (int64_t n : o.n_gen) PI_TRY(add_row(0, n));
+     }
     }
+  }
+  return Status::Ok();
+}
+
+// The device rates of the rows on a GPU-like device (measured once per thread count and weight
+// type) and each generation row's model of the hybrid step.
+Status model_hybrid_rows(BenchReport& report) {
+  std::map<std::pair<int, std::string>, DeviceRates> rates;
+  for (BenchRow& row : report.rows) {
+    HybridRow& h = row.hybrid;
+    if (!h.present || row.n_gen == 0) continue;
+    const ModelSummary& md = report.models[row.model];
+    const auto key = std::make_pair(row.threads, md.type);
+    if (rates.find(key) == rates.end()) {
+      auto type = dtype_from_name(md.type);
+      auto r = measure_device(report.options.device, row.threads, type ? *type : DType::F16);
+      if (!r.ok()) return r.error();
+      log_info("bench: device %s, %d thread%s: %.1f GB/s (%s matvec), hand-off %.1f us, "
+               "launch %.1f us",
+               report.options.device.c_str(), row.threads, row.threads == 1 ? "" : "s",
+               r->read_gbps, md.type.c_str(), r->handoff_us, r->launch_us);
+      rates[key] = *r;
+    }
+    h.device_rates = rates[key];
+    h.cpu_gbps = row.probe.median;
+    double scatter = 1.0;
+    for (const ProbeStats& p : report.probe)
+      if (p.threads == row.threads && p.median > 0 && p.scattered > 0) scatter = p.scattered / p.median;
+    h.cpu_scattered_gbps = row.probe.median * scatter;
+    const double kv_cells = (static_cast<double>(row.n_gen) + 3) / 2;
+    const double t = hybrid_model_seconds(h.placement, CpuRates{h.cpu_gbps, h.cpu_scattered_gbps},
+                                          h.device_rates, kv_cells, h.ops);
+    h.model_ts = t > 0 ? 1.0 / t : 0.0;
+    h.model_ratio = h.model_ts > 0 ? row.ts_median / h.model_ts : 0.0;
   }
   return Status::Ok();
 }
@@ -382,8 +439,9 @@ Result<BenchReport> run_bench(const BenchOptions& o) {
 
   if (!o.probe_only)
     for (size_t i = 0; i < o.models.size(); ++i) PI_TRY(run_model(o, **probe, i, report));
+  PI_TRY(model_hybrid_rows(report));
   for (BenchRow& row : report.rows) {
-    if (!row.has_bytes || row.probe.median <= 0 || row.ts_median <= 0) continue;
+    if (row.hybrid.present || !row.has_bytes || row.probe.median <= 0 || row.ts_median <= 0) continue;
     double scatter = 1.0;  // scattered / sequential rate
     for (const ProbeStats& p : report.probe)
       if (p.threads == row.threads && p.median > 0 && p.scattered > 0) scatter = p.scattered / p.median;

@@ -17,8 +17,10 @@
 #include <vector>
 
 #include "bench_args.h"
+#include "bench_hybrid.h"
 #include "bench_machine.h"
 #include "core/error.h"
+#include "powerinfer/placement.h"
 
 namespace pi::cli {
 
@@ -62,6 +64,22 @@ struct ByteBreakdown {
   double total() const { return other_weights + ffn + predictors + kv; }
 };
 
+// A row on a GPU-like device (--device sim|cuda): the plan, the measured host <-> device
+// traffic and the roofline-style model of the hybrid step (bench_hybrid.h).
+struct HybridRow {
+  bool present = false;
+  std::string device;
+  bool has_budget = false;
+  uint64_t budget = 0;      // --vram-budget of the row (bytes)
+  PlacementInfo placement;  // after the timed repetitions (traffic counters included)
+  // Measured per token over the timed repetitions.
+  double bytes_to_device = 0, bytes_from_device = 0, copies = 0, ops = 0;
+  // Generation rows: the model's tokens/s, the rates it used, and measured / model.
+  double model_ts = 0, model_ratio = 0;
+  DeviceRates device_rates;
+  double cpu_gbps = 0, cpu_scattered_gbps = 0;
+};
+
 struct BenchRow {
   size_t model = 0;  // index into BenchReport::models
   BenchMode mode = BenchMode::Dense;
@@ -84,6 +102,7 @@ struct BenchRow {
   // table for this thread count). Equals probe_ratio for dense rows. 0 without bytes.
   double roofline_ratio = 0;
   double load_1m = -1;     // load average when the row started
+  HybridRow hybrid;
 };
 
 struct BenchReport {

@@ -210,6 +210,7 @@ int bench(const BenchOptions& o_in) {
   so.n_seq_max = static_cast<int>(max_pl);
   so.sparse.dense = o.dense;
   so.device = o.device;
+  if (Status h = apply_hybrid_flags(o, so); !h.ok()) return fail(h);
   auto session_r = Session::create(**engine, so);
   if (!session_r.ok()) return fail(session_r.error());
   Session& s = **session_r;

@@ -261,6 +261,7 @@ int run_perplexity(PerplexityOptions o) {
   so.sparse.dense = o.dense;
   so.device = o.device;
   so.all_logits = true;
+  if (Status h = apply_hybrid_flags(o, so); !h.ok()) return fail(h.error());
   auto session_r = Session::create(**engine, so);
   if (!session_r.ok()) return fail(session_r.error());
   Session& session = **session_r;

@@ -47,6 +47,7 @@ struct ServeOptions {
   std::string chat_template;
   SamplingParams sampling;
   bool mmap = true;
+  ModelFlags flags;  // -ngl, --vram-budget, --stats, --mlock, ... (llama_flags.h)
   bool dense = false;
   std::string sparse_threshold;
   std::string device = "cpu";
@@ -128,7 +129,8 @@ int serve(const ServeOptions& o) {
     http.stop();
     http_thread.join();
   };
-  auto engine = Engine::load(*model, LoadOptions{o.mmap});
+  if (Status f = check_model_flags(o.flags); !f.ok()) return fail(f.error().message);
+  auto engine = Engine::load(*model, load_options(o.flags, o.mmap));
   if (!engine.ok()) {
     stop_http();
     return fail(engine.error().message);
@@ -154,6 +156,7 @@ int serve(const ServeOptions& o) {
   sg.dense = o.dense;
   sg.sparse_threshold = o.sparse_threshold;
   sg.device = o.device;
+  static_cast<ModelFlags&>(sg) = o.flags;
   auto so = session_options(sg, o.sampling.seed);
   if (!so.ok()) {
     stop_http();
@@ -245,6 +248,7 @@ Runner add_serve(CLI::App& app) {
   sub->add_flag("--dense", o->dense, "PowerInfer files: compute every FFN neuron");
   sub->add_option("--sparse-threshold", o->sparse_threshold, "Predictor threshold (see run)");
   add_device_option(sub, o->device);
+  add_model_flags(sub, o->flags);
   return [o]() -> int { return serve(*o); };
 }
 

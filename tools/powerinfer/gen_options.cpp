@@ -159,6 +159,7 @@ Result<SessionOptions> session_options(const GenOptions& o, uint64_t seed) {
     }
     so.sparse.threshold = v;
   }
+  PI_TRY(apply_hybrid_flags(o, so));
   return so;
 }
 

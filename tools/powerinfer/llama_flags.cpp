@@ -1,11 +1,15 @@
 #include "llama_flags.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <cctype>
 #include <cstring>
 #include <string_view>
 
+#include "backend/registry.h"
 #include "core/log.h"
+#include "sparse/placement.h"
 
 namespace pi::cli {
 namespace {
@@ -81,9 +85,20 @@ bool is_fa_value(std::string_view v) { return v == "on" || v == "off" || v == "a
 
 void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_option("--n-gpu-layers,--ngl", f.n_gpu_layers,
-                  "Layers to offload to the GPU (-1: all; llama.cpp's -ngl). No GPU backend in "
-                  "this build yet: warned and ignored")
-      ->capture_default_str();
+                  "Whole layers on the device (llama.cpp's -ngl; -1: all and the output head) "
+                  "for dense files, with --device sim|cuda; default: as many as --vram-budget "
+                  "holds. PowerInfer files run sparse are placed by --vram-budget")
+      ->each([&f](const std::string&) { f.ngl_given = true; });
+  sub->add_option("--vram-budget", f.vram_budget,
+                  "Device memory to use, GiB (weights, KV cache, scratch, margin: every byte "
+                  "counted), with --device sim|cuda; default: the device's free memory");
+  sub->add_option("--stats", f.stats,
+                  "Activation statistics for the hot/cold split (powerinfer profile); default: "
+                  "MODEL.activations.gguf when present");
+  sub->add_option("--gpu-index", f.gpu_index, "The plan's index file (default: MODEL.generated.gpuidx)");
+  sub->add_flag("--reset-gpu-index", f.reset_gpu_index, "Solve the placement again even if the index matches");
+  sub->add_flag("--disable-gpu-index", f.disable_gpu_index,
+                "Keep every FFN neuron on the CPU (no hot neurons on the device); no index");
   sub->add_option("--flash-attn", f.flash_attn,
                   "on, off or auto (llama.cpp's -fa): accepted, no effect (attention reads the KV "
                   "cache in one streaming pass already)");
@@ -112,9 +127,41 @@ Status check_model_flags(const ModelFlags& f) {
                static_cast<long long>(f.n_gpu_layers));
   if (!f.flash_attn.empty() && !is_fa_value(f.flash_attn))
     return err("-fa %s: expected on, off or auto", f.flash_attn.c_str());
-  if (f.n_gpu_layers != 0) log_warn("no GPU device: -ngl ignored (running on the CPU)");
   if (f.flash_attn == "on")
     log_info("note: -fa has no effect here: attention already reads the KV cache in one pass");
+  return Status::Ok();
+}
+
+Result<std::optional<uint64_t>> vram_budget_bytes(const std::string& gib) {
+  if (gib.empty()) return std::optional<uint64_t>();
+  char* end = nullptr;
+  const double v = std::strtod(gib.c_str(), &end);
+  if (end == gib.c_str() || *end != '\0')
+    return err("--vram-budget: '%s' is not a number of GiB", gib.c_str());
+  auto b = sparse::budget_from_gib(v);
+  if (!b.ok()) return b.error();
+  return std::optional<uint64_t>(*b);
+}
+
+Status apply_hybrid_flags(const ModelFlags& f, SessionOptions& so) {
+  auto budget = vram_budget_bytes(f.vram_budget);
+  if (!budget.ok()) return budget.error();
+  if (backend::is_host_device(so.device)) {
+    if (budget->has_value())
+      log_warn("--vram-budget applies to a GPU-like device (--device sim|cuda): ignored on %s",
+               so.device.c_str());
+    if (f.ngl_given && f.n_gpu_layers != 0)
+      log_warn("no GPU device selected (--device sim|cuda): -ngl ignored, running on %s",
+               so.device.c_str());
+    return Status::Ok();
+  }
+  so.vram_budget = *budget;
+  so.activation_stats = f.stats;
+  so.gpu_index = f.gpu_index;
+  so.reset_gpu_index = f.reset_gpu_index;
+  so.disable_gpu_index = f.disable_gpu_index;
+  if (f.ngl_given)
+    so.n_gpu_layers = f.n_gpu_layers < 0 ? INT32_MAX : static_cast<int>(std::min<int64_t>(f.n_gpu_layers, INT32_MAX));
   return Status::Ok();
 }
 

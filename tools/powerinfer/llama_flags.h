@@ -15,9 +15,19 @@
 namespace pi::cli {
 
 struct ModelFlags {
-  // -ngl/--n-gpu-layers: layers to offload to the GPU (-1: all). This build has no GPU
-  // backend yet, so a non-zero value is stored and warned about.
+  // -ngl/--n-gpu-layers: whole layers on the device for dense placements (-1: all, and the
+  // head); PowerInfer files run sparse are placed by --vram-budget instead. Meaningful with a
+  // device that is not the host (--device sim|cuda); warned about otherwise.
   int64_t n_gpu_layers = 0;
+  bool ngl_given = false;
+  // Hybrid execution (--device sim|cuda; SessionOptions): --vram-budget GiB (bench: a
+  // comma-separated list, one row each), --stats FILE, --gpu-index FILE, --reset-gpu-index,
+  // --disable-gpu-index.
+  std::string vram_budget;
+  std::string stats;
+  std::string gpu_index;
+  bool reset_gpu_index = false;
+  bool disable_gpu_index = false;
   std::string flash_attn;            // -fa/--flash-attn on|off|auto: accepted, no effect
   std::string cache_type_k = "f16";  // -ctk/--cache-type-k: f16 only
   std::string cache_type_v = "f16";  // -ctv/--cache-type-v: f16 only
@@ -34,6 +44,13 @@ void add_model_flags(CLI::App* sub, ModelFlags& f);
 Status check_model_flags(const ModelFlags& f);
 
 LoadOptions load_options(const ModelFlags& f, bool mmap);
+
+// --vram-budget GiB as bytes (one value); unset when the flag is absent.
+Result<std::optional<uint64_t>> vram_budget_bytes(const std::string& gib);
+
+// The hybrid flags into `so` (its device already set): the budget, statistics, index and -ngl;
+// warns when they cannot apply (a host device).
+Status apply_hybrid_flags(const ModelFlags& f, SessionOptions& so);
 
 // Rewrites llama.cpp's one-dash spellings to the names CLI11 knows (-ngl, -fa [on|off|auto],
 // -ctk, -ctv, -np, -npp, -ntg, -npl, -pps) and removes --log-disable (setting *log_disable).

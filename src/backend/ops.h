@@ -98,6 +98,9 @@ class Ops {
                            int64_t n_ff) = 0;
   // Y += X   (f32 [n])
   virtual void add(float* Y, const float* X, int64_t n) = 0;
+  // Y[i, :] += b for every row i < m: a bias broadcast over the tokens.
+  //   Y f32 [m, n], b f32 [n] (a weight vector of this device)
+  virtual void add_bias(float* Y, const Vector& b, int64_t m, int64_t n) = 0;
   // dst[r, :] = src[r, :] for r < rows: n floats per row, rows src_stride / dst_stride floats
   // apart.
   virtual void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,

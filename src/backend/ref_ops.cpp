@@ -119,6 +119,9 @@ class RefOps final : public Ops {
     }
   }
   void add(float* Y, const float* X, int64_t n) override { ref::add(Y, X, Y, n); }
+  void add_bias(float* Y, const Vector& b, int64_t m, int64_t n) override {
+    for (int64_t i = 0; i < m; ++i) ref::add(Y + i * n, b.data, Y + i * n, n);
+  }
   void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
                  int64_t n) override {
     for (int64_t r = 0; r < rows; ++r)

@@ -1,8 +1,8 @@
 // The architecture registry. Each supported `general.architecture` has one file
 // (arch_<name>.cpp) that reads its hyperparameters beyond the common ones and maps its
 // tensors to ModelWeights with shape checks. The forward pass (forward.cpp) is shared and
-// driven by the HParams each architecture fills in (norm kind, RoPE kind, FFN kind,
-// parallel residual).
+// driven by the HParams each architecture fills in (norm kind, RoPE kind or learned
+// positions, FFN kind, parallel residual) and by the biases its weights have.
 #pragma once
 
 #include <string>
@@ -28,13 +28,15 @@ struct ArchDef {
 
 // The registered architecture named `name`, or nullptr.
 const ArchDef* find_arch(std::string_view name);
-// "llama, bamboo, falcon": for error messages.
+// "llama, bamboo, falcon, opt, qwen2": for error messages.
 std::string supported_arch_names();
 
 // Per-architecture entry points (arch_*.cpp).
 Status load_llama(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w);
 Status load_bamboo(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w);
 Status load_falcon(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w);
+Status load_opt(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w);
+Status load_qwen2(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w);
 
 // Shared by llama and bamboo, which have the same tensor layout: separate q/k/v, RMS norms,
 // gate/up/down (or down_t in PowerInfer files).
@@ -51,5 +53,10 @@ Status load_ffn_down(TensorLoader& t, const HParams& hp, int64_t il, FfnWeights&
 
 // "blk.<il>.<suffix>"
 std::string blk(int64_t il, const char* suffix);
+
+// A required matrix [rows, cols] / vector [n] into `out` (TensorLoader::matrix / vector).
+Status load_matrix(TensorLoader& t, const std::string& name, int64_t rows, int64_t cols,
+                   Matrix& out);
+Status load_vector(TensorLoader& t, const std::string& name, int64_t n, Vector& out);
 
 }  // namespace pi::model

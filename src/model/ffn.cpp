@@ -29,6 +29,7 @@ void DenseFfn::run(int64_t il, const FfnInput& in, float* out) {
   float* up = up_.as<float>();
   if (hp.ffn != FfnKind::Plain) ops_.linear(w.gate, in.x, in.m, gate);
   ops_.linear(w.up, in.x, in.m, up);
+  if (w.up_b.present()) ops_.add_bias(up, w.up_b, in.m, hp.n_ff);
   ops_.ffn_combine(hp.ffn, hp.act, gate, up, in.m, hp.n_ff);
   // gate now holds the neuron activations a, f32 [m, n_ff].
   if (w.down_t.present()) {
@@ -36,6 +37,7 @@ void DenseFfn::run(int64_t il, const FfnInput& in, float* out) {
   } else {
     ops_.linear(w.down, gate, in.m, out);
   }
+  if (w.down_b.present()) ops_.add_bias(out, w.down_b, in.m, hp.n_embd);
 }
 
 }  // namespace pi::model

@@ -21,7 +21,10 @@ struct BufferSpec {
 std::vector<BufferSpec> buffer_specs(const HParams& hp, int64_t n_batch, int64_t n_logits) {
   const int64_t qkv = hp.arch == Arch::Falcon ? n_batch * (hp.n_embd_q() + 2 * hp.n_embd_kv()) : 0;
   constexpr unsigned R = StepBuffers::kResidual, L = StepBuffers::kLayers, H = StepBuffers::kHead;
+  constexpr unsigned E = StepBuffers::kEmbed;
+  const int64_t pos = hp.has_pos_embd ? n_batch * hp.n_embd : 0;
   return {{&StepBuffers::x, "step buffer x", n_batch * hp.n_embd, R | L | H},
+          {&StepBuffers::pos, "step buffer pos", pos, E},
           {&StepBuffers::h, "step buffer h", n_batch * hp.n_embd, L},
           {&StepBuffers::ffn_in, "step buffer ffn_in", n_batch * hp.n_embd, L},
           {&StepBuffers::qkv, "step buffer qkv", qkv, L},
@@ -99,6 +102,7 @@ Result<std::unique_ptr<Forward>> Forward::create(const Model& model, std::vector
     if (std::find(plan.layers.begin(), plan.layers.end(), l) != plan.layers.end())
       roles |= StepBuffers::kResidual | StepBuffers::kLayers;
     if (plan.head == l) roles |= StepBuffers::kResidual | StepBuffers::kHead;
+    if (plan.embed == l) roles |= StepBuffers::kEmbed;
     auto buf = StepBuffers::allocate(*specs[static_cast<size_t>(l)].dev, hp, opts.n_batch,
                                      logit_rows(opts), roles);
     if (!buf.ok()) return buf.error();
@@ -116,7 +120,8 @@ Forward::Forward(const Model& model, std::vector<Lane> lanes, LanePlan plan, For
       plan_(std::move(plan)),
       opts_(opts),
       pos_(static_cast<size_t>(opts.n_batch)),
-      len_(static_cast<size_t>(opts.n_batch)) {}
+      len_(static_cast<size_t>(opts.n_batch)),
+      pos_rows_(model.hparams().has_pos_embd ? static_cast<size_t>(opts.n_batch) : 0) {}
 
 std::span<const float> Forward::logits() const {
   const size_t n = n_logit_rows_ * static_cast<size_t>(n_vocab());
@@ -141,6 +146,16 @@ Status Forward::check_tokens(std::span<const int32_t> tokens) const {
   return Status::Ok();
 }
 
+Status Forward::check_position(int64_t pos) const {
+  const HParams& hp = model_.hparams();
+  if (hp.n_pos > 0 && pos >= hp.n_pos) {
+    return err("position %lld is beyond the %lld positions of the model's learned position "
+               "table (position_embd)",
+               static_cast<long long>(pos), static_cast<long long>(hp.n_pos));
+  }
+  return Status::Ok();
+}
+
 Status Forward::eval(std::span<const int32_t> tokens, int64_t pos0, const KvView& kv) {
   const auto m = static_cast<int64_t>(tokens.size());
   PI_TRY(check_tokens(tokens));
@@ -149,6 +164,7 @@ Status Forward::eval(std::span<const int32_t> tokens, int64_t pos0, const KvView
                static_cast<long long>(pos0), static_cast<long long>(pos0 + m - 1),
                static_cast<long long>(kv.n_ctx));
   }
+  PI_TRY(check_position(pos0 + m - 1));
   for (int64_t i = 0; i < m; ++i) {
     pos_[static_cast<size_t>(i)] = static_cast<int32_t>(pos0 + i);
     len_[static_cast<size_t>(i)] = pos0 + i + 1;
@@ -179,6 +195,7 @@ Status Forward::eval_batch(std::span<const int32_t> tokens, const KvBatch& b, co
       return err("token %lld: position %d in cell %d (context of %lld cells)",
                  static_cast<long long>(i), b.pos[i], b.cell[i],
                  static_cast<long long>(kv.n_ctx));
+    PI_TRY(check_position(b.pos[i]));
     if (b.attn_len[i] < 1 || b.attn_len[i] > kv.n_ctx)
       return err("token %lld attends %lld cells (must be 1..%lld)", static_cast<long long>(i),
                  static_cast<long long>(b.attn_len[i]), static_cast<long long>(kv.n_ctx));
@@ -215,16 +232,28 @@ void Forward::move_residual(int from, int to, int64_t m) {
   x_lane_ = to;
 }
 
+void Forward::embed(std::span<const int32_t> tokens, const int32_t* pos) {
+  const HParams& hp = model_.hparams();
+  const auto m = static_cast<int64_t>(tokens.size());
+  Lane& E = lanes_[static_cast<size_t>(plan_.embed)];
+  float* x = E.buf.x.as<float>();
+  E.ops->embed(E.w->tok_embd, tokens.data(), m, x);
+  if (hp.has_pos_embd) {
+    for (int64_t i = 0; i < m; ++i)
+      pos_rows_[static_cast<size_t>(i)] = static_cast<int32_t>(pos[i] + hp.pos_offset);
+    float* p = E.buf.pos.as<float>();
+    E.ops->embed(E.w->pos_embd, pos_rows_.data(), m, p);
+    E.ops->add(x, p, m * hp.n_embd);
+  }
+  x_lane_ = plan_.embed;
+}
+
 void Forward::layers(std::span<const int32_t> tokens, const KvBatch& at, const KvView& kv) {
   const HParams& hp = model_.hparams();
   const auto m = static_cast<int64_t>(tokens.size());
   const int64_t n_embd = hp.n_embd;
   const backend::NormParams np = hp.norm_params();
-  {
-    Lane& E = lanes_[static_cast<size_t>(plan_.embed)];
-    E.ops->embed(E.w->tok_embd, tokens.data(), m, E.buf.x.as<float>());
-    x_lane_ = plan_.embed;
-  }
+  embed(tokens, at.pos);
 
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     move_residual(x_lane_, plan_.layers[static_cast<size_t>(il)], m);
@@ -279,13 +308,20 @@ void Forward::attention_block(Lane& Ln, int64_t il, int64_t m, const KvBatch& at
   } else {
     ops.linear3(a.q, a.k, a.v, h, m, q, k, v);
   }
-  const backend::RopeParams rp = hp.rope_params();
+  if (a.q_b.present()) ops.add_bias(q, a.q_b, m, n_q);
+  if (a.k_b.present()) ops.add_bias(k, a.k_b, m, n_kv);
+  if (a.v_b.present()) ops.add_bias(v, a.v_b, m, n_kv);
   const backend::AttnParams ap = hp.attn_params();
-  ops.rope(rp, q, m, hp.n_head, at.pos);
-  ops.rope(rp, k, m, hp.n_head_kv, at.pos);
+  if (hp.has_rope) {
+    const backend::RopeParams rp = hp.rope_params();
+    ops.rope(rp, q, m, hp.n_head, at.pos);
+    ops.rope(rp, k, m, hp.n_head_kv, at.pos);
+  }
   ops.store_kv(ap, k, v, m, kv, at.cell);
   ops.attention(ap, q, m, kv, at, buf.attn.as<float>());
-  ops.linear(a.out, buf.attn.as<float>(), m, buf.proj.as<float>());
+  float* proj = buf.proj.as<float>();
+  ops.linear(a.out, buf.attn.as<float>(), m, proj);
+  if (a.out_b.present()) ops.add_bias(proj, a.out_b, m, hp.n_embd);
 }
 
 void Forward::output_head(std::span<const int32_t> rows, int64_t m, int64_t n) {

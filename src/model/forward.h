@@ -1,13 +1,16 @@
 // The forward pass shared by every architecture, driven by the model's HParams:
 //
-//   x = embed(tokens)
+//   x = embed(tokens)  (+ position_embd[positions] where the positions are learned: opt)
 //   for each layer:
-//     h = norm(x);  q, k, v = proj(h);  rope(q, k);  store k, v at the tokens' positions
-//     a = out · attention(q, cache)
-//     sequential (llama, bamboo): x += a;  x += ffn(norm'(x))
-//     parallel   (falcon):        x += a + ffn(norm'(x) or h)
+//     h = norm(x);  q, k, v = proj(h) (+ biases);  rope(q, k) unless positions are learned
+//     store k, v at the tokens' positions
+//     a = out · attention(q, cache) (+ bias)
+//     sequential (llama, bamboo, qwen2, opt): x += a;  x += ffn(norm'(x))
+//     parallel   (falcon):                    x += a + ffn(norm'(x) or h)
 //   logits = head · norm_out(x)
 //
+// Which of these steps a model takes is data: the HParams (has_rope, has_pos_embd,
+// parallel_residual) and the biases its weights have.
 // A batch of m tokens is processed with matrix x matrix products (m = 1 is generation).
 // eval() runs tokens at consecutive positions whose cells are the positions (one sequence);
 // eval_batch() runs any tokens placed by a KvBatch (several sequences, shared cells). Both
@@ -49,6 +52,7 @@ struct ForwardOptions {
 // device's memory. A lane allocates only what its roles need (Forward's lanes).
 struct StepBuffers {
   backend::Buffer x;        // f32 [n_batch, n_embd]  residual stream
+  backend::Buffer pos;      // f32 [n_batch, n_embd]  learned position rows (has_pos_embd)
   backend::Buffer h;        // f32 [n_batch, n_embd]  attention input (normalized x)
   backend::Buffer ffn_in;   // f32 [n_batch, n_embd]  FFN input (normalized)
   backend::Buffer qkv;      // f32 [n_batch, n_embd_q + 2 n_embd_kv]  fused projection (falcon)
@@ -62,8 +66,9 @@ struct StepBuffers {
   backend::Buffer logits;   // f32 [n_logits, n_vocab]
 
   // What a lane does, and so which buffers it needs: the residual stream x (every lane), the
-  // layers (every buffer but the head's), the output head (out_in, logits).
-  enum Role : unsigned { kResidual = 1, kLayers = 2, kHead = 4, kAll = 7 };
+  // layers (every buffer but the head's), the output head (out_in, logits), the embedding
+  // (pos).
+  enum Role : unsigned { kResidual = 1, kLayers = 2, kHead = 4, kEmbed = 8, kAll = 15 };
 
   static Result<StepBuffers> allocate(backend::Device& dev, const HParams& hp, int64_t n_batch,
                                       int64_t n_logits, unsigned roles = kAll);
@@ -148,6 +153,10 @@ class Forward {
   };
   Forward(const Model& model, std::vector<Lane> lanes, LanePlan plan, ForwardOptions opts);
   Status check_tokens(std::span<const int32_t> tokens) const;
+  // Positions beyond a learned position table are refused (RoPE models take any).
+  Status check_position(int64_t pos) const;
+  // x = embedding rows of the tokens (+ the learned rows of their positions).
+  void embed(std::span<const int32_t> tokens, const int32_t* pos);
   void layers(std::span<const int32_t> tokens, const KvBatch& at, const KvView& kv);
   void attention_block(Lane& L, int64_t il, int64_t m, const KvBatch& at, const KvLayer& kv);
   // Copies the residual stream of m tokens from lane `from` to lane `to`.
@@ -165,6 +174,7 @@ class Forward {
   // cells 0 .. pos0 + i. Host memory, [n_batch].
   std::vector<int32_t> pos_;
   std::vector<int64_t> len_;
+  std::vector<int32_t> pos_rows_;  // rows of position_embd of a batch's tokens, [n_batch]
   std::unique_ptr<FfnStep> ffn_;
   size_t n_logit_rows_ = 0;
 };

@@ -17,6 +17,10 @@ const char* arch_name(Arch a) {
       return "bamboo";
     case Arch::Falcon:
       return "falcon";
+    case Arch::Opt:
+      return "opt";
+    case Arch::Qwen2:
+      return "qwen2";
   }
   return "?";
 }

@@ -12,7 +12,7 @@
 
 namespace pi::model {
 
-enum class Arch { Llama, Bamboo, Falcon };
+enum class Arch { Llama, Bamboo, Falcon, Opt, Qwen2 };
 
 // The op-level enums are the backend's (backend/op_params.h); the model names them here too.
 using backend::Activation;
@@ -37,6 +37,14 @@ struct HParams {
 
   NormKind norm = NormKind::RMS;
   float norm_eps = 1e-5f;
+  // Positions: RoPE rotates q and k (has_rope), or a learned table is added to the token
+  // embeddings: x += position_embd[pos + pos_offset] (has_pos_embd: opt, whose table starts
+  // at row 2). n_pos: the positions such a table covers (its rows minus the offset); 0 when
+  // positions are unbounded (RoPE).
+  bool has_rope = true;
+  bool has_pos_embd = false;
+  int64_t pos_offset = 0;
+  int64_t n_pos = 0;
   RopeKind rope = RopeKind::Normal;
   float rope_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // position multiplier: 1 / rope.scaling.factor for linear scaling

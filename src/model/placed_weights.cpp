@@ -6,11 +6,14 @@ namespace {
 template <typename F>
 Status each_view(ModelWeights& w, F&& f) {
   PI_TRY(f(w.tok_embd));
+  PI_TRY(f(w.pos_embd));
   PI_TRY(f(w.out_norm));
   PI_TRY(f(w.out_norm_b));
   PI_TRY(f(w.output));
   for (LayerWeights& L : w.layers) {
-    for (Vector* v : {&L.attn.norm, &L.attn.norm_b, &L.ffn.norm, &L.ffn.norm_b}) PI_TRY(f(*v));
+    for (Vector* v : {&L.attn.norm, &L.attn.norm_b, &L.attn.q_b, &L.attn.k_b, &L.attn.v_b,
+                      &L.attn.out_b, &L.ffn.norm, &L.ffn.norm_b, &L.ffn.up_b, &L.ffn.down_b})
+      PI_TRY(f(*v));
     for (Matrix* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out, &L.ffn.gate,
                       &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
       PI_TRY(f(*m));

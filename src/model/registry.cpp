@@ -5,10 +5,12 @@
 namespace pi::model {
 namespace {
 
-constexpr std::array<ArchDef, 3> kArchs = {{
+constexpr std::array<ArchDef, 5> kArchs = {{
     {"llama", Arch::Llama, &load_llama},
     {"bamboo", Arch::Bamboo, &load_bamboo},
     {"falcon", Arch::Falcon, &load_falcon},
+    {"opt", Arch::Opt, &load_opt},
+    {"qwen2", Arch::Qwen2, &load_qwen2},
 }};
 
 }  // namespace
@@ -30,6 +32,21 @@ std::string supported_arch_names() {
 
 std::string blk(int64_t il, const char* suffix) {
   return "blk." + std::to_string(il) + "." + suffix;
+}
+
+Status load_matrix(TensorLoader& t, const std::string& name, int64_t rows, int64_t cols,
+                   Matrix& out) {
+  auto m = t.matrix(name, rows, cols);
+  if (!m.ok()) return m.error();
+  out = std::move(*m);
+  return Status::Ok();
+}
+
+Status load_vector(TensorLoader& t, const std::string& name, int64_t n, Vector& out) {
+  auto v = t.vector(name, n);
+  if (!v.ok()) return v.error();
+  out = *v;
+  return Status::Ok();
 }
 
 Status load_embeddings_and_head(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w,

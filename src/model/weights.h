@@ -17,7 +17,8 @@ namespace pi::model {
 using pi::Matrix;
 using pi::Vector;
 
-// Attention block of one layer. Either q/k/v are separate or `qkv` is fused (falcon).
+// Attention block of one layer. Either q/k/v are separate or `qkv` is fused (falcon). The
+// biases are absent (data == nullptr) unless the architecture has them.
 struct AttnWeights {
   Vector norm;    // f32 [n_embd]  attn_norm
   Vector norm_b;  // f32 [n_embd]  attn_norm bias (layer norm only)
@@ -26,11 +27,16 @@ struct AttnWeights {
   Matrix v;       // [n_embd_kv, n_embd]
   Matrix qkv;     // [n_embd_q + 2 * n_embd_kv, n_embd]  rows: q, then k, then v (falcon)
   Matrix out;     // [n_embd, n_embd_q]
+  Vector q_b;     // f32 [n_embd_q]   (qwen2, opt)
+  Vector k_b;     // f32 [n_embd_kv]  (qwen2, opt)
+  Vector v_b;     // f32 [n_embd_kv]  (qwen2, opt)
+  Vector out_b;   // f32 [n_embd]     (opt)
 };
 
-// FFN block of one layer. `norm` is the FFN's own input norm: ffn_norm for llama/bamboo,
+// FFN block of one layer. `norm` is the FFN's own input norm: ffn_norm for llama/bamboo/opt,
 // attn_norm_2 for falcon-40B; absent for falcon-7B, whose FFN reads the attention norm's
-// output. Exactly one of down / down_t is present.
+// output. Exactly one of down / down_t is present. The biases (opt) are absent otherwise:
+// out = down · act(up · x + up_b) + down_b.
 struct FfnWeights {
   Vector norm;    // f32 [n_embd]
   Vector norm_b;  // f32 [n_embd]  (layer norm only)
@@ -38,6 +44,8 @@ struct FfnWeights {
   Matrix up;      // [n_ff, n_embd]
   Matrix down;    // [n_embd, n_ff]  GGUF files
   Matrix down_t;  // [n_ff, n_embd]  PowerInfer files: one row per neuron
+  Vector up_b;    // f32 [n_ff]
+  Vector down_b;  // f32 [n_embd]
 };
 
 struct LayerWeights {
@@ -47,6 +55,7 @@ struct LayerWeights {
 
 struct ModelWeights {
   Matrix tok_embd;    // [n_vocab, n_embd]  any computable type; rows are dequantized on use
+  Matrix pos_embd;    // [pos_offset + n_pos, n_embd]  learned positions (opt); rows as tok_embd
   Vector out_norm;    // f32 [n_embd]
   Vector out_norm_b;  // f32 [n_embd]  (layer norm only)
   Matrix output;      // [n_vocab, n_embd]  token_embd when the file has no output.weight
@@ -55,5 +64,31 @@ struct ModelWeights {
 
 // Bytes of every weight view of `w` (what placing them on a device copies).
 uint64_t weight_bytes(const ModelWeights& w);
+
+// The views of a layer's dense block, the part a hybrid placement moves as a whole (the
+// planner, the ledger and the placement walk the same list): the attention weights and biases,
+// both norms, and with `with_ffn` (whole-layer placements) the FFN matrices and biases.
+// on_matrix(Matrix&) and on_vector(Vector&) see every present view (const or not, as `L` is).
+template <typename Layer, typename OnMatrix, typename OnVector>
+void each_dense_view(Layer& L, bool with_ffn, OnMatrix&& on_matrix, OnVector&& on_vector) {
+  for (auto* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out})
+    if (m->present()) on_matrix(*m);
+  for (auto* v : {&L.attn.norm, &L.attn.norm_b, &L.attn.q_b, &L.attn.k_b, &L.attn.v_b,
+                  &L.attn.out_b, &L.ffn.norm, &L.ffn.norm_b})
+    if (v->present()) on_vector(*v);
+  if (!with_ffn) return;
+  for (auto* m : {&L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
+    if (m->present()) on_matrix(*m);
+  for (auto* v : {&L.ffn.up_b, &L.ffn.down_b})
+    if (v->present()) on_vector(*v);
+}
+
+// The views of the output head: the output matrix and the output norm.
+template <typename Weights, typename OnMatrix, typename OnVector>
+void each_head_view(Weights& w, OnMatrix&& on_matrix, OnVector&& on_vector) {
+  if (w.output.present()) on_matrix(w.output);
+  for (auto* v : {&w.out_norm, &w.out_norm_b})
+    if (v->present()) on_vector(*v);
+}
 
 }  // namespace pi::model

@@ -101,6 +101,12 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
     return err("the number of sequences must be 1..%d (got %d)", kMaxSeqs, opts.n_seq_max);
   }
   opts.n_ctx = resolve_n_ctx(model.hparams(), opts.n_ctx);
+  if (const int64_t n_pos = model.hparams().n_pos; n_pos > 0 && opts.n_ctx > n_pos) {
+    return err("%s: a context of %lld tokens is longer than the %lld positions the model learned "
+               "(position_embd); use a context of at most %lld",
+               model.file().path().c_str(), static_cast<long long>(opts.n_ctx),
+               static_cast<long long>(n_pos), static_cast<long long>(n_pos));
+  }
   opts.n_batch = std::min(opts.n_batch, opts.n_ctx);
   opts.device.n_threads = opts.n_threads;
   // A VRAM budget is the device's budget (the sim's capacity); host devices have none.

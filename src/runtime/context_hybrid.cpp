@@ -26,23 +26,16 @@ Result<model::PlacedWeights> place_planned(backend::Device& dev, const model::Mo
     view = *placed;
     return Status::Ok();
   };
+  Status st = Status::Ok();
+  const auto each = [&](auto& view) {
+    if (st.ok()) st = place(view);
+  };
   for (int64_t il = 0; il < m.hparams().n_layer; ++il) {
-    if (!h.plan.layers[sz(il)].dense_on_device) continue;
-    model::LayerWeights& L = p.weights.layers[sz(il)];
-    for (model::Matrix* t : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out})
-      PI_TRY(place(*t));
-    for (model::Vector* v : {&L.attn.norm, &L.attn.norm_b, &L.ffn.norm, &L.ffn.norm_b})
-      PI_TRY(place(*v));
-    if (!h.split) {
-      for (model::Matrix* t : {&L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
-        PI_TRY(place(*t));
-    }
+    if (h.plan.layers[sz(il)].dense_on_device)
+      model::each_dense_view(p.weights.layers[sz(il)], !h.split, each, each);
   }
-  if (h.plan.head_on_device) {
-    PI_TRY(place(p.weights.output));
-    PI_TRY(place(p.weights.out_norm));
-    PI_TRY(place(p.weights.out_norm_b));
-  }
+  if (h.plan.head_on_device) model::each_head_view(p.weights, each, each);
+  if (!st.ok()) return st.error();
   return p;
 }
 

@@ -30,47 +30,39 @@ uint64_t footprints(const backend::Device& dev, const std::vector<uint64_t>& siz
   return n;
 }
 
-// The device parts of a layer that has its dense block there, and of the head.
-template <typename F>
-void each_dense_tensor(const model::LayerWeights& L, bool with_ffn, F&& f) {
-  for (const model::Matrix* t : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out})
-    if (t->present()) f("attention weights", t->nbytes(), t->type);
-  for (const model::Vector* v : {&L.attn.norm, &L.attn.norm_b, &L.ffn.norm, &L.ffn.norm_b})
-    if (v->present()) f("norms", v->nbytes(), DType::F32);
-  if (with_ffn) {
-    for (const model::Matrix* t : {&L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
-      if (t->present()) f("FFN weights", t->nbytes(), t->type);
-  }
-}
-
-template <typename F>
-void each_head_tensor(const model::ModelWeights& w, F&& f) {
-  if (w.output.present()) f("output head", w.output.nbytes(), w.output.type);
-  for (const model::Vector* v : {&w.out_norm, &w.out_norm_b})
-    if (v->present()) f("output head", v->nbytes(), DType::F32);
-}
-
 // What the device can run: the dense blocks, the head, the neuron rows.
 struct DeviceCan {
   bool dense = true, head = true, neurons = true;
 };
 
+// The device's ffn_rows has no biases: a biased FFN (opt) keeps its neurons on the CPU, whose
+// sparse FFN adds them (its dense blocks still move).
 DeviceCan device_can(const model::Model& m, const backend::Device& dev, bool split) {
   DeviceCan c;
   const model::ModelWeights& w = m.weights();
+  const auto vectors_ok = [](const model::Vector&) {};
   for (const model::LayerWeights& L : w.layers) {
-    each_dense_tensor(L, !split, [&](const char*, uint64_t, DType t) {
-      c.dense = c.dense && dev.supports(backend::Op::Linear, t);
-    });
+    model::each_dense_view(
+        L, !split,
+        [&](const model::Matrix& t) { c.dense = c.dense && dev.supports(backend::Op::Linear, t.type); },
+        vectors_ok);
     if (split) {
       for (const model::Matrix* t : {&L.ffn.gate, &L.ffn.up, &L.ffn.down_t})
         if (t->present()) c.neurons = c.neurons && dev.supports(backend::Op::FfnRows, t->type);
+      c.neurons = c.neurons && !L.ffn.up_b.present() && !L.ffn.down_b.present();
     }
   }
-  each_head_tensor(w, [&](const char*, uint64_t, DType t) {
-    c.head = c.head && dev.supports(backend::Op::Linear, t);
-  });
+  model::each_head_view(
+      w, [&](const model::Matrix& t) { c.head = c.head && dev.supports(backend::Op::Linear, t.type); },
+      vectors_ok);
   return c;
+}
+
+// Ledger lines of the dense views.
+const char* line_of(const model::Matrix& m, const model::LayerWeights& L) {
+  for (const model::Matrix* f : {&L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
+    if (&m == f) return "FFN weights";
+  return "attention weights";
 }
 
 // The device lane's StepBuffers by role, at their footprints: x alone, the layers' other
@@ -244,12 +236,17 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
   const model::ModelWeights& w = m.weights();
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     if (!out.plan.layers[sz(il)].dense_on_device) continue;
-    each_dense_tensor(w.layers[sz(il)], !out.split,
-                      [&](const char* what, uint64_t bytes, DType) { out.ledger.add(what, bytes); });
+    const model::LayerWeights& L = w.layers[sz(il)];
+    model::each_dense_view(
+        L, !out.split, [&](const model::Matrix& t) { out.ledger.add(line_of(t, L), t.nbytes()); },
+        [&](const model::Vector& v) { out.ledger.add("norms and biases", v.nbytes()); });
     out.ledger.add("KV cache", sparse::kv_layer_bytes(hp, o.n_ctx));
   }
-  if (out.plan.head_on_device)
-    each_head_tensor(w, [&](const char* what, uint64_t bytes, DType) { out.ledger.add(what, bytes); });
+  if (out.plan.head_on_device) {
+    model::each_head_view(
+        w, [&](const model::Matrix& t) { out.ledger.add("output head", t.nbytes()); },
+        [&](const model::Vector& v) { out.ledger.add("output head", v.nbytes()); });
+  }
   if (out.split) {
     auto allocs = sparse::HybridFfn::device_allocations(m, dev, out.layout, o.n_batch);
     if (!allocs.ok()) return allocs.error();

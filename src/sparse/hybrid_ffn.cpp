@@ -223,6 +223,9 @@ Status HybridFfn::gather_hot(int64_t il, const std::vector<int32_t>& hot) {
       return err("hybrid FFN: layer %lld: hot neuron ids must be ascending in [0, %lld)",
                  static_cast<long long>(il), static_cast<long long>(hp.n_ff));
   }
+  if (f.up_b.present() || f.down_b.present())
+    return err("hybrid FFN: layer %lld has FFN biases: its neurons stay on the CPU",
+               static_cast<long long>(il));
   const RowsLayout r = rows_layout(f, n);
   std::vector<std::byte> host(r.end);
   std::memcpy(host.data(), hot.data(), sz(n) * sizeof(int32_t));

@@ -7,11 +7,6 @@
 namespace pi::sparse {
 namespace {
 
-uint64_t matrix_bytes(const model::Matrix& m) { return m.present() ? m.nbytes() : 0; }
-uint64_t vector_bytes(const model::Vector& v) {
-  return v.present() ? static_cast<uint64_t>(v.n) * sizeof(float) : 0;
-}
-
 struct Fnv {
   uint64_t h = 0xcbf29ce484222325ull;
   void bytes(const void* p, size_t n) {
@@ -80,9 +75,9 @@ Result<PlacementProblem> placement_problem(const model::Model& m, const Activati
   p.allow_neurons = req.allow_neurons;
   {
     Bytes head;
-    head.add(matrix_bytes(w.output), fp);
-    head.add(vector_bytes(w.out_norm), fp);
-    head.add(vector_bytes(w.out_norm_b), fp);
+    model::each_head_view(
+        w, [&](const model::Matrix& m) { head.add(m.nbytes(), fp); },
+        [&](const model::Vector& v) { head.add(v.nbytes(), fp); });
     p.head_bytes = head.device;
   }
   if (req.scratch) {
@@ -97,12 +92,12 @@ Result<PlacementProblem> placement_problem(const model::Model& m, const Activati
   const uint64_t kv = kv_layer_bytes(hp, req.n_ctx);
   p.layers.resize(w.layers.size());
   for (size_t l = 0; l < w.layers.size(); ++l) {
-    const model::AttnWeights& a = w.layers[l].attn;
     const model::FfnWeights& f = w.layers[l].ffn;
     LayerCost& L = p.layers[l];
     Bytes b;
-    for (const model::Matrix* t : {&a.q, &a.k, &a.v, &a.qkv, &a.out}) b.add(matrix_bytes(*t), fp);
-    for (const model::Vector* t : {&a.norm, &a.norm_b, &f.norm, &f.norm_b}) b.add(vector_bytes(*t), fp);
+    model::each_dense_view(
+        w.layers[l], !split, [&](const model::Matrix& m) { b.add(m.nbytes(), fp); },
+        [&](const model::Vector& v) { b.add(v.nbytes(), fp); });
     if (!preds->empty()) {
       b.add((*preds)[l].fc1.nbytes(), fp);
       b.add((*preds)[l].fc2.nbytes(), fp);
@@ -119,7 +114,6 @@ Result<PlacementProblem> placement_problem(const model::Model& m, const Activati
       }
     } else {
       L.split = false;
-      for (const model::Matrix* t : {&f.gate, &f.up, &f.down, &f.down_t}) b.add(matrix_bytes(*t), fp);
     }
     L.dense_bytes = b.device + fp(kv);
     L.dense_read_bytes = b.read + kv;

@@ -36,6 +36,7 @@ void ProfilingFfn::run(int64_t il, const model::FfnInput& in, float* out) {
   float* up = up_.as<float>();
   if (hp.ffn != model::FfnKind::Plain) ops.linear(w.gate, in.x, in.m, gate);
   ops.linear(w.up, in.x, in.m, up);
+  if (w.up_b.present()) ops.add_bias(up, w.up_b, in.m, hp.n_ff);
   ops.ffn_combine(hp.ffn, hp.act, gate, up, in.m, hp.n_ff);
   // gate holds the neuron activations, f32 [m, n_ff].
   auto& c = counts_[static_cast<size_t>(il)];
@@ -51,6 +52,7 @@ void ProfilingFfn::run(int64_t il, const model::FfnInput& in, float* out) {
   } else {
     ops.linear(w.down, gate, in.m, out);
   }
+  if (w.down_b.present()) ops.add_bias(out, w.down_b, in.m, hp.n_embd);
 }
 
 ActivationStats ProfilingFfn::stats() const {

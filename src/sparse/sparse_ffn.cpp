@@ -242,6 +242,8 @@ void SparseFfn::compute(int64_t il, const model::FfnInput& in, float* out) {
   float* u = u_.as<float>();
   if (hp.ffn == FfnKind::Plain) {
     rows_product(w.up, in.x, st, u);
+    // The bias goes over every entry; only the listed ones are read.
+    if (w.up_b.present()) ops_.add_bias(u, w.up_b, m, n_ff);
     float* hg = host(g, m * n_ff);
     const float* hu = host(u, m * n_ff);
     filter_lists([&](int64_t i, int32_t r) {
@@ -255,6 +257,7 @@ void SparseFfn::compute(int64_t il, const model::FfnInput& in, float* out) {
     const float* hg0 = host(g, m * n_ff);
     filter_lists([&](int64_t i, int32_t r) { return hg0[i * n_ff + r] > 0.0f; });
     rows_product(w.up, in.x, st, u);
+    if (w.up_b.present()) ops_.add_bias(u, w.up_b, m, n_ff);
     float* hg = host(g, m * n_ff);
     const float* hu = host(u, m * n_ff);
     const bool relu_up = hp.ffn == FfnKind::GatedBoth;
@@ -275,6 +278,7 @@ void SparseFfn::compute(int64_t il, const model::FfnInput& in, float* out) {
     const int64_t one[2] = {0, off[i + 1] - off[i]};
     ops_.linear_t_rows(w.down_t, g + i * n_ff, 1, idx + off[i], one, out + i * hp.n_embd);
   }
+  if (w.down_b.present()) ops_.add_bias(out, w.down_b, m, hp.n_embd);
   st.rows_s += seconds(t0, t1);
   st.down_s += seconds(t1, Clock::now());
   st.bytes += static_cast<uint64_t>(off[m]) * w.down_t.row_stride();
@@ -290,8 +294,10 @@ void SparseFfn::check_against_dense(int64_t il, const model::FfnInput& in, const
   float* dense = dense_out_.as<float>();
   if (hp.ffn != FfnKind::Plain) ops_.linear(w.gate, in.x, m, dg);
   ops_.linear(w.up, in.x, m, du_.as<float>());
+  if (w.up_b.present()) ops_.add_bias(du_.as<float>(), w.up_b, m, n_ff);
   ops_.ffn_combine(hp.ffn, hp.act, dg, du_.as<float>(), m, n_ff);  // dg_ = activations
   ops_.linear_t(w.down_t, dg, m, all_neurons_, dense);
+  if (w.down_b.present()) ops_.add_bias(dense, w.down_b, m, n_embd);
   const float* hdg = host(dg, m * n_ff);
   const float* hdense = host(dense, m * n_embd);
   const float* hout = host(const_cast<float*>(out), m * n_embd);

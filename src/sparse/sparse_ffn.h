@@ -6,7 +6,10 @@
 //   llama   (ReGLU)  a_i = ReLU(gate_i · x) * (up_i · x)        up only where gate_i · x > 0
 //   bamboo           a_i = ReLU(gate_i · x) * ReLU(up_i · x)    up only where gate_i · x > 0
 //   falcon           a_i = ReLU(up_i · x)                       no gate
-//   out = sum over predicted i with a_i != 0 of a_i * down_t[i, :]
+//   out = sum over predicted i with a_i != 0 of a_i * down_t[i, :]  (+ down_b, when present)
+//
+// Where the FFN has biases, up_b_i is added to up_i · x before the activation and down_b to
+// the output.
 //
 // A neuron predicted inactive contributes nothing, even if it would have fired.
 //

@@ -80,7 +80,8 @@ class Matcher {
     return whitespace(i);
   }
 
-  size_t llama3(size_t i) const {
+  // Llama 3's regex; Qwen2's is the same with runs of at most one digit.
+  size_t llama3(size_t i, size_t max_digits) const {
     size_t e;
     if ((e = contraction(i, true)) != i) return e;
     // [^\r\n\p{L}\p{N}]?\p{L}+
@@ -88,10 +89,10 @@ class Matcher {
     if (!is_newline(i) && !is(i, CharClass::Number) && is(i + 1, CharClass::Letter)) {
       return run(i + 1, CharClass::Letter);
     }
-    // \p{N}{1,3}
+    // \p{N}{1,3} (Qwen2: \p{N})
     if (is(i, CharClass::Number)) {
       e = i;
-      while (e < n_ && e < i + 3 && c_[e].cls == CharClass::Number) ++e;
+      while (e < n_ && e < i + max_digits && c_[e].cls == CharClass::Number) ++e;
       return e;
     }
     // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
@@ -118,7 +119,18 @@ void pretokenize(PreTokenizer kind, std::string_view text, std::vector<ByteSpan>
   const std::vector<Char> chars = split_chars(text);
   const Matcher m(chars);
   for (size_t i = 0; i < chars.size();) {
-    size_t e = kind == PreTokenizer::Gpt2 ? m.gpt2(i) : m.llama3(i);
+    size_t e = i;
+    switch (kind) {
+      case PreTokenizer::Gpt2:
+        e = m.gpt2(i);
+        break;
+      case PreTokenizer::Llama3:
+        e = m.llama3(i, 3);
+        break;
+      case PreTokenizer::Qwen2:
+        e = m.llama3(i, 1);
+        break;
+    }
     if (e == i) e = i + 1;  // unreachable: the alternatives cover every character class
     const size_t end = e < chars.size() ? chars[e].offset : text.size();
     out.push_back({chars[i].offset, end});

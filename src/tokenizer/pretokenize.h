@@ -16,6 +16,8 @@ enum class PreTokenizer {
   // Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
   //          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
   Llama3,
+  // Qwen2: Llama 3's with single digits, \p{N} instead of \p{N}{1,3}
+  Qwen2,
 };
 
 struct ByteSpan {

@@ -301,9 +301,13 @@ Status load_pre_tokenizer(const Keys& k, Vocab& v) {
   } else if (*pre == "llama-bpe" || *pre == "llama3" || *pre == "llama-v3") {
     v.pre = PreTokenizer::Llama3;
     v.ignore_merges = true;
+  } else if (*pre == "qwen2") {
+    v.pre = PreTokenizer::Qwen2;  // Qwen2's tokenizer.json sets ignore_merges false
+    v.ignore_merges = false;
   } else {
-    return k.error("tokenizer.ggml.pre", "pre-tokenizer '" + printable(*pre) +
-                                             "' is not supported (supported: default, gpt2, llama-bpe)");
+    return k.error("tokenizer.ggml.pre",
+                   "pre-tokenizer '" + printable(*pre) +
+                       "' is not supported (supported: default, gpt2, llama-bpe, qwen2)");
   }
   return Status::Ok();
 }

@@ -9,9 +9,11 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/host_device.h"
@@ -317,6 +319,34 @@ TEST_F(DeviceOps, EmbedNormRopeAndElementwise) {
       auto g = run_on(*dev, q, [&](Device& d, float* y) { d.ops().rope(p, y, m, 5, pos); });
       auto w = run_on(ref_, q, [&](Device& d, float* y) { d.ops().rope(p, y, m, 5, pos); });
       expect_close(g, w, rt, dc.label + " rope");
+    }
+  }
+}
+
+// The bias broadcast over rows, exact, at sizes on both sides of the CPU device's inline
+// threshold (one row per task above it); NaN and Inf in Y propagate per element.
+TEST_F(DeviceOps, AddBiasOverRows) {
+  for (const DeviceCase& dc : devices()) {
+    auto dev = dc.make();
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 5}, {3, 80}, {70, 1000}}) {
+      std::vector<float> y = cpu::test::gaussian(m * n, 31);
+      y[static_cast<size_t>(n / 2)] = std::numeric_limits<float>::quiet_NaN();
+      y.back() = -std::numeric_limits<float>::infinity();
+      const std::vector<float> b = cpu::test::gaussian(n, 32);
+      const DevBuf db(*dev, b), rb(ref_, b);
+      auto g = run_on(*dev, y, [&](Device& d, float* out) {
+        d.ops().add_bias(out, {db.p(), n}, m, n);
+      });
+      auto w = run_on(ref_, y, [&](Device& d, float* out) {
+        d.ops().add_bias(out, {rb.p(), n}, m, n);
+      });
+      const std::vector<double> exact(y.size(), 0.0);
+      const std::string what =
+          dc.label + " add_bias " + std::to_string(m) + "x" + std::to_string(n);
+      expect_close(g, w, exact, what);
+      std::vector<float> want(y);
+      for (size_t i = 0; i < want.size(); ++i) want[i] += b[i % static_cast<size_t>(n)];
+      expect_close(w, want, exact, what + " (ref vs y + b)");
     }
   }
 }

@@ -67,13 +67,17 @@ Logits run(const model::Model& m, const runtime::ContextOptions& o) {
     EXPECT_NE(sim, nullptr);
     if (sim != nullptr) {
       EXPECT_TRUE(sim->hazards().empty()) << sim->hazards().front();
-      // Everything fits the default capacity: every weight but the token embedding (which
-      // stays on the CPU: only the fed tokens' rows are read) went to the device.
+      // Everything fits the default capacity: every weight but the embeddings (which stay on
+      // the CPU: only the fed tokens' rows are read) went to the device, unless its FFN
+      // neurons must stay on the CPU (a biased FFN: opt).
       const runtime::HybridSetup* h = (*c)->hybrid();
       EXPECT_NE(h, nullptr);
-      if (h != nullptr && h->plan.n_dense_layers == m.hparams().n_layer && h->plan.head_on_device)
-        EXPECT_GE(sim->counters().bytes_in,
-                  model::weight_bytes(m.weights()) - m.weights().tok_embd.nbytes());
+      const model::HParams& hp = m.hparams();
+      if (h != nullptr && h->plan.n_dense_layers == hp.n_layer && h->plan.head_on_device &&
+          (!h->split || h->plan.n_device_neurons() == hp.n_layer * hp.n_ff))
+        EXPECT_GE(sim->counters().bytes_in, model::weight_bytes(m.weights()) -
+                                                m.weights().tok_embd.nbytes() -
+                                                m.weights().pos_embd.nbytes());
       EXPECT_LE(sim->memory().peak, sim->memory().budget);
     }
   }
@@ -106,6 +110,8 @@ TEST(SimModel, TinyModelsOfEveryArchAndFormatMatchTheCpuBitForBit) {
       {"bamboo_q8_0_pwri", testing::tiny_variant("bamboo", DType::Q8_0, true, 4, false, 3)},
       {"falcon7_q8_0", testing::tiny_variant("falcon", DType::Q8_0, false, 1, false, 3)},
       {"falcon40_q4_1", testing::tiny_variant("falcon", DType::Q4_1, false, 2, true, 3)},
+      {"opt_q8_0", testing::tiny_variant("opt", DType::Q8_0, false, 4, false, 3)},
+      {"qwen2_f32", testing::tiny_variant("qwen2", DType::F32, false, 2, false, 3)},
   };
   for (const auto& c : cases) {
     const std::string path = testing::temp_path(std::string("sim_") + c.name + ".gguf");
@@ -132,6 +138,20 @@ TEST(SimModel, SparseAndDensePowerInferFilesMatchTheCpuBitForBit) {
       auto sim = run(*m, options("sim", dense));
       expect_identical(sim, cpu, std::string(type) + (dense ? " dense" : " sparse"));
     }
+  }
+}
+
+// opt's biases and learned positions, sparse (random predictors) and dense.
+TEST(SimModel, OptPowerInferFileMatchesTheCpuBitForBit) {
+  testing::TinySpec s = testing::tiny_variant("opt", DType::Q4_0, true, 4, false, 3);
+  s.predictor_rank = 32;
+  const std::string path = testing::temp_path("sim_opt.pwri.gguf");
+  ASSERT_TRUE(testing::write_tiny_model(s, path).ok());
+  auto m = load(path);
+  ASSERT_NE(m, nullptr);
+  for (bool dense : {false, true}) {
+    expect_identical(run(*m, options("sim", dense)), run(*m, options("cpu", dense)),
+                     std::string("opt q4_0") + (dense ? " dense" : " sparse"));
   }
 }
 

@@ -60,6 +60,9 @@ TEST(CliRun, GeneratesOnEveryArchitectureAndPrintsTimings) {
       {"bamboo.pwri.gguf", arch("bamboo", true, pi::DType::Q8_0)},
       {"falcon7.gguf", arch("falcon", false, pi::DType::Q8_0, 1)},
       {"falcon40.pwri.gguf", arch("falcon", true, pi::DType::F32, 2)},
+      {"opt_f16.gguf", arch("opt", false, pi::DType::F16, 4)},
+      {"opt_q4.pwri.gguf", arch("opt", true, pi::DType::Q4_0, 4)},
+      {"qwen2_q8.gguf", arch("qwen2", false, pi::DType::Q8_0, 2)},
   };
   for (const auto& c : cases) {
     auto r = run_command(kRun + "-m " + model(c.name, c.spec) +

@@ -12,10 +12,10 @@
 namespace pi::testing {
 
 struct TinyPyModel {
-  std::string arch = "llama";   // llama | bamboo | falcon
+  std::string arch = "llama";   // llama | bamboo | falcon | qwen2 | opt
   std::string outtype = "f32";  // f32 | f16 | q8_0 | q4_0
   bool pwri = false;
-  int kv_heads = 2;  // falcon: 1 = 7B layout, more = 40B layout
+  int kv_heads = 2;  // falcon: 1 = 7B layout, more = 40B layout; opt: ignored (MHA)
   std::string act;   // --act for dense files; empty: the architecture's default
   bool tied = false;
   int seed = 1;

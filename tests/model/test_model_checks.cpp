@@ -76,7 +76,7 @@ TEST(ModelChecks, VocabularyMustMatchTheEmbeddingRows) {
 TEST(ModelChecks, NormEpsilonMustBeFiniteAndPositive) {
   const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
                        std::numeric_limits<float>::infinity(), 0.0f, -1e-5f};
-  for (const char* arch : {"llama", "falcon"}) {
+  for (const char* arch : {"llama", "falcon", "opt", "qwen2"}) {
     for (float eps : bad) {
       TinySpec s;
       s.arch = arch;
@@ -102,6 +102,39 @@ TEST(ModelChecks, NonFiniteNormsAndSmallTensorsAreRefusedAtLoad) {
   e = load_error(s, "inf_q.gguf");
   EXPECT_TRUE(has(e, "tensor 'blk.0.attn_q.weight' has a non-finite value (inf) at row 63"))
       << e;
+}
+
+// opt and qwen2 get the same checks: block count, unused tensors (qwen2 has no bias on the
+// output projection, opt no RoPE frequencies), non-finite biases.
+TEST(ModelChecks, OptAndQwen2AreCheckedLikeTheOthers) {
+  TinySpec q;
+  q.arch = "qwen2";
+  q.block_count = 3;
+  std::string e = load_error(q, "qwen2_blocks.gguf");
+  EXPECT_TRUE(has(e, "qwen2.block_count is 3 but the file has tensors for only 2 blocks")) << e;
+
+  q.block_count = -1;
+  q.extra = {{"blk.0.attn_output.bias", Shape{64}}};
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(load_error(q, "qwen2_unused.gguf"), "(loaded)");
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(has(log, "1 tensor the architecture does not use (ignored): blk.0.attn_output.bias"))
+      << log;
+
+  TinySpec o;
+  o.arch = "opt";
+  o.pwri = true;
+  o.extra = {{"rope_freqs.weight", Shape{8}}};
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(load_error(o, "opt_unused.pwri.gguf"), "(loaded)");
+  log = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(has(log, "1 tensor the architecture does not use (ignored): rope_freqs.weight"))
+      << log;
+
+  o.extra = {};
+  o.poison = {{"blk.1.ffn_up.bias", std::numeric_limits<float>::quiet_NaN()}};
+  e = load_error(o, "opt_nan_bias.pwri.gguf");
+  EXPECT_TRUE(has(e, "tensor 'blk.1.ffn_up.bias' has a non-finite value (nan)")) << e;
 }
 
 TEST(ModelChecks, LargeWeightsAreScannedOnlyWhenAsked) {

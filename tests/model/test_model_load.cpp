@@ -1,6 +1,6 @@
 // Loading: hyperparameters and weights of every architecture and layout, the FFN activation
 // rules, and one-line errors for missing files, non-GGUF files, unsupported architectures and
-// missing or mis-shaped tensors.
+// missing or mis-shaped tensors (biases and opt's position table included).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -120,6 +120,71 @@ TEST(ModelLoad, FalconLayouts) {
   EXPECT_EQ((*m)->hparams().act, Activation::ReLU);
 }
 
+TEST(ModelLoad, OptLearnedPositionsAndBiases) {
+  TinySpec s;
+  s.arch = "opt";
+  s.n_head_kv = 4;  // multi-head attention, as in every OPT model
+  auto m = load(s, "opt.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const auto& hp = (*m)->hparams();
+  EXPECT_EQ(hp.arch, pi::model::Arch::Opt);
+  EXPECT_EQ(hp.norm, pi::model::NormKind::Layer);
+  EXPECT_EQ(hp.act, Activation::ReLU);  // OPT is a ReLU model without a declaration
+  EXPECT_EQ(hp.ffn, FfnKind::Plain);
+  EXPECT_FALSE(hp.parallel_residual);
+  EXPECT_FALSE(hp.has_rope);
+  EXPECT_TRUE(hp.has_pos_embd);
+  EXPECT_EQ(hp.pos_offset, 2);
+  EXPECT_EQ(hp.n_pos, 256);  // 258 rows less the offset
+  EXPECT_EQ(hp.n_ctx_train, 256);
+  const auto& w = (*m)->weights();
+  EXPECT_EQ(w.pos_embd.rows, 258);
+  const auto& L = w.layers[1];
+  for (const pi::Vector* v : {&L.attn.norm_b, &L.attn.q_b, &L.attn.k_b, &L.attn.v_b,
+                              &L.attn.out_b, &L.ffn.norm_b, &L.ffn.up_b, &L.ffn.down_b})
+    EXPECT_TRUE(v->present());
+  EXPECT_EQ(L.ffn.up_b.n, 96);
+  EXPECT_FALSE(L.ffn.gate.present());
+  EXPECT_TRUE(w.out_norm_b.present());
+
+  // The original's PowerInfer files: ffn_down_t with its bias named ffn_down_t.bias.
+  s.pwri = true;
+  m = load(s, "opt.pwri.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_TRUE((*m)->weights().layers[0].ffn.down_t.present());
+  EXPECT_TRUE((*m)->weights().layers[0].ffn.down_b.present());
+
+  // The original writes context_length = the table's rows (2050): clamped to the positions.
+  s.n_ctx_train = 64;
+  s.reshape = {{"position_embd.weight", Shape{40, 64}}};
+  m = load(s, "opt_short_table.pwri.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ((*m)->hparams().n_pos, 38);
+  EXPECT_EQ((*m)->hparams().n_ctx_train, 38);
+}
+
+TEST(ModelLoad, Qwen2BiasedQkvNeoxRope) {
+  TinySpec s;
+  s.arch = "qwen2";
+  s.tied_output = true;
+  auto m = load(s, "qwen2.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const auto& hp = (*m)->hparams();
+  EXPECT_EQ(hp.arch, pi::model::Arch::Qwen2);
+  EXPECT_EQ(hp.norm, pi::model::NormKind::RMS);
+  EXPECT_EQ(hp.rope, pi::model::RopeKind::NeoX);
+  EXPECT_TRUE(hp.has_rope);
+  EXPECT_FALSE(hp.has_pos_embd);
+  EXPECT_EQ(hp.act, Activation::SiLU);
+  EXPECT_EQ(hp.ffn, FfnKind::Gated);
+  const auto& a = (*m)->weights().layers[0].attn;
+  EXPECT_EQ(a.q_b.n, 64);
+  EXPECT_EQ(a.k_b.n, 32);
+  EXPECT_EQ(a.v_b.n, 32);
+  EXPECT_FALSE(a.out_b.present());
+  EXPECT_EQ((*m)->weights().output.data, (*m)->weights().tok_embd.data);
+}
+
 TEST(ModelLoad, TiedOutputHeadAndQuantizedWeights) {
   TinySpec s;
   s.tied_output = true;
@@ -149,7 +214,8 @@ TEST(ModelLoadErrors, UnsupportedArchitecture) {
   TinySpec s;
   s.arch = "gpt2";
   const std::string e = load_error(s, "gpt2.gguf");
-  EXPECT_NE(e.find("unsupported architecture 'gpt2' (supported: llama, bamboo, falcon)"),
+  EXPECT_NE(e.find("unsupported architecture 'gpt2' "
+                   "(supported: llama, bamboo, falcon, opt, qwen2)"),
             std::string::npos)
       << e;
 }
@@ -182,6 +248,43 @@ TEST(ModelLoadErrors, MissingTensorNamesTensorAndShape) {
   n.drop = {"output_norm.weight"};
   e = load_error(n, "missing_norm.gguf");
   EXPECT_NE(e.find("missing tensor 'output_norm.weight' (expected shape [64])"), std::string::npos)
+      << e;
+}
+
+TEST(ModelLoadErrors, MissingOrMisShapedBiasesAndPositions) {
+  TinySpec q;
+  q.arch = "qwen2";
+  q.drop = {"blk.1.attn_k.bias"};
+  std::string e = load_error(q, "qwen2_no_k_bias.gguf");
+  EXPECT_NE(e.find("missing tensor 'blk.1.attn_k.bias' (expected shape [32])"), std::string::npos)
+      << e;
+
+  TinySpec o;
+  o.arch = "opt";
+  o.pwri = true;
+  o.drop = {"blk.0.ffn_down_t.bias"};
+  e = load_error(o, "opt_no_down_bias.pwri.gguf");
+  EXPECT_NE(e.find("missing tensor 'blk.0.ffn_down_t.bias' (expected shape [64])"),
+            std::string::npos)
+      << e;
+
+  o.drop = {"position_embd.weight"};
+  e = load_error(o, "opt_no_positions.pwri.gguf");
+  EXPECT_NE(e.find("missing tensor 'position_embd.weight' (expected shape [n_positions + 2, 64])"),
+            std::string::npos)
+      << e;
+
+  o.drop = {};
+  o.reshape = {{"position_embd.weight", Shape{258, 32}}};
+  e = load_error(o, "opt_bad_positions.pwri.gguf");
+  EXPECT_NE(e.find("tensor 'position_embd.weight' has shape [258, 32], expected "
+                   "[n_positions + 2, 64]"),
+            std::string::npos)
+      << e;
+
+  o.reshape = {{"blk.1.ffn_up.bias", Shape{64}}};
+  e = load_error(o, "opt_bad_up_bias.pwri.gguf");
+  EXPECT_NE(e.find("tensor 'blk.1.ffn_up.bias' has shape [64], expected [96]"), std::string::npos)
       << e;
 }
 

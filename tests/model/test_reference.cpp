@@ -1,6 +1,7 @@
 // Agreement with the independent float64 NumPy forward pass (tests/reference/
-// reference_forward.py) on tiny random models of every architecture, layout and weight
-// format, dense GGUF and PowerInfer files alike (run dense here), and greedy continuations.
+// reference_forward.py) on tiny random models of every architecture (llama, bamboo, falcon,
+// opt, qwen2), layout and weight format, dense GGUF and PowerInfer files alike (run dense
+// here), and greedy continuations.
 //
 // Metric: for each token row, max_j |ours_j - ref_j| / max_j |ref_j|; the bound is on the
 // worst row. Both sides use the same stored weights, so weight quantization itself cancels;
@@ -172,6 +173,32 @@ std::vector<Case> all_cases() {
     cases.push_back({py("llama", "f32", false, 4, "relu", true), kFloatTolExact, kFloatTol});
     cases.push_back({py("llama", "f32", false, 1, "gelu"), kFloatTolExact, kFloatTol});
   }
+  // opt (learned positions, biases everywhere; GGUF and PowerInfer files, the latter run
+  // dense here) and qwen2 (q/k/v biases, NeoX RoPE with base 1e6): f32 and one block format
+  // of each in the fast subset, the other formats in the slow binary.
+  struct Extra {
+    TinyPyModel model;
+    bool fast;
+  };
+  const Extra extra[] = {
+      {py("opt", "f32", false, 4), true},
+      {py("opt", "f32", true, 4), true},
+      {py("opt", "q4_0", true, 4), true},
+      {py("opt", "f16", false, 4), false},
+      {py("opt", "q8_0", false, 4), false},
+      {py("opt", "q8_0", true, 4), false},
+      {py("qwen2", "f32", false, 2), true},
+      {py("qwen2", "q8_0", false, 2), true},
+      {py("qwen2", "f32", false, 1, "", true), true},
+      {py("qwen2", "f16", false, 2), false},
+      {py("qwen2", "q4_0", false, 2, "", true), false},
+  };
+  for (const Extra& e : extra) {
+    const bool quant = e.model.outtype[0] == 'q';
+    if (e.fast != full) {
+      cases.push_back({e.model, quant ? kQuantTol : kFloatTolExact, quant ? kQuantTol : kFloatTol});
+    }
+  }
   return cases;
 }
 
@@ -208,12 +235,14 @@ TEST_P(GreedyTest, SixtyFourTokensIdentical) {
 
 std::vector<TinyPyModel> greedy_models() {
   if (PI_REFERENCE_FULL) {
-    return {py("llama", "f32", true, 2), py("bamboo", "f32", true, 2),
+    return {py("llama", "f32", true, 2),  py("bamboo", "f32", true, 2),
             py("falcon", "f32", false, 2), py("falcon", "f32", true, 1),
-            py("llama", "f32", false, 4, "relu", true)};
+            py("llama", "f32", false, 4, "relu", true), py("opt", "f32", true, 4),
+            py("qwen2", "f32", false, 1, "", true)};
   }
-  return {py("llama", "f32", false, 2), py("bamboo", "f32", false, 2),
-          py("falcon", "f32", false, 1), py("falcon", "f32", true, 2)};
+  return {py("llama", "f32", false, 2),  py("bamboo", "f32", false, 2),
+          py("falcon", "f32", false, 1), py("falcon", "f32", true, 2),
+          py("opt", "f32", false, 4),    py("qwen2", "f32", false, 2)};
 }
 
 std::string model_name(const ::testing::TestParamInfo<TinyPyModel>& info) {

@@ -20,14 +20,21 @@ struct TensorSpec {
   float center;  // norms start near 1, biases and weights near 0
 };
 
+// Layer norms with bias: falcon and opt.
+bool layer_norm(const TinySpec& s) { return s.arch == "falcon" || s.arch == "opt"; }
+
 std::vector<TensorSpec> tensor_list(const TinySpec& s) {
   const int64_t hd = s.n_embd / s.n_head, n_kv = s.n_head_kv * hd;
-  const bool falcon = s.arch == "falcon";
+  const bool falcon = s.arch == "falcon", opt = s.arch == "opt";
+  const bool qkv_bias = opt || s.arch == "qwen2";
   std::vector<TensorSpec> t;
   t.push_back({"token_embd.weight", {s.n_vocab, s.n_embd}, true, 0.0f});
+  // opt's learned positions: row p + 2 holds position p.
+  if (opt) t.push_back({"position_embd.weight", {s.n_ctx_train + 2, s.n_embd}, true, 0.0f});
   for (int64_t il = 0; il < s.n_layer; ++il) {
     const std::string b = "blk." + std::to_string(il) + ".";
     t.push_back({b + "attn_norm.weight", {s.n_embd}, false, 1.0f});
+    if (opt) t.push_back({b + "attn_norm.bias", {s.n_embd}, false, 0.0f});
     if (falcon) {
       t.push_back({b + "attn_norm.bias", {s.n_embd}, false, 0.0f});
       if (s.falcon_two_norms) {
@@ -37,23 +44,35 @@ std::vector<TensorSpec> tensor_list(const TinySpec& s) {
       t.push_back({b + "attn_qkv.weight", {s.n_embd + 2 * n_kv, s.n_embd}, true, 0.0f});
     } else {
       t.push_back({b + "attn_q.weight", {s.n_embd, s.n_embd}, true, 0.0f});
+      if (qkv_bias) t.push_back({b + "attn_q.bias", {s.n_embd}, false, 0.0f});
       t.push_back({b + "attn_k.weight", {n_kv, s.n_embd}, true, 0.0f});
+      if (qkv_bias) t.push_back({b + "attn_k.bias", {n_kv}, false, 0.0f});
       t.push_back({b + "attn_v.weight", {n_kv, s.n_embd}, true, 0.0f});
+      if (qkv_bias) t.push_back({b + "attn_v.bias", {n_kv}, false, 0.0f});
     }
     t.push_back({b + "attn_output.weight", {s.n_embd, s.n_embd}, true, 0.0f});
-    if (!falcon) {
-      t.push_back({b + "ffn_norm.weight", {s.n_embd}, false, 1.0f});
-      t.push_back({b + "ffn_gate.weight", {s.n_ff, s.n_embd}, true, 0.0f});
-    }
+    if (opt) t.push_back({b + "attn_output.bias", {s.n_embd}, false, 0.0f});
+    if (!falcon) t.push_back({b + "ffn_norm.weight", {s.n_embd}, false, 1.0f});
+    if (opt) t.push_back({b + "ffn_norm.bias", {s.n_embd}, false, 0.0f});
+    if (!falcon && !opt) t.push_back({b + "ffn_gate.weight", {s.n_ff, s.n_embd}, true, 0.0f});
     t.push_back({b + "ffn_up.weight", {s.n_ff, s.n_embd}, true, 0.0f});
+    if (opt) t.push_back({b + "ffn_up.bias", {s.n_ff}, false, 0.0f});
     if (s.pwri) {
       t.push_back({b + "ffn_down_t.weight", {s.n_ff, s.n_embd}, true, 0.0f});
     } else {
       t.push_back({b + "ffn_down.weight", {s.n_embd, s.n_ff}, true, 0.0f});
     }
+    // The original names the bias of ffn_down_t "ffn_down_t.bias".
+    if (opt) {
+      t.push_back({b + (s.pwri ? "ffn_down_t.bias" : "ffn_down.bias"), {s.n_embd}, false, 0.0f});
+    }
+    if (s.predictor_rank > 0) {
+      t.push_back({b + "fc1.weight", {s.predictor_rank, s.n_embd}, true, 0.0f});
+      t.push_back({b + "fc2.weight", {s.n_ff, s.predictor_rank}, true, 0.0f});
+    }
   }
   t.push_back({"output_norm.weight", {s.n_embd}, false, 1.0f});
-  if (falcon) t.push_back({"output_norm.bias", {s.n_embd}, false, 0.0f});
+  if (layer_norm(s)) t.push_back({"output_norm.bias", {s.n_embd}, false, 0.0f});
   if (!s.tied_output) t.push_back({"output.weight", {s.n_vocab, s.n_embd}, true, 0.0f});
   return t;
 }
@@ -110,7 +129,7 @@ Status write_tiny_model(const TinySpec& s, const std::string& path) {
   PI_TRY(w.add_kv(a + ".feed_forward_length", Value(static_cast<uint32_t>(s.n_ff))));
   PI_TRY(w.add_kv(a + ".attention.head_count", Value(static_cast<uint32_t>(s.n_head))));
   PI_TRY(w.add_kv(a + ".attention.head_count_kv", Value(static_cast<uint32_t>(s.n_head_kv))));
-  if (a == "falcon") {
+  if (layer_norm(s)) {
     PI_TRY(w.add_kv(a + ".attention.layer_norm_epsilon", Value(s.norm_eps)));
   } else {
     PI_TRY(w.add_kv(a + ".attention.layer_norm_rms_epsilon", Value(s.norm_eps)));

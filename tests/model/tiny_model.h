@@ -1,4 +1,5 @@
-// Writes tiny random models of every supported architecture with gguf::Writer, for tests that
+// Writes tiny random models of every supported architecture (llama, bamboo, falcon, opt,
+// qwen2; any other name gets llama's tensors) with gguf::Writer, for tests that
 // need no Python: loading errors (dropped or mis-shaped tensors), thread and batch invariance,
 // KV-cache behaviour. Weights are seeded and deterministic. With `vocab`, the file also carries
 // a small SentencePiece-style vocabulary (byte fallback pieces plus a few words).
@@ -27,6 +28,7 @@ struct TinySpec {
   int64_t n_head_kv = 2;
   int64_t n_ctx_train = 256;
   bool falcon_two_norms = false;  // falcon-40B layout (attn_norm_2)
+  int64_t predictor_rank = 0;     // > 0: random predictors blk.N.fc1/fc2 of this rank
   bool tied_output = false;       // no output.weight
   std::string activation;         // <arch>.feed_forward_activation; empty: key absent
   uint64_t seed = 1;

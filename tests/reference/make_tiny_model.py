@@ -1,24 +1,31 @@
 #!/usr/bin/env python3
 """Writes a small random model (GGUF, or PowerInfer PWRI with predictors) for tests.
 
-    make_tiny_model.py --arch llama|bamboo|falcon --outtype f32|f16|q8_0|q4_0 [--pwri]
+    make_tiny_model.py --arch llama|bamboo|falcon|qwen2|opt --outtype f32|f16|q8_0|q4_0 [--pwri]
         [--layers 2 --embd 64 --ff 256 --heads 4 --kv-heads 2 --vocab 300] [--tied]
         [--act silu|relu|gelu] [--threshold 0.0] --seed S --out FILE
 
 The file carries a minimal llama SentencePiece vocabulary (<unk>, <s>, </s>, the 256 byte
 pieces <0x00>..<0xFF>, then word pieces with scores) so the engine can tokenize text.
 For falcon, --kv-heads 1 gives the 7B layout (one attn_norm), more gives the 40B layout
-(attn_norm_2 for the FFN). Same seed and shapes give the same weights with and without
---pwri, so a dense ReLU GGUF and the PWRI file of one seed compute the same dense function.
+(attn_norm_2 for the FFN). qwen2 is llama with q/k/v biases, NeoX RoPE and rope.freq_base 1e6.
+opt has layer norms with bias, no RoPE but a learned position table of ctx + 2 rows (row p + 2
+holds position p; context_length is the row count, as the original writes it), biases on
+q/k/v/out and on the FFN (ffn_up.bias; ffn_down.bias, or ffn_down_t.bias in PWRI files) and
+always multi-head attention (--kv-heads is ignored). Same seed and shapes give the same
+weights with and without --pwri, so a dense ReLU GGUF and the PWRI file of one seed compute
+the same dense function.
 
-How the weights keep activations sane and the FFN sparse, without biases:
+How the weights keep activations sane and the FFN sparse (biases where the architecture has
+them play no part in it):
   * Matrices are N(0, 1/n_in), so each projection roughly preserves the scale of its input;
     norm weights are near 1.
   * Residual channel 0 is a constant "bias channel": every token embedding has the value
     3.0 there, and the rows of attn_output and ffn_down (and the columns of ffn_down_t)
     that write channel 0 are zero, so the residual keeps exactly 3.0 in channel 0 through
     every layer and the normalized FFN input has a positive channel 0 (like the "massive
-    activation" channels of real LLMs).
+    activation" channels of real LLMs). The biases that write the residual (attn_output,
+    ffn_down) and the position rows (opt) are zero in channel 0 too.
   * Column 0 of the gated matrix (ffn_gate; ffn_up for falcon) then acts as a per-neuron
     bias. It is calibrated layer by layer on random token sequences with the reference
     forward pass so that neuron i fires on a fraction p_i of tokens, p_i ~ Beta(0.6, 3.4)
@@ -27,7 +34,9 @@ How the weights keep activations sane and the FFN sparse, without biases:
   * Predictors: the gated pre-activation is an exactly linear function of the predictor
     input up to a positive factor (llama: gate . (h / rms(h) * w) has the sign of
     (gate * w) . h), so G = gate * w (falcon: (up * w) with the mean removed) predicts the
-    true ReLU mask. Its rank-k truncated SVD Q P is written as fc1 = [P; -P] [2k, n_embd],
+    true ReLU mask; opt's up bias is set to -(up . ffn_norm bias), which cancels the norm's
+    bias term, so the same G = (up * w) with the mean removed predicts its mask exactly.
+    Its rank-k truncated SVD Q P is written as fc1 = [P; -P] [2k, n_embd],
     fc2 = [Q, -Q] [n_ff, 2k], because Q ReLU(P h) - Q ReLU(-P h) = Q P h. Layers alternate
     k = n_embd (exact up to quantization) and k = 3/4 n_embd (a good but imperfect
     predictor, like trained ones), so ranks differ per layer as in published files.
@@ -78,9 +87,14 @@ def build_vocab(n_vocab: int):
     return tokens, scores, types
 
 
+def layer_norm_arch(arch):
+    return arch in ("falcon", "opt")
+
+
 def make_weights(a, rng):
     """float64 weights in GGUF layout (outermost dim first), before bias calibration."""
     n_embd, n_ff, n_vocab, d = a.embd, a.ff, a.vocab, a.embd // a.heads
+    kv_heads = a.heads if a.arch == "opt" else a.kv_heads
 
     def mat(rows, cols):
         return rng.standard_normal((rows, cols)) / np.sqrt(cols)
@@ -93,10 +107,16 @@ def make_weights(a, rng):
         b[0] = 0.0
         return b
 
+    def bias(n, scale=0.2):
+        return scale * rng.standard_normal(n)
+
     w = {"token_embd.weight": rng.standard_normal((n_vocab, n_embd))}
     w["token_embd.weight"][:, 0] = BIAS_CHANNEL_VALUE
+    if a.arch == "opt":
+        w["position_embd.weight"] = 0.5 * rng.standard_normal((a.ctx + 2, n_embd))
+        w["position_embd.weight"][:, 0] = 0.0
     w["output_norm.weight"] = norm_w()
-    if a.arch == "falcon":
+    if layer_norm_arch(a.arch):
         w["output_norm.bias"] = norm_b()
     out = 4.0 * mat(n_vocab, n_embd)  # a peaked next-token distribution: clear greedy choices
     if not a.tied:
@@ -110,17 +130,32 @@ def make_weights(a, rng):
                 w[p + "attn_norm_2.weight"], w[p + "attn_norm_2.bias"] = norm_w(), norm_b()
             w[p + "attn_qkv.weight"] = mat((a.heads + 2 * a.kv_heads) * d, n_embd)
         else:
-            w[p + "attn_q.weight"] = mat(a.heads * d, n_embd)
-            w[p + "attn_k.weight"] = mat(a.kv_heads * d, n_embd)
-            w[p + "attn_v.weight"] = mat(a.kv_heads * d, n_embd)
+            if a.arch == "opt":
+                w[p + "attn_norm.bias"] = norm_b()
+            for name, rows in (("attn_q", a.heads * d), ("attn_k", kv_heads * d), ("attn_v", kv_heads * d)):
+                w[p + name + ".weight"] = mat(rows, n_embd)
+                if a.arch in ("qwen2", "opt"):
+                    w[p + name + ".bias"] = bias(rows)
         w[p + "attn_output.weight"] = mat(n_embd, a.heads * d)
         w[p + "attn_output.weight"][0, :] = 0.0
+        if a.arch == "opt":
+            w[p + "attn_output.bias"] = bias(n_embd)
+            w[p + "attn_output.bias"][0] = 0.0
         if a.arch != "falcon":
             w[p + "ffn_norm.weight"] = norm_w()
+        if a.arch == "opt":
+            w[p + "ffn_norm.bias"] = norm_b()
+        elif a.arch != "falcon":
             w[p + "ffn_gate.weight"] = mat(n_ff, n_embd)
         w[p + "ffn_up.weight"] = mat(n_ff, n_embd)
         w[p + "ffn_down.weight"] = mat(n_embd, n_ff)
         w[p + "ffn_down.weight"][0, :] = 0.0
+        if a.arch == "opt":
+            # Cancels the ffn_norm bias in up . ffn_norm(x) (see the module docstring); its
+            # channel 0 is zero, so column 0 of ffn_up (calibrated later) plays no part.
+            w[p + "ffn_up.bias"] = -(w[p + "ffn_up.weight"] @ w[p + "ffn_norm.bias"])
+            w[p + "ffn_down.bias"] = bias(n_embd)
+            w[p + "ffn_down.bias"][0] = 0.0
     return w
 
 
@@ -129,9 +164,10 @@ def calibrate(m: ref.Model, a, rng):
     random tokens (see the module docstring)."""
     seqs = rng.integers(3, a.vocab, size=(4, 32))
     mean_p = 0.25 if a.arch == "bamboo" else 0.15
-    gated = "ffn_up.weight" if a.arch == "falcon" else "ffn_gate.weight"
+    gated = "ffn_up" if a.arch in ("falcon", "opt") else "ffn_gate"
     for il in range(a.layers):
-        g = m.w[f"blk.{il}.{gated}"]
+        g = m.w[f"blk.{il}.{gated}.weight"]
+        g_bias = m.w.get(f"blk.{il}.{gated}.bias", 0.0)
         g[:, 0] = 0.0
         captured = []
 
@@ -141,7 +177,7 @@ def calibrate(m: ref.Model, a, rng):
         for s in seqs:
             ref.forward(m, s, hook=hook)
         x = np.concatenate(captured)                     # [n_tok, n_embd]
-        ratio = (x @ g.T) / x[:, 0:1]                    # z_i / x0 per token, [n_tok, n_ff]
+        ratio = (x @ g.T + g_bias) / x[:, 0:1]           # z_i / x0 per token, [n_tok, n_ff]
         p = np.clip(rng.beta(0.6 * mean_p / 0.15, 3.4, size=g.shape[0]), 0.01, 0.9)
         # neuron i fires when z_i + b_i x0 > 0, i.e. ratio > -b_i: pick -b_i at quantile 1 - p_i
         g[:, 0] = -np.array([np.quantile(ratio[:, i], 1.0 - p[i]) for i in range(g.shape[0])])
@@ -153,8 +189,9 @@ def make_predictors(m: ref.Model, a):
     n = a.embd
     for il in range(a.layers):
         p = f"blk.{il}."
-        if a.arch == "falcon":
-            norm = m.w.get(p + "attn_norm_2.weight", m.w[p + "attn_norm.weight"])
+        if a.arch in ("falcon", "opt"):
+            norm_name = "ffn_norm.weight" if a.arch == "opt" else "attn_norm_2.weight"
+            norm = m.w.get(p + norm_name, m.w[p + "attn_norm.weight"])
             G = (m.w[p + "ffn_up.weight"] * norm) @ (np.eye(n) - 1.0 / n)
         else:
             G = m.w[p + "ffn_gate.weight"] * m.w[p + "ffn_norm.weight"]
@@ -172,26 +209,45 @@ def make_predictors(m: ref.Model, a):
 def build(a):
     if a.embd % a.heads or a.heads % a.kv_heads or (a.embd // a.heads) % 2:
         raise SystemExit("--embd must split into --heads heads of even size, --heads a multiple of --kv-heads")
-    act = {"bamboo": "relu", "falcon": "gelu", "llama": "silu"}[a.arch]
+    act = DEFAULT_ACT[a.arch]
     if a.pwri:
         act = "relu"
     elif a.act:
         act = a.act
     rng = np.random.default_rng(a.seed)
     w = make_weights(a, rng)
-    m = ref.Model(arch=a.arch, n_layer=a.layers, n_head=a.heads, n_head_kv=a.kv_heads,
-                  n_rot=a.embd // a.heads, eps=1e-5, rope_base=10000.0, act=act, pwri=False, w=w)
+    m = ref.Model(arch=a.arch, n_layer=a.layers, n_head=a.heads, n_head_kv=kv_heads(a),
+                  n_rot=a.embd // a.heads, eps=eps(a), rope_base=rope_base(a), act=act, pwri=False, w=w)
     calibrate(m, a, rng)
     if a.pwri:
         w.update(make_predictors(m, a))
         for il in range(a.layers):
             w[f"blk.{il}.ffn_down_t.weight"] = np.ascontiguousarray(w.pop(f"blk.{il}.ffn_down.weight").T)
+            if f"blk.{il}.ffn_down.bias" in w:   # the original's name for the bias of ffn_down_t
+                w[f"blk.{il}.ffn_down_t.bias"] = w.pop(f"blk.{il}.ffn_down.bias")
     return w, act
 
 
+DEFAULT_ACT = {"bamboo": "relu", "falcon": "gelu", "llama": "silu", "qwen2": "silu", "opt": "relu"}
+
+
+def kv_heads(a):
+    return a.heads if a.arch == "opt" else a.kv_heads
+
+
+def eps(a):
+    return 1e-6 if a.arch == "qwen2" else 1e-5
+
+
+def rope_base(a):
+    return 1e6 if a.arch == "qwen2" else 10000.0
+
+
 LAYER_ORDER = ["attn_norm.weight", "attn_norm.bias", "attn_norm_2.weight", "attn_norm_2.bias",
-               "attn_qkv.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
-               "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "ffn_down_t.weight",
+               "attn_qkv.weight", "attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias",
+               "attn_v.weight", "attn_v.bias", "attn_output.weight", "attn_output.bias",
+               "ffn_norm.weight", "ffn_norm.bias", "ffn_gate.weight", "ffn_up.weight", "ffn_up.bias",
+               "ffn_down.weight", "ffn_down.bias", "ffn_down_t.weight", "ffn_down_t.bias",
                "fc1.weight", "fc2.weight"]
 
 
@@ -210,20 +266,21 @@ def write(a, w, act):
         ("general.architecture", arch, VT.STRING),
         ("general.name", f"tiny-{arch}{'-pwri' if a.pwri else ''}-seed{a.seed}", VT.STRING),
         ("general.file_type", FILE_TYPES[a.outtype], VT.UINT32),
-        (prefix + "context_length", a.ctx, VT.UINT32),
+        (prefix + "context_length", a.ctx + 2 if arch == "opt" else a.ctx, VT.UINT32),
         (prefix + "embedding_length", a.embd, VT.UINT32),
         (prefix + "block_count", a.layers, VT.UINT32),
         (prefix + "feed_forward_length", a.ff, VT.UINT32),
         (prefix + "attention.head_count", a.heads, VT.UINT32),
-        (prefix + "attention.head_count_kv", a.kv_heads, VT.UINT32),
-        (prefix + "rope.dimension_count", a.embd // a.heads, VT.UINT32),
-        (prefix + "rope.freq_base", 10000.0, VT.FLOAT32),
         (prefix + "feed_forward_activation", act, VT.STRING),
     ]
-    if arch == "falcon":
-        md.append((prefix + "attention.layer_norm_epsilon", 1e-5, VT.FLOAT32))
+    if arch == "opt":   # the keys the original's OPT files have (no RoPE, no kv-head count)
+        md.append((prefix + "attention.layer_norm_epsilon", eps(a), VT.FLOAT32))
     else:
-        md.append((prefix + "attention.layer_norm_rms_epsilon", 1e-5, VT.FLOAT32))
+        md += [(prefix + "attention.head_count_kv", a.kv_heads, VT.UINT32),
+               (prefix + "rope.dimension_count", a.embd // a.heads, VT.UINT32),
+               (prefix + "rope.freq_base", rope_base(a), VT.FLOAT32)]
+        eps_key = "layer_norm_epsilon" if arch == "falcon" else "layer_norm_rms_epsilon"
+        md.append((prefix + "attention." + eps_key, eps(a), VT.FLOAT32))
     if a.outtype in ("q8_0", "q4_0"):
         md.append(("general.quantization_version", 2, VT.UINT32))
     if a.pwri:
@@ -254,7 +311,7 @@ def write(a, w, act):
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", choices=("llama", "bamboo", "falcon"), default="llama")
+    ap.add_argument("--arch", choices=("llama", "bamboo", "falcon", "qwen2", "opt"), default="llama")
     ap.add_argument("--outtype", choices=sorted(FILE_TYPES), default="f32")
     ap.add_argument("--pwri", action="store_true", help="PowerInfer file: predictors, ffn_down_t, ReLU")
     ap.add_argument("--layers", type=int, default=2)

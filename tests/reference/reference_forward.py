@@ -20,8 +20,14 @@ Architectures:
           attention and FFN in parallel on the layer input: x + attn(n1(x)) + ffn(n2(x)),
           where n2 = attn_norm_2 if present (40B layout) else attn_norm (7B layout);
           FFN down(act(up x)), act GELU (tanh approximation, as ggml) or ReLU in PWRI files.
+  qwen2   as llama with biases on q, k and v (attn_{q,k,v}.bias) and RoPE on NeoX pairs
+          (the q/k rows are in Hugging Face order); default eps 1e-6.
+  opt     LayerNorm with bias, no RoPE: learned positions, x = token_embd[t] +
+          position_embd[p + 2] (HF's offset of 2), biased q/k/v/out projections, sequential
+          residual as llama, FFN down(ReLU(up x + up_b)) + down_b (bias ffn_down.bias, or
+          ffn_down_t.bias in PWRI files), act ReLU.
 Sparse mode (PWRI only): neuron i of layer L is computed only if
-(fc2 . ReLU(fc1 . h))_i >= threshold, with h the residual before ffn_norm (llama, bamboo)
+(fc2 . ReLU(fc1 . h))_i >= threshold, with h the residual before ffn_norm (llama, bamboo, opt)
 or the layer input (falcon); PWRI files store the down projection as ffn_down_t [n_ff, n_embd].
 The output head is output.weight, or token_embd.weight when absent (tied).
 """
@@ -41,7 +47,7 @@ import gguf_io  # noqa: E402
 
 @dataclass
 class Model:
-    arch: str                 # llama | bamboo | falcon
+    arch: str                 # llama | bamboo | falcon | qwen2 | opt
     n_layer: int
     n_head: int
     n_head_kv: int
@@ -58,19 +64,19 @@ class Model:
 def load_model(path) -> Model:
     r = gguf_io.GGUFReader(path)
     arch = r.get("general.architecture")
-    if arch not in ("llama", "bamboo", "falcon"):
+    if arch not in ("llama", "bamboo", "falcon", "qwen2", "opt"):
         raise ValueError(f"{path}: unsupported architecture {arch!r}")
     n_embd = int(r.get(f"{arch}.embedding_length"))
     n_head = int(r.get(f"{arch}.attention.head_count"))
-    default_act = {"llama": "silu", "bamboo": "relu", "falcon": "gelu"}[arch]
-    eps_key = "layer_norm_epsilon" if arch == "falcon" else "layer_norm_rms_epsilon"
+    default_act = {"llama": "silu", "bamboo": "relu", "falcon": "gelu", "qwen2": "silu", "opt": "relu"}[arch]
+    eps_key = "layer_norm_epsilon" if arch in ("falcon", "opt") else "layer_norm_rms_epsilon"
     m = Model(
         arch=arch,
         n_layer=int(r.get(f"{arch}.block_count")),
         n_head=n_head,
         n_head_kv=int(r.get(f"{arch}.attention.head_count_kv", n_head)),
         n_rot=int(r.get(f"{arch}.rope.dimension_count", n_embd // n_head)),
-        eps=float(r.get(f"{arch}.attention.{eps_key}", 1e-5)),
+        eps=float(r.get(f"{arch}.attention.{eps_key}", 1e-6 if arch == "qwen2" else 1e-5)),
         rope_base=float(r.get(f"{arch}.rope.freq_base", 10000.0)),
         act="relu" if r.is_pwri else r.get(f"{arch}.feed_forward_activation", default_act),
         pwri=r.is_pwri,
@@ -148,11 +154,17 @@ def predictor_mask(m: Model, il: int, h, threshold):
     return logits >= threshold
 
 
+def linear(w, p, x):
+    """x @ W.T (+ b) for the weight p + 'weight' and its bias p + 'bias' when present."""
+    y = x @ w[p + "weight"].T
+    return y + w[p + "bias"] if p + "bias" in w else y
+
+
 def ffn(m: Model, il: int, x, mask=None):
     """x [n_tok, n_embd], the normalized FFN input; mask [n_tok, n_ff] or None (dense)."""
     w, p = m.w, f"blk.{il}."
-    up = x @ w[p + "ffn_up.weight"].T
-    if m.arch == "falcon":
+    up = linear(w, p + "ffn_up.", x)
+    if m.arch in ("falcon", "opt"):
         a = ACT[m.act](up)
     elif m.arch == "bamboo":
         a = relu(x @ w[p + "ffn_gate.weight"].T) * relu(up)
@@ -161,8 +173,12 @@ def ffn(m: Model, il: int, x, mask=None):
     if mask is not None:
         a = np.where(mask, a, 0.0)
     if p + "ffn_down_t.weight" in w:
-        return a @ w[p + "ffn_down_t.weight"]
-    return a @ w[p + "ffn_down.weight"].T
+        out = a @ w[p + "ffn_down_t.weight"]
+        bias = w.get(p + "ffn_down_t.bias")
+    else:
+        out = a @ w[p + "ffn_down.weight"].T
+        bias = w.get(p + "ffn_down.bias")
+    return out if bias is None else out + bias
 
 
 def forward(m: Model, tokens, sparse=False, threshold=None, hook=None):
@@ -175,6 +191,8 @@ def forward(m: Model, tokens, sparse=False, threshold=None, hook=None):
     tokens = np.asarray(tokens, dtype=np.int64)
     x = w["token_embd.weight"][tokens]
     n, n_embd = x.shape
+    if m.arch == "opt":   # learned positions; row p + 2 holds position p
+        x = x + w["position_embd.weight"][np.arange(n) + 2]
     d = n_embd // m.n_head
     for il in range(m.n_layer):
         p = f"blk.{il}."
@@ -199,20 +217,28 @@ def forward(m: Model, tokens, sparse=False, threshold=None, hook=None):
                 hook(il, "ffn_in", ffn_in)
             x = x + attn + ffn(m, il, ffn_in, mask)
         else:
-            h1 = rms_norm(x, w[p + "attn_norm.weight"], m.eps)
-            q = (h1 @ w[p + "attn_q.weight"].T).reshape(n, m.n_head, d)
-            k = (h1 @ w[p + "attn_k.weight"].T).reshape(n, m.n_head_kv, d)
-            v = (h1 @ w[p + "attn_v.weight"].T).reshape(n, m.n_head_kv, d)
-            q = rope(q, m.n_rot, m.rope_base, False, m.rope_scale)
-            k = rope(k, m.n_rot, m.rope_base, False, m.rope_scale)
-            x = x + attention(q, k, v) @ w[p + "attn_output.weight"].T
-            ffn_in = rms_norm(x, w[p + "ffn_norm.weight"], m.eps)
+            if m.arch == "opt":
+                h1 = layer_norm(x, w[p + "attn_norm.weight"], w[p + "attn_norm.bias"], m.eps)
+            else:
+                h1 = rms_norm(x, w[p + "attn_norm.weight"], m.eps)
+            q = linear(w, p + "attn_q.", h1).reshape(n, m.n_head, d)
+            k = linear(w, p + "attn_k.", h1).reshape(n, m.n_head_kv, d)
+            v = linear(w, p + "attn_v.", h1).reshape(n, m.n_head_kv, d)
+            if m.arch != "opt":
+                neox = m.arch == "qwen2"
+                q = rope(q, m.n_rot, m.rope_base, neox, m.rope_scale)
+                k = rope(k, m.n_rot, m.rope_base, neox, m.rope_scale)
+            x = x + linear(w, p + "attn_output.", attention(q, k, v))
+            if m.arch == "opt":
+                ffn_in = layer_norm(x, w[p + "ffn_norm.weight"], w[p + "ffn_norm.bias"], m.eps)
+            else:
+                ffn_in = rms_norm(x, w[p + "ffn_norm.weight"], m.eps)
             mask = predictor_mask(m, il, x, thr) if sparse else None
             if hook:
                 hook(il, "pred_in", x)
                 hook(il, "ffn_in", ffn_in)
             x = x + ffn(m, il, ffn_in, mask)
-    if m.arch == "falcon":
+    if m.arch in ("falcon", "opt"):
         x = layer_norm(x, w["output_norm.weight"], w["output_norm.bias"], m.eps)
     else:
         x = rms_norm(x, w["output_norm.weight"], m.eps)

@@ -195,6 +195,10 @@ TEST(BatchedDecode, TinyModelsOfEveryArchAndFormatAreBatchInvariant) {
       {"bamboo_q8_0_pwri", tiny("bamboo", DType::Q8_0, true, 4)},
       {"falcon7_q8_0", tiny("falcon", DType::Q8_0, false, 1)},
       {"falcon40_q4_0", tiny("falcon", DType::Q4_0, false, 2, true)},
+      {"opt_f32", tiny("opt", DType::F32, false, 4)},
+      {"opt_q8_0_pwri", tiny("opt", DType::Q8_0, true, 4)},
+      {"qwen2_f16", tiny("qwen2", DType::F16, false, 2)},
+      {"qwen2_q4_0", tiny("qwen2", DType::Q4_0, false, 1)},
   };
   for (const auto& c : cases) {
     const std::string path = pi::testing::temp_path(std::string("batched_") + c.name + ".gguf");
@@ -202,6 +206,25 @@ TEST(BatchedDecode, TinyModelsOfEveryArchAndFormatAreBatchInvariant) {
     auto m = load(path);
     ASSERT_NE(m, nullptr);
     check_invariance(*m, {}, c.name);
+  }
+}
+
+// opt's biased FFN run sparse (random predictors) on every gate/up path of the cost model.
+TEST(BatchedDecode, OptSparseFfnWithBiasesIsBatchInvariant) {
+  for (DType t : {DType::F32, DType::Q4_0}) {
+    TinySpec s = tiny("opt", t, true, 4);
+    s.predictor_rank = 32;
+    const std::string path = pi::testing::temp_path(
+        std::string("batched_opt_sparse_") + std::string(dtype_name(t)) + ".pwri.gguf");
+    ASSERT_TRUE(pi::testing::write_tiny_model(s, path).ok());
+    auto m = load(path);
+    ASSERT_NE(m, nullptr);
+    const std::string name = "opt " + std::string(dtype_name(t)) + " sparse";
+    check_invariance(*m, {}, name + " (cost model)");
+    for (auto p : {sparse::RowsPath::PerToken, sparse::RowsPath::Lists, sparse::RowsPath::Union,
+                   sparse::RowsPath::Dense}) {
+      check_invariance(*m, Mode{false, p}, name + " " + sparse::rows_path_name(p));
+    }
   }
 }
 

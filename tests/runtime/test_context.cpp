@@ -42,6 +42,8 @@ std::vector<Variant> variants() {
       {"bamboo_q8_0_pwri", spec("bamboo", DType::Q8_0, true, 4), 1e-3},
       {"falcon7_q8_0", spec("falcon", DType::Q8_0, false, 1), 1e-3},
       {"falcon40_f32_pwri", spec("falcon", DType::F32, true, 2, true), 1e-4},
+      {"opt_f32_pwri", spec("opt", DType::F32, true, 4), 1e-4},
+      {"qwen2_q8_0", spec("qwen2", DType::Q8_0, false, 2), 1e-3},
   };
 }
 
@@ -222,6 +224,36 @@ TEST_F(ContextBasics, FfnStepIsSwappable) {
   EXPECT_EQ(counter->tokens, 6 * 2);
   EXPECT_TRUE(
       std::equal(plain->logits().begin(), plain->logits().end(), swapped->logits().begin()));
+}
+
+}  // namespace
+
+namespace {
+
+// A learned position table (opt) bounds the context: a longer one is refused at creation with
+// the table's size; the default context is the table's length; every position it covers runs.
+TEST(ContextLearnedPositions, ContextIsBoundedByThePositionTable) {
+  TinySpec s = spec("opt", DType::F32, false, 4);
+  s.reshape = {{"position_embd.weight", Shape{40, 64}}};  // 38 positions after the offset
+  const std::string path = pi::testing::temp_path("ctx_opt_short_table.gguf");
+  ASSERT_TRUE(pi::testing::write_tiny_model(s, path).ok());
+  auto m = model::Model::load(path);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  runtime::ContextOptions o;
+  o.n_ctx = 64;
+  auto bad = runtime::Context::create(**m, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("a context of 64 tokens is longer than the 38 positions"),
+            std::string::npos)
+      << bad.error().message;
+  o.n_ctx = 0;  // default: the training context, clamped to the table
+  auto c = runtime::Context::create(**m, o);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ((*c)->n_ctx(), 38);
+  std::vector<int32_t> toks(38);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>(3 + i);
+  EXPECT_TRUE((*c)->decode(toks).ok());
+  EXPECT_FALSE((*c)->decode(std::vector<int32_t>{5}).ok());
 }
 
 }  // namespace

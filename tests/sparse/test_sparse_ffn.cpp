@@ -1,5 +1,6 @@
 // The sparse FFN core (SparseFfn::run_masked) against the dense FFN and the scalar reference,
-// on tiny C++-written PowerInfer models of every architecture and weight format:
+// on tiny C++-written PowerInfer models of every architecture with a ReLU FFN (opt: with the
+// up and down biases) and weight format:
 //  - with the true activation mask (the neurons the dense FFN activates) it equals the dense
 //    FFN: bit for bit for F32 weights, to the format's tolerance otherwise;
 //  - with every neuron listed it equals the dense FFN bit for bit (batches of block-format
@@ -47,6 +48,7 @@ constexpr Variant kVariants[] = {
     {"falcon_f32", "falcon", DType::F32, 1e-5},   {"llama_f16", "llama", DType::F16, 1e-5},
     {"llama_q8_0", "llama", DType::Q8_0, 3e-2},   {"bamboo_q4_0", "bamboo", DType::Q4_0, 3e-2},
     {"falcon_q4_0", "falcon", DType::Q4_0, 3e-2}, {"llama_q4_0", "llama", DType::Q4_0, 3e-2},
+    {"opt_f32", "opt", DType::F32, 1e-5},         {"opt_q4_0", "opt", DType::Q4_0, 3e-2},
 };
 
 void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
@@ -134,7 +136,9 @@ class SparseFfnTest : public ::testing::TestWithParam<Variant> {
     ref::matvec(w.up.type, w.up.data, n_ff, w.up.cols, x, u.data());
     std::vector<double> a(static_cast<size_t>(n_ff));
     for (int64_t j = 0; j < n_ff; ++j) {
-      const double gj = g[static_cast<size_t>(j)], uj = u[static_cast<size_t>(j)];
+      const double gj = g[static_cast<size_t>(j)];
+      const double uj = static_cast<double>(u[static_cast<size_t>(j)]) +
+                        (w.up_b.present() ? w.up_b.data[j] : 0.0);
       switch (hp().ffn) {
         case model::FfnKind::Plain:
           a[static_cast<size_t>(j)] = std::max(uj, 0.0);
@@ -159,6 +163,7 @@ class SparseFfnTest : public ::testing::TestWithParam<Variant> {
     std::vector<float> g(static_cast<size_t>(m * n_ff)), u(g.size());
     if (w.gate.present()) ops.linear(w.gate, x.data(), m, g.data());
     ops.linear(w.up, x.data(), m, u.data());
+    if (w.up_b.present()) ops.add_bias(u.data(), w.up_b, m, n_ff);
     ops.ffn_combine(hp().ffn, hp().act, g.data(), u.data(), m, n_ff);
     std::vector<std::vector<int32_t>> per(static_cast<size_t>(m));
     for (int64_t i = 0; i < m; ++i)
@@ -168,11 +173,15 @@ class SparseFfnTest : public ::testing::TestWithParam<Variant> {
     return lists_from(per);
   }
 
-  // out = sum over listed j of a_j down_t[j, :] in float64 (ref activations, ref axpy rows).
+  // out = sum over listed j of a_j down_t[j, :] (+ down_b) in float64 (ref activations, ref
+  // axpy rows).
   std::vector<float> ref_masked(int64_t il, const std::vector<float>& x, int64_t m,
                                 const sparse::RowLists& l) {
     const model::Matrix& d = model_->weights().layers[static_cast<size_t>(il)].ffn.down_t;
-    std::vector<float> out(static_cast<size_t>(m * hp().n_embd), 0.0f);
+    std::vector<float> out(static_cast<size_t>(m * hp().n_embd));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t c = 0; c < hp().n_embd; ++c)
+        out[static_cast<size_t>(i * hp().n_embd + c)] = down_b(il, c);
     for (int64_t i = 0; i < m; ++i) {
       const auto a = ref_activations(il, x.data() + i * hp().n_embd);
       std::vector<float> af(a.begin(), a.end());
@@ -180,6 +189,12 @@ class SparseFfnTest : public ::testing::TestWithParam<Variant> {
                      l.count(i), af.data(), out.data() + i * hp().n_embd);
     }
     return out;
+  }
+
+  // The FFN's output bias (opt), 0 for the architectures without one.
+  float down_b(int64_t il, int64_t c) const {
+    const model::Vector& b = model_->weights().layers[static_cast<size_t>(il)].ffn.down_b;
+    return b.present() ? b.data[c] : 0.0f;
   }
 
   std::unique_ptr<model::Model> model_;
@@ -234,14 +249,14 @@ TEST_P(SparseFfnTest, RandomMasksMatchReference) {
     for (auto& t : per)
       for (int32_t j = 0; j < hp().n_ff; ++j)
         if (keep(rng)) t.push_back(j);
-    if (m > 1) per[1].clear();  // a token with nothing predicted outputs zeros
+    if (m > 1) per[1].clear();
     const auto lists = lists_from(per);
     const auto x = inputs(m, hp().n_embd, static_cast<uint32_t>(m));
     const auto ref = ref_masked(0, x, m, lists);
     const auto s = sparse(pool, 0, x, m, lists);
-    if (m > 1)
+    if (m > 1)  // a token with nothing predicted outputs the bias alone (zeros without one)
       for (int64_t c = 0; c < hp().n_embd; ++c)
-        EXPECT_EQ(s[static_cast<size_t>(hp().n_embd + c)], 0.0f);
+        EXPECT_EQ(s[static_cast<size_t>(hp().n_embd + c)], down_b(0, c));
     const double e = rel_diff(s, ref);
     std::printf("  %-12s m=%-3lld random 30%% masks: rel error %.3g (bound %.3g)\n",
                 GetParam().name, static_cast<long long>(m), e, GetParam().tol);

@@ -1,6 +1,6 @@
 // Sparse logits against the float64 NumPy oracle of predictor-masked inference
 // (tests/reference/reference_forward.py --sparse), on tiny PowerInfer files of every
-// architecture written by make_tiny_model.py --pwri (predictor ranks differ per layer; layers
+// architecture with a ReLU FFN (llama, bamboo, falcon, opt) written by make_tiny_model.py --pwri (predictor ranks differ per layer; layers
 // alternate exact and imperfect predictors) and by `powerinfer synth --pwri`. Skips without
 // Python.
 //
@@ -176,6 +176,8 @@ std::vector<Case> cases() {
       {"py_llama_q8_0", "py:llama:q8_0:2", kQuant},
       {"py_bamboo_q4_0", "py:bamboo:q4_0:2", kQuant},
       {"py_falcon40_q4_0", "py:falcon:q4_0:2", kQuant},
+      {"py_opt_f32", "py:opt:f32:4", kFloat},
+      {"py_opt_q8_0", "py:opt:q8_0:4", kQuant},
       {"synth_llama_f32", "synth:llama:f32", kFloat},
       {"synth_llama_q4_0", "synth:llama:q4_0", kQuant},
   };

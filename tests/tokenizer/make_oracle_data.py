@@ -12,6 +12,9 @@ Models (OUT_DIR/<name>.gguf, with OUT_DIR/<name>.cases):
   spm_unused    spm_llama with every fourth normal piece marked unused
   bpe_gpt2      Hugging Face tokenizers byte-level BPE, GPT-2 pre-tokenizer regex
   bpe_llama3    the same trained with the Llama 3 regex split (and ignore_merges)
+  bpe_qwen2     the same trained with the Qwen2 regex split (single digits; merges not
+                ignored). Qwen2's own tokenizer.json also NFC-normalizes the text first; the
+                engine, like llama.cpp, does not, so this oracle has no normalizer.
 
 Case file lines, tab-separated; text as hex of its UTF-8 bytes, ids space-separated:
   E  parse_special  add_bos  text  ids         encode(text) must give ids
@@ -50,6 +53,8 @@ import gguf_tiny as gg  # noqa: E402
 
 LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+               r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 # --------------------------------------------------------------------------------------
 # Training text
@@ -394,11 +399,12 @@ BPE_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 BPE_ADDED = ["<tool>", "</tool>"]
 
 
-def train_bpe(lines, llama3):
+def train_bpe(lines, regex=None, ignore_merges=False):
+    """Byte-level BPE with the GPT-2 split, or a Split on `regex` before the byte mapping."""
     tok = Tokenizer(models.BPE())
-    if llama3:
+    if regex:
         tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(LLAMA3_REGEX), behavior="isolated"),
+            pre_tokenizers.Split(Regex(regex), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ])
     else:
@@ -409,7 +415,7 @@ def train_bpe(lines, llama3):
                                   show_progress=False)
     tok.train_from_iterator(lines, trainer)
     tok.add_tokens(BPE_ADDED)
-    if llama3:  # Llama 3 emits a whole word that is a token without merging (ignore_merges)
+    if ignore_merges:  # Llama 3 emits a whole word that is a token without merging
         j = json.loads(tok.to_str())
         j["model"]["ignore_merges"] = True
         tok = Tokenizer.from_str(json.dumps(j))
@@ -524,8 +530,10 @@ def main():
         write_cases(os.path.join(tmp, name + ".cases"), lines)
         summary["models"][name] = {"vocab": sp.get_piece_size(), "cases": len(lines)}
 
-    for name, pre, llama3 in (("bpe_gpt2", "default", False), ("bpe_llama3", "llama-bpe", True)):
-        tok = train_bpe(corpus, llama3)
+    for name, pre, regex, ignore_merges in (("bpe_gpt2", "default", None, False),
+                                            ("bpe_llama3", "llama-bpe", LLAMA3_REGEX, True),
+                                            ("bpe_qwen2", "qwen2", QWEN2_REGEX, False)):
+        tok = train_bpe(corpus, regex, ignore_merges)
         bos, n = write_bpe_gguf(tok, os.path.join(tmp, name + ".gguf"), pre)
         lines = bpe_cases(tok, bos, n, strings, random.Random(name))
         write_cases(os.path.join(tmp, name + ".cases"), lines)

@@ -144,8 +144,8 @@ TEST(TokenizerLoad, MergeWithoutSeparator) {
 
 TEST(TokenizerLoad, UnsupportedPreTokenizer) {
   Kvs kv = bpe_vocab({"a b"});
-  kv["tokenizer.ggml.pre"] = gguf::Value(std::string("qwen2"));
-  expect_error(kv, {"tokenizer.ggml.pre", "qwen2", "not supported"});
+  kv["tokenizer.ggml.pre"] = gguf::Value(std::string("deepseek-llm"));
+  expect_error(kv, {"tokenizer.ggml.pre", "deepseek-llm", "not supported"});
 }
 
 TEST(TokenizerLoad, MessageNamesTheFile) {

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Converts a Hugging Face llama checkpoint to GGUF, or with --predictors to a PowerInfer
-GGUF (magic PWRI) that carries the per-layer activation predictors.
+"""Converts a Hugging Face checkpoint (llama, bamboo, OPT, Qwen2) to GGUF, or with --predictors
+to a PowerInfer GGUF (magic PWRI) that carries the per-layer activation predictors.
 
     convert_hf.py MODEL_DIR --outfile model.gguf [--outtype f16]
     convert_hf.py MODEL_DIR --predictors PRED_DIR --outfile model.powerinfer.gguf --outtype q4_0
 
-MODEL_DIR: config.json, tokenizer.model (SentencePiece), and model.safetensors |
-model-0000K-of-0000N.safetensors (+ model.safetensors.index.json) | pytorch_model*.bin.
+MODEL_DIR: config.json, the tokenizer (tokenizer.model, SentencePiece; else tokenizer.json, a
+byte-level BPE as OPT, Qwen2 and Llama 3 have, with tokenizer_config.json when present), and
+model.safetensors | model-0000K-of-0000N.safetensors (+ model.safetensors.index.json) |
+pytorch_model*.bin. Architectures: LlamaForCausalLM / MistralForCausalLM (llama), bamboo,
+OPTForCausalLM (opt: see hf_archs.py; the OPT-350m layout is refused), Qwen2ForCausalLM (qwen2).
 PRED_DIR: model_0.pt, model_1.pt, ... (one state dict per layer with fc1.weight [r, n_embd]
 and fc2.weight [n_ff, r]; .npz or .safetensors files with the same keys also work) and an
 optional config.json with "sparse_threshold". PyTorch is not needed: torch zip files are
@@ -15,7 +18,8 @@ read directly (see checkpoints.py).
 Output types: norms and other 1-D tensors are always F32. f32/f16: all matrices in that
 type. q8_0: matrices Q8_0. q4_0: matrices Q4_0 except output.weight, which is Q8_0 (the
 output head is the most quantization-sensitive matrix). Predictors follow the matrices
-(Q4_0 for q4_0). A matrix whose rows are not a multiple of 32 elements falls back to F16.
+(Q4_0 for q4_0). A matrix whose rows are not a multiple of 32 elements falls back to F16, and
+so does OPT's position table in quantized files.
 """
 from __future__ import annotations
 
@@ -29,8 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bpe_vocab  # noqa: E402
 import checkpoints  # noqa: E402
 import gguf_io  # noqa: E402
+import hf_archs  # noqa: E402
 import spm_vocab  # noqa: E402
 from gguf_io import VT  # noqa: E402
 from quants import GGMLType, quantize  # noqa: E402
@@ -43,12 +49,14 @@ class ConvertError(Exception):
 # llama.cpp's `general.file_type` values (enum llama_ftype)
 FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7}
 ACTIVATIONS = ("silu", "relu", "gelu")
-HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama"}
+HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "OPTForCausalLM": "opt",
+            "Qwen2ForCausalLM": "qwen2"}
+MODEL_TYPES = {"llama": "llama", "mistral": "llama", "opt": "opt", "qwen2": "qwen2"}
 
 
 @dataclass
 class HParams:
-    arch: str           # GGUF architecture: llama | bamboo
+    arch: str           # GGUF architecture: llama | bamboo | opt | qwen2
     n_vocab: int
     n_embd: int
     n_ff: int
@@ -72,16 +80,25 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
         cfg = json.load(f)
     names = cfg.get("architectures") or []
     model_type = cfg.get("model_type", "")
-    arch = next((HF_ARCHS[a] for a in names if a in HF_ARCHS), None)
-    if arch is None and model_type in ("llama", "mistral"):
-        arch = "llama"
+    arch = next((HF_ARCHS[a] for a in names if a in HF_ARCHS), None) or MODEL_TYPES.get(model_type)
     if arch is None and (model_type == "bamboo" or any("bamboo" in a.lower() for a in names)):
         arch = "bamboo"
     if arch_override:
         arch = arch_override
     if arch is None:
         raise ConvertError(f"{path}: unsupported architecture {names or model_type!r}: this converter "
-                           "handles LlamaForCausalLM (model_type llama) and bamboo")
+                           "handles LlamaForCausalLM (model_type llama), bamboo, OPTForCausalLM and "
+                           "Qwen2ForCausalLM")
+    try:
+        if arch == "opt":
+            hp = HParams(arch=arch, **hf_archs.opt_hparams(cfg, path))
+            if hp.act not in ACTIVATIONS:
+                raise ConvertError(f"{path}: activation_function {hp.act!r} is not one of {', '.join(ACTIVATIONS)}")
+            return hp
+        if arch == "qwen2":
+            hf_archs.check_qwen2_config(cfg, path)
+    except hf_archs.ArchError as e:
+        raise ConvertError(str(e)) from None
     scaling, factor = cfg.get("rope_scaling"), 1.0
     if scaling:
         kind = scaling.get("type") or scaling.get("rope_type")
@@ -100,7 +117,7 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
                      n_head=n_head, n_head_kv=int(cfg.get("num_key_value_heads") or n_head),
                      head_dim=int(cfg.get("head_dim") or n_embd // n_head),
                      n_ctx=int(cfg.get("max_position_embeddings", 2048)),
-                     eps=float(cfg.get("rms_norm_eps", 1e-6)),
+                     eps=float(cfg.get("rms_norm_eps", 1e-6)),  # Qwen2's default too
                      rope_base=float(cfg.get("rope_theta", 10000.0)), act=act,
                      tied=bool(cfg.get("tie_word_embeddings", False)), rope_linear_factor=factor)
     except KeyError as e:
@@ -139,7 +156,7 @@ class Item:
 def pick_type(name: str, shape: tuple, outtype: str) -> GGMLType:
     if len(shape) == 1 or outtype == "f32":
         return GGMLType.F32
-    if outtype == "f16" or shape[-1] % 32:
+    if outtype == "f16" or shape[-1] % 32 or name == "position_embd.weight":
         return GGMLType.F16
     if outtype == "q4_0" and name != "output.weight":
         return GGMLType.Q4_0
@@ -163,7 +180,12 @@ def expected_shapes(hp: HParams) -> dict:
 
 
 def check_model_tensors(src: dict, hp: HParams, model_dir: str):
-    exp = expected_shapes(hp)
+    if hp.arch == "opt":
+        exp = hf_archs.opt_expected_shapes(hp, src)
+    else:
+        exp = expected_shapes(hp)
+        if hp.arch == "qwen2":
+            exp.update(hf_archs.qwen2_bias_shapes(hp))
     if hp.tied and "lm_head.weight" in src:
         exp["lm_head.weight"] = (hp.n_vocab, hp.n_embd)
     unknown = [k for k in src if k not in exp and not k.endswith("rotary_emb.inv_freq")]
@@ -221,6 +243,12 @@ def build_plan(src: dict, hp: HParams, outtype: str, predictors) -> list:
     def copy(hf_name):
         return lambda: src[hf_name].load()
 
+    if hp.arch == "opt":
+        hf_archs.opt_plan(src, hp, add, predictors)
+        return items
+    # Qwen2's GGUF files keep HF's q/k rows (NeoX RoPE); llama's are permuted for pairs (2i, 2i+1).
+    permute = rope_to_gguf if hp.arch != "qwen2" else (lambda w, n_heads: w)
+
     add("token_embd.weight", src["model.embed_tokens.weight"].shape, copy("model.embed_tokens.weight"))
     add("output_norm.weight", (hp.n_embd,), copy("model.norm.weight"))
     if "lm_head.weight" in src:
@@ -229,9 +257,13 @@ def build_plan(src: dict, hp: HParams, outtype: str, predictors) -> list:
         p, b = f"model.layers.{i}.", f"blk.{i}."
         q, k = src[p + "self_attn.q_proj.weight"], src[p + "self_attn.k_proj.weight"]
         add(b + "attn_norm.weight", (hp.n_embd,), copy(p + "input_layernorm.weight"))
-        add(b + "attn_q.weight", q.shape, lambda q=q: rope_to_gguf(q.load(), hp.n_head))
-        add(b + "attn_k.weight", k.shape, lambda k=k: rope_to_gguf(k.load(), hp.n_head_kv))
+        add(b + "attn_q.weight", q.shape, lambda q=q: permute(q.load(), hp.n_head))
+        add(b + "attn_k.weight", k.shape, lambda k=k: permute(k.load(), hp.n_head_kv))
         add(b + "attn_v.weight", src[p + "self_attn.v_proj.weight"].shape, copy(p + "self_attn.v_proj.weight"))
+        if hp.arch == "qwen2":
+            for x in ("q", "k", "v"):
+                hf = f"{p}self_attn.{x}_proj.bias"
+                add(f"{b}attn_{x}.bias", src[hf].shape, copy(hf))
         add(b + "attn_output.weight", src[p + "self_attn.o_proj.weight"].shape, copy(p + "self_attn.o_proj.weight"))
         add(b + "ffn_norm.weight", (hp.n_embd,), copy(p + "post_attention_layernorm.weight"))
         add(b + "ffn_gate.weight", (hp.n_ff, hp.n_embd), copy(p + "mlp.gate_proj.weight"))
@@ -282,13 +314,16 @@ def metadata(hp: HParams, vocab, outtype: str, name: str, threshold):
         (f"{a}.embedding_length", hp.n_embd, VT.UINT32),
         (f"{a}.block_count", hp.n_layer, VT.UINT32),
         (f"{a}.feed_forward_length", hp.n_ff, VT.UINT32),
-        (f"{a}.rope.dimension_count", hp.head_dim, VT.UINT32),
         (f"{a}.attention.head_count", hp.n_head, VT.UINT32),
         (f"{a}.attention.head_count_kv", hp.n_head_kv, VT.UINT32),
-        (f"{a}.attention.layer_norm_rms_epsilon", hp.eps, VT.FLOAT32),
-        (f"{a}.rope.freq_base", hp.rope_base, VT.FLOAT32),
         (f"{a}.feed_forward_activation", hp.act, VT.STRING),
     ]
+    if a == "opt":   # layer norms, learned positions: no RoPE keys
+        md.append((f"{a}.attention.layer_norm_epsilon", hp.eps, VT.FLOAT32))
+    else:
+        md += [(f"{a}.rope.dimension_count", hp.head_dim, VT.UINT32),
+               (f"{a}.attention.layer_norm_rms_epsilon", hp.eps, VT.FLOAT32),
+               (f"{a}.rope.freq_base", hp.rope_base, VT.FLOAT32)]
     if hp.rope_linear_factor != 1.0:
         md += [(f"{a}.rope.scaling.type", "linear", VT.STRING),
                (f"{a}.rope.scaling.factor", hp.rope_linear_factor, VT.FLOAT32)]
@@ -296,6 +331,8 @@ def metadata(hp: HParams, vocab, outtype: str, name: str, threshold):
         md.append(("general.quantization_version", 2, VT.UINT32))
     if threshold is not None:
         md.append(("powerinfer.sparse_threshold", float(threshold), VT.FLOAT32))
+    if isinstance(vocab, bpe_vocab.BpeVocab):
+        return md + vocab.metadata()
     md += [
         ("tokenizer.ggml.model", "llama", VT.STRING),
         ("tokenizer.ggml.tokens", vocab.tokens, (VT.ARRAY, VT.STRING)),
@@ -339,15 +376,28 @@ def write(outfile: str, magic: bytes, md, items, progress: bool):
     return total
 
 
+def load_vocab(model_dir: str, hp: HParams):
+    """SentencePiece from tokenizer.model, else byte-level BPE from tokenizer.json."""
+    tok_path = os.path.join(model_dir, "tokenizer.model")
+    if os.path.isfile(tok_path):
+        return spm_vocab.pad_vocab(spm_vocab.read_spm_vocab(tok_path), hp.n_vocab, tok_path)
+    if os.path.isfile(os.path.join(model_dir, "tokenizer.json")):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            cfg = json.load(f)
+        # OPT's tokenizer starts every text with </s> (its BOS) when the config does not say.
+        v = bpe_vocab.read_bpe_vocab(model_dir, hp.n_vocab, cfg, default_add_bos=hp.arch == "opt")
+        bpe_vocab.warn_notes(v)
+        return v
+    raise ConvertError(f"{tok_path}: not found, nor tokenizer.json (the model needs its tokenizer: "
+                       "SentencePiece tokenizer.model or a byte-level BPE tokenizer.json)")
+
+
 def convert(args) -> str:
     model_dir = args.model_dir
     if not os.path.isdir(model_dir):
         raise ConvertError(f"{model_dir}: model directory not found")
     hp = load_config(model_dir, args.arch)
-    tok_path = os.path.join(model_dir, "tokenizer.model")
-    if not os.path.isfile(tok_path):
-        raise ConvertError(f"{tok_path}: not found (llama-family models need the SentencePiece tokenizer.model)")
-    vocab = spm_vocab.pad_vocab(spm_vocab.read_spm_vocab(tok_path), hp.n_vocab, tok_path)
+    vocab = load_vocab(model_dir, hp)
     src = checkpoints.load_model_dir(model_dir)
     check_model_tensors(src, hp, model_dir)
 
@@ -386,7 +436,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         convert(args)
-    except (ConvertError, checkpoints.CheckpointError, spm_vocab.VocabError, gguf_io.GGUFError) as e:
+    except (ConvertError, checkpoints.CheckpointError, spm_vocab.VocabError, bpe_vocab.BpeVocabError,
+            gguf_io.GGUFError) as e:
         print(f"convert_hf: error: {e}", file=sys.stderr)
         return 1
     except OSError as e:

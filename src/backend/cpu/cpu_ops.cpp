@@ -244,6 +244,19 @@ void CpuOps::add(float* Y, const float* X, int64_t n) {
   elementwise(pool_, n, [&] { k_.add(pool_, Y, X, Y, n); });
 }
 
+void CpuOps::add_bias(float* Y, const Vector& b, int64_t m, int64_t n) {
+  // One row per task (the kernel inside a task runs on that task's thread); small batches on
+  // the calling thread alone, as elementwise() does.
+  const auto row = [&](int64_t i, int) { k_.add(pool_, Y + i * n, b.data, Y + i * n, n); };
+  if (m * n >= kInlineElems) {
+    pool_.parallel_for(m, row);
+  } else {
+    pool_.parallel_for(1, [&](int64_t, int t) {
+      for (int64_t i = 0; i < m; ++i) row(i, t);
+    });
+  }
+}
+
 void CpuOps::copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
                        int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) {

@@ -41,6 +41,7 @@ class CpuOps final : public Ops {
   void ffn_combine(FfnKind kind, Activation act, float* G, float* U, int64_t m,
                    int64_t n_ff) override;
   void add(float* Y, const float* X, int64_t n) override;
+  void add_bias(float* Y, const Vector& b, int64_t m, int64_t n) override;
   void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
                  int64_t n) override;
   void threshold_mask(const float* X, int64_t m, int64_t n, float thr, uint32_t* bits) override;

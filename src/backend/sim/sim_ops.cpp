@@ -118,6 +118,10 @@ class SimOps final : public Ops {
     run("add", {{Y, true}, {X, false}},
         [this, Y = im_.real(Y), X = im_.real(X), n] { im_.cpu.add(Y, X, n); });
   }
+  void add_bias(float* Y, const Vector& b, int64_t m, int64_t n) override {
+    run("add_bias", {{Y, true}, {b.data, false}},
+        [this, Y = im_.real(Y), b = dev(b), m, n] { im_.cpu.add_bias(Y, b, m, n); });
+  }
   void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
                  int64_t n) override {
     run("copy_rows", {{src, false}, {dst, true}},

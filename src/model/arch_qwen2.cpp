@@ -1,0 +1,32 @@
+// qwen2: Qwen1.5, Qwen2 and Qwen2.5 dense models as llama.cpp writes them. llama's tensor
+// layout with biases on the q, k and v projections (none on the output projection), RMS
+// norms, grouped-query attention, SwiGLU FFN (SiLU unless the file declares another
+// activation), and RoPE on NeoX pairs (i, i + n_rot/2): the q/k rows are stored in Hugging
+// Face order, not permuted as llama's are. rope.freq_base comes from the file (1e6 for Qwen2).
+// The small models tie the output head to token_embd (no output.weight).
+#include "model/arch.h"
+
+namespace pi::model {
+
+Status load_qwen2(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w) {
+  hp.norm = NormKind::RMS;
+  hp.norm_eps =
+      static_cast<float>(f.get_number_or(hp.arch_name + ".attention.layer_norm_rms_epsilon", 1e-6));
+  hp.rope = RopeKind::NeoX;
+  hp.ffn = FfnKind::Gated;
+  hp.parallel_residual = false;
+  auto act = read_activation(f, hp, Activation::SiLU);
+  if (!act.ok()) return act.error();
+  hp.act = *act;
+  PI_TRY(load_embeddings_and_head(f, t, hp, w, /*norm_has_bias=*/false));
+  PI_TRY(load_llama_layout(t, hp, w));
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    AttnWeights& a = w.layers[static_cast<size_t>(il)].attn;
+    PI_TRY(load_vector(t, blk(il, "attn_q.bias"), hp.n_embd_q(), a.q_b));
+    PI_TRY(load_vector(t, blk(il, "attn_k.bias"), hp.n_embd_kv(), a.k_b));
+    PI_TRY(load_vector(t, blk(il, "attn_v.bias"), hp.n_embd_kv(), a.v_b));
+  }
+  return Status::Ok();
+}
+
+}  // namespace pi::model

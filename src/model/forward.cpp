@@ -115,7 +115,8 @@ Forward::Forward(const Model& model, std::vector<Lane> lanes, LanePlan plan, For
       plan_(std::move(plan)),
       opts_(opts),
       pos_(static_cast<size_t>(opts.n_batch)),
-      len_(static_cast<size_t>(opts.n_batch)) {}
+      len_(static_cast<size_t>(opts.n_batch)),
+      proj_(std::make_unique<DenseProj>(model.hparams())) {}
 
 std::span<const float> Forward::logits() const {
   const size_t n = n_logit_rows_ * static_cast<size_t>(n_vocab());
@@ -263,28 +264,17 @@ void Forward::attention_block(Lane& Ln, int64_t il, int64_t m, const KvBatch& at
   backend::Ops& ops = *Ln.ops;
   StepBuffers& buf = Ln.buf;
   const AttnWeights& a = Ln.w->layers[static_cast<size_t>(il)].attn;
-  const int64_t n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
   float* q = buf.q.as<float>();
   float* k = buf.k.as<float>();
   float* v = buf.v.as<float>();
-  const float* h = buf.h.as<float>();
-  if (a.qkv.present()) {
-    float* qkv = buf.qkv.as<float>();
-    ops.linear(a.qkv, h, m, qkv);
-    const int64_t stride = n_q + 2 * n_kv;
-    ops.copy_rows(qkv, stride, q, n_q, m, n_q);
-    ops.copy_rows(qkv + n_q, stride, k, n_kv, m, n_kv);
-    ops.copy_rows(qkv + n_q + n_kv, stride, v, n_kv, m, n_kv);
-  } else {
-    ops.linear3(a.q, a.k, a.v, h, m, q, k, v);
-  }
+  proj_->qkv(il, ops, a, QkvIo{buf.h.as<float>(), m, q, k, v, buf.qkv.as<float>()});
   const backend::RopeParams rp = hp.rope_params();
   const backend::AttnParams ap = hp.attn_params();
   ops.rope(rp, q, m, hp.n_head, at.pos);
   ops.rope(rp, k, m, hp.n_head_kv, at.pos);
   ops.store_kv(ap, k, v, m, kv, at.cell);
   ops.attention(ap, q, m, kv, at, buf.attn.as<float>());
-  ops.linear(a.out, buf.attn.as<float>(), m, buf.proj.as<float>());
+  proj_->out(il, ops, a, buf.attn.as<float>(), m, buf.proj.as<float>());
 }
 
 void Forward::output_head(std::span<const int32_t> rows, int64_t m, int64_t n) {

@@ -11,9 +11,7 @@ Status each_view(ModelWeights& w, F&& f) {
   PI_TRY(f(w.output));
   for (LayerWeights& L : w.layers) {
     for (Vector* v : {&L.attn.norm, &L.attn.norm_b, &L.ffn.norm, &L.ffn.norm_b}) PI_TRY(f(*v));
-    for (Matrix* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out, &L.ffn.gate,
-                      &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
-      PI_TRY(f(*m));
+    for (Matrix* m : layer_matrices(L)) PI_TRY(f(*m));
   }
   return Status::Ok();
 }

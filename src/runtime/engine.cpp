@@ -312,7 +312,7 @@ SparsityReport Session::sparsity() const {
   r.threshold_source = sparse::threshold_source_name(ctx_->sparse_threshold().source);
   for (const model::LayerWeights& L : m.weights().layers)
     r.ffn_bytes_dense += L.ffn.gate.nbytes() + L.ffn.up.nbytes() + L.ffn.down.nbytes() +
-                         L.ffn.down_t.nbytes();
+                         L.ffn.down_t.nbytes() + L.ffn.gate_t.nbytes();
   for (const sparse::LayerStats& s : ffn->stats()) {
     LayerSparsity l;
     l.tokens = s.tokens;

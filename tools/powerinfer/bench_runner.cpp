@@ -108,7 +108,7 @@ ModelSummary summarize_model(const Engine& engine) {
                        [](const auto& a, const auto& b) { return a.second < b.second; });
   s.type = top != bytes_by_type.end() ? std::string(dtype_name(top->first)) : "?";
   for (const model::LayerWeights& L : m.weights().layers)
-    for (const model::Matrix* w : {&L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
+    for (const model::Matrix* w : {&L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.ffn.down_t, &L.ffn.gate_t})
       if (w->present()) s.ffn_bytes += w->nbytes();
   s.kv_bytes_per_cell = static_cast<uint64_t>(hp.n_layer * 2 * hp.n_head_kv * hp.head_dim) * 2;
   return s;

@@ -32,6 +32,9 @@ struct BenchFlags : ModelFlags {
   int probe_passes = 5;              // --probe-passes
   int warmup_gen = 8;                // --warmup-gen
   bool mmap = true;                  // --no-mmap clears it
+  std::vector<std::string> sparsities;  // --sparsity (calibrated files)
+  std::string sparsity_sites;           // --sparsity-sites
+  double scatter_fraction = 0.10;       // --scatter-fraction
 };
 
 // The validated grid. Rows are models x modes x threads x tests, in that nesting order; a
@@ -54,6 +57,12 @@ struct BenchOptions {
   int warmup_gen = 8;  // generated tokens in a generation test's untimed warm-up run
   bool mmap = true;    // false: read models into huge-page memory (--no-mmap)
   ModelFlags model_flags;  // -ngl, --mlock, --check-tensors, ... (llama_flags.h)
+  // Calibrated files (powerinfer calibrate) in sparse mode: one row per sparsity (empty: the
+  // file's target), with these sites (empty: every calibrated site).
+  std::vector<double> sparsities;
+  std::string sparsity_sites;
+  // Share of rows the scattered probe reads (a sparse run's density: 1 - its sparsity).
+  double scatter_fraction = 0.10;
 };
 
 // Checks every list and value; messages name the flag and the offending item.

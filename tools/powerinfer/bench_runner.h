@@ -29,6 +29,7 @@ struct ModelSummary {
   std::string type;         // weight type holding the most bytes, e.g. "q4_0"
   bool powerinfer = false;  // PWRI file
   bool has_predictors = false;
+  bool calibrated = false;  // activation thresholds (powerinfer calibrate)
   std::string activation;
   double synth_activity = -1;  // synth.activity of `powerinfer synth` files, else -1
   uint64_t file_bytes = 0;
@@ -84,6 +85,7 @@ struct BenchRow {
   // table for this thread count). Equals probe_ratio for dense rows. 0 without bytes.
   double roofline_ratio = 0;
   double load_1m = -1;     // load average when the row started
+  double act_sparsity = -1;  // calibrated files in sparse mode: the sparsity run, else -1
 };
 
 struct BenchReport {

@@ -20,6 +20,12 @@ struct SparseOptions {
   // Also compute the dense FFN of every layer and compare (recall, precision, FFN output
   // deviation). About doubles the FFN work; the generated output is unchanged.
   bool check_predictor = false;
+  // Files calibrated by `powerinfer calibrate` (activation thresholds, docs/ACT_SPARSITY.md):
+  // the sparsity to run at, the share of activations zeroed at each site (unset: the file's
+  // target), and the sites to sparsify, comma-separated from attn_in, attn_out, ffn_in,
+  // ffn_gate (unset: every site the file calibrated). `dense` runs such files densely.
+  std::optional<double> sparsity;
+  std::optional<std::string> sites;
 };
 
 // Counters of one layer since the session was created or reset_sparsity() was called.
@@ -45,6 +51,23 @@ struct LayerSparsity {
   double precision() const { return predicted > 0 ? double(caught) / double(predicted) : 1.0; }
 };
 
+// Calibrated files: one thresholded site, per layer since the session was created or reset.
+struct SiteSparsity {
+  std::string site;             // attn_in, attn_out, ffn_in or ffn_gate
+  int64_t tokens = 0;           // tokens layer 0 ran
+  std::vector<int64_t> entries;  // entries thresholded (tokens x width)
+  std::vector<int64_t> kept;     // entries at or above the threshold
+  std::vector<uint64_t> bytes;   // weight bytes the site's products read
+  std::vector<double> seconds;   // wall time of the site's products
+  std::vector<float> thresholds;
+
+  double zeroed_fraction() const {
+    int64_t e = 0, k = 0;
+    for (size_t l = 0; l < entries.size(); ++l) e += entries[l], k += kept[l];
+    return e > 0 ? 1.0 - double(k) / double(e) : 0.0;
+  }
+};
+
 struct SparsityReport {
   bool sparse = false;   // the session runs the sparse FFN
   bool checked = false;  // check_predictor was on
@@ -53,6 +76,10 @@ struct SparsityReport {
   std::string threshold_source;
   uint64_t ffn_bytes_dense = 0;  // bytes of all FFN matrices (gate, up, down) of all layers
   std::vector<LayerSparsity> layers;
+  // Calibrated files run with activation thresholds:
+  bool thresholded = false;
+  double act_sparsity = 0;        // the sparsity level run
+  std::vector<SiteSparsity> sites;  // the sites run
 };
 
 }  // namespace pi

@@ -51,6 +51,12 @@ Status load_embeddings_and_head(const gguf::File& f, TensorLoader& t, HParams& h
 // else ffn_down [n_embd, n_ff].
 Status load_ffn_down(TensorLoader& t, const HParams& hp, int64_t il, FfnWeights& ffn);
 
+// The projection blk.<il>.<name>.weight [n_out, n_in] into `w`, or its transpose
+// blk.<il>.<name>_t.weight [n_in, n_out] into `w_t` when the file stores that instead (files
+// written by `powerinfer calibrate`); both present is an error naming the file.
+Status load_linear(TensorLoader& t, int64_t il, const char* name, int64_t n_out, int64_t n_in,
+                   Matrix& w, Matrix& w_t);
+
 // "blk.<il>.<suffix>"
 std::string blk(int64_t il, const char* suffix);
 

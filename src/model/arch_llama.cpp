@@ -2,6 +2,7 @@
 // attention (head_count_kv < head_count). RMS norms, RoPE on pairs (2i, 2i+1) (GGUF stores
 // q/k permuted for this), FFN down( act(gate·x) * (up·x) ) with act = SiLU unless the file
 // declares another activation (ReLU for ReluLLaMA / ProSparse and every PowerInfer file).
+// Files written by `powerinfer calibrate` store some projections transposed (load_linear).
 #include "model/arch.h"
 
 namespace pi::model {
@@ -13,25 +14,15 @@ Status load_llama_layout(TensorLoader& t, const HParams& hp, ModelWeights& w) {
     auto attn_norm = t.vector(blk(il, "attn_norm.weight"), hp.n_embd);
     if (!attn_norm.ok()) return attn_norm.error();
     L.attn.norm = *attn_norm;
-    auto q = t.matrix(blk(il, "attn_q.weight"), hp.n_embd_q(), hp.n_embd);
-    if (!q.ok()) return q.error();
-    L.attn.q = std::move(*q);
-    auto k = t.matrix(blk(il, "attn_k.weight"), hp.n_embd_kv(), hp.n_embd);
-    if (!k.ok()) return k.error();
-    L.attn.k = std::move(*k);
-    auto v = t.matrix(blk(il, "attn_v.weight"), hp.n_embd_kv(), hp.n_embd);
-    if (!v.ok()) return v.error();
-    L.attn.v = std::move(*v);
-    auto o = t.matrix(blk(il, "attn_output.weight"), hp.n_embd, hp.n_embd_q());
-    if (!o.ok()) return o.error();
-    L.attn.out = std::move(*o);
+    PI_TRY(load_linear(t, il, "attn_q", hp.n_embd_q(), hp.n_embd, L.attn.q, L.attn.q_t));
+    PI_TRY(load_linear(t, il, "attn_k", hp.n_embd_kv(), hp.n_embd, L.attn.k, L.attn.k_t));
+    PI_TRY(load_linear(t, il, "attn_v", hp.n_embd_kv(), hp.n_embd, L.attn.v, L.attn.v_t));
+    PI_TRY(load_linear(t, il, "attn_output", hp.n_embd, hp.n_embd_q(), L.attn.out, L.attn.out_t));
 
     auto ffn_norm = t.vector(blk(il, "ffn_norm.weight"), hp.n_embd);
     if (!ffn_norm.ok()) return ffn_norm.error();
     L.ffn.norm = *ffn_norm;
-    auto gate = t.matrix(blk(il, "ffn_gate.weight"), hp.n_ff, hp.n_embd);
-    if (!gate.ok()) return gate.error();
-    L.ffn.gate = std::move(*gate);
+    PI_TRY(load_linear(t, il, "ffn_gate", hp.n_ff, hp.n_embd, L.ffn.gate, L.ffn.gate_t));
     auto up = t.matrix(blk(il, "ffn_up.weight"), hp.n_ff, hp.n_embd);
     if (!up.ok()) return up.error();
     L.ffn.up = std::move(*up);

@@ -1,6 +1,6 @@
 #include "model/ffn.h"
 
-#include <numeric>
+#include "model/proj.h"
 
 namespace pi::model {
 
@@ -17,8 +17,8 @@ Result<std::unique_ptr<DenseFfn>> DenseFfn::create(const Model& model, const Mod
   if (!u.ok()) return u.error();
   f->gate_ = std::move(*g);
   f->up_ = std::move(*u);
-  f->all_neurons_.resize(static_cast<size_t>(model.hparams().n_ff));
-  std::iota(f->all_neurons_.begin(), f->all_neurons_.end(), 0);
+  f->all_neurons_ = iota_rows(model.hparams().n_ff);
+  f->all_inputs_ = iota_rows(model.hparams().n_embd);
   return f;
 }
 
@@ -27,7 +27,7 @@ void DenseFfn::run(int64_t il, const FfnInput& in, float* out) {
   const FfnWeights& w = w_.layers[static_cast<size_t>(il)].ffn;
   float* gate = gate_.as<float>();
   float* up = up_.as<float>();
-  if (hp.ffn != FfnKind::Plain) ops_.linear(w.gate, in.x, in.m, gate);
+  if (hp.ffn != FfnKind::Plain) linear_any(ops_, w.gate, w.gate_t, in.x, in.m, all_inputs_, gate);
   ops_.linear(w.up, in.x, in.m, up);
   if (w.up_b.present()) ops_.add_bias(up, w.up_b, in.m, hp.n_ff);
   ops_.ffn_combine(hp.ffn, hp.act, gate, up, in.m, hp.n_ff);

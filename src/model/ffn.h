@@ -32,7 +32,7 @@ class FfnStep {
 };
 
 // Every neuron, with the architecture's FFN kind and activation. PowerInfer files (down_t)
-// run the same maths with the transposed down projection.
+// and calibrated files (down_t, gate_t) run the same maths with the transposed projections.
 class DenseFfn final : public FfnStep {
  public:
   // Computes `weights` (views in dev's memory) on `dev`, with scratch from dev for up to
@@ -54,6 +54,7 @@ class DenseFfn final : public FfnStep {
   backend::Buffer gate_;              // f32 [max_tokens, n_ff]
   backend::Buffer up_;                // f32 [max_tokens, n_ff]
   std::vector<int32_t> all_neurons_;  // 0 .. n_ff-1: the row list of the dense down_t product
+  std::vector<int32_t> all_inputs_;   // 0 .. n_embd-1: the row list of the dense gate_t product
 };
 
 // Whole layers on several devices (a hybrid placement of a dense file, as llama.cpp -ngl):

@@ -121,7 +121,8 @@ Forward::Forward(const Model& model, std::vector<Lane> lanes, LanePlan plan, For
       opts_(opts),
       pos_(static_cast<size_t>(opts.n_batch)),
       len_(static_cast<size_t>(opts.n_batch)),
-      pos_rows_(model.hparams().has_pos_embd ? static_cast<size_t>(opts.n_batch) : 0) {}
+      pos_rows_(model.hparams().has_pos_embd ? static_cast<size_t>(opts.n_batch) : 0),
+      proj_(std::make_unique<DenseProj>(model.hparams())) {}
 
 std::span<const float> Forward::logits() const {
   const size_t n = n_logit_rows_ * static_cast<size_t>(n_vocab());
@@ -293,21 +294,11 @@ void Forward::attention_block(Lane& Ln, int64_t il, int64_t m, const KvBatch& at
   backend::Ops& ops = *Ln.ops;
   StepBuffers& buf = Ln.buf;
   const AttnWeights& a = Ln.w->layers[static_cast<size_t>(il)].attn;
-  const int64_t n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
   float* q = buf.q.as<float>();
   float* k = buf.k.as<float>();
   float* v = buf.v.as<float>();
-  const float* h = buf.h.as<float>();
-  if (a.qkv.present()) {
-    float* qkv = buf.qkv.as<float>();
-    ops.linear(a.qkv, h, m, qkv);
-    const int64_t stride = n_q + 2 * n_kv;
-    ops.copy_rows(qkv, stride, q, n_q, m, n_q);
-    ops.copy_rows(qkv + n_q, stride, k, n_kv, m, n_kv);
-    ops.copy_rows(qkv + n_q + n_kv, stride, v, n_kv, m, n_kv);
-  } else {
-    ops.linear3(a.q, a.k, a.v, h, m, q, k, v);
-  }
+  const int64_t n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
+  proj_->qkv(il, ops, a, QkvIo{buf.h.as<float>(), m, q, k, v, buf.qkv.as<float>()});
   if (a.q_b.present()) ops.add_bias(q, a.q_b, m, n_q);
   if (a.k_b.present()) ops.add_bias(k, a.k_b, m, n_kv);
   if (a.v_b.present()) ops.add_bias(v, a.v_b, m, n_kv);
@@ -320,7 +311,7 @@ void Forward::attention_block(Lane& Ln, int64_t il, int64_t m, const KvBatch& at
   ops.store_kv(ap, k, v, m, kv, at.cell);
   ops.attention(ap, q, m, kv, at, buf.attn.as<float>());
   float* proj = buf.proj.as<float>();
-  ops.linear(a.out, buf.attn.as<float>(), m, proj);
+  proj_->out(il, ops, a, buf.attn.as<float>(), m, proj);
   if (a.out_b.present()) ops.add_bias(proj, a.out_b, m, hp.n_embd);
 }
 

@@ -24,7 +24,8 @@
 // is a cell list too (cell c holds position c, attending cells 0..pos), so there is one
 // attention path. A hybrid pass runs on several devices ("lanes": the CPU and a GPU): a
 // LanePlan says which lane runs the embedding, each layer and the head, and the residual
-// stream is copied where consecutive parts change lanes (the hybrid executor).
+// stream is copied where consecutive parts change lanes (the hybrid executor). The attention
+// projections and the FFN are swappable steps (ProjStep, FfnStep).
 // Thread-safety: one Forward per session.
 #pragma once
 
@@ -37,6 +38,7 @@
 #include "model/ffn.h"
 #include "model/kv_view.h"
 #include "model/model.h"
+#include "model/proj.h"
 #include "backend/device.h"
 #include "backend/ops.h"
 
@@ -122,6 +124,9 @@ class Forward {
   // Replaces the per-layer FFN step (the sparse engine installs its own). The step must accept
   // batches of options().n_batch tokens.
   void set_ffn(std::unique_ptr<FfnStep> ffn) { ffn_ = std::move(ffn); }
+  // Replaces the attention projections' step (default: DenseProj). The step must accept
+  // batches of options().n_batch tokens.
+  void set_proj(std::unique_ptr<ProjStep> proj) { proj_ = std::move(proj); }
 
   // Runs tokens at positions pos0 .. pos0 + m - 1 (1 <= m <= n_batch). Cells [0, pos0) of `kv`
   // must hold the keys and values of the earlier positions; cells [pos0, pos0 + m) are written.
@@ -176,6 +181,7 @@ class Forward {
   std::vector<int64_t> len_;
   std::vector<int32_t> pos_rows_;  // rows of position_embd of a batch's tokens, [n_batch]
   std::unique_ptr<FfnStep> ffn_;
+  std::unique_ptr<ProjStep> proj_;
   size_t n_logit_rows_ = 0;
 };
 

@@ -44,9 +44,7 @@ uint64_t Model::weight_bytes_per_token() const {
     if (m.present()) n += m.nbytes();
   };
   for (const LayerWeights& L : w_.layers) {
-    for (const Matrix* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out, &L.ffn.gate,
-                            &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
-      add(*m);
+    for (const Matrix* m : layer_matrices(L)) add(*m);
   }
   add(w_.output);
   return n;

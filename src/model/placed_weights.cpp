@@ -14,9 +14,7 @@ Status each_view(ModelWeights& w, F&& f) {
     for (Vector* v : {&L.attn.norm, &L.attn.norm_b, &L.attn.q_b, &L.attn.k_b, &L.attn.v_b,
                       &L.attn.out_b, &L.ffn.norm, &L.ffn.norm_b, &L.ffn.up_b, &L.ffn.down_b})
       PI_TRY(f(*v));
-    for (Matrix* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out, &L.ffn.gate,
-                      &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
-      PI_TRY(f(*m));
+    for (Matrix* m : layer_matrices(L)) PI_TRY(f(*m));
   }
   return Status::Ok();
 }

@@ -89,4 +89,24 @@ Status load_ffn_down(TensorLoader& t, const HParams& hp, int64_t il, FfnWeights&
   return Status::Ok();
 }
 
+Status load_linear(TensorLoader& t, int64_t il, const char* name, int64_t n_out, int64_t n_in,
+                   Matrix& w, Matrix& w_t) {
+  const std::string plain = blk(il, (std::string(name) + ".weight").c_str());
+  const std::string transposed = blk(il, (std::string(name) + "_t.weight").c_str());
+  if (t.has(transposed)) {
+    if (t.has(plain)) {
+      return err("%s: both %s and %s are present (a projection is stored once)",
+                 t.path().c_str(), plain.c_str(), transposed.c_str());
+    }
+    auto m = t.matrix(transposed, n_in, n_out);
+    if (!m.ok()) return m.error();
+    w_t = std::move(*m);
+    return Status::Ok();
+  }
+  auto m = t.matrix(plain, n_out, n_in);
+  if (!m.ok()) return m.error();
+  w = std::move(*m);
+  return Status::Ok();
+}
+
 }  // namespace pi::model

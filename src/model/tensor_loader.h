@@ -31,6 +31,7 @@ class TensorLoader {
   Result<Vector> optional_vector(const std::string& name, int64_t n);
 
   bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
+  const std::string& path() const { return file_.path(); }
   // Shape of a tensor, for architectures whose sizes are read from tensors.
   const Shape* shape(const std::string& name) const;
   // Names of the tensors loaded so far (matrix/vector calls that found their tensor).

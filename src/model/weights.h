@@ -5,6 +5,7 @@
 // Views stay valid as long as the Model that owns the mapping.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -18,7 +19,11 @@ using pi::Matrix;
 using pi::Vector;
 
 // Attention block of one layer. Either q/k/v are separate or `qkv` is fused (falcon). The
-// biases are absent (data == nullptr) unless the architecture has them.
+// biases are absent (data == nullptr) unless the architecture has them. A projection may be
+// stored transposed instead (`*_t`, one row per input feature, as PowerInfer's ffn_down_t):
+// files written by `powerinfer calibrate` do so for the projections whose input is
+// thresholded, so that skipping an input channel skips a contiguous row. Exactly one of
+// q / q_t (k / k_t, v / v_t, out / out_t) is present, unless qkv is.
 struct AttnWeights {
   Vector norm;    // f32 [n_embd]  attn_norm
   Vector norm_b;  // f32 [n_embd]  attn_norm bias (layer norm only)
@@ -31,19 +36,25 @@ struct AttnWeights {
   Vector k_b;     // f32 [n_embd_kv]  (qwen2, opt)
   Vector v_b;     // f32 [n_embd_kv]  (qwen2, opt)
   Vector out_b;   // f32 [n_embd]     (opt)
+  Matrix q_t;     // [n_embd, n_embd_q]   attn_q_t
+  Matrix k_t;     // [n_embd, n_embd_kv]  attn_k_t
+  Matrix v_t;     // [n_embd, n_embd_kv]  attn_v_t
+  Matrix out_t;   // [n_embd_q, n_embd]   attn_output_t
 };
 
 // FFN block of one layer. `norm` is the FFN's own input norm: ffn_norm for llama/bamboo/opt,
 // attn_norm_2 for falcon-40B; absent for falcon-7B, whose FFN reads the attention norm's
-// output. Exactly one of down / down_t is present. The biases (opt) are absent otherwise:
-// out = down · act(up · x + up_b) + down_b.
+// output. Exactly one of down / down_t is present, and at most one of gate / gate_t
+// (gate_t: calibrated files whose FFN input is thresholded, see AttnWeights). The biases
+// (opt) are absent otherwise: out = down · act(up · x + up_b) + down_b.
 struct FfnWeights {
   Vector norm;    // f32 [n_embd]
   Vector norm_b;  // f32 [n_embd]  (layer norm only)
   Matrix gate;    // [n_ff, n_embd]  absent for FfnKind::Plain
   Matrix up;      // [n_ff, n_embd]
   Matrix down;    // [n_embd, n_ff]  GGUF files
-  Matrix down_t;  // [n_ff, n_embd]  PowerInfer files: one row per neuron
+  Matrix down_t;  // [n_ff, n_embd]  PowerInfer and calibrated files: one row per neuron
+  Matrix gate_t;  // [n_embd, n_ff]  calibrated files: one row per input feature
   Vector up_b;    // f32 [n_ff]
   Vector down_b;  // f32 [n_embd]
 };
@@ -52,6 +63,14 @@ struct LayerWeights {
   AttnWeights attn;
   FfnWeights ffn;
 };
+
+// Every matrix view of a layer (present or not), for code that visits them all.
+template <typename L>
+auto layer_matrices(L& l) {
+  return std::array{&l.attn.q,   &l.attn.k,   &l.attn.v,  &l.attn.qkv, &l.attn.out,
+                    &l.attn.q_t, &l.attn.k_t, &l.attn.v_t, &l.attn.out_t, &l.ffn.gate,
+                    &l.ffn.up,   &l.ffn.down, &l.ffn.down_t, &l.ffn.gate_t};
+}
 
 struct ModelWeights {
   Matrix tok_embd;    // [n_vocab, n_embd]  any computable type; rows are dequantized on use
@@ -71,13 +90,14 @@ uint64_t weight_bytes(const ModelWeights& w);
 // on_matrix(Matrix&) and on_vector(Vector&) see every present view (const or not, as `L` is).
 template <typename Layer, typename OnMatrix, typename OnVector>
 void each_dense_view(Layer& L, bool with_ffn, OnMatrix&& on_matrix, OnVector&& on_vector) {
-  for (auto* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out})
+  for (auto* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out, &L.attn.q_t,
+                  &L.attn.k_t, &L.attn.v_t, &L.attn.out_t})
     if (m->present()) on_matrix(*m);
   for (auto* v : {&L.attn.norm, &L.attn.norm_b, &L.attn.q_b, &L.attn.k_b, &L.attn.v_b,
                   &L.attn.out_b, &L.ffn.norm, &L.ffn.norm_b})
     if (v->present()) on_vector(*v);
   if (!with_ffn) return;
-  for (auto* m : {&L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
+  for (auto* m : {&L.ffn.gate, &L.ffn.gate_t, &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
     if (m->present()) on_matrix(*m);
   for (auto* v : {&L.ffn.up_b, &L.ffn.down_b})
     if (v->present()) on_vector(*v);

@@ -41,6 +41,11 @@ bool wants_sparse(const model::Model& model, const ContextOptions& o) {
   return model.hparams().powerinfer && !o.dense && sparse::has_predictors(model.file());
 }
 
+// Whether it runs the threshold steps of a calibrated file.
+bool wants_thresholds(const model::Model& model, const ContextOptions& o) {
+  return !o.dense && sparse::has_act_sparsity(model.file());
+}
+
 std::string mib(uint64_t b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1 << 20));
@@ -77,6 +82,8 @@ Status Context::check_budget(const model::Model& model, const ContextOptions& o,
   } else {
     items.push_back({"FFN scratch", model::DenseFfn::device_bytes(hp, o.n_batch)});
   }
+  if (wants_thresholds(model, o))
+    items.push_back({"threshold scratch", sparse::threshold_scratch_bytes(hp, o.n_batch)});
   uint64_t total = 0;
   for (const Item& it : items) total += it.bytes;
   const uint64_t free = dev.memory().free();
@@ -114,6 +121,12 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
     opts.device.budget = *opts.vram_budget;
   auto dev = backend::make_device(opts.device);
   if (!dev.ok()) return dev.error();
+  if ((opts.thresholds.sparsity || opts.thresholds.sites) && !opts.dense &&
+      !sparse::has_act_sparsity(model.file())) {
+    return err("%s: --sparsity and --sparsity-sites need a file calibrated by `powerinfer "
+               "calibrate` (this one has no %s)",
+               model.file().path().c_str(), sparse::kMethodKey);
+  }
   if (!(*dev)->host_addressable()) return create_hybrid(model, opts, std::move(*dev));
   const bool sparse = wants_sparse(model, opts);
   if (model.hparams().powerinfer && !opts.dense && !sparse) {
@@ -147,9 +160,21 @@ Status Context::build_forward() {
     sparse_ = sf->get();
     ffn = std::move(*sf);
   }
+  std::unique_ptr<model::ProjStep> proj;
+  if (wants_thresholds(model_, opts_)) {
+    auto steps =
+        sparse::make_threshold_steps(model_, weights(), *dev_, opts_.n_batch, opts_.thresholds);
+    if (!steps.ok()) return steps.error();
+    threshold_ffn_ = steps->ffn.get();
+    threshold_proj_ = steps->proj.get();
+    site_thresholds_ = std::move(steps->thresholds);
+    ffn = std::move(steps->ffn);
+    proj = std::move(steps->proj);
+  }
   auto f = model::Forward::create(model_, weights(), *dev_, fo, std::move(ffn));
   if (!f.ok()) return f.error();
   forward_ = std::move(*f);
+  if (proj) forward_->set_proj(std::move(proj));
   return Status::Ok();
 }
 

@@ -31,6 +31,7 @@
 #include "runtime/hybrid_plan.h"
 #include "runtime/kv_cache.h"
 #include "sparse/sparse_ffn.h"
+#include "sparse/threshold_steps.h"
 
 namespace pi::runtime {
 
@@ -93,6 +94,10 @@ class Context {
   sparse::SparseFfn* sparse_ffn() { return sparse_; }
   const sparse::SparseFfn* sparse_ffn() const { return sparse_; }
   const sparse::Threshold& sparse_threshold() const { return threshold_; }
+  // The threshold steps when this context runs a calibrated file thresholded, else nullptr.
+  sparse::ThresholdFfn* threshold_ffn() const { return threshold_ffn_; }
+  sparse::ThresholdProj* threshold_proj() const { return threshold_proj_; }
+  const sparse::SiteThresholds& site_thresholds() const { return site_thresholds_; }
 
  private:
   Context(const model::Model& model, ContextOptions opts, std::unique_ptr<backend::Device> dev,
@@ -126,6 +131,9 @@ class Context {
   std::unique_ptr<model::Forward> forward_;
   sparse::SparseFfn* sparse_ = nullptr;  // owned by forward_
   sparse::Threshold threshold_;
+  sparse::ThresholdFfn* threshold_ffn_ = nullptr;    // owned by forward_
+  sparse::ThresholdProj* threshold_proj_ = nullptr;  // owned by forward_
+  sparse::SiteThresholds site_thresholds_;
   // decode_batch() scratch, allocated by create().
   AttnLists lists_;
   std::vector<int32_t> chunk_tokens_, chunk_outputs_;  // [n_batch]

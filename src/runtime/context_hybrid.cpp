@@ -8,6 +8,7 @@
 #include "backend/registry.h"
 #include "core/log.h"
 #include "runtime/context.h"
+#include "sparse/act_sparsity.h"
 #include "sparse/placement_model.h"
 
 namespace pi::runtime {
@@ -54,6 +55,10 @@ Result<std::unique_ptr<Context>> Context::create_hybrid(const model::Model& mode
   ho.isa = opts.device.isa;
   auto host = backend::make_device(ho);
   if (!host.ok()) return host.error();
+  if (!opts.dense && sparse::has_act_sparsity(model.file())) {
+    log_warn("%s: activation thresholds (powerinfer calibrate) run on host devices only: on %s "
+             "this file runs dense", model.file().path().c_str(), dev->name().c_str());
+  }
   if (model.hparams().powerinfer && !opts.dense && !setup->split) {
     log_warn("%s: PowerInfer file without predictors (blk.N.fc1/fc2): running dense",
              model.file().path().c_str());

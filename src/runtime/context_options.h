@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend/registry.h"
+#include "sparse/threshold_steps.h"
 
 namespace pi::runtime {
 
@@ -27,6 +28,9 @@ struct ContextOptions {
   // else 0 (sparse::resolve_threshold).
   std::optional<float> sparse_threshold;
   bool check_predictor = false;  // sparse only: also run the dense FFN and measure the predictor
+  // Files calibrated by `powerinfer calibrate` run with activation thresholds unless `dense`
+  // is set (sparse/threshold_steps.h: sparsity, sites).
+  sparse::ThresholdOptions thresholds;
   int n_seq_max = 1;             // sequences the cache holds (1..64): ids 0 .. n_seq_max-1
 
   // ---- Hybrid execution: a device that is not the host (sim, cuda) runs what fits ----

@@ -94,6 +94,8 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.dense = o.sparse.dense;
   co.sparse_threshold = o.sparse.threshold;
   co.check_predictor = o.sparse.check_predictor;
+  co.thresholds.sparsity = o.sparse.sparsity;
+  co.thresholds.sites = o.sparse.sites;
   co.all_logits = o.all_logits;
   co.n_seq_max = o.n_seq_max;
   co.device.name = o.device;
@@ -307,8 +309,37 @@ Status Session::warmup(int32_t token) {
   return Status::Ok();
 }
 
+namespace {
+
+// The counters of the sites a calibrated file runs thresholded.
+void add_site_reports(const runtime::Context& ctx, SparsityReport& r) {
+  const sparse::SiteThresholds& thr = ctx.site_thresholds();
+  r.thresholded = true;
+  r.act_sparsity = thr.sparsity;
+  for (sparse::Site s : sparse::kAllSites) {
+    if (!thr.on(s)) continue;
+    const auto i = static_cast<size_t>(s);
+    const bool proj = s == sparse::Site::AttnIn || s == sparse::Site::AttnOut;
+    const sparse::SiteStats& st = proj ? ctx.threshold_proj()->stats() : ctx.threshold_ffn()->stats();
+    SiteSparsity site;
+    site.site = sparse::site_name(s);
+    site.thresholds = thr.per_layer[i];
+    site.tokens = st[i].empty() ? 0 : st[i][0].tokens;
+    for (const sparse::SiteLayerStats& l : st[i]) {
+      site.entries.push_back(l.entries);
+      site.kept.push_back(l.kept);
+      site.bytes.push_back(l.bytes);
+      site.seconds.push_back(l.seconds);
+    }
+    r.sites.push_back(std::move(site));
+  }
+}
+
+}  // namespace
+
 SparsityReport Session::sparsity() const {
   SparsityReport r;
+  if (ctx_->threshold_ffn() != nullptr) add_site_reports(*ctx_, r);
   const sparse::SparseFfn* ffn = ctx_->sparse_ffn();
   if (ffn == nullptr) return r;
   const model::Model& m = ctx_->model();
@@ -318,7 +349,7 @@ SparsityReport Session::sparsity() const {
   r.threshold_source = sparse::threshold_source_name(ctx_->sparse_threshold().source);
   for (const model::LayerWeights& L : m.weights().layers)
     r.ffn_bytes_dense += L.ffn.gate.nbytes() + L.ffn.up.nbytes() + L.ffn.down.nbytes() +
-                         L.ffn.down_t.nbytes();
+                         L.ffn.down_t.nbytes() + L.ffn.gate_t.nbytes();
   for (const sparse::LayerStats& s : ffn->stats()) {
     LayerSparsity l;
     l.tokens = s.tokens;
@@ -377,6 +408,8 @@ PlacementInfo Session::placement() const {
 
 void Session::reset_sparsity() {
   if (sparse::SparseFfn* ffn = ctx_->sparse_ffn(); ffn != nullptr) ffn->reset_stats();
+  if (ctx_->threshold_ffn() != nullptr) ctx_->threshold_ffn()->reset_stats();
+  if (ctx_->threshold_proj() != nullptr) ctx_->threshold_proj()->reset_stats();
 }
 
 }  // namespace pi

@@ -1,6 +1,6 @@
 #include "sparse/profile_ffn.h"
 
-#include <numeric>
+#include "model/proj.h"
 
 namespace pi::sparse {
 
@@ -21,8 +21,8 @@ Result<std::unique_ptr<ProfilingFfn>> ProfilingFfn::create(const model::Model& m
   if (!u.ok()) return u.error();
   f->gate_ = std::move(*g);
   f->up_ = std::move(*u);
-  f->all_neurons_.resize(static_cast<size_t>(hp.n_ff));
-  std::iota(f->all_neurons_.begin(), f->all_neurons_.end(), 0);
+  f->all_neurons_ = model::iota_rows(hp.n_ff);
+  f->all_inputs_ = model::iota_rows(hp.n_embd);
   f->counts_.assign(static_cast<size_t>(hp.n_layer),
                     std::vector<uint64_t>(static_cast<size_t>(hp.n_ff), 0));
   return f;
@@ -34,7 +34,8 @@ void ProfilingFfn::run(int64_t il, const model::FfnInput& in, float* out) {
   backend::Ops& ops = dev_.ops();
   float* gate = gate_.as<float>();
   float* up = up_.as<float>();
-  if (hp.ffn != model::FfnKind::Plain) ops.linear(w.gate, in.x, in.m, gate);
+  if (hp.ffn != model::FfnKind::Plain)
+    model::linear_any(ops, w.gate, w.gate_t, in.x, in.m, all_inputs_, gate);
   ops.linear(w.up, in.x, in.m, up);
   if (w.up_b.present()) ops.add_bias(up, w.up_b, in.m, hp.n_ff);
   ops.ffn_combine(hp.ffn, hp.act, gate, up, in.m, hp.n_ff);

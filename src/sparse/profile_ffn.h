@@ -41,6 +41,7 @@ class ProfilingFfn final : public model::FfnStep {
   backend::Buffer gate_;                      // f32 [max_tokens, n_ff] (device)
   backend::Buffer up_;                        // f32 [max_tokens, n_ff] (device)
   std::vector<int32_t> all_neurons_;          // 0 .. n_ff-1
+  std::vector<int32_t> all_inputs_;           // 0 .. n_embd-1 (a transposed gate, gate_t)
   std::vector<std::vector<uint64_t>> counts_; // [n_layer][n_ff]
   uint64_t n_tokens_ = 0;
 };

@@ -33,6 +33,10 @@ Result<std::unique_ptr<SparseFfn>> SparseFfn::create(const model::Model& model,
                path.c_str(), model::activation_name(hp.act));
   }
   for (int64_t il = 0; il < hp.n_layer; ++il) {
+    if (hp.ffn != FfnKind::Plain && !weights.layers[sz(il)].ffn.gate.present()) {
+      return err("%s: layer %lld stores ffn_gate transposed (run with --dense)", path.c_str(),
+                 static_cast<long long>(il));
+    }
     if (!weights.layers[sz(il)].ffn.down_t.present()) {
       return err("%s: layer %lld has ffn_down instead of ffn_down_t (run with --dense)",
                  path.c_str(), static_cast<long long>(il));

@@ -111,6 +111,9 @@ Result<BenchOptions> validate_bench_flags(const BenchFlags& f, int default_threa
   if (f.probe_passes < 1 || f.probe_passes > 1000)
     return err("--probe-passes: %d is out of range [1, 1000]", f.probe_passes);
   o.probe_passes = f.probe_passes;
+  if (!(f.scatter_fraction > 0.0 && f.scatter_fraction <= 1.0))
+    return err("--scatter-fraction: %g is out of range (0, 1]", f.scatter_fraction);
+  o.scatter_fraction = f.scatter_fraction;
   if (o.probe_only) {
     if (!f.models.empty() || !f.prompts.empty() || !f.gens.empty() || !f.modes.empty() || f.dense ||
         f.sparse)
@@ -176,6 +179,17 @@ Result<BenchOptions> validate_bench_flags(const BenchFlags& f, int default_threa
       o.budgets.push_back(*b);
     }
   }
+  auto sparsities = split_list("--sparsity", f.sparsities);
+  if (!sparsities.ok()) return sparsities.error();
+  for (const std::string& s : *sparsities) {
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (end == s.c_str() || *end != '\0' || !(v >= 0.0 && v < 1.0))
+      return err("--sparsity %s: must be in [0, 1) (the share of activations zeroed, e.g. 0.4)",
+                 s.c_str());
+    o.sparsities.push_back(v);
+  }
+  o.sparsity_sites = f.sparsity_sites;
   return o;
 }
 

@@ -34,6 +34,9 @@ struct BenchFlags : ModelFlags {
   int warmup_gen = 8;                // --warmup-gen
   bool mmap = true;                  // --no-mmap clears it
   std::string device = "cpu";        // --device (sim or cuda: hybrid rows, one per budget)
+  std::vector<std::string> sparsities;  // --sparsity (calibrated files)
+  std::string sparsity_sites;           // --sparsity-sites
+  double scatter_fraction = 0.10;       // --scatter-fraction
 };
 
 // The validated grid. Rows are models x modes x threads x tests, in that nesting order; a
@@ -59,6 +62,12 @@ struct BenchOptions {
   std::string device = "cpu";
   // --vram-budget list (bytes), one row each; {nullopt}: one row, the device's default.
   std::vector<std::optional<uint64_t>> budgets{std::nullopt};
+  // Calibrated files (powerinfer calibrate) in sparse mode: one row per sparsity (empty: the
+  // file's target), with these sites (empty: every calibrated site).
+  std::vector<double> sparsities;
+  std::string sparsity_sites;
+  // Share of rows the scattered probe reads (a sparse run's density: 1 - its sparsity).
+  double scatter_fraction = 0.10;
 };
 
 // Checks every list and value; messages name the flag and the offending item.

@@ -199,7 +199,7 @@ std::string format_markdown(const BenchReport& r) {
 
   s += fmt("\n| threads | probe GB/s (median) | min | max | scattered GB/s (%zu-byte rows, %.0f%%) | "
            "scattered / sequential |\n|---|---|---|---|---|---|\n",
-           kScatterChunkBytes, 100 * kScatterFraction);
+           kScatterChunkBytes, 100 * r.options.scatter_fraction);
   for (const ProbeStats& p : r.probe)
     s += fmt("| %d | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", p.threads, p.median, p.min, p.max,
              p.scattered, p.median > 0 ? 100 * p.scattered / p.median : 0.0);

@@ -4,8 +4,10 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string_view>
@@ -16,6 +18,7 @@
 #include "gguf/reader.h"
 #include "model/model.h"
 #include "powerinfer/engine.h"
+#include "sparse/act_sparsity.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pi::cli {
@@ -51,6 +54,7 @@ Status check_models(const BenchOptions& o) {
       return err("%s: no such model file", path.c_str());
     auto f = gguf::File::open(path);
     if (!f.ok()) return f.error();
+    if (sparse::has_act_sparsity(*f)) continue;  // calibrated: sparse is thresholded
     const bool wants_sparse =
         std::find(o.modes.begin(), o.modes.end(), BenchMode::Sparse) != o.modes.end();
     const bool only_sparse = wants_sparse && o.modes.size() == 1;
@@ -82,6 +86,7 @@ ModelSummary summarize_model(const Engine& engine) {
   s.arch = info.architecture;
   s.powerinfer = info.powerinfer;
   s.has_predictors = has_predictors(f);
+  s.calibrated = sparse::has_act_sparsity(f);
   s.activation = info.activation;
   s.synth_activity = f.get_number_or("synth.activity", -1.0);
   s.file_bytes = info.file_bytes;
@@ -108,7 +113,7 @@ ModelSummary summarize_model(const Engine& engine) {
                        [](const auto& a, const auto& b) { return a.second < b.second; });
   s.type = top != bytes_by_type.end() ? std::string(dtype_name(top->first)) : "?";
   for (const model::LayerWeights& L : m.weights().layers)
-    for (const model::Matrix* w : {&L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
+    for (const model::Matrix* w : {&L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.ffn.down_t, &L.ffn.gate_t})
       if (w->present()) s.ffn_bytes += w->nbytes();
   s.kv_bytes_per_cell = static_cast<uint64_t>(hp.n_layer * 2 * hp.n_head_kv * hp.head_dim) * 2;
   return s;
@@ -134,6 +139,17 @@ struct SparseTotals {
 SparseTotals sparse_totals(const Session& s) {
   SparseTotals t;
   const SparsityReport r = s.sparsity();
+  if (r.thresholded) {
+    // Bytes the thresholded products read; tokens: those of a layer (every site sees each).
+    for (const SiteSparsity& site : r.sites) {
+      for (uint64_t b : site.bytes) t.bytes += b;
+      t.neurons += site.entries.empty() ? 0 : site.entries[0];
+      t.computed += site.kept.empty() ? 0 : site.kept[0];
+    }
+    t.tokens = r.sites.empty() ? 0 : r.sites[0].tokens;
+    t.predicted = t.computed;
+    return t;
+  }
   if (!r.layers.empty()) t.tokens = r.layers[0].tokens;
   for (const LayerSparsity& l : r.layers) {
     t.neurons += l.tokens * l.n_ff;
@@ -144,12 +160,36 @@ SparseTotals sparse_totals(const Session& s) {
   return t;
 }
 
+// Weight bytes of the matrices the thresholded sites of a run read (all of them, as a dense
+// step reads them): what a calibrated file's sparse run reads only partly.
+uint64_t site_matrix_bytes(const model::ModelWeights& w, const SparsityReport& r) {
+  uint64_t n = 0;
+  for (const SiteSparsity& s : r.sites) {
+    for (const model::LayerWeights& L : w.layers) {
+      std::vector<const model::Matrix*> ms;
+      if (s.site == "attn_in") ms = {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.q_t, &L.attn.k_t, &L.attn.v_t};
+      if (s.site == "attn_out") ms = {&L.attn.out, &L.attn.out_t};
+      if (s.site == "ffn_in") ms = {&L.ffn.gate, &L.ffn.gate_t};
+      if (s.site == "ffn_gate") ms = {&L.ffn.up, &L.ffn.down, &L.ffn.down_t};
+      for (const model::Matrix* m : ms) n += m->present() ? m->nbytes() : 0;
+    }
+  }
+  return n;
+}
+
 // One model, mode and thread count: a session and the tests run on it.
 class RowRunner {
  public:
+  // `site_bytes`: for a calibrated file's sparse session, site_matrix_bytes() (else 0).
   RowRunner(const BenchOptions& o, const ModelSummary& model, const BandwidthProbe& probe,
-            Session& session, int32_t bos, int threads)
-      : o_(o), model_(model), probe_(probe), session_(session), bos_(bos), pool_(threads) {}
+            Session& session, int32_t bos, int threads, uint64_t site_bytes)
+      : o_(o),
+        model_(model),
+        probe_(probe),
+        session_(session),
+        bos_(bos),
+        pool_(threads),
+        site_bytes_(site_bytes) {}
 
   Status prompt_test(int64_t n, BenchRow& row) {
     std::vector<int32_t> tokens(static_cast<size_t>(n));
@@ -234,6 +274,10 @@ class RowRunner {
           static_cast<double>(model_.kv_bytes_per_cell) * (static_cast<double>(row.n_gen) + 3) / 2;
       if (row.mode == BenchMode::Dense) {
         b.ffn = static_cast<double>(model_.ffn_bytes);
+      } else if (site_bytes_ > 0 && sum.tokens > 0) {
+        // Thresholded: the sites' rows (scattered) and every other weight once.
+        b.other_weights = static_cast<double>(model_.weight_bytes_per_token - site_bytes_);
+        b.ffn = static_cast<double>(sum.bytes) / static_cast<double>(sum.tokens);
       } else if (sum.tokens > 0) {
         b.predictors = static_cast<double>(model_.predictor_bytes);
         b.ffn = static_cast<double>(sum.bytes) / static_cast<double>(sum.tokens) - b.predictors;
@@ -253,6 +297,7 @@ class RowRunner {
   Session& session_;
   int32_t bos_;
   ThreadPool pool_;  // the probe's threads, as many as the session's
+  uint64_t site_bytes_ = 0;
 };
 
 // Maps every weight page into this process: a dense step on a throwaway session reads every
@@ -287,7 +332,11 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
   if (model.n_vocab < 1) return err("%s: the model has no vocabulary rows", path.c_str());
 
   bool mapped = false;
-  for (BenchMode mode : modes_for(o, model.powerinfer)) {
+  // Calibrated files in sparse mode: one pass per sparsity asked for (none: the file's target).
+  std::vector<std::optional<double>> levels = {std::nullopt};
+  if (model.calibrated && !o.sparsities.empty()) levels.assign(o.sparsities.begin(), o.sparsities.end());
+  for (BenchMode mode : modes_for(o, model.powerinfer || model.calibrated)) {
+   for (const std::optional<double>& level : mode == BenchMode::Sparse ? levels : std::vector<std::optional<double>>{std::nullopt}) {
     for (int threads : o.threads) {
      for (const std::optional<uint64_t>& budget : o.budgets) {
       SessionOptions so;
@@ -301,16 +350,22 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
       flags.vram_budget.clear();  // the list: one row per budget
       PI_TRY(apply_hybrid_flags(flags, so));
       so.vram_budget = budget;
+      if (model.calibrated && mode == BenchMode::Sparse) {
+        so.sparse.sparsity = level;
+        if (!o.sparsity_sites.empty()) so.sparse.sites = o.sparsity_sites;
+      }
       if (mode == BenchMode::Sparse && !mapped) {
         PI_TRY(map_all_weights(**engine, bos, threads));
         mapped = true;
       }
       auto session = Session::create(**engine, so);
       if (!session.ok()) return session.error();
-      if (mode == BenchMode::Sparse && !(*session)->sparsity().sparse)
+      const SparsityReport started = (*session)->sparsity();
+      if (mode == BenchMode::Sparse && !started.sparse && !started.thresholded)
         return err("%s: the session did not start sparse (no usable predictors)", path.c_str());
       PI_TRY((*session)->warmup(bos));
-      RowRunner runner(o, model, probe, **session, bos, threads);
+      RowRunner runner(o, model, probe, **session, bos, threads,
+                       started.thresholded ? site_matrix_bytes((*engine)->model().weights(), started) : 0);
 
       auto add_row = [&](int64_t n_prompt, int64_t n_gen) -> Status {
         BenchRow row;
@@ -323,6 +378,12 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
         row.test = n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
         row.hybrid.has_budget = budget.has_value();
         row.hybrid.budget = budget.value_or(0);
+        if (started.thresholded) {
+          row.act_sparsity = started.act_sparsity;
+          char s[32];
+          std::snprintf(s, sizeof s, "@s%.2f", started.act_sparsity);
+          row.test += s;
+        }
         row.load_1m = read_load_average().m1;
         log_info("bench: %s %s t=%d %s (load %.2f)", std::filesystem::path(path).filename().c_str(),
                  mode_name(mode), threads, row.test.c_str(), row.load_1m);
@@ -346,6 +407,7 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
       for (int64_t n : o.n_gen) PI_TRY(add_row(0, n));
      }
     }
+   }
   }
   return Status::Ok();
 }
@@ -428,7 +490,7 @@ Result<BenchReport> run_bench(const BenchOptions& o) {
     (void)(*probe)->pass(pool);  // wakes the workers, faults nothing (pages are resident)
     ProbeStats st = probe_stats(t, (*probe)->measure(pool, o.probe_passes));
     st.scattered_passes =
-        (*probe)->measure_scattered(pool, o.probe_passes, kScatterChunkBytes, kScatterFraction);
+        (*probe)->measure_scattered(pool, o.probe_passes, kScatterChunkBytes, o.scatter_fraction);
     st.scattered = median_of(st.scattered_passes);
     report.probe.push_back(std::move(st));
     log_info("bench: probe %d thread%s: %.1f GB/s sequential, %.1f GB/s scattered (median of %d "

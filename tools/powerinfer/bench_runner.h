@@ -31,6 +31,7 @@ struct ModelSummary {
   std::string type;         // weight type holding the most bytes, e.g. "q4_0"
   bool powerinfer = false;  // PWRI file
   bool has_predictors = false;
+  bool calibrated = false;  // activation thresholds (powerinfer calibrate)
   std::string activation;
   double synth_activity = -1;  // synth.activity of `powerinfer synth` files, else -1
   uint64_t file_bytes = 0;
@@ -103,6 +104,7 @@ struct BenchRow {
   double roofline_ratio = 0;
   double load_1m = -1;     // load average when the row started
   HybridRow hybrid;
+  double act_sparsity = -1;  // calibrated files in sparse mode: the sparsity run, else -1
 };
 
 struct BenchReport {

@@ -49,6 +49,7 @@ struct PerplexityOptions : ModelFlags {
   int n_threads = 1;
   int64_t n_chunks = -1;  // -1: every whole chunk of the text
   bool dense = false;
+  ActSparsityFlags act;  // calibrated files: --sparsity, --sparsity-sites
   std::string device = "cpu";
   bool mmap = true;
   std::string kl_save;
@@ -259,6 +260,7 @@ int run_perplexity(PerplexityOptions o) {
   so.n_batch = std::min(o.n_batch, c.n_ctx);
   so.n_threads = o.n_threads;
   so.sparse.dense = o.dense;
+  if (Status s = apply_act_sparsity(o.act, so.sparse); !s.ok()) return fail(s.error());
   so.device = o.device;
   so.all_logits = true;
   if (Status h = apply_hybrid_flags(o, so); !h.ok()) return fail(h.error());
@@ -353,6 +355,12 @@ int run_perplexity(PerplexityOptions o) {
 
   const PerplexityEstimate p = perplexity_of(scores.nll);
   std::printf("Final estimate: PPL = %.4f +/- %.5f\n", p.ppl, p.ppl_err);
+  if (const SparsityReport r = session.sparsity(); r.thresholded) {
+    std::printf("Activation sparsity %.2f, share zeroed:", r.act_sparsity);
+    for (const SiteSparsity& site : r.sites)
+      std::printf(" %s %.1f%%", site.site.c_str(), 100.0 * site.zeroed_fraction());
+    std::printf("\n");
+  }
   if (base) print_kl_summary(o.kl_base, scores);
   std::fflush(stdout);
 
@@ -379,7 +387,8 @@ Runner add_perplexity(CLI::App& app) {
       "of -c tokens, each evaluated from an empty context, and the second half of each chunk\n"
       "is scored. Prints the running value per chunk and the final estimate with its error.\n"
       "--kl-save/--kl-base compare two models or modes token by token (KL divergence).\n"
-      "PowerInfer files run sparse unless --dense.");
+      "PowerInfer files run sparse unless --dense; calibrated files (powerinfer calibrate)\n"
+      "run with their activation thresholds unless --dense.");
   sub->add_option("-m,--model", o->model, "Model file")->required();
   sub->add_option("-f,--file", o->text_file, "Text file to score")->required();
   CLI::Option* ctx = sub->add_option("-c,--ctx-size", o->n_ctx,
@@ -395,7 +404,9 @@ Runner add_perplexity(CLI::App& app) {
   sub->add_flag("!--no-mmap", o->mmap, "Read the model into memory backed by transparent huge pages instead of mapping it: a copy at load (the file's size in RAM), faster decoding, most of all sparse");
   add_device_option(sub, o->device);
   sub->add_flag("--dense", o->dense,
-                "PowerInfer files: compute every FFN neuron instead of the predicted ones");
+                "PowerInfer files: compute every FFN neuron instead of the predicted ones; "
+                "calibrated files: no activation thresholds");
+  add_act_sparsity_flags(sub, o->act);
   CLI::Option* save = sub->add_option(
       "--kl-save", o->kl_save,
       "Write the scored positions' log-probabilities (f16) to this file, as a base for "

@@ -38,6 +38,10 @@ Runner add_synth(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--pwri", o->pwri,
                 "Write a PowerInfer file (PWRI magic, ffn_down_t, fc1/fc2 predictors)");
+  sub->add_option("--act", o->act,
+                  "FFN activation: relu, or silu (llama: an ordinary SwiGLU model whose hidden "
+                  "states are heavy-tailed, for `powerinfer calibrate`)")
+      ->capture_default_str();
   sub->add_option("--activity", o->activity, "Mean fraction of neurons firing per token")
       ->capture_default_str();
   sub->add_option("--hot-fraction", o->hot_fraction, "Fraction of neurons that are 'hot'")

@@ -22,6 +22,7 @@ Runner add_batched(CLI::App& app);
 Runner add_batched_bench(CLI::App& app);
 Runner add_devices(CLI::App& app);
 Runner add_profile(CLI::App& app);
+Runner add_calibrate(CLI::App& app);
 Runner add_plan(CLI::App& app);
 Runner add_serve(CLI::App& app);
 

@@ -55,13 +55,35 @@ void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help) {
   add_device_option(sub, o.device);
   sub->add_flag("--dense", o.dense,
                 "PowerInfer files: compute every FFN neuron (still ReLU) instead of the "
-                "predicted ones");
+                "predicted ones; calibrated files: no activation thresholds");
   sub->add_option("--sparse-threshold", o.sparse_threshold,
                   "Predictor threshold: neuron active iff logit >= T (default: the environment "
                   "variable LLAMA_SPARSE_PRED_THRESHOLD, else the file's "
                   "powerinfer.sparse_threshold, else 0; this flag wins). Negative values as "
                   "--sparse-threshold=-inf");
+  add_act_sparsity_flags(sub, o.act);
   add_model_flags(sub, o);
+}
+
+void add_act_sparsity_flags(CLI::App* sub, ActSparsityFlags& f) {
+  sub->add_option("--sparsity", f.sparsity,
+                  "Calibrated files (powerinfer calibrate): the share of activations zeroed at "
+                  "each site, 0 to the file's last level (default: the file's target; --dense: "
+                  "none)");
+  sub->add_option("--sparsity-sites", f.sites,
+                  "Calibrated files: the sites to sparsify, comma-separated from attn_in, "
+                  "attn_out, ffn_in, ffn_gate (default: every calibrated site)");
+}
+
+Status apply_act_sparsity(const ActSparsityFlags& f, SparseOptions& so) {
+  if (f.sparsity) {
+    if (!(*f.sparsity >= 0.0 && *f.sparsity < 1.0))
+      return err("--sparsity %g: must be in [0, 1) (the share of activations zeroed, e.g. 0.4)",
+                 *f.sparsity);
+    so.sparsity = *f.sparsity;
+  }
+  if (!f.sites.empty()) so.sites = f.sites;
+  return Status::Ok();
 }
 
 void add_device_option(CLI::App* sub, std::string& device) {
@@ -160,6 +182,7 @@ Result<SessionOptions> session_options(const GenOptions& o, uint64_t seed) {
     so.sparse.threshold = v;
   }
   PI_TRY(apply_hybrid_flags(o, so));
+  PI_TRY(apply_act_sparsity(o.act, so.sparse));
   return so;
 }
 

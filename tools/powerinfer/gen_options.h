@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,15 @@ class Tokenizer;
 namespace pi::cli {
 
 inline constexpr const char* kDefaultModel = "models/kjv-relu/kjv-relu.pwri.gguf";
+
+// --sparsity S and --sparsity-sites LIST: calibrated files (`powerinfer calibrate`).
+struct ActSparsityFlags {
+  std::optional<double> sparsity;
+  std::string sites;  // empty: every calibrated site
+};
+void add_act_sparsity_flags(CLI::App* sub, ActSparsityFlags& f);
+// Checks the values (a sparsity in [0, 1)) and copies them into `so`.
+Status apply_act_sparsity(const ActSparsityFlags& f, SparseOptions& so);
 
 struct GenOptions : ModelFlags {
   std::string model;
@@ -40,6 +50,7 @@ struct GenOptions : ModelFlags {
   // PowerInfer files (see SparseOptions): --dense, --sparse-threshold.
   bool dense = false;
   std::string sparse_threshold;  // empty: not given
+  ActSparsityFlags act;          // calibrated files: --sparsity, --sparsity-sites
 };
 
 // Logs the model line of run and batched (path, architecture, sparse or dense, sizes) and,

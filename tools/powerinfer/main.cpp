@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   runners["batched-bench"] = pi::cli::add_batched_bench(app);
   runners["devices"] = pi::cli::add_devices(app);
   runners["profile"] = pi::cli::add_profile(app);
+  runners["calibrate"] = pi::cli::add_calibrate(app);
   runners["plan"] = pi::cli::add_plan(app);
   runners["serve"] = pi::cli::add_serve(app);
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 
 #include "core/log.h"
 
@@ -32,9 +34,48 @@ Status DenseShadow::feed(std::span<const int32_t> tokens, std::span<const float>
   return Status::Ok();
 }
 
+namespace {
+
+// Calibrated files: per layer and site the share of entries zeroed and the weight bytes read.
+void print_site_report(const SparsityReport& r) {
+  log_info("activation sparsity report: sparsity %.2f; per layer and site the share of entries "
+           "zeroed and the weight MiB its products read, over the whole run",
+           r.act_sparsity);
+  std::string head = "layer";
+  for (const SiteSparsity& s : r.sites) head += "  " + s.site + std::string(18 - s.site.size(), ' ');
+  log_info("%s", head.c_str());
+  const size_t n_layer = r.sites.empty() ? 0 : r.sites[0].entries.size();
+  for (size_t l = 0; l < n_layer; ++l) {
+    std::string line;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%5zu", l);
+    line += buf;
+    for (const SiteSparsity& s : r.sites) {
+      const double e = static_cast<double>(std::max<int64_t>(1, s.entries[l]));
+      std::snprintf(buf, sizeof buf, "  %5.1f%% %8.3f MiB", 100.0 * (1.0 - static_cast<double>(s.kept[l]) / e),
+                    static_cast<double>(s.bytes[l]) / 1048576.0);
+      line += buf;
+    }
+    log_info("%s", line.c_str());
+  }
+  std::string all = "  all";
+  for (const SiteSparsity& s : r.sites) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "  %5.1f%%             ", 100.0 * s.zeroed_fraction());
+    all += buf;
+  }
+  log_info("%s", all.c_str());
+}
+
+}  // namespace
+
 void print_sparsity_report(const SparsityReport& r, const ModelInfo& info,
                            const DenseShadow* shadow) {
   log_info("%s", "");
+  if (r.thresholded) {
+    print_site_report(r);
+    return;
+  }
   if (!r.sparse) {
     log_info("sparsity report: this session runs the dense FFN (%s)",
              info.powerinfer ? "--dense, or a PowerInfer file without predictors"

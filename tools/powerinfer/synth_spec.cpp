@@ -84,6 +84,13 @@ Result<Spec> resolve(const Options& o) {
     else
       return err("synth: unknown --arch '%s' (llama, bamboo, falcon)", o.arch->c_str());
   }
+  if (o.act == "silu") {
+    s.act = model::Activation::SiLU;
+    if (s.arch != Arch::Llama) return err("synth: --act silu needs --arch llama");
+    if (o.pwri) return err("synth: --act silu cannot be a PowerInfer file (--pwri: ReLU only)");
+  } else if (o.act != "relu") {
+    return err("synth: unknown --act '%s' (relu, silu)", o.act.c_str());
+  }
   s.n_layer = o.layers.value_or(p->layers);
   s.n_embd = o.embd.value_or(p->embd);
   s.n_ff = o.ff.value_or(p->ff);
@@ -232,7 +239,8 @@ Status add_metadata(gguf::Writer& w, const Spec& s, double alpha) {
   PI_TRY(w.add_kv(a + eps_key, f32(s.norm_eps)));
   PI_TRY(w.add_kv(a + ".rope.freq_base", f32(s.rope_base)));
   PI_TRY(w.add_kv(a + ".rope.dimension_count", u32(s.head_dim)));
-  PI_TRY(w.add_kv(a + ".feed_forward_activation", Value(std::string("relu"))));
+  PI_TRY(w.add_kv(a + ".feed_forward_activation",
+                  Value(std::string(s.act == model::Activation::SiLU ? "silu" : "relu"))));
   if (s.pwri) PI_TRY(w.add_kv("powerinfer.sparse_threshold", Value(s.threshold())));
   PI_TRY(add_vocab(w, s));
 

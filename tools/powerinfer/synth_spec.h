@@ -25,6 +25,7 @@ struct Options {
   std::optional<int64_t> layers, embd, ff, heads, kv_heads, vocab, ctx, predictor_rank;
   std::string type = "f16";
   bool pwri = false;
+  std::string act = "relu";  // relu | silu (llama only: heavy-tailed hidden states, see SYNTH.md)
   double activity = 0.10;
   double hot_fraction = 0.20;
   double hot_share = 0.80;
@@ -50,6 +51,7 @@ struct Spec {
   Arch arch = Arch::Llama;
   DType type = DType::F16;
   bool pwri = false;
+  model::Activation act = model::Activation::ReLU;
   int64_t n_layer = 0, n_embd = 0, n_ff = 0, n_head = 0, n_head_kv = 0, n_vocab = 0, n_ctx = 0;
   int64_t head_dim = 0;
   float rope_base = 10000.0f;

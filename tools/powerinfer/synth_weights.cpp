@@ -213,7 +213,19 @@ void Generator::row(const TensorPlan& t, int64_t r, float* out, float* scratch) 
       return;
     case Kind::TokEmbd:
       std::fill(out, out + D, static_cast<float>(s_.bias_c));
-      fill_uniform(rk, static_cast<float>(s_.sigma_e * kSqrt3), out + D, nf);
+      if (s_.act == model::Activation::SiLU) {
+        // Heavy-tailed hidden states (SiLU models): Laplace entries of std sigma_e, from
+        // uniform u in [-1/2, 1/2]: x = -b sign(u) ln(1 - 2|u|), b = sigma_e / sqrt(2).
+        fill_uniform(rk, 0.5f, out + D, nf);
+        const double b = s_.sigma_e / std::sqrt(2.0);
+        for (int64_t c = D; c < D + nf; ++c) {
+          const double u = out[c];
+          const double x = -b * std::log(std::max(1.0 - 2.0 * std::fabs(u), 1e-7));
+          out[c] = static_cast<float>(u < 0 ? -x : x);
+        }
+      } else {
+        fill_uniform(rk, static_cast<float>(s_.sigma_e * kSqrt3), out + D, nf);
+      }
       return;
     case Kind::AttnOut:
       if (r < D)

@@ -1,5 +1,6 @@
-"""A small LLaMA (ReGLU FFN) in plain PyTorch, numerically matching Hugging Face
-LlamaForCausalLM with hidden_act="relu".
+"""A small LLaMA (gated FFN) in plain PyTorch, numerically matching Hugging Face
+LlamaForCausalLM with hidden_act="relu" (ReGLU, the bundled kjv-relu) or "silu" (SwiGLU,
+the ordinary Llama FFN: the kjv-silu twin).
 
 Module names are chosen so that `state_dict()` keys equal the HF tensor names
 (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight, ..., lm_head.weight)
@@ -9,9 +10,9 @@ convention (rotate_half over the two halves of each head), so q/k are in HF layo
 Hooks for sparsity work:
   * `taps`: a list; each layer appends (h, active) where h is the residual stream after
     attention, before post_attention_layernorm (the predictor input), and active is the
-    bool mask ReLU(gate(norm(h))) > 0 (which FFN neurons fire).
+    bool mask act(gate(norm(h))) != 0 (which FFN neurons fire; for SiLU almost all).
   * `ffn_masks`: a list with one callable per layer (or None); it receives h and returns
-    a 0/1 mask [.., n_ff] multiplied into the ReLU(gate) activations (predicted sparsity).
+    a 0/1 mask [.., n_ff] multiplied into the act(gate) activations (predicted sparsity).
 """
 import json
 import math
@@ -36,6 +37,7 @@ class Config:
     rope_theta: float = 10000.0
     bos_token_id: int = 1
     eos_token_id: int = 2
+    hidden_act: str = "relu"  # "relu" (ReGLU) or "silu" (SwiGLU)
 
     @property
     def head_dim(self):
@@ -46,7 +48,6 @@ class Config:
         d.update({
             "architectures": ["LlamaForCausalLM"],
             "model_type": "llama",
-            "hidden_act": "relu",
             "head_dim": self.head_dim,
             "attention_bias": False,
             "mlp_bias": False,
@@ -121,11 +122,17 @@ class Attention(nn.Module):
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
+ACTIVATIONS = {"relu": F.relu, "silu": F.silu}
+
+
 class MLP(nn.Module):
-    """ReGLU: down(ReLU(gate(x)) * up(x))."""
+    """Gated FFN: down(act(gate(x)) * up(x)); act = ReLU (ReGLU) or SiLU (SwiGLU)."""
 
     def __init__(self, cfg):
         super().__init__()
+        if cfg.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"hidden_act {cfg.hidden_act!r} is not one of {', '.join(ACTIVATIONS)}")
+        self.act = ACTIVATIONS[cfg.hidden_act]
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
@@ -142,9 +149,9 @@ class DecoderLayer(nn.Module):
     def forward(self, x, cos, sin, tap=None, ffn_mask=None):
         h = x + self.self_attn(self.input_layernorm(x), cos, sin)
         xn = self.post_attention_layernorm(h)
-        a = F.relu(self.mlp.gate_proj(xn))
+        a = self.mlp.act(self.mlp.gate_proj(xn))
         if tap is not None:
-            tap.append((h.detach(), (a > 0).detach()))
+            tap.append((h.detach(), (a != 0).detach()))
         if ffn_mask is not None:
             a = a * ffn_mask(h).to(a.dtype)
         return h + self.mlp.down_proj(a * self.mlp.up_proj(xn))

@@ -1,5 +1,10 @@
 #!/usr/bin/env python3
-"""Train the small ReLU-LLaMA on the KJV training split and save it in Hugging Face layout.
+"""Train the small LLaMA on the KJV training split and save it in Hugging Face layout.
+
+--act relu (default) trains the bundled kjv-relu (ReGLU FFN); --act silu trains its SiLU twin
+kjv-silu (SwiGLU, the ordinary Llama FFN) with everything else identical (data, size, seed,
+schedule). The activation picks the default output places: work/hf, models/kjv-relu and
+work/train_state.pt for relu; work/hf-silu, models/kjv-silu and work/train_state-silu.pt for silu.
 
 AdamW + linear warm-up + cosine decay, fixed number of steps (deterministic: seeded
 initialisation and batch sampling, fixed thread count). The validation loss is measured
@@ -37,7 +42,7 @@ def lr_at(step, args):
     return args.min_lr + 0.5 * (args.lr - args.min_lr) * (1 + math.cos(math.pi * min(1.0, t)))
 
 
-def plot_losses(log, path):
+def plot_losses(log, path, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -48,7 +53,7 @@ def plot_losses(log, path):
     ax.plot(*zip(*va), "o-", label="validation (whole split)", ms=3)
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats/token)")
-    ax.set_title("kjv-relu training")
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -59,8 +64,9 @@ def plot_losses(log, path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", default="tools/train/work")
-    ap.add_argument("--out", default="tools/train/work/hf", help="HF checkpoint folder")
-    ap.add_argument("--model-dir", default="models/kjv-relu", help="where loss.png / train_metrics.json go")
+    ap.add_argument("--act", choices=("relu", "silu"), default="relu", help="FFN activation (hidden_act)")
+    ap.add_argument("--out", help="HF checkpoint folder (default: <work>/hf, or <work>/hf-silu for silu)")
+    ap.add_argument("--model-dir", help="where loss.png / train_metrics.json go (default: models/kjv-<act>)")
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--ctx", type=int, default=256)
     ap.add_argument("--batch", type=int, default=16)
@@ -76,6 +82,10 @@ def main():
     ap.add_argument("--measure", action="store_true", help="time 10 training steps and exit")
     ap.add_argument("--resume", action="store_true", help="continue from <work>/train_state.pt")
     args = ap.parse_args()
+    suffix = "" if args.act == "relu" else "-" + args.act
+    args.out = args.out or os.path.join(args.work, "hf" + suffix)
+    args.model_dir = args.model_dir or "models/kjv-" + args.act
+    os.makedirs(args.model_dir, exist_ok=True)
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -84,7 +94,7 @@ def main():
     tok_path = os.path.join(args.work, "tokenizer.model")
     sp = spm.SentencePieceProcessor(model_file=tok_path)
     cfg = Config(vocab_size=sp.vocab_size(), num_hidden_layers=args.layers, max_position_embeddings=args.ctx,
-                 bos_token_id=sp.bos_id(), eos_token_id=sp.eos_id())
+                 bos_token_id=sp.bos_id(), eos_token_id=sp.eos_id(), hidden_act=args.act)
     train = load_stream(sp, os.path.join(args.work, "train.txt"))
     val = load_stream(sp, os.path.join(args.work, "val.txt"))
     test = load_stream(sp, os.path.join(args.work, "heldout.txt"))
@@ -103,7 +113,7 @@ def main():
 
     steps = 10 if args.measure else args.steps
     log, best, acc, acc_n, start, t_prev = [], float("inf"), 0.0, 0, 0, 0.0
-    state_path = os.path.join(args.work, "train_state.pt")
+    state_path = os.path.join(args.work, f"train_state{suffix}.pt")
     if args.resume:
         st = torch.load(state_path, weights_only=False)
         model.load_state_dict(st["model"])
@@ -148,9 +158,9 @@ def main():
             print(f"  val loss {vl:.4f} ppl {math.exp(vl):.2f}{mark}", flush=True)
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "rng": rng.bit_generator.state,
                         "log": log, "best": best, "step": done, "elapsed_s": time.time() - t0}, state_path)
-            with open(os.path.join(args.work, "train_log.json"), "w") as f:
+            with open(os.path.join(args.work, f"train_log{suffix}.json"), "w") as f:
                 json.dump({"args": vars(args), "log": log}, f, indent=1)
-            plot_losses(log, os.path.join(args.model_dir, "loss.png"))
+            plot_losses(log, os.path.join(args.model_dir, "loss.png"), f"kjv-{args.act} training")
 
     if args.measure:
         dt = (time.time() - t1) / (steps - 2)
@@ -166,7 +176,7 @@ def main():
     lppl, n_lc = llamacpp_style_ppl(model, test, args.ctx, cfg.bos_token_id)
     best_step = min((r for r in log if "val_loss" in r), key=lambda r: r["val_loss"])["step"]
     metrics = {
-        "parameters": n_params, "layers": cfg.num_hidden_layers, "steps": steps, "best_step": best_step,
+        "hidden_act": args.act, "parameters": n_params, "layers": cfg.num_hidden_layers, "steps": steps, "best_step": best_step,
         "batch_tokens": args.batch * args.ctx, "train_seconds": round(train_s, 1),
         "final_train_loss": next(r["train_loss"] for r in reversed(log) if "train_loss" in r),
         "val_loss": vl, "val_tokens": n_val,

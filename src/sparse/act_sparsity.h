@@ -1,0 +1,114 @@
+// Training-free activation sparsity for ordinary (SiLU) models: the calibration that
+// `powerinfer calibrate` writes into a model file and the thresholds a run resolves from it.
+//
+// Per layer, four "sites" may be sparsified, each by zeroing the entries whose magnitude is
+// below a per-layer threshold (docs/ACT_SPARSITY.md):
+//
+//   attn_in   the normalized attention input h, read by q, k, v    (skips rows of attn_{q,k,v}_t)
+//   attn_out  the attention output, read by the output projection (skips rows of attn_output_t)
+//   ffn_in    the normalized FFN input x, read by gate and up      (skips rows of ffn_gate_t)
+//   ffn_gate  the gate activation act(gate · x): neuron i is computed only where
+//             |act(gate_i · x)| >= t (the rows of ffn_up and ffn_down_t of the others are skipped)
+//
+// A threshold is calibrated for a grid of sparsity levels (the share of entries it zeroes on
+// the calibration text), so a run picks any level up to the grid's last by interpolating
+// between neighbours; the file's target is the default.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/error.h"
+#include "gguf/reader.h"
+
+namespace pi::sparse {
+
+enum class Site { AttnIn = 0, AttnOut = 1, FfnIn = 2, FfnGate = 3 };
+inline constexpr int kNumSites = 4;
+inline constexpr std::array<Site, kNumSites> kAllSites = {Site::AttnIn, Site::AttnOut,
+                                                          Site::FfnIn, Site::FfnGate};
+
+const char* site_name(Site s);  // "attn_in", "attn_out", "ffn_in", "ffn_gate"
+std::optional<Site> parse_site(std::string_view name);
+// A set of sites as bits (1 << Site).
+using SiteSet = unsigned;
+inline constexpr SiteSet kAllSiteBits = 0xF;
+inline bool has_site(SiteSet s, Site site) { return (s >> static_cast<int>(site)) & 1u; }
+inline SiteSet site_bit(Site s) { return 1u << static_cast<int>(s); }
+// "attn_in,ffn_gate" -> bits; fails naming `what` (a flag) and the unknown name.
+Result<SiteSet> parse_sites(std::string_view list, const char* what);
+std::string site_list(SiteSet s);  // "attn_in,ffn_gate"
+
+// Metadata keys (docs/FORMATS.md). Per-site thresholds: kKeyPrefix + site + ".thresholds".
+inline constexpr const char* kKeyPrefix = "powerinfer.act_sparsity.";
+inline constexpr const char* kMethodKey = "powerinfer.act_sparsity.method";
+inline constexpr const char* kMethod = "magnitude_threshold";
+inline constexpr const char* kSitesKey = "powerinfer.act_sparsity.sites";
+inline constexpr const char* kTargetKey = "powerinfer.act_sparsity.target";
+inline constexpr const char* kLevelsKey = "powerinfer.act_sparsity.levels";
+inline constexpr const char* kTokensKey = "powerinfer.act_sparsity.calibration_tokens";
+inline constexpr const char* kTextKey = "powerinfer.act_sparsity.calibration_text";
+std::string thresholds_key(Site s);
+
+// The largest sparsity a run may ask for (the last calibrated level is at most this).
+inline constexpr double kMaxSparsity = 0.95;
+
+// What a calibrated file holds.
+struct ActSparsityCalibration {
+  SiteSet sites = 0;
+  double target = 0;
+  std::vector<double> levels;  // ascending, levels[0] == 0
+  int64_t n_layer = 0;
+  // Per site: thresholds [n_layer][levels] (layer-major); empty for sites not calibrated.
+  std::array<std::vector<float>, kNumSites> thresholds;
+  uint64_t tokens = 0;
+  std::string text;
+
+  float threshold(Site s, int64_t layer, size_t level) const {
+    return thresholds[static_cast<size_t>(s)][static_cast<size_t>(layer) * levels.size() + level];
+  }
+};
+
+// True when the file declares a calibration (powerinfer.act_sparsity.method).
+bool has_act_sparsity(const gguf::File& f);
+
+// Reads and checks the calibration of `f` for a model of n_layer layers. Fails with one line
+// naming the file and key for: an unknown method, an empty or unknown site list, levels that
+// are not ascending from 0 within [0, kMaxSparsity], a target outside them, a missing
+// thresholds key for a listed site, a thresholds array of the wrong length, negative or NaN
+// thresholds.
+Result<ActSparsityCalibration> read_act_sparsity(const gguf::File& f, int64_t n_layer);
+
+// The thresholds a run uses: per site, one value per layer (empty for sites switched off).
+struct SiteThresholds {
+  double sparsity = 0;
+  SiteSet sites = 0;
+  std::array<std::vector<float>, kNumSites> per_layer;
+
+  bool on(Site s) const { return has_site(sites, s); }
+  float at(Site s, int64_t layer) const {
+    return per_layer[static_cast<size_t>(s)][static_cast<size_t>(layer)];
+  }
+};
+
+// Counters of one site of one layer, summed over the tokens run since the last reset.
+struct SiteLayerStats {
+  int64_t tokens = 0;
+  int64_t entries = 0;  // entries thresholded (tokens x width)
+  int64_t kept = 0;     // entries at or above the threshold
+  uint64_t bytes = 0;   // weight bytes the products of the kept entries read
+  double seconds = 0;   // wall time of the site's products
+};
+using SiteStats = std::array<std::vector<SiteLayerStats>, kNumSites>;  // [site][layer]
+
+// The thresholds at `sparsity` (linear interpolation between the two calibrated levels around
+// it) for the calibrated sites in `wanted`. Fails for a sparsity outside [0, last level]
+// (naming `what`, e.g. the flag) or a wanted site the file has not calibrated.
+Result<SiteThresholds> resolve_thresholds(const ActSparsityCalibration& c, double sparsity,
+                                          SiteSet wanted, const char* what);
+
+}  // namespace pi::sparse

@@ -1,0 +1,266 @@
+// Training-free activation sparsity (act_sparsity.h, threshold_{proj,ffn}.h, calibrate.h,
+// `powerinfer calibrate`) on a tiny random SiLU llama with a vocabulary:
+//  - the magnitude histogram's quantiles, threshold interpolation between levels, site lists;
+//  - a calibrated file (weights transposed as the sites need) run at sparsity 0 and with
+//    --dense gives the source file's dense logits (F32: to summation order);
+//  - at 0.4 every site zeroes close to 40% of its entries on text it was not calibrated on;
+//  - 1 and 2 threads give bit-identical logits; prompt batches and one-token steps agree;
+//  - the simulated GPU gives the CPU's logits bit for bit;
+//  - bad input: missing thresholds, an absurd --sparsity, unknown sites, an uncalibrated file
+//    with --sparsity: one-line errors naming the key or flag.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "cli/run_command.h"
+#include "gguf/reader.h"
+#include "gguf/writer.h"
+#include "model/model.h"
+#include "model/tiny_model.h"
+#include "runtime/context.h"
+#include "sparse/act_sparsity.h"
+#include "sparse/calibrate.h"
+
+namespace {
+
+using namespace pi;
+using pi::testing::run_command;
+
+const std::string kBin = std::string(PI_BIN_DIR) + "/powerinfer";
+
+// Two disjoint stretches of the held-out text: one to calibrate on, one to measure.
+std::string text_file(const char* name, size_t from, size_t n) {
+  const std::string path = pi::testing::temp_path(name);
+  if (!std::filesystem::exists(path)) {
+    std::ifstream in(std::string(PI_SOURCE_DIR) + "/models/kjv-relu/heldout.txt");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::ofstream(path) << ss.str().substr(from, n);
+  }
+  return path;
+}
+
+const std::string& source_model() {
+  static const std::string path = [] {
+    const std::string p = pi::testing::temp_path("silu_tiny.gguf");
+    pi::testing::TinySpec s;
+    s.activation = "silu";
+    s.n_embd = 64;
+    s.n_ff = 128;
+    s.n_layer = 2;
+    s.seed = 7;
+    EXPECT_TRUE(pi::testing::write_tiny_model(s, p).ok());
+    return p;
+  }();
+  return path;
+}
+
+const std::string& calibrated() {
+  static const std::string path = [] {
+    const std::string p = pi::testing::temp_path("silu_tiny.cal.gguf");
+    auto r = run_command(kBin + " calibrate --no-progress -t 1 -c 128 -m " + source_model() +
+                         " -f " + text_file("cal.txt", 0, 20000) + " --sparsity 0.4 -o " + p);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return p;
+  }();
+  return path;
+}
+
+std::unique_ptr<model::Model> load(const std::string& p) {
+  auto m = model::Model::load(p);
+  EXPECT_TRUE(m.ok()) << m.error().message;
+  return std::move(*m);
+}
+
+std::vector<int32_t> prompt() {
+  return {1, 17, 250, 3, 99, 42, 7, 7, 7, 180, 5, 64, 128, 255, 2, 33, 77, 11, 12, 13};
+}
+
+// Logits of every prompt token, fed in batches of n_batch.
+std::vector<float> logits(const model::Model& m, runtime::ContextOptions o,
+                          std::vector<int32_t> tokens = prompt()) {
+  o.n_ctx = 64;
+  o.all_logits = true;
+  auto c = runtime::Context::create(m, o);
+  EXPECT_TRUE(c.ok()) << c.error().message;
+  if (!c.ok()) return {};
+  std::vector<float> all;
+  EXPECT_TRUE((*c)->decode(tokens, &all).ok());
+  return all;
+}
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0, s = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+    s = std::max(s, std::fabs(static_cast<double>(b[i])));
+  }
+  return s > 0 ? d / s : d;
+}
+
+TEST(MagnitudeHistogram, Quantiles) {
+  sparse::MagnitudeHistogram h;
+  std::vector<float> x;
+  for (int i = 1; i <= 10000; ++i) x.push_back(i % 2 ? static_cast<float>(i) : -static_cast<float>(i));
+  h.add(x.data(), static_cast<int64_t>(x.size()));
+  EXPECT_EQ(h.count(), 10000u);
+  EXPECT_EQ(h.quantile(0.0), 0.0);
+  for (double q : {0.1, 0.4, 0.5, 0.9}) EXPECT_NEAR(h.quantile(q), q * 10000, q * 10000 * 0.02);
+}
+
+TEST(ActSparsity, InterpolatesBetweenLevels) {
+  sparse::ActSparsityCalibration c;
+  c.sites = sparse::site_bit(sparse::Site::FfnGate);
+  c.levels = {0.0, 0.5, 0.9};
+  c.n_layer = 2;
+  c.target = 0.5;
+  c.thresholds[static_cast<size_t>(sparse::Site::FfnGate)] = {0.0f, 1.0f, 3.0f, 0.0f, 2.0f, 4.0f};
+  auto t = sparse::resolve_thresholds(c, 0.7, c.sites, "--sparsity");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_FLOAT_EQ(t->at(sparse::Site::FfnGate, 0), 2.0f);
+  EXPECT_FLOAT_EQ(t->at(sparse::Site::FfnGate, 1), 3.0f);
+  t = sparse::resolve_thresholds(c, 0.0, c.sites, "--sparsity");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->at(sparse::Site::FfnGate, 1), 0.0f);
+  auto bad = sparse::resolve_thresholds(c, 0.95, c.sites, "--sparsity");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("--sparsity 0.95"), std::string::npos) << bad.error().message;
+  bad = sparse::resolve_thresholds(c, 0.4, sparse::site_bit(sparse::Site::AttnIn), "--sparsity");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("attn_in"), std::string::npos);
+  EXPECT_FALSE(sparse::parse_sites("attn_in,bogus", "--sparsity-sites").ok());
+  EXPECT_EQ(*sparse::parse_sites("attn_in,ffn_gate", "x"),
+            sparse::site_bit(sparse::Site::AttnIn) | sparse::site_bit(sparse::Site::FfnGate));
+}
+
+TEST(ActSparsity, CalibratedFileHoldsTransposedWeightsAndThresholds) {
+  auto m = load(calibrated());
+  const model::LayerWeights& L = m->weights().layers[0];
+  EXPECT_TRUE(L.attn.q_t.present() && !L.attn.q.present());
+  EXPECT_TRUE(L.attn.out_t.present() && L.ffn.gate_t.present() && L.ffn.down_t.present());
+  EXPECT_TRUE(L.ffn.up.present());
+  auto c = sparse::read_act_sparsity(m->file(), m->hparams().n_layer);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->sites, sparse::kAllSiteBits);
+  EXPECT_FLOAT_EQ(static_cast<float>(c->target), 0.4f);
+  EXPECT_EQ(c->levels.front(), 0.0);
+  EXPECT_GT(c->tokens, 1000u);
+  // Each projection is stored once: the size of the source plus the thresholds.
+  EXPECT_LT(std::filesystem::file_size(calibrated()),
+            std::filesystem::file_size(source_model()) + 8192);
+}
+
+TEST(ActSparsity, ZeroSparsityAndDenseGiveTheSourceLogits) {
+  auto src = load(source_model());
+  auto cal = load(calibrated());
+  for (int64_t batch : {1, 20}) {
+    runtime::ContextOptions o;
+    o.n_batch = batch;
+    const std::vector<float> want = logits(*src, o);
+    runtime::ContextOptions zero = o;
+    zero.thresholds.sparsity = 0.0;
+    EXPECT_LT(max_rel_diff(logits(*cal, zero), want), 1e-5) << "batch " << batch;
+    runtime::ContextOptions dense = o;
+    dense.dense = true;
+    EXPECT_LT(max_rel_diff(logits(*cal, dense), want), 1e-5) << "batch " << batch;
+    // At the target the logits move (the tiny random model is no measure of how much: the
+    // bundled model's perplexity is, test_silu_bundled) and stay finite.
+    const std::vector<float> at_target = logits(*cal, o);
+    EXPECT_GT(max_rel_diff(at_target, want), 1e-4);
+    for (float v : at_target) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
+TEST(ActSparsity, ThreadsAndBatchesAgreeAndTheSimRunsDense) {
+  auto cal = load(calibrated());
+  runtime::ContextOptions o;
+  o.n_batch = 1;
+  const std::vector<float> one = logits(*cal, o);
+  o.n_threads = 2;
+  EXPECT_EQ(logits(*cal, o), one);
+  o.n_batch = 7;
+  EXPECT_LT(max_rel_diff(logits(*cal, o), one), 1e-5);
+  // Thresholds run on host devices only: on the sim (a GPU stand-in, placed by the hybrid
+  // planner) the calibrated file runs dense, bit for bit as the CPU's dense pass, and so
+  // differs from the thresholded logits.
+  o.n_threads = 1;
+  o.n_batch = 1;
+  runtime::ContextOptions dense = o;
+  dense.dense = true;
+  const std::vector<float> cpu_dense = logits(*cal, dense);
+  o.device.name = "sim";
+  const std::vector<float> sim = logits(*cal, o);
+  EXPECT_EQ(sim, cpu_dense);
+  EXPECT_NE(sim, one);
+}
+
+// The share zeroed per site on held-out text, from `perplexity`'s summary line.
+TEST(ActSparsity, CalibrationHitsItsTargetOnOtherText) {
+  const std::string held = text_file("held.txt", 40000, 12000);
+  auto r = run_command(kBin + " perplexity -t 1 -c 128 -m " + calibrated() + " -f " + held);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch mt;
+  ASSERT_TRUE(std::regex_search(r.output, mt, std::regex("Activation sparsity 0.40, share zeroed:(.*)")))
+      << r.output;
+  const std::string line = mt[1];
+  const std::regex site(R"(([a-z_]+) ([0-9.]+)%)");
+  int n = 0;
+  for (auto it = std::sregex_iterator(line.begin(), line.end(), site); it != std::sregex_iterator(); ++it) {
+    EXPECT_NEAR(std::stod((*it)[2]), 40.0, 4.0) << (*it)[1];
+    ++n;
+  }
+  EXPECT_EQ(n, 4) << line;
+  // A lower sparsity at run time, and one site alone.
+  r = run_command(kBin + " perplexity -t 1 -c 128 --chunks 4 --sparsity 0.25 --sparsity-sites ffn_gate -m " +
+                  calibrated() + " -f " + held);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(std::regex_search(r.output, mt, std::regex(R"(sparsity 0.25, share zeroed: ffn_gate ([0-9.]+)%\n)")))
+      << r.output;
+  EXPECT_NEAR(std::stod(mt[1]), 25.0, 4.0);
+}
+
+// A copy of the calibrated file without one key.
+std::string without_key(const std::string& key) {
+  auto f = gguf::File::open(calibrated());
+  EXPECT_TRUE(f.ok());
+  gguf::Writer w(f->magic());
+  for (const auto& kv : f->metadata())
+    if (kv.key != key && kv.key != "general.alignment") EXPECT_TRUE(w.add_kv(kv.key, kv.value).ok());
+  for (const auto& t : f->tensors()) EXPECT_TRUE(w.add_tensor(t.name, t.type, t.shape).ok());
+  const std::string out = pi::testing::temp_path("no_key.gguf");
+  EXPECT_TRUE(w.begin(out).ok());
+  for (const auto& t : f->tensors()) EXPECT_TRUE(w.write({f->view(t).data, t.nbytes}).ok());
+  EXPECT_TRUE(w.finish().ok());
+  return out;
+}
+
+TEST(ActSparsity, BadInputGivesOneLineErrors) {
+  const auto one_line_error = [](const std::string& args, const std::string& needle) {
+    auto r = run_command(kBin + " run -n 2 -p 'In the' " + args);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  };
+  const std::string key = sparse::thresholds_key(sparse::Site::FfnGate);
+  one_line_error("-m " + without_key(key), key + " is missing");
+  one_line_error("-m " + calibrated() + " --sparsity 1.5", "--sparsity 1.5: must be in [0, 1)");
+  one_line_error("-m " + calibrated() + " --sparsity 0.97", "--sparsity 0.97: the file is calibrated for sparsities 0 to 0.9");
+  one_line_error("-m " + calibrated() + " --sparsity-sites attn_in,mlp", "unknown site 'mlp'");
+  one_line_error("-m " + source_model() + " --sparsity 0.3", "need a file calibrated by");
+  auto r = run_command(kBin + " calibrate -m " + source_model() + " -f " +
+                       text_file("cal.txt", 0, 20000) + " --sparsity 2 -o /dev/null");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--sparsity 2: must be in [0, 0.9]"), std::string::npos) << r.output;
+  r = run_command(kBin + " calibrate -m " + calibrated() + " -f " + text_file("cal.txt", 0, 20000) +
+                  " -o /dev/null");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("already calibrated"), std::string::npos) << r.output;
+}
+
+}  // namespace

@@ -19,25 +19,43 @@ namespace pi::gpu {
 
 template <DType T>
 struct Unit {
-  static constexpr int kElems = T == DType::F32 ? 4 : (T == DType::F16 || T == DType::BF16) ? 8 : 32;
+  static constexpr int kElems = T == DType::F32                         ? 4
+                                : (T == DType::F16 || T == DType::BF16) ? 8
+                                                                        : 32;
   static constexpr bool kFloat = T == DType::F32 || T == DType::F16 || T == DType::BF16;
-  static constexpr bool kSuper =
-      T == DType::Q2_K || T == DType::Q3_K || T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K;
+  static constexpr bool kSuper = T == DType::Q2_K || T == DType::Q3_K || T == DType::Q4_K ||
+                                 T == DType::Q5_K || T == DType::Q6_K;
   // Bytes of one block (32-element formats) or super-block (K formats); element bytes for floats.
-  static constexpr int kBlockBytes = T == DType::F32 ? 4 : (T == DType::F16 || T == DType::BF16) ? 2
-                                   : T == DType::Q4_0 ? 18 : T == DType::Q4_1 ? 20
-                                   : T == DType::Q5_0 ? 22 : T == DType::Q5_1 ? 24
-                                   : T == DType::Q8_0 ? 34 : T == DType::Q2_K ? 84
-                                   : T == DType::Q3_K ? 110 : T == DType::Q4_K ? 144
-                                   : T == DType::Q5_K ? 176 : 210;
+  static constexpr int kBlockBytes = T == DType::F32                         ? 4
+                                     : (T == DType::F16 || T == DType::BF16) ? 2
+                                     : T == DType::Q4_0                      ? 18
+                                     : T == DType::Q4_1                      ? 20
+                                     : T == DType::Q5_0                      ? 22
+                                     : T == DType::Q5_1                      ? 24
+                                     : T == DType::Q8_0                      ? 34
+                                     : T == DType::Q2_K                      ? 84
+                                     : T == DType::Q3_K                      ? 110
+                                     : T == DType::Q4_K                      ? 144
+                                     : T == DType::Q5_K                      ? 176
+                                                                             : 210;
 };
 
 // The types the GPU kernels decode.
 PI_HD constexpr bool decodable(DType t) {
   switch (t) {
-    case DType::F32: case DType::F16: case DType::BF16:
-    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
-    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q8_0:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
       return true;
     default:
       return false;
@@ -89,7 +107,8 @@ PI_HD void decode_unit(const uint8_t* row, int64_t u, float* y) {
   } else if constexpr (T == DType::Q4_1) {
     const uint8_t* b = row + u * U::kBlockBytes;
     const float d = half_to_float(load_u16(b)), m = half_to_float(load_u16(b + 2));
-    for (int j = 0; j < 32; ++j) y[j] = add_rn(mul_rn(static_cast<float>(detail::nibble(b + 4, j)), d), m);
+    for (int j = 0; j < 32; ++j)
+      y[j] = add_rn(mul_rn(static_cast<float>(detail::nibble(b + 4, j)), d), m);
   } else if constexpr (T == DType::Q5_0) {
     const uint8_t* b = row + u * U::kBlockBytes;
     const float d = half_to_float(load_u16(b));

@@ -28,7 +28,9 @@ PI_HD constexpr bool q8_path(DType t) {
          t == DType::Q8_0;
 }
 
-PI_HD float q8_inverse(float amax) { return amax > 0.0f ? 127.0f / amax : (amax == amax ? 0.0f : amax); }
+PI_HD float q8_inverse(float amax) {
+  return amax > 0.0f ? 127.0f / amax : (amax == amax ? 0.0f : amax);
+}
 
 // One activation quant: x * id rounded half to even (|x| <= amax keeps it in [-127, 127]).
 PI_HD int q8_quant(float x, float id) {

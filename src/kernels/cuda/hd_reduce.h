@@ -14,9 +14,12 @@
 
 namespace pi::gpu {
 
-// A segment holds about kSegRows rows; a list is split into at most kMaxSegments.
-constexpr int kSegRows = 32;
-constexpr int kMaxSegments = 64;
+// A segment holds at most kSegRows rows, until a list is long enough to need more than
+// kMaxSegments (2048 rows): then kMaxSegments segments of up to ceil(n / kMaxSegments).
+// Short segments give a decode step's sparse down projection enough blocks to keep the
+// memory busy; the cap bounds the partial sums (kMaxSegments x cols floats per token).
+constexpr int kSegRows = 8;
+constexpr int kMaxSegments = 256;
 
 PI_HD int segments(int64_t n) {
   if (n <= 0) return 0;

@@ -107,7 +107,8 @@ PI_HD uint16_t float_to_half(float f) {
   const int shift = 14 - e;  // subnormal or zero in half
   if (shift > 24) return sign;
   const uint32_t sig = man | 0x800000u;
-  const uint32_t kept = sig >> shift, dropped = sig & ((1u << shift) - 1u), half = 1u << (shift - 1);
+  const uint32_t kept = sig >> shift, dropped = sig & ((1u << shift) - 1u),
+                 half = 1u << (shift - 1);
   const uint32_t up = dropped > half || (dropped == half && (kept & 1u)) ? 1u : 0u;
   return static_cast<uint16_t>(sign | (kept + up));
 }

@@ -1,8 +1,8 @@
 // The per-element arithmetic of the GPU kernels (src/kernels/cuda/hd_*.h), compiled for the
 // CPU and checked against the reference (src/tensor, src/kernels/ref): half conversions bit
 // for bit, every weight type's decoding bit for bit, the 8-bit activation quantization and the
-// integer block dot products, the fixed summation orders and the activations. Runs without a
-// GPU; what is left unproven until a GPU runs tests/backend's op test is the thread mapping.
+// integer block dot products, raw units, the fixed summation orders and the activations. Runs
+// without a GPU; what is left unproven until a GPU runs tests/backend's op test is the thread mapping.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include "kernels/cuda/hd_blocks.h"
 #include "kernels/cuda/hd_elementwise.h"
 #include "kernels/cuda/hd_q8.h"
+#include "kernels/cuda/hd_raw.h"
 #include "kernels/cuda/hd_reduce.h"
 #include "kernels/ref/ref.h"
 #include "tensor/quant.h"
@@ -41,7 +42,8 @@ TEST(CudaHostMath, HalfToFloatIsExactForEveryHalf) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const float want = f16_to_f32(static_cast<uint16_t>(h));
     ASSERT_EQ(bits(half_to_float(static_cast<uint16_t>(h))), bits(want)) << std::hex << h;
-    ASSERT_EQ(bits(bf16_to_float(static_cast<uint16_t>(h))), bits(bf16_to_f32(static_cast<uint16_t>(h))));
+    ASSERT_EQ(bits(bf16_to_float(static_cast<uint16_t>(h))),
+              bits(bf16_to_f32(static_cast<uint16_t>(h))));
   }
 }
 
@@ -70,20 +72,34 @@ void decode(const uint8_t* row, int64_t n, float* y) {
 // decode_row for a runtime type.
 void decode_any(DType t, const uint8_t* row, int64_t n, float* y) {
   switch (t) {
-    case DType::F32: return decode<DType::F32>(row, n, y);
-    case DType::F16: return decode<DType::F16>(row, n, y);
-    case DType::BF16: return decode<DType::BF16>(row, n, y);
-    case DType::Q4_0: return decode<DType::Q4_0>(row, n, y);
-    case DType::Q4_1: return decode<DType::Q4_1>(row, n, y);
-    case DType::Q5_0: return decode<DType::Q5_0>(row, n, y);
-    case DType::Q5_1: return decode<DType::Q5_1>(row, n, y);
-    case DType::Q8_0: return decode<DType::Q8_0>(row, n, y);
-    case DType::Q2_K: return decode<DType::Q2_K>(row, n, y);
-    case DType::Q3_K: return decode<DType::Q3_K>(row, n, y);
-    case DType::Q4_K: return decode<DType::Q4_K>(row, n, y);
-    case DType::Q5_K: return decode<DType::Q5_K>(row, n, y);
-    case DType::Q6_K: return decode<DType::Q6_K>(row, n, y);
-    default: FAIL() << "no decoder";
+    case DType::F32:
+      return decode<DType::F32>(row, n, y);
+    case DType::F16:
+      return decode<DType::F16>(row, n, y);
+    case DType::BF16:
+      return decode<DType::BF16>(row, n, y);
+    case DType::Q4_0:
+      return decode<DType::Q4_0>(row, n, y);
+    case DType::Q4_1:
+      return decode<DType::Q4_1>(row, n, y);
+    case DType::Q5_0:
+      return decode<DType::Q5_0>(row, n, y);
+    case DType::Q5_1:
+      return decode<DType::Q5_1>(row, n, y);
+    case DType::Q8_0:
+      return decode<DType::Q8_0>(row, n, y);
+    case DType::Q2_K:
+      return decode<DType::Q2_K>(row, n, y);
+    case DType::Q3_K:
+      return decode<DType::Q3_K>(row, n, y);
+    case DType::Q4_K:
+      return decode<DType::Q4_K>(row, n, y);
+    case DType::Q5_K:
+      return decode<DType::Q5_K>(row, n, y);
+    case DType::Q6_K:
+      return decode<DType::Q6_K>(row, n, y);
+    default:
+      FAIL() << "no decoder";
   }
 }
 
@@ -106,10 +122,41 @@ TEST(CudaHostMath, EveryWeightTypeDecodesBitForBitAsTheReference) {
   }
 }
 
+// A unit loaded raw and decoded element by element (what the transposed kernels hold in
+// registers for several rows) is decode_unit, bit for bit.
+template <DType T>
+void check_raw_unit() {
+  constexpr int E = Unit<T>::kElems;
+  const int64_t n = Unit<T>::kSuper ? 512 : 128;
+  const std::vector<float> x = gaussian(n, 17, 0.4f);
+  std::vector<uint8_t> q(row_bytes(T, n));
+  ASSERT_TRUE(quantize_row(T, x.data(), q.data(), n).ok());
+  for (int64_t u = 0; u < n / E; ++u) {
+    float want[E];
+    decode_unit<T>(q.data(), u, want);
+    const RawUnit<T> r = load_raw<T>(q.data(), u);
+    for (int j = 0; j < E; ++j)
+      ASSERT_EQ(bits(raw_value<T>(r, j)), bits(want[j])) << dtype_name(T) << " unit " << u << " " << j;
+  }
+}
+
+TEST(CudaHostMath, RawUnitsDecodeAsUnits) {
+  check_raw_unit<DType::F32>();
+  check_raw_unit<DType::F16>();
+  check_raw_unit<DType::BF16>();
+  check_raw_unit<DType::Q4_0>();
+  check_raw_unit<DType::Q4_1>();
+  check_raw_unit<DType::Q5_0>();
+  check_raw_unit<DType::Q5_1>();
+  check_raw_unit<DType::Q8_0>();
+  check_raw_unit<DType::Q2_K>();
+  check_raw_unit<DType::Q6_K>();
+}
+
 TEST(CudaHostMath, ActivationQuantizationIsTheCpusRule) {
   std::vector<float> x = gaussian(32 * 40, 9, 2.0f);
-  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(32 + j)] = 0.0f;     // all-zero block
-  x[64 + 3] = 0.5f * 3.0f / 127.0f;                                       // ties round to even
+  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(32 + j)] = 0.0f;  // all-zero block
+  x[64 + 3] = 0.5f * 3.0f / 127.0f;                                    // ties round to even
   for (int b = 0; b < 40; ++b) {
     const float* xb = x.data() + 32 * b;
     int8_t q[32];
@@ -156,7 +203,8 @@ void check_q8_dot() {
     // Terms d q a and m a (or the offset's 8 d a) are each bounded by mag-like sums.
     double offs = 0;
     for (int j = 0; j < 32; ++j) offs += std::fabs(static_cast<double>(s.d) * aq[j]);
-    const double scale = std::fabs(static_cast<double>(half_to_float(load_u16(q.data() + b * Unit<T>::kBlockBytes))));
+    const double scale = std::fabs(
+        static_cast<double>(half_to_float(load_u16(q.data() + b * Unit<T>::kBlockBytes))));
     const double tol = 8 * kU * (mag + 32 * scale * offs) + 1e-30;
     EXPECT_NEAR(got, want, tol) << dtype_name(T) << " block " << b;
   }
@@ -175,9 +223,11 @@ TEST(CudaHostMath, IntegerBlockDotsOfEveryFormat) {
 TEST(CudaHostMath, Dp4aIsTheSignedByteDotProduct) {
   std::mt19937 rng(3);
   for (int i = 0; i < 10000; ++i) {
-    const auto a = static_cast<int>(rng()), b = static_cast<int>(rng()), c = static_cast<int>(rng() % 100000);
+    const auto a = static_cast<int>(rng()), b = static_cast<int>(rng()),
+               c = static_cast<int>(rng() % 100000);
     int want = c;
-    for (int k = 0; k < 4; ++k) want += static_cast<int8_t>(a >> (8 * k)) * static_cast<int8_t>(b >> (8 * k));
+    for (int k = 0; k < 4; ++k)
+      want += static_cast<int8_t>(a >> (8 * k)) * static_cast<int8_t>(b >> (8 * k));
     ASSERT_EQ(dp4a(a, b, c), want);
   }
 }
@@ -235,8 +285,8 @@ TEST(CudaHostMath, ButterflyLeavesTheSumInEveryLane) {
 TEST(CudaHostMath, ActivationsMatchTheReference) {
   std::vector<float> x = gaussian(4000, 8, 6.0f);
   const float inf = std::numeric_limits<float>::infinity();
-  x.insert(x.end(), {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(), 88.0f,
-                     -88.0f, 1e-30f, -200.0f});
+  x.insert(x.end(), {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(), 88.0f, -88.0f,
+                     1e-30f, -200.0f});
   std::vector<float> want(x.size());
   for (int act : {kSiLU, kReLU, kGELU}) {
     if (act == kSiLU) ref::silu(x.data(), want.data(), static_cast<int64_t>(x.size()));
@@ -245,7 +295,8 @@ TEST(CudaHostMath, ActivationsMatchTheReference) {
     for (size_t i = 0; i < x.size(); ++i) {
       const float got = activate(act, x[i]);
       if (std::isnan(want[i]) || std::isinf(want[i])) {
-        EXPECT_TRUE((std::isnan(got) && std::isnan(want[i])) || got == want[i]) << act << " " << x[i];
+        EXPECT_TRUE((std::isnan(got) && std::isnan(want[i])) || got == want[i])
+            << act << " " << x[i];
         continue;
       }
       const double m = std::fabs(x[i]);

@@ -114,8 +114,9 @@ cudaError_t attention(const AttnArgs& a, const float* Q, const KvRef& kv, const 
   if (C > 0) {
     const size_t smem = static_cast<size_t>(a.head_dim + chunk) * sizeof(float);
     if (smem > 48 * 1024) {
-      const cudaError_t e = cudaFuncSetAttribute(
-          chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      const cudaError_t e =
+          cudaFuncSetAttribute(reinterpret_cast<const void*>(&chunk_kernel),
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (e != cudaSuccess) return e;
     }
     const dim3 grid(static_cast<unsigned>(C), static_cast<unsigned>(a.n_head),

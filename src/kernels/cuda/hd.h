@@ -8,6 +8,10 @@
 
 #include <cstdint>
 
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h>  // __host__, __device__, __forceinline__ (nvcc has them built in)
+#endif
+
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define PI_HD __host__ __device__ __forceinline__
 #else

@@ -48,6 +48,13 @@ __device__ __forceinline__ void load_x(const float* x, float* v) {
   }
 }
 
+// Iterations of a lane's loop issued together: one token unrolls for loads in flight; more
+// tokens already have their own work per load.
+template <int kTok>
+constexpr int kUnrollUnits = kTok == 1 ? 2 : 1;
+template <int kTok>
+constexpr int kUnrollBlocks = kTok == 1 ? 4 : 1;
+
 // sum over the row of w * x, for nt <= kTok tokens at once (token t's activations at
 // x + t * ldx); every lane returns the sums in acc. Each token's value is the same for any nt.
 template <DType T, bool kVec, int kTok>
@@ -58,7 +65,7 @@ __device__ __forceinline__ void row_dot_f32(const uint8_t* row, int64_t cols, co
   const int64_t units = cols / E;
 #pragma unroll
   for (int t = 0; t < kTok; ++t) acc[t] = 0.0f;
-#pragma unroll(kTok == 1 ? 2 : 1)
+#pragma unroll kUnrollUnits<kTok>
   for (int64_t u = lane; u < units; u += kGroup) {
     float w[E];
     load_unit<T, kVec>(row, u, w);
@@ -93,7 +100,7 @@ __device__ __forceinline__ void row_dot_q8(const uint8_t* row, int64_t cols, con
   const int64_t blocks = cols / 32;
 #pragma unroll
   for (int t = 0; t < kTok; ++t) acc[t] = 0.0f;
-#pragma unroll(kTok == 1 ? 4 : 1)
+#pragma unroll kUnrollBlocks<kTok>
   for (int64_t b = lane; b < blocks; b += kGroup) {
     const WBlock<T> w = load_wblock<T>(row, b);
 #pragma unroll

@@ -275,9 +275,16 @@ void CudaDevice::copy_out(QueueId q, void* dst, const void* src, size_t bytes) {
 
 Event CudaDevice::record(QueueId q) {
   Impl& im = *impl_;
-  // Recycle the events of q already complete.
-  while (!im.live[q].empty() && cudaEventQuery(im.live[q].front().second) == cudaSuccess)
+  // Recycle the events of q already complete. A pending one answers cudaErrorNotReady, which
+  // is no error: it is cleared so that the next launch check does not read it.
+  while (!im.live[q].empty()) {
+    const cudaError_t e = cudaEventQuery(im.live[q].front().second);
+    if (e != cudaSuccess) {
+      if (e == cudaErrorNotReady) cudaGetLastError();
+      break;
+    }
     im.retire(q, im.live[q].front().first);
+  }
   cudaEvent_t ev = nullptr;
   if (!im.event_pool.empty()) {
     ev = im.event_pool.back();

@@ -219,6 +219,8 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "invalid argument";
     case cudaErrorMemoryAllocation:
       return "out of memory";
+    case cudaErrorNotReady:
+      return "device not ready";
   }
   return "unknown error";
 }

@@ -71,6 +71,7 @@ enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
+  cudaErrorNotReady = 600,
 };
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,

@@ -3,6 +3,9 @@
 #include <cstdlib>
 
 #include "backend/host_device.h"
+#ifdef PI_HAS_CUDA
+#include "backend/cuda/cuda_device.h"
+#endif
 
 namespace pi::backend {
 
@@ -55,6 +58,13 @@ Result<std::unique_ptr<Device>> make_device(const DeviceOptions& o) {
     if (!d.ok()) return d.error();
     return std::unique_ptr<Device>(std::move(*d));
   }
+#ifdef PI_HAS_CUDA
+  if (o.name == "cuda") {
+    auto d = CudaDevice::create(CudaOptions{o.gpu_index, o.budget});
+    if (!d.ok()) return d.error();
+    return std::unique_ptr<Device>(std::move(*d));
+  }
+#endif
   std::string known;
   for (const DeviceEntry& e : list_devices()) known += (known.empty() ? "" : ", ") + e.name;
   return err("unknown device '%s' (this build has: %s; see powerinfer devices)", o.name.c_str(),
@@ -62,14 +72,33 @@ Result<std::unique_ptr<Device>> make_device(const DeviceOptions& o) {
 }
 
 std::vector<DeviceEntry> list_devices() {
-  return {{"cpu", "the host CPU: SIMD kernels (" + std::string(cpu::isa_name(cpu::default_isa())) +
-                      ") over a thread pool (default)"},
-          {"ref", "the scalar reference kernels on one thread: the oracle of the op tests (slow)"},
-          {"sim",
-           "a simulated GPU: own memory behind opaque handles, hard capacity (--vram-budget), "
-           "queue threads running the CPU kernels; the hybrid executor's test device. "
-           "sim:copy_us=U,copy_gbps=G,margin_mib=M adds a latency and a bandwidth to every "
-           "host<->device copy and a runtime margin"}};
+  std::vector<DeviceEntry> out = {
+      {"cpu", "the host CPU: SIMD kernels (" + std::string(cpu::isa_name(cpu::default_isa())) +
+                  ") over a thread pool (default)"},
+      {"ref", "the scalar reference kernels on one thread: the oracle of the op tests (slow)"},
+      {"sim",
+       "a simulated GPU: own memory behind opaque handles, hard capacity (--vram-budget), "
+       "queue threads running the CPU kernels; the hybrid executor's test device. "
+       "sim:copy_us=U,copy_gbps=G,margin_mib=M adds a latency and a bandwidth to every "
+       "host<->device copy and a runtime margin"}};
+#ifdef PI_HAS_CUDA
+  out.push_back({"cuda", "an NVIDIA GPU through CUDA: its own memory (--vram-budget), two streams, "
+                         "the kernels of src/kernels/cuda"});
+#endif
+  return out;
+}
+
+Result<DeviceBandwidth> probe_device_memory(Device& d, size_t bytes, int passes) {
+#ifdef PI_HAS_CUDA
+  if (auto* c = dynamic_cast<CudaDevice*>(&d); c != nullptr) {
+    auto p = c->probe(bytes, passes);
+    if (!p.ok()) return p.error();
+    return DeviceBandwidth{p->bytes, p->copy_gbps, p->read_gbps};
+  }
+#endif
+  return err("device %s has no probe of its own memory (its memory is the host's or simulated; "
+             "powerinfer bench --probe measures the host)",
+             d.name().c_str());
 }
 
 }  // namespace pi::backend

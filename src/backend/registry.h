@@ -3,6 +3,7 @@
 //   ref  the scalar reference kernels (the oracle; slow)
 //   sim  a simulated GPU: its own memory behind opaque handles, a hard capacity, queue threads
 //        that run the CPU kernels (the test device for everything the GPU path does)
+//   cuda an NVIDIA GPU (builds with -DPI_CUDA=ON; backend/cuda/cuda_device.h)
 #pragma once
 
 #include <memory>
@@ -21,6 +22,7 @@ struct DeviceOptions {
   cpu::Isa isa = cpu::default_isa();  // cpu and sim
   uint64_t budget = 0;                // bytes the device may allocate; 0: all it has
   SimOptions sim;                     // sim only
+  int gpu_index = 0;                  // cuda: which GPU
 };
 
 // Whether the device of this name computes in host memory (cpu, ref): no hybrid split there.
@@ -35,5 +37,16 @@ struct DeviceEntry {
 };
 // Every device this build can make, with a one-line summary.
 std::vector<DeviceEntry> list_devices();
+
+// Bandwidth of a device's own memory: a device-to-device copy (bytes read plus written per
+// second) and a read kernel (bytes read per second), medians of `passes` runs over buffers of
+// `bytes`. Devices whose memory is the host's have none (powerinfer bench --probe measures
+// the host); an error says so.
+struct DeviceBandwidth {
+  uint64_t bytes = 0;
+  double copy_gbps = 0;
+  double read_gbps = 0;
+};
+Result<DeviceBandwidth> probe_device_memory(Device& d, size_t bytes, int passes);
 
 }  // namespace pi::backend

@@ -5,9 +5,14 @@
 // the dot-product rounding bound plus, for quantized weights on a SIMD ISA, the bound of the
 // activations' 8-bit quantization. Everything goes through device memory (alloc, upload,
 // download), so the sim device's opaque memory is exercised like a GPU's.
+// Built three times: test_backend (fast) runs the host devices and sim; with PI_TEST_CUDA the
+// same cases run on the cuda device: test_backend_cuda (gpu, CUDA builds; skips with a message
+// when there is no GPU) and test_backend_cuda_emu (fast, every build: the cuda device's code
+// under the CPU emulation of src/kernels/cuda/emu.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -19,6 +24,9 @@
 #include "backend/host_device.h"
 #include "backend/registry.h"
 #include "kernels/cpu/test_util.h"
+#ifdef PI_TEST_CUDA
+#include "backend/cuda/cuda_device.h"
+#endif
 
 namespace pi::backend {
 namespace {
@@ -33,13 +41,22 @@ struct DeviceCase {
   std::string label;
   std::function<std::unique_ptr<Device>()> make;
   Isa isa;
+  // Whether the block formats' products use 8-bit activations (the SIMD ISAs, the GPU).
+  bool act_quant;
 };
 
 std::vector<DeviceCase> devices() {
   std::vector<DeviceCase> out;
+#ifdef PI_TEST_CUDA
+  out.push_back({"cuda",
+                 [] { return std::unique_ptr<Device>(std::move(CudaDevice::create({}).value())); },
+                 Isa::Scalar, true});
+  return out;
+#endif
   for (Isa isa : cpu::test::isas()) {
     out.push_back({"cpu/" + std::string(cpu::isa_name(isa)),
-                   [isa] { return std::unique_ptr<Device>(new CpuDevice(2, isa)); }, isa});
+                   [isa] { return std::unique_ptr<Device>(new CpuDevice(2, isa)); }, isa,
+                   isa != Isa::Scalar});
   }
   out.push_back({"sim",
                  [] {
@@ -49,8 +66,20 @@ std::vector<DeviceCase> devices() {
                    o.budget = uint64_t{64} << 20;
                    return std::move(make_device(o).value());
                  },
-                 cpu::default_isa()});
+                 cpu::default_isa(), cpu::default_isa() != Isa::Scalar});
   return out;
+}
+
+// Fails the test when the device recorded an asynchronous error (the cuda device keeps the
+// first failed launch or copy instead of aborting).
+void expect_healthy(Device& d) {
+#ifdef PI_TEST_CUDA
+  if (auto* c = dynamic_cast<CudaDevice*>(&d); c != nullptr) {
+    EXPECT_TRUE(c->status().ok()) << c->status().error().message;
+  }
+#else
+  (void)d;
+#endif
 }
 
 // Host data in device memory, with guard elements of a sentinel pattern on both sides.
@@ -100,7 +129,9 @@ std::vector<float> run_on(Device& d, const std::vector<float>& out_init,
                           const std::function<void(Device&, float*)>& op) {
   DevBuf out(d, out_init);
   op(d, out.p());
-  return out.get();
+  std::vector<float> v = out.get();
+  expect_healthy(d);
+  return v;
 }
 
 // Compares got with want elementwise: same bits for non-finite values (NaN parity), else
@@ -127,15 +158,20 @@ double mag(float v) { return std::isfinite(v) ? std::fabs(static_cast<double>(v)
 
 class DeviceOps : public ::testing::Test {
  protected:
+  void SetUp() override {
+#ifdef PI_TEST_CUDA
+    std::string why;
+    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device (" << why << "): gpu test skipped";
+#endif
+  }
   RefDevice ref_;
 };
 
 // Bound of |device - ref| for row r of W · x (x: f32 [cols]).
-double linear_tol(const Weights& w, Isa isa, int64_t r, const float* x) {
+double linear_tol(const Weights& w, bool act_quant, int64_t r, const float* x) {
   const float* mag = w.mag.data() + r * w.cols;
   double t = 2 * cpu::test::dot_bound(mag, x, w.cols);
-  if (cpu::test::int_type(w.type) && isa != Isa::Scalar)
-    t += cpu::test::act_quant_bound(mag, x, w.cols);
+  if (cpu::test::int_type(w.type) && act_quant) t += cpu::test::act_quant_bound(mag, x, w.cols);
   return t;
 }
 
@@ -146,7 +182,7 @@ TEST_F(DeviceOps, LinearFamilyOnEveryTypeAndDevice) {
       const int64_t cols = dtype_info(t).block_size >= 256 ? 256 : 96, rows = 37;
       const Weights w = cpu::test::random_weights(t, rows, cols, 11);
       const DevWeights dw(*dev, w), rw(ref_, w);
-      for (int64_t m : {1, 3}) {
+      for (int64_t m : {1, 3, 12}) {  // 12: past the GPU's row kernels (its many-token path)
         const std::string what =
             dc.label + " " + std::string(dtype_info(t).name) + " m=" + std::to_string(m);
         const std::vector<float> x = cpu::test::gaussian(m * cols, 5);
@@ -155,7 +191,7 @@ TEST_F(DeviceOps, LinearFamilyOnEveryTypeAndDevice) {
         std::vector<double> tol(zero.size());
         for (int64_t i = 0; i < m; ++i)
           for (int64_t r = 0; r < rows; ++r)
-            tol[static_cast<size_t>(i * rows + r)] = linear_tol(w, dc.isa, r, x.data() + i * cols);
+            tol[static_cast<size_t>(i * rows + r)] = linear_tol(w, dc.act_quant, r, x.data() + i * cols);
         // linear
         auto got =
             run_on(*dev, zero, [&](Device& d, float* y) { d.ops().linear(dw.m(), dx.p(), m, y); });
@@ -201,7 +237,9 @@ TEST_F(DeviceOps, TransposedProductsOnEveryTypeAndDevice) {
   for (const DeviceCase& dc : devices()) {
     auto dev = dc.make();
     for (DType t : cpu::test::matrix_types()) {
-      const int64_t cols = dtype_info(t).block_size >= 256 ? 256 : 64, rows = 41, m = 2;
+     // m = 10: past the GPU's two-stage kernels (its many-token path).
+     for (int64_t m : {2, 10}) {
+      const int64_t cols = dtype_info(t).block_size >= 256 ? 256 : 64, rows = 41;
       const Weights w = cpu::test::random_weights(t, rows, cols, 3);
       const DevWeights dw(*dev, w), rw(ref_, w);
       std::vector<float> a = cpu::test::gaussian(m * rows, 9);
@@ -209,8 +247,13 @@ TEST_F(DeviceOps, TransposedProductsOnEveryTypeAndDevice) {
       const DevBuf da(*dev, a), ra(ref_, a);
       std::vector<int32_t> rows_all(static_cast<size_t>(rows));
       std::iota(rows_all.begin(), rows_all.end(), 0);
-      const std::vector<int32_t> idx = {1, 2, 3, 10, 11, 40, 0, 7, 8, 39};
-      const std::vector<int64_t> off = {0, 6, 10};
+      std::vector<int32_t> idx = {1, 2, 3, 10, 11, 40, 0, 7, 8, 39};
+      std::vector<int64_t> off = {0, 6, 10};
+      for (int64_t i = 2; i < m; ++i) {  // more tokens: every (i % 4 + 1)-th row
+        for (int32_t r = static_cast<int32_t>(i % 3); r < rows; r += static_cast<int32_t>(i % 4 + 1))
+          idx.push_back(r);
+        off.push_back(static_cast<int64_t>(idx.size()));
+      }
       std::vector<double> tol(static_cast<size_t>(m * cols));
       for (int64_t i = 0; i < m; ++i)
         for (int64_t c = 0; c < cols; ++c) {
@@ -221,7 +264,7 @@ TEST_F(DeviceOps, TransposedProductsOnEveryTypeAndDevice) {
           tol[static_cast<size_t>(i * cols + c)] = (rows / 4.0 + 24) * kU * s + 1e-30;
         }
       const std::vector<float> init(tol.size(), 5.0f);
-      const std::string what = dc.label + " " + std::string(dtype_info(t).name);
+      const std::string what = dc.label + " " + std::string(dtype_info(t).name) + " m=" + std::to_string(m);
       auto g1 = run_on(*dev, init, [&](Device& d, float* y) {
         d.ops().linear_t(dw.m(), da.p(), m, rows_all, y);
       });
@@ -236,6 +279,12 @@ TEST_F(DeviceOps, TransposedProductsOnEveryTypeAndDevice) {
         d.ops().linear_t_rows(rw.m(), ra.p(), m, idx.data(), off.data(), y);
       });
       expect_close(g2, w2, tol, what + " linear_t_rows");
+      // A list that is not all the rows, in order (the GPU gathers its rows).
+      const std::vector<int32_t> some = {0, 3, 4, 9, 20, 21, 22, 40};
+      auto g3 = run_on(*dev, init, [&](Device& d, float* y) { d.ops().linear_t(dw.m(), da.p(), m, some, y); });
+      auto w3 = run_on(ref_, init, [&](Device& d, float* y) { d.ops().linear_t(rw.m(), ra.p(), m, some, y); });
+      expect_close(g3, w3, tol, what + " linear_t (some rows)");
+     }
     }
   }
 }
@@ -403,6 +452,58 @@ TEST_F(DeviceOps, KvStoreAndAttentionOverCellLists) {
   }
 }
 
+// Lists long enough that the GPU splits them over cells (chunks of 256, combined in order):
+// a contiguous list and a scattered one, against the reference; twice on the device, equal
+// bits (no order depends on timing).
+TEST_F(DeviceOps, AttentionOverLongListsIsSplitAndDeterministic) {
+  for (const DeviceCase& dc : devices()) {
+    auto dev = dc.make();
+    const AttnParams p{4, 2, 64, 0.125f};
+    const int64_t n_ctx = 700, kv_elems = p.n_head_kv * n_ctx * p.head_dim;
+    const auto make_kv = [&](Device& d, std::vector<Buffer>& keep, const std::vector<float>& K,
+                             const std::vector<float>& V) {
+      keep.push_back(d.alloc(kv_elems * 2 * sizeof(uint16_t), "kv").value());
+      auto* base = keep.back().as<uint16_t>();
+      const KvLayer kv{base, base + kv_elems, n_ctx * p.head_dim, p.head_dim};
+      const DevBuf dK(d, K), dV(d, V);
+      std::vector<int32_t> cells(static_cast<size_t>(n_ctx));
+      std::iota(cells.begin(), cells.end(), 0);
+      d.ops().store_kv(p, dK.p(), dV.p(), n_ctx, kv, cells.data());
+      d.sync_all();
+      return kv;
+    };
+    const std::vector<float> K = cpu::test::gaussian(n_ctx * p.n_embd_kv(), 71);
+    const std::vector<float> V = cpu::test::gaussian(n_ctx * p.n_embd_kv(), 72);
+    std::vector<Buffer> dkeep, rkeep;
+    const KvLayer dkv = make_kv(*dev, dkeep, K, V), rkv = make_kv(ref_, rkeep, K, V);
+    const int64_t m = 2;
+    const std::vector<float> Q = cpu::test::gaussian(m * p.n_embd_q(), 73);
+    const DevBuf dQ(*dev, Q), rQ(ref_, Q);
+    std::vector<int32_t> lists(static_cast<size_t>(n_ctx));
+    std::iota(lists.begin(), lists.end(), 0);
+    for (int32_t c = 5; c < n_ctx; c += 7) lists.push_back(c);  // token 1: every 7th cell
+    const std::vector<int32_t> pos = {699, 699}, cell = {699, 698};
+    const std::vector<int64_t> begin = {0, n_ctx}, len = {n_ctx, static_cast<int64_t>(lists.size()) - n_ctx};
+    const std::vector<float> zero(Q.size(), 0.0f);
+    const std::vector<double> tol(Q.size(), (n_ctx / 4.0 + 64) * kU * 4);
+    for (bool with_lists : {false, true}) {
+      std::vector<int64_t> l = len;
+      if (!with_lists) l = {n_ctx, 300};
+      const KvBatch b{pos.data(), cell.data(), with_lists ? lists.data() : nullptr,
+                      with_lists ? begin.data() : nullptr, l.data()};
+      const auto op = [&](const DevBuf& q, const KvLayer& kv) {
+        return [&, qp = q.p(), kv](Device& d, float* y) { d.ops().attention(p, qp, m, kv, b, y); };
+      };
+      auto g = run_on(*dev, zero, op(dQ, dkv));
+      auto g2 = run_on(*dev, zero, op(dQ, dkv));
+      auto w = run_on(ref_, zero, op(rQ, rkv));
+      const std::string what = dc.label + (with_lists ? " long attention (lists)" : " long attention");
+      expect_close(g, w, tol, what);
+      EXPECT_EQ(std::memcmp(g.data(), g2.data(), g.size() * sizeof(float)), 0) << what << ": not deterministic";
+    }
+  }
+}
+
 // Host bytes in device memory, and back.
 template <typename T>
 Buffer upload_vec(Device& d, const std::vector<T>& v) {
@@ -492,7 +593,7 @@ TEST_F(DeviceOps, FfnRowsOnEveryTypeAndDevice) {
               gv += static_cast<double>(g.dequant[static_cast<size_t>(r * cols + c)]) * xi[c];
               uv += static_cast<double>(u.dequant[static_cast<size_t>(r * cols + c)]) * xi[c];
             }
-            const double tg = linear_tol(g, dc.isa, r, xi), tu = linear_tol(u, dc.isa, r, xi);
+            const double tg = linear_tol(g, dc.act_quant, r, xi), tu = linear_tol(u, dc.act_quant, r, xi);
             double a = std::fabs(uv) + tu, da = tu;
             if (kind != FfnKind::Plain) {
               a *= std::fabs(gv) + tg;

@@ -1,5 +1,6 @@
 // --device and `powerinfer devices`: the list, the same text on every device, clear errors for
-// an unknown device and for a budget the model does not fit.
+// an unknown device and for a budget the model does not fit; `devices --probe` on a device
+// without a memory probe of its own.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -84,6 +85,15 @@ TEST(CliDevices, BenchRowsPerBudgetReportTheTrafficAndTheModel) {
                           "\"model_ts\"", "\"device_bytes\"", "\"layers_on_device\"",
                           "\"device_memory\""})
     EXPECT_NE(r.output.find(key), std::string::npos) << key << "\n" << r.output;
+}
+
+TEST(CliDevices, ProbeOfAHostDeviceSaysWhereTheHostsIs) {
+  auto r = run_command(kBin + " devices --probe --device sim --probe-mib 1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("powerinfer bench --probe"), std::string::npos) << r.output;
+  auto bad = run_command(kBin + " devices --probe --device cpu --probe-mib 0");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("--probe-mib"), std::string::npos) << bad.output;
 }
 
 TEST(CliDevices, UnknownDeviceIsAClearError) {

@@ -45,6 +45,8 @@ endif()
 
 string(TOUPPER "${CMAKE_BUILD_TYPE}" pi_bt)
 get_directory_property(pi_dir_opts COMPILE_OPTIONS)
+# The C/C++ flags of the top-level CMakeLists come wrapped for the C and C++ languages only.
+string(REGEX REPLACE "\\$<\\$<COMPILE_LANGUAGE:[^>]*>:([^>]*)>" "\\1" pi_dir_opts "${pi_dir_opts}")
 string(JOIN " " pi_build_flags ${CMAKE_CXX_FLAGS} ${CMAKE_CXX_FLAGS_${pi_bt}} ${pi_dir_opts})
 string(STRIP "${pi_build_flags}" pi_build_flags)
 set(pi_build_info_h ${CMAKE_CURRENT_BINARY_DIR}/generated/bench_build_info.h)

@@ -1,0 +1,159 @@
+// Whole models on the cuda device against the reference and the CPU device (label gpu; skips
+// without a GPU): every layer, the KV cache and all scratch in device memory, the same token
+// sequence fed to each (a prompt of two batches, single steps, a batch of three sequences).
+// The GPU sums in other orders and runs prompt batches through cuBLAS in f32 where the CPU
+// quantizes activations to 8 bits, so neither matches the reference exactly: each row of the
+// GPU's logits must be no further from the reference's than 3x the CPU's distance (plus 1e-4
+// of the row's scale), and pick the CPU's top token where that one is clear. Dense forward
+// passes: the sparse FFN on a device that cannot address the host runs through the hybrid
+// executor, whose tests come with it. test_cuda_model_emu runs the same on the CPU emulation
+// of CUDA (src/kernels/cuda/emu.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_device.h"
+#include "model/model.h"
+#include "model/tiny_model.h"
+#include "runtime/context.h"
+
+namespace pi {
+namespace {
+
+using Logits = std::vector<std::vector<float>>;
+
+class CudaModel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (backend::cuda_device_count(&why) == 0)
+      GTEST_SKIP() << "no CUDA device (" << why << "): gpu test skipped";
+  }
+};
+
+runtime::ContextOptions options(const std::string& device) {
+  runtime::ContextOptions o;
+  o.n_ctx = 64;
+  o.n_batch = 16;
+  o.n_threads = 2;
+  o.dense = true;
+  o.n_seq_max = 3;
+  o.device.name = device;
+  return o;
+}
+
+// A prompt of 23 tokens (two batches of 16 and 7: the GPU's many-token and row kernels), 5
+// single steps of fixed tokens, then a batch of three sequences forked from the prompt.
+Logits run(const model::Model& m, const runtime::ContextOptions& o) {
+  auto c = runtime::Context::create(m, o);
+  EXPECT_TRUE(c.ok()) << c.error().message;
+  if (!c.ok()) return {};
+  const auto n_vocab = static_cast<int32_t>(m.hparams().n_vocab);
+  Logits out;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 23; ++i) prompt.push_back((i * 37 + 5) % n_vocab);
+  EXPECT_TRUE((*c)->decode(prompt).ok());
+  for (int step = 0; step < 5; ++step) {
+    auto l = (*c)->logits();
+    out.emplace_back(l.begin(), l.end());
+    EXPECT_TRUE((*c)->decode(std::vector<int32_t>{(step * 11 + 3) % n_vocab}).ok());
+  }
+  const int32_t p = (*c)->seq_pos_max(0) + 1;
+  EXPECT_TRUE((*c)->seq_cp(0, 1, 0, runtime::kPosEnd).ok());
+  EXPECT_TRUE((*c)->seq_cp(0, 2, 0, runtime::kPosEnd).ok());
+  std::vector<BatchToken> batch = {
+      {1, 0, p, true}, {2, 1, p, true}, {3, 2, p, false}, {4, 2, p + 1, true}};
+  EXPECT_TRUE((*c)->decode_batch(batch).ok());
+  for (size_t i : {0, 1, 3}) {
+    auto l = (*c)->batch_logits(i);
+    out.emplace_back(l.begin(), l.end());
+  }
+  if (auto* cuda = dynamic_cast<backend::CudaDevice*>(&(*c)->device()); cuda != nullptr) {
+    EXPECT_TRUE(cuda->status().ok()) << cuda->status().error().message;
+    EXPECT_LE(cuda->memory().peak, cuda->memory().budget);
+  }
+  return out;
+}
+
+double max_abs(const std::vector<float>& v) {
+  double m = 1.0;
+  for (float x : v) m = std::max(m, std::fabs(static_cast<double>(x)));
+  return m;
+}
+
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0.0;
+  for (size_t j = 0; j < a.size(); ++j)
+    d = std::max(d, std::fabs(static_cast<double>(a[j]) - b[j]));
+  return d;
+}
+
+// The GPU's rows no further from the reference's than 3x the CPU's (plus 1e-4 of the row's
+// scale), and the CPU's top token where its lead over the second exceeds both distances.
+void expect_as_accurate(const Logits& gpu, const Logits& cpu, const Logits& ref,
+                        const std::string& what) {
+  ASSERT_EQ(gpu.size(), ref.size()) << what;
+  ASSERT_EQ(cpu.size(), ref.size()) << what;
+  for (size_t k = 0; k < ref.size(); ++k) {
+    ASSERT_EQ(gpu[k].size(), ref[k].size()) << what;
+    const double scale = max_abs(ref[k]);
+    const double d_gpu = max_diff(gpu[k], ref[k]), d_cpu = max_diff(cpu[k], ref[k]);
+    EXPECT_LE(d_gpu, 3 * d_cpu + 1e-4 * scale)
+        << what << ": row " << k << " (cpu is " << d_cpu << " from the reference)";
+    std::vector<float> sorted = cpu[k];
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+    if (sorted[0] - sorted[1] > 2 * (d_gpu + d_cpu)) {
+      const auto top = [](const std::vector<float>& v) {
+        return std::max_element(v.begin(), v.end()) - v.begin();
+      };
+      EXPECT_EQ(top(gpu[k]), top(cpu[k])) << what << ": row " << k;
+    }
+  }
+}
+
+void check(const model::Model& m, const std::string& what) {
+  const Logits ref = run(m, options("ref"));
+  expect_as_accurate(run(m, options("cuda")), run(m, options("cpu")), ref, what);
+}
+
+std::unique_ptr<model::Model> load(const std::string& path) {
+  auto m = model::Model::load(path);
+  EXPECT_TRUE(m.ok()) << m.error().message;
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+TEST_F(CudaModel, TinyModelsOfEveryArchAndFormatAreAsAccurateAsTheCpu) {
+  const struct {
+    const char* name;
+    testing::TinySpec spec;
+  } cases[] = {
+      {"llama_f32", testing::tiny_variant("llama", DType::F32, false, 2, false, 3)},
+      {"llama_q4_0_pwri", testing::tiny_variant("llama", DType::Q4_0, true, 2, false, 3)},
+      {"llama_f16", testing::tiny_variant("llama", DType::F16, false, 4, false, 3)},
+      {"bamboo_q8_0_pwri", testing::tiny_variant("bamboo", DType::Q8_0, true, 4, false, 3)},
+      {"falcon7_q8_0", testing::tiny_variant("falcon", DType::Q8_0, false, 1, false, 3)},
+      {"falcon40_q4_1", testing::tiny_variant("falcon", DType::Q4_1, false, 2, true, 3)},
+  };
+  for (const auto& c : cases) {
+    const std::string path = testing::temp_path(std::string("cuda_") + c.name + ".gguf");
+    ASSERT_TRUE(testing::write_tiny_model(c.spec, path).ok());
+    auto m = load(path);
+    ASSERT_NE(m, nullptr);
+    check(*m, c.name);
+  }
+}
+
+TEST_F(CudaModel, BundledModelIsAsAccurateAsTheCpu) {
+  const std::string path = std::string(PI_SOURCE_DIR) + "/models/kjv-relu/kjv-relu.pwri.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  auto m = load(path);
+  ASSERT_NE(m, nullptr);
+  check(*m, "kjv-relu");
+}
+
+}  // namespace
+}  // namespace pi

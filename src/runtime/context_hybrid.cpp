@@ -3,6 +3,7 @@
 // dense blocks and head the plan puts on the device, the KV cache of those layers, the device
 // lane's step buffers and the FFN split's rows and scratch. The CPU lane reads the model's
 // own weights (the file's mapping) and keeps the other layers' KV cache in host memory.
+#include <algorithm>
 #include <cstdlib>
 
 #include "backend/registry.h"
@@ -46,7 +47,16 @@ Result<std::unique_ptr<Context>> Context::create_hybrid(const model::Model& mode
                                                         ContextOptions opts,
                                                         std::unique_ptr<backend::Device> dev) {
   const model::HParams& hp = model.hparams();
-  const uint64_t budget = opts.vram_budget ? *opts.vram_budget : dev->memory().free();
+  // The device took the budget at creation (ContextOptions::vram_budget) and took its own
+  // working memory out of it (cuda: scratch arena, cuBLAS): the plan gets what is left, so
+  // that everything the process holds on the device stays within --vram-budget.
+  // (A budget of 0 means nothing on the device, where the device's own 0 means all it has.)
+  const uint64_t budget = opts.vram_budget ? std::min(*opts.vram_budget, dev->memory().free())
+                                           : dev->memory().free();
+  if (opts.vram_budget && *opts.vram_budget > budget)
+    log_info("%s: %s of the %s budget is the device's own working memory; the plan has %s",
+             dev->name().c_str(), mib_text(*opts.vram_budget - budget).c_str(),
+             mib_text(*opts.vram_budget).c_str(), mib_text(budget).c_str());
   auto setup = plan_hybrid(model, opts, *dev, budget);
   if (!setup.ok()) return setup.error();
   backend::DeviceOptions ho;

@@ -5,14 +5,16 @@
 // quantizes activations to 8 bits, so neither matches the reference exactly: each row of the
 // GPU's logits must be no further from the reference's than 3x the CPU's distance (plus 1e-4
 // of the row's scale), and pick the CPU's top token where that one is clear. Dense forward
-// passes: the sparse FFN on a device that cannot address the host runs through the hybrid
-// executor, whose tests come with it. test_cuda_model_emu runs the same on the CPU emulation
-// of CUDA (src/kernels/cuda/emu.h).
+// passes, then the hybrid executor's split (hot neurons on the GPU, cold ones on the CPU, at
+// several budgets) against the reference's sparse pass with every neuron predicted (so that
+// no predictor logit near the threshold picks a different set on either side).
+// test_cuda_model_emu runs the same on the CPU emulation of CUDA (src/kernels/cuda/emu.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "model/model.h"
 #include "model/tiny_model.h"
 #include "runtime/context.h"
+#include "runtime/hybrid_plan.h"
 
 namespace pi {
 namespace {
@@ -137,6 +140,8 @@ TEST_F(CudaModel, TinyModelsOfEveryArchAndFormatAreAsAccurateAsTheCpu) {
       {"bamboo_q8_0_pwri", testing::tiny_variant("bamboo", DType::Q8_0, true, 4, false, 3)},
       {"falcon7_q8_0", testing::tiny_variant("falcon", DType::Q8_0, false, 1, false, 3)},
       {"falcon40_q4_1", testing::tiny_variant("falcon", DType::Q4_1, false, 2, true, 3)},
+      {"opt_f16", testing::tiny_variant("opt", DType::F16, false, 4, false, 3)},
+      {"qwen2_q8_0", testing::tiny_variant("qwen2", DType::Q8_0, false, 2, false, 3)},
   };
   for (const auto& c : cases) {
     const std::string path = testing::temp_path(std::string("cuda_") + c.name + ".gguf");
@@ -153,6 +158,49 @@ TEST_F(CudaModel, BundledModelIsAsAccurateAsTheCpu) {
   auto m = load(path);
   ASSERT_NE(m, nullptr);
   check(*m, "kjv-relu");
+}
+
+// The hybrid split on the GPU: budgets that hold, beyond the device's own memory and the
+// margin, 50%, 80%, 90% and all of what the planner would place (the attention of every
+// layer first, then hot neurons), sparse with every neuron predicted; at least three of them
+// must put hot neurons on the device.
+TEST_F(CudaModel, HybridSplitsAreAsAccurateAsTheCpu) {
+  const std::string path = std::string(PI_SOURCE_DIR) + "/models/kjv-relu/kjv-relu.pwri.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  auto m = load(path);
+  ASSERT_NE(m, nullptr);
+  const auto sparse = [](const std::string& device, std::optional<uint64_t> budget) {
+    runtime::ContextOptions o = options(device);
+    o.dense = false;
+    o.sparse_threshold = -INFINITY;
+    o.vram_budget = budget;
+    o.gpu_index_path = testing::temp_path("cuda_hybrid.gpuidx");
+    o.reset_gpu_index = true;
+    return o;
+  };
+  const Logits ref = run(*m, sparse("ref", std::nullopt));
+  const Logits cpu = run(*m, sparse("cpu", std::nullopt));
+  uint64_t fixed = 0, placed = 0;
+  {
+    auto c = runtime::Context::create(*m, sparse("cuda", uint64_t{1} << 32));
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    // The budget covers the device's own working memory too (scratch arena, cuBLAS).
+    const uint64_t own = (uint64_t{1} << 32) - (*c)->device().memory().budget;
+    fixed = (*c)->hybrid()->ledger.margin() + own;
+    placed = (*c)->hybrid()->plan.device_bytes;
+  }
+  int with_hot = 0;
+  for (int tenths : {5, 8, 9, 10}) {
+    const uint64_t budget = fixed + placed / 10 * static_cast<uint64_t>(tenths) + (tenths / 10);
+    {
+      auto c = runtime::Context::create(*m, sparse("cuda", budget));
+      ASSERT_TRUE(c.ok()) << c.error().message;
+      with_hot += (*c)->hybrid()->plan.n_device_neurons() > 0 ? 1 : 0;
+    }
+    expect_as_accurate(run(*m, sparse("cuda", budget)), cpu, ref,
+                       "budget " + std::to_string(tenths) + "/10");
+  }
+  EXPECT_GE(with_hot, 3);
 }
 
 }  // namespace

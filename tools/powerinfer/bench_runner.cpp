@@ -278,6 +278,11 @@ class RowRunner {
         // Thresholded: the sites' rows (scattered) and every other weight once.
         b.other_weights = static_cast<double>(model_.weight_bytes_per_token - site_bytes_);
         b.ffn = static_cast<double>(sum.bytes) / static_cast<double>(sum.tokens);
+      } else if (sum.tokens > 0 && before.hybrid) {
+        // Hybrid: the predictors run on the device, and the CPU's counters see only its cold
+        // rows; the hot rows the device reads are in hybrid.device_bytes_per_token.
+        b.predictors = static_cast<double>(model_.predictor_bytes);
+        b.ffn = static_cast<double>(sum.bytes) / static_cast<double>(sum.tokens);
       } else if (sum.tokens > 0) {
         b.predictors = static_cast<double>(model_.predictor_bytes);
         b.ffn = static_cast<double>(sum.bytes) / static_cast<double>(sum.tokens) - b.predictors;

@@ -50,8 +50,8 @@ def main():
               f"50% {budgets.get('b50')} GiB, dense + 20% of FFN rows {budgets.get('hybrid')} GiB")
     print()
     print("| row | mode | test | VRAM budget | t/s | device GB/token | host GB/token | H2D MB/token "
-          "| % device read bw | % device copy bw | model t/s | % of model |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| % device read bw | % device copy bw | model t/s | % of model | bench model t/s (with hand-offs) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     names = ["gpu_dense", "gpu_sparse", "gpu_pp512", "hybrid", "cpu_sparse", "cpu_dense", "hybrid40"]
     cpu_sparse_ts = None
     rows_out = []
@@ -66,20 +66,25 @@ def main():
                 cpu_sparse_ts = r.get("ts_median")
     for name, r in rows_out:
         if r is None:
-            print(f"| {name} | - | not run | - | - | - | - | - | - | - | - | - |")
+            print(f"| {name} | - | not run | - | - | - | - | - | - | - | - | - | - |")
             continue
         ts = r.get("ts_median")
         total = ((r.get("bytes_per_token") or {}).get("total"))
-        host_b = r.get("cpu_bytes_per_token")
+        # Rows on a device carry the hybrid executor's block (powerinfer bench, "hybrid").
+        h = r.get("hybrid") or {}
+        host_b = h.get("cpu_bytes_per_token")
+        dev_b = h.get("device_bytes_per_token")
         on_cpu = name.startswith("cpu")
         if on_cpu:
             host_b, dev_b = total, 0.0
-        elif host_b is not None and total is not None:
+        elif dev_b is None and host_b is not None and total is not None:
             dev_b = max(total - host_b, 0.0)
-        else:
+        elif dev_b is None:
             dev_b, host_b = total, (0.0 if name.startswith("gpu") else None)
-        h2d = r.get("bytes_h2d_per_token")
-        budget = r.get("vram_budget_gib", r.get("vram_budget"))
+        h2d = h.get("bytes_h2d_per_token")
+        budget = h.get("budget_bytes")
+        budget = None if budget is None else round(budget / 2**30, 3)
+        r["vram_budget_gib"] = budget
         test = r.get("test", "-")
         decode = r.get("n_gen", 0) > 0
         pct_read = pct_copy = model = pct_model = None
@@ -98,7 +103,8 @@ def main():
               f"| {fmt(None if dev_b is None else dev_b / 1e9, '{:.3f}')} "
               f"| {fmt(None if host_b is None else host_b / 1e9, '{:.3f}')} "
               f"| {fmt(None if h2d is None else h2d / 1e6, '{:.2f}')} | {fmt(pct_read, '{:.0f}%')} "
-              f"| {fmt(pct_copy, '{:.0f}%')} | {fmt(model, '{:.1f}')} | {fmt(pct_model, '{:.0f}%')} |")
+              f"| {fmt(pct_copy, '{:.0f}%')} | {fmt(model, '{:.1f}')} | {fmt(pct_model, '{:.0f}%')} "
+              f"| {fmt(h.get('model_ts'), '{:.1f}')} |")
     print()
     if cpu_sparse_ts:
         for name, r in rows_out:

@@ -8,10 +8,11 @@
 //                             max(cold/R_scat, 2 hand-offs + hot/R_dev), else cold/R_scat
 // (dense = the layer's attention, norms and predictor weights plus its KV cache for the
 // positions attended), plus one hand-off wherever the residual stream changes sides, and the
-// head at the rate of its side. R_cpu: the read probe (sequential) on the row's threads; R_scat:
-// its scattered share (the cold rows are scattered); R_dev, the hand-off time and the launch
-// cost of one op (times the ops the device was given per token): measured on the device
-// (measure_device). The FFN halves overlap, nothing else does.
+// head at the rate of its side. R_cpu: the CPU's matrix-vector rate over the model's weight
+// type on the row's threads (measure_device("cpu"), capped by the read probe); R_scat: R_cpu
+// times the probe's scattered/sequential ratio (the cold rows are scattered); R_dev, the
+// hand-off time and the launch cost of one op (times the ops the device was given per token):
+// measured on the device (measure_device). The FFN halves overlap, nothing else does.
 #pragma once
 
 #include <string>

@@ -420,7 +420,7 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
 // The device rates of the rows on a GPU-like device (measured once per thread count and weight
 // type) and each generation row's model of the hybrid step.
 Status model_hybrid_rows(BenchReport& report) {
-  std::map<std::pair<int, std::string>, DeviceRates> rates;
+  std::map<std::pair<int, std::string>, DeviceRates> rates, cpu_rates;
   for (BenchRow& row : report.rows) {
     HybridRow& h = row.hybrid;
     if (!h.present || row.n_gen == 0) continue;
@@ -435,13 +435,21 @@ Status model_hybrid_rows(BenchReport& report) {
                report.options.device.c_str(), row.threads, row.threads == 1 ? "" : "s",
                r->read_gbps, md.type.c_str(), r->handoff_us, r->launch_us);
       rates[key] = *r;
+      // The CPU side measured the same way: its matrix-vector kernel over the same weights.
+      auto c = measure_device("cpu", row.threads, type ? *type : DType::F16);
+      if (!c.ok()) return c.error();
+      log_info("bench: cpu, %d thread%s: %.1f GB/s (%s matvec)", row.threads,
+               row.threads == 1 ? "" : "s", c->read_gbps, md.type.c_str());
+      cpu_rates[key] = *c;
     }
     h.device_rates = rates[key];
-    h.cpu_gbps = row.probe.median;
+    // Each side at the rate of its kernels: the CPU's matvec rate (never above the row's read
+    // probe), and for the cold rows that rate scaled by the probe's scattered/sequential ratio.
+    h.cpu_gbps = std::min(row.probe.median, cpu_rates[key].read_gbps);
     double scatter = 1.0;
     for (const ProbeStats& p : report.probe)
       if (p.threads == row.threads && p.median > 0 && p.scattered > 0) scatter = p.scattered / p.median;
-    h.cpu_scattered_gbps = row.probe.median * scatter;
+    h.cpu_scattered_gbps = h.cpu_gbps * scatter;
     const double kv_cells = (static_cast<double>(row.n_gen) + 3) / 2;
     const double t = hybrid_model_seconds(h.placement, CpuRates{h.cpu_gbps, h.cpu_scattered_gbps},
                                           h.device_rates, kv_cells, h.ops);

@@ -191,9 +191,16 @@ def test_replicas_behind_haproxy_survive_a_kill_and_a_drain():
             p.start()
         total = CLIENTS * CONVERSATIONS * TURNS
         wait_count(done, total // 3, procs)
-        wait_generating(killed)
-        killed.proc.send_signal(signal.SIGSTOP)
-        t_kill = time.time()  # from here r1 answers nothing
+        # Freeze r1 while HAProxy holds a connection to it (a request in flight). A request
+        # seen generating by /slots can finish before the signal lands on a loaded machine:
+        # then r1 is let go and frozen again later.
+        for attempt in range(50):
+            wait_generating(killed)
+            killed.proc.send_signal(signal.SIGSTOP)
+            t_kill = time.time()  # from here r1 answers nothing
+            if int(lb.servers()["r1"]["scur"] or 0) > 0:
+                break
+            killed.proc.send_signal(signal.SIGCONT)
         time.sleep(0.3)       # more requests reach it and wait
         killed.proc.kill()
         killed.proc.wait()

@@ -170,23 +170,6 @@ const RowLists& SparseFfn::predict(int64_t il, const float* pred_in, int64_t m) 
   return lists_;
 }
 
-template <typename Keep>
-void SparseFfn::filter_lists(Keep keep) {
-  int32_t* idx = lists_.idx.data();
-  int64_t* off = lists_.offsets.data();
-  int64_t n = 0, begin = off[0];
-  for (int64_t i = 0; i < lists_.m; ++i) {
-    const int64_t end = off[i + 1];
-    for (int64_t k = begin; k < end; ++k) {
-      const int32_t r = idx[k];
-      idx[n] = r;
-      n += keep(i, r) ? 1 : 0;
-    }
-    begin = end;
-    off[i + 1] = n;
-  }
-}
-
 void SparseFfn::rows_product(const model::Matrix& W, const float* X, LayerStats& st, float* Y) {
   const int64_t m = lists_.m;
   const int32_t* idx = lists_.idx.data();
@@ -250,7 +233,7 @@ void SparseFfn::compute(int64_t il, const model::FfnInput& in, float* out) {
     if (w.up_b.present()) ops_.add_bias(u, w.up_b, m, n_ff);
     float* hg = host(g, m * n_ff);
     const float* hu = host(u, m * n_ff);
-    filter_lists([&](int64_t i, int32_t r) {
+    lists_.filter([&](int64_t i, int32_t r) {
       const float v = hu[i * n_ff + r];
       hg[i * n_ff + r] = v;
       return v > 0.0f;
@@ -259,13 +242,13 @@ void SparseFfn::compute(int64_t il, const model::FfnInput& in, float* out) {
     rows_product(w.gate, in.x, st, g);
     // ReLU(gate) == 0 zeroes the neuron whatever up is: up is computed only where gate > 0.
     const float* hg0 = host(g, m * n_ff);
-    filter_lists([&](int64_t i, int32_t r) { return hg0[i * n_ff + r] > 0.0f; });
+    lists_.filter([&](int64_t i, int32_t r) { return hg0[i * n_ff + r] > 0.0f; });
     rows_product(w.up, in.x, st, u);
     if (w.up_b.present()) ops_.add_bias(u, w.up_b, m, n_ff);
     float* hg = host(g, m * n_ff);
     const float* hu = host(u, m * n_ff);
     const bool relu_up = hp.ffn == FfnKind::GatedBoth;
-    filter_lists([&](int64_t i, int32_t r) {
+    lists_.filter([&](int64_t i, int32_t r) {
       const size_t k = sz(i * n_ff + r);
       const float up = relu_up ? std::max(hu[k], 0.0f) : hu[k];
       hg[k] *= up;

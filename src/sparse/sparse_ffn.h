@@ -81,6 +81,21 @@ struct RowLists {
   int64_t count(int64_t i) const {
     return offsets[static_cast<size_t>(i) + 1] - offsets[static_cast<size_t>(i)];
   }
+  // Keeps, in place and in order, the rows r of token i for which keep(i, r) holds.
+  template <typename Keep>
+  void filter(Keep keep) {
+    int64_t n = 0, begin = offsets[0];
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t end = offsets[static_cast<size_t>(i) + 1];
+      for (int64_t k = begin; k < end; ++k) {
+        const int32_t r = idx[static_cast<size_t>(k)];
+        idx[static_cast<size_t>(n)] = r;
+        n += keep(i, r) ? 1 : 0;
+      }
+      begin = end;
+      offsets[static_cast<size_t>(i) + 1] = n;
+    }
+  }
 };
 
 class SparseFfn final : public model::FfnStep {
@@ -138,9 +153,6 @@ class SparseFfn final : public model::FfnStep {
   // Y[i, r] = W[r,:] · X[i,:] for the listed (i, r), by the path the cost model picks.
   void rows_product(const model::Matrix& W, const float* X, LayerStats& st, float* Y);
   void check_against_dense(int64_t il, const model::FfnInput& in, const float* out);
-  // Keeps in lists_ the entries (i, r) with keep(i, r); order is preserved.
-  template <typename Keep>
-  void filter_lists(Keep keep);
 
   const model::Model& model_;
   const model::ModelWeights& w_;

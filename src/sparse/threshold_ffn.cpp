@@ -66,23 +66,6 @@ void ThresholdFfn::reset_stats() {
   for (auto& v : stats_) std::fill(v.begin(), v.end(), SiteLayerStats{});
 }
 
-template <typename Keep>
-void ThresholdFfn::filter_neurons(Keep keep) {
-  int32_t* idx = neurons_.idx.data();
-  int64_t* off = neurons_.offsets.data();
-  int64_t n = 0, begin = off[0];
-  for (int64_t i = 0; i < neurons_.m; ++i) {
-    const int64_t end = off[i + 1];
-    for (int64_t k = begin; k < end; ++k) {
-      const int32_t r = idx[k];
-      idx[n] = r;
-      n += keep(i, r) ? 1 : 0;
-    }
-    begin = end;
-    off[i + 1] = n;
-  }
-}
-
 uint64_t ThresholdFfn::rows_product(const model::Matrix& W, const float* X, float* Y) {
   const int64_t m = neurons_.m;
   const int32_t* idx = neurons_.idx.data();
@@ -163,7 +146,7 @@ void ThresholdFfn::run(int64_t il, const model::FfnInput& in, float* out) {
   st.bytes += rows_product(w.up, x, u);
   auto* hg = static_cast<float*>(dev_.map(g, sz(m * n_ff) * sizeof(float)));
   const auto* hu = static_cast<const float*>(dev_.map(u, sz(m * n_ff) * sizeof(float)));
-  filter_neurons([&](int64_t i, int32_t r) {
+  neurons_.filter([&](int64_t i, int32_t r) {
     const size_t k = sz(i * n_ff + r);
     hg[k] *= hu[k];
     return hg[k] != 0.0f;

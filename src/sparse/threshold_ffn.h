@@ -50,8 +50,6 @@ class ThresholdFfn final : public model::FfnStep {
                backend::Device& dev, const SiteThresholds& thr);
   // Y[i, r] = W[r, :] · X[i, :] for the entries listed in neurons_, by the cheapest path.
   uint64_t rows_product(const model::Matrix& W, const float* X, float* Y);
-  template <typename Keep>
-  void filter_neurons(Keep keep);
 
   const model::Model& model_;
   const model::ModelWeights& w_;

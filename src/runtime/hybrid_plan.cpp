@@ -179,13 +179,7 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
     out.plan = std::move(*plan);
     out.origin = "-ngl " + std::to_string(o.n_gpu_layers);
   } else {
-    sparse::IndexKey key;
-    key.model_fingerprint = sparse::model_fingerprint(m.file());
-    key.stats_fingerprint = stats ? sparse::stats_fingerprint(*stats) : "";
-    key.granularity = o.granularity;
-    key.budget = req.budget;
-    key.n_ctx = o.n_ctx;
-    key.n_batch = o.n_batch;
+    const sparse::IndexKey key = sparse::index_key(m.file(), stats ? &*stats : nullptr, req);
     sparse::IndexOptions io;
     io.reset = o.reset_gpu_index;
     io.disable = o.disable_gpu_index;

@@ -7,6 +7,7 @@
 
 #include "gguf/reader.h"
 #include "gguf/writer.h"
+#include "sparse/placement_model.h"
 
 namespace pi::sparse {
 namespace {
@@ -55,6 +56,17 @@ std::string stats_fingerprint(const ActivationStats& s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
   return buf;
+}
+
+IndexKey index_key(const gguf::File& model, const ActivationStats* stats, const PlacementRequest& req) {
+  IndexKey key;
+  key.model_fingerprint = model_fingerprint(model);
+  key.stats_fingerprint = stats ? stats_fingerprint(*stats) : "";
+  key.granularity = req.granularity;
+  key.budget = req.budget;
+  key.n_ctx = req.n_ctx;
+  key.n_batch = req.n_batch;
+  return key;
 }
 
 Status write_gpu_index(const std::string& path, const PlacementPlan& plan, const IndexKey& key,

@@ -27,6 +27,14 @@
 #include "sparse/activation_stats.h"
 #include "sparse/placement.h"
 
+namespace pi::gguf {
+class File;
+}
+
+namespace pi::sparse {
+struct PlacementRequest;  // sparse/placement_model.h
+}
+
 namespace pi::sparse {
 
 // What a plan was solved for; an index matches a request when all fields are equal, except
@@ -55,6 +63,10 @@ std::string gpu_index_path(const std::string& model_path);
 
 // "fnv1a64:<hex>" over n_tokens and every count of every layer.
 std::string stats_fingerprint(const ActivationStats& s);
+
+// The key of a request: the model file's and the statistics' fingerprints (none when stats is
+// null) and the request's budget, granularity, context and batch.
+IndexKey index_key(const gguf::File& model, const ActivationStats* stats, const PlacementRequest& req);
 
 // Writes the plan's device neurons and our metadata.
 Status write_gpu_index(const std::string& path, const PlacementPlan& plan, const IndexKey& key,

@@ -197,13 +197,7 @@ int run_plan(const PlanOptions& o) {
   auto problem = sparse::placement_problem(m, stats ? &*stats : nullptr, req);
   if (!problem.ok()) return fail(problem.error());
 
-  sparse::IndexKey key;
-  key.model_fingerprint = sparse::model_fingerprint(m.file());
-  key.stats_fingerprint = stats ? sparse::stats_fingerprint(*stats) : "";
-  key.granularity = req.granularity;
-  key.budget = req.budget;
-  key.n_ctx = req.n_ctx;
-  key.n_batch = req.n_batch;
+  const sparse::IndexKey key = sparse::index_key(m.file(), stats ? &*stats : nullptr, req);
   sparse::IndexOptions io;
   io.reset = o.reset_index;
   io.disable = o.disable_index;

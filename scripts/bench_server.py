@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Benchmarks `powerinfer serve` (docs/BENCHMARKS.md):
-  1. aggregate decode tokens/s with B busy slots (B concurrent /completion requests, same
-     prompt length and -n as `powerinfer batched-bench -npp P -ntg N -npl B`): the sum of the
-     requests' generated tokens over the longest generation phase (the server's own timings);
+  1. aggregate decode tokens/s with B busy slots (B concurrent streamed /completion requests,
+     same prompt length and -n as `powerinfer batched-bench -npp P -ntg N -npl B`), timed by
+     the client: the tokens generated after each request's first one over the time from the
+     first streamed token of any request to the last final message (all B prompts enter the same step, so this is
+     the phase in which the B sequences decode together, as batched-bench's S_TG); the
+     server's own figure (generated tokens over the longest `timings.predicted_ms`, engine
+     time only) beside it;
   2. time to first token of a 128-token prompt while 8 other slots generate, from the client
      (request sent -> first streamed token) and the server's prompt_ms.
 Usage: scripts/bench_server.py -m MODEL [-t THREADS] [--slots 1,2,4,8,16] [-npp 32] [-ntg 64]
@@ -57,19 +61,39 @@ def prompt_of(n_tokens):
     return " ".join(words[i % len(words)] for i in range(n_tokens - 1))
 
 
+def stream(url, body):
+    """(time of the first streamed event, time of the final one, the final message)."""
+    req = urllib.request.Request(url + "/completion", data=json.dumps({**body, "stream": True}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    first = last = final = None
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for line in r:
+            if not line.startswith(b"data: "):
+                continue
+            last = time.time()
+            first = last if first is None else first
+            msg = json.loads(line[6:])
+            if msg.get("stop"):
+                final = msg
+    return first, last, final
+
+
 def aggregate(url, b, npp, ntg):
     body = {"prompt": prompt_of(npp), "n_predict": ntg, "ignore_eos": True, "temperature": 0,
             "cache_prompt": False}
     post(url, {**body, "n_predict": 4})  # warm-up
     out = [None] * b
-    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, post(url, body))) for i in range(b)]
+    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, stream(url, body))) for i in range(b)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    tokens = sum(r["tokens_predicted"] for r in out)
-    longest_ms = max(r["timings"]["predicted_ms"] for r in out)
-    return tokens / (longest_ms / 1e3), out[0]["tokens_evaluated"]
+    t_first = min(r[0] for r in out)
+    t_last = max(r[1] for r in out)
+    finals = [r[2] for r in out]
+    client_tps = sum(f["tokens_predicted"] - 1 for f in finals) / (t_last - t_first)
+    server_tps = sum(f["tokens_predicted"] for f in finals) / (max(f["timings"]["predicted_ms"] for f in finals) / 1e3)
+    return client_tps, server_tps, finals[0]["tokens_evaluated"]
 
 
 def ttft(url, busy, npp_long=128):
@@ -112,13 +136,13 @@ def main():
     ap.add_argument("-npp", type=int, default=32)
     ap.add_argument("-ntg", type=int, default=64)
     a = ap.parse_args()
-    print(f"| busy slots | server decode t/s | prompt tokens |")
-    print(f"|---:|---:|---:|")
+    print(f"| busy slots | decode t/s (client) | decode t/s (server timings) | prompt tokens |")
+    print(f"|---:|---:|---:|---:|")
     for b in map(int, a.slots.split(",")):
         p, url = start(a.model, b, b * (a.npp + a.ntg + 16), a.threads)
         try:
-            tps, n_eval = aggregate(url, b, a.npp, a.ntg)
-            print(f"| {b} | {tps:.1f} | {n_eval} |", flush=True)
+            client_tps, server_tps, n_eval = aggregate(url, b, a.npp, a.ntg)
+            print(f"| {b} | {client_tps:.1f} | {server_tps:.1f} | {n_eval} |", flush=True)
         finally:
             p.terminate()
             p.wait()

@@ -2,11 +2,12 @@
 """Benchmarks `powerinfer serve` (docs/BENCHMARKS.md):
   1. aggregate decode tokens/s with B busy slots (B concurrent streamed /completion requests,
      same prompt length and -n as `powerinfer batched-bench -npp P -ntg N -npl B`), timed by
-     the client: the tokens generated after each request's first one over the time from the
-     first streamed token of any request to the last final message (all B prompts enter the same step, so this is
-     the phase in which the B sequences decode together, as batched-bench's S_TG); the
-     server's own figure (generated tokens over the longest `timings.predicted_ms`, engine
-     time only) beside it;
+     the client over the window in which all B requests are generating (from the last one's
+     first token to the first one's last; tokens counted by the per-token probabilities each
+     event carries): requests that arrive a step apart have their prompts evaluated while the
+     others decode, and batched-bench's S_TG leaves prompts out; beside it the server's own
+     figure (generated tokens over the longest `timings.predicted_ms`, which counts whole
+     steps, prompt chunks of other requests included);
   2. time to first token of a 128-token prompt while 8 other slots generate, from the client
      (request sent -> first streamed token) and the server's prompt_ms.
 Usage: scripts/bench_server.py -m MODEL [-t THREADS] [--slots 1,2,4,8,16] [-npp 32] [-ntg 64]
@@ -62,20 +63,23 @@ def prompt_of(n_tokens):
 
 
 def stream(url, body):
-    """(time of the first streamed event, time of the final one, the final message)."""
-    req = urllib.request.Request(url + "/completion", data=json.dumps({**body, "stream": True}).encode(),
+    """[(time, tokens)] per streamed event (tokens counted by the event's per-token
+    probabilities, since one event may carry several tokens), and the final message."""
+    req = urllib.request.Request(url + "/completion",
+                                 data=json.dumps({**body, "stream": True, "n_probs": 1}).encode(),
                                  headers={"Content-Type": "application/json"})
-    first = last = final = None
+    events = []
+    final = None
     with urllib.request.urlopen(req, timeout=600) as r:
         for line in r:
             if not line.startswith(b"data: "):
                 continue
-            last = time.time()
-            first = last if first is None else first
             msg = json.loads(line[6:])
             if msg.get("stop"):
                 final = msg
-    return first, last, final
+            else:
+                events.append((time.time(), len(msg.get("completion_probabilities", []))))
+    return events, final
 
 
 def aggregate(url, b, npp, ntg):
@@ -88,12 +92,16 @@ def aggregate(url, b, npp, ntg):
         t.start()
     for t in threads:
         t.join()
-    t_first = min(r[0] for r in out)
-    t_last = max(r[1] for r in out)
-    finals = [r[2] for r in out]
-    client_tps = sum(f["tokens_predicted"] - 1 for f in finals) / (t_last - t_first)
+    # The window in which every request is generating: from the last request's first token to
+    # the first request's last token. Prompts that arrive a step late are evaluated while the
+    # others already decode; batched-bench's S_TG leaves prompts out, so this window does too.
+    t0 = max(ev[0][0] for ev, _ in out)
+    t1 = min(ev[-1][0] for ev, _ in out)
+    n = sum(k for ev, _ in out for t, k in ev if t0 < t <= t1)
+    client_tps = n / (t1 - t0) if t1 > t0 else float("nan")
+    finals = [f for _, f in out]
     server_tps = sum(f["tokens_predicted"] for f in finals) / (max(f["timings"]["predicted_ms"] for f in finals) / 1e3)
-    return client_tps, server_tps, finals[0]["tokens_evaluated"]
+    return client_tps, server_tps, finals[0]["tokens_evaluated"], t1 - t0
 
 
 def ttft(url, busy, npp_long=128):
@@ -136,13 +144,14 @@ def main():
     ap.add_argument("-npp", type=int, default=32)
     ap.add_argument("-ntg", type=int, default=64)
     a = ap.parse_args()
-    print(f"| busy slots | decode t/s (client) | decode t/s (server timings) | prompt tokens |")
-    print(f"|---:|---:|---:|---:|")
+    print(f"| busy slots | decode t/s, all generating (client) | window s | "
+          f"decode t/s (server timings) | prompt tokens |")
+    print(f"|---:|---:|---:|---:|---:|")
     for b in map(int, a.slots.split(",")):
         p, url = start(a.model, b, b * (a.npp + a.ntg + 16), a.threads)
         try:
-            client_tps, server_tps, n_eval = aggregate(url, b, a.npp, a.ntg)
-            print(f"| {b} | {client_tps:.1f} | {server_tps:.1f} | {n_eval} |", flush=True)
+            client_tps, server_tps, n_eval, window = aggregate(url, b, a.npp, a.ntg)
+            print(f"| {b} | {client_tps:.1f} | {window:.1f} | {server_tps:.1f} | {n_eval} |", flush=True)
         finally:
             p.terminate()
             p.wait()

@@ -32,10 +32,8 @@ class File;
 }
 
 namespace pi::sparse {
-struct PlacementRequest;  // sparse/placement_model.h
-}
 
-namespace pi::sparse {
+struct PlacementRequest;  // sparse/placement_model.h
 
 // What a plan was solved for; an index matches a request when all fields are equal, except
 // that an empty stats_fingerprint (a run without statistics) accepts any statistics.

@@ -21,10 +21,15 @@ struct SparseOptions {
   // deviation). About doubles the FFN work; the generated output is unchanged.
   bool check_predictor = false;
   // Files calibrated by `powerinfer calibrate` (activation thresholds, docs/ACT_SPARSITY.md):
-  // the sparsity to run at, the share of activations zeroed at each site (unset: the file's
-  // target), and the sites to sparsify, comma-separated from attn_in, attn_out, ffn_in,
+  // the sparsity to run at (unset: the file's target): model-wide (the share of the layers'
+  // projection bytes left unread) through the file's allocation when it has one, else the
+  // share of activations zeroed at each site; levels of single sites that override it
+  // ("ffn_in=0.3,attn_out=0.6"); `uniform_sparsity` ignores the allocation (every site at
+  // `sparsity`); and the sites to sparsify, comma-separated from attn_in, attn_out, ffn_in,
   // ffn_gate (unset: every site the file calibrated). `dense` runs such files densely.
   std::optional<double> sparsity;
+  std::optional<std::string> site_sparsity;
+  bool uniform_sparsity = false;
   std::optional<std::string> sites;
 };
 
@@ -60,6 +65,8 @@ struct SiteSparsity {
   std::vector<uint64_t> bytes;   // weight bytes the site's products read
   std::vector<double> seconds;   // wall time of the site's products
   std::vector<float> thresholds;
+  std::vector<float> levels;          // the calibrated level each layer's threshold is for
+  std::vector<uint64_t> weight_bytes;  // bytes of the layer's projections the site cuts
 
   double zeroed_fraction() const {
     int64_t e = 0, k = 0;
@@ -79,7 +86,22 @@ struct SparsityReport {
   // Calibrated files run with activation thresholds:
   bool thresholded = false;
   double act_sparsity = 0;        // the sparsity level run
+  bool allocated = false;         // site levels from the file's allocation (act_sparsity model-wide)
+  uint64_t projection_bytes = 0;  // bytes of every projection of every layer
   std::vector<SiteSparsity> sites;  // the sites run
+
+  // The share of the projection bytes left unread: sum over sites and layers of the zeroed
+  // share times the bytes the site cuts, over projection_bytes.
+  double model_wide_zeroed() const {
+    double skipped = 0;
+    for (const SiteSparsity& s : sites) {
+      for (size_t l = 0; l < s.entries.size() && l < s.weight_bytes.size(); ++l) {
+        if (s.entries[l] > 0)
+          skipped += double(s.weight_bytes[l]) * (1.0 - double(s.kept[l]) / double(s.entries[l]));
+      }
+    }
+    return projection_bytes > 0 ? skipped / double(projection_bytes) : 0.0;
+  }
 };
 
 }  // namespace pi

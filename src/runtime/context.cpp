@@ -121,10 +121,11 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
     opts.device.budget = *opts.vram_budget;
   auto dev = backend::make_device(opts.device);
   if (!dev.ok()) return dev.error();
-  if ((opts.thresholds.sparsity || opts.thresholds.sites) && !opts.dense &&
+  const sparse::ThresholdOptions& th = opts.thresholds;
+  if ((th.sparsity || th.sites || th.site_levels || th.uniform) && !opts.dense &&
       !sparse::has_act_sparsity(model.file())) {
-    return err("%s: --sparsity and --sparsity-sites need a file calibrated by `powerinfer "
-               "calibrate` (this one has no %s)",
+    return err("%s: --sparsity, --sparsity-sites and --sparsity-alloc need a file calibrated by "
+               "`powerinfer calibrate` (this one has no %s)",
                model.file().path().c_str(), sparse::kMethodKey);
   }
   if (!(*dev)->host_addressable()) return create_hybrid(model, opts, std::move(*dev));

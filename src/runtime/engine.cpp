@@ -96,6 +96,8 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.check_predictor = o.sparse.check_predictor;
   co.thresholds.sparsity = o.sparse.sparsity;
   co.thresholds.sites = o.sparse.sites;
+  co.thresholds.site_levels = o.sparse.site_sparsity;
+  co.thresholds.uniform = o.sparse.uniform_sparsity;
   co.all_logits = o.all_logits;
   co.n_seq_max = o.n_seq_max;
   co.device.name = o.device;
@@ -316,6 +318,9 @@ void add_site_reports(const runtime::Context& ctx, SparsityReport& r) {
   const sparse::SiteThresholds& thr = ctx.site_thresholds();
   r.thresholded = true;
   r.act_sparsity = thr.sparsity;
+  r.allocated = thr.allocated;
+  const sparse::SiteBytes bytes = sparse::site_bytes(ctx.model());
+  r.projection_bytes = bytes.total;
   for (sparse::Site s : sparse::kAllSites) {
     if (!thr.on(s)) continue;
     const auto i = static_cast<size_t>(s);
@@ -324,6 +329,8 @@ void add_site_reports(const runtime::Context& ctx, SparsityReport& r) {
     SiteSparsity site;
     site.site = sparse::site_name(s);
     site.thresholds = thr.per_layer[i];
+    site.levels = thr.levels[i];
+    site.weight_bytes = bytes.per_layer[i];
     site.tokens = st[i].empty() ? 0 : st[i][0].tokens;
     for (const sparse::SiteLayerStats& l : st[i]) {
       site.entries.push_back(l.entries);

@@ -2,9 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 namespace pi::sparse {
 namespace {
+
+// Levels are stored as f32 and asked for in decimal: 0.9 and 0.9f are the same level.
+constexpr double kLevelSlack = 1e-6;
 
 constexpr std::array<const char*, kNumSites> kSiteNames = {"attn_in", "attn_out", "ffn_in",
                                                            "ffn_gate"};
@@ -23,6 +28,86 @@ Result<std::vector<double>> numbers(const gguf::File& f, const std::string& key)
     out.push_back(*x);
   }
   return out;
+}
+
+// The allocation keys of a calibrated file into c (its sites, levels and n_layer read).
+Status read_allocation(const gguf::File& f, ActSparsityCalibration& c) {
+  const std::string& path = f.path();
+  auto method = f.get_string(kAllocMethodKey);
+  if (!method.ok()) return method.error();
+  if (*method != kAllocMethod) {
+    return err("%s: key %s is '%s'; this engine knows '%s'", path.c_str(), kAllocMethodKey,
+               method->c_str(), kAllocMethod);
+  }
+  auto levels = numbers(f, kAllocLevelsKey);
+  if (!levels.ok()) return levels.error();
+  c.alloc_levels = std::move(*levels);
+  if (c.alloc_levels.empty() || c.alloc_levels[0] != 0.0 || !(c.alloc_levels.back() < 1.0))
+    return err("%s: key %s must start at 0 and stay below 1", path.c_str(), kAllocLevelsKey);
+  for (size_t i = 1; i < c.alloc_levels.size(); ++i) {
+    if (!(c.alloc_levels[i] > c.alloc_levels[i - 1]))
+      return err("%s: key %s must be strictly ascending", path.c_str(), kAllocLevelsKey);
+  }
+  const size_t want = c.alloc_levels.size() * static_cast<size_t>(c.n_layer);
+  for (Site s : kAllSites) {
+    if (!has_site(c.sites, s)) continue;
+    const std::string key = allocation_key(s);
+    if (f.find(key) == nullptr) {
+      return err("%s: key %s is missing (the file has an allocation and lists site %s)",
+                 path.c_str(), key.c_str(), site_name(s));
+    }
+    auto a = numbers(f, key);
+    if (!a.ok()) return a.error();
+    if (a->size() != want) {
+      return err("%s: key %s holds %zu levels, expected %zu (%zu model-wide levels x %lld layers)",
+                 path.c_str(), key.c_str(), a->size(), want, c.alloc_levels.size(),
+                 static_cast<long long>(c.n_layer));
+    }
+    std::vector<float>& dst = c.alloc[static_cast<size_t>(s)];
+    for (double x : *a) {
+      if (!(x >= 0.0 && x <= c.levels.back() + kLevelSlack))
+        return err("%s: key %s holds %g (site levels must be within the calibrated 0 to %g)",
+                   path.c_str(), key.c_str(), x, c.levels.back());
+      dst.push_back(static_cast<float>(x));
+    }
+  }
+  return Status::Ok();
+}
+
+// The threshold of site s, layer l at `level` (linear between the calibrated levels around it).
+float threshold_at(const ActSparsityCalibration& c, Site s, int64_t l, double level) {
+  size_t hi = 0;
+  while (hi + 1 < c.levels.size() && c.levels[hi] < level) ++hi;
+  const size_t lo = hi > 0 && c.levels[hi] > level ? hi - 1 : hi;
+  const double span = c.levels[hi] - c.levels[lo];
+  const double w = span > 0 ? (level - c.levels[lo]) / span : 0.0;
+  const double a = c.threshold(s, l, lo), b = c.threshold(s, l, hi);
+  return static_cast<float>(a + w * (b - a));
+}
+
+// The allocation's level of site s, layer l at model-wide sparsity m (within alloc_levels).
+double alloc_level_at(const ActSparsityCalibration& c, Site s, int64_t l, double m) {
+  const std::vector<double>& g = c.alloc_levels;
+  size_t hi = 0;
+  while (hi + 1 < g.size() && g[hi] < m) ++hi;
+  const size_t lo = hi > 0 && g[hi] > m ? hi - 1 : hi;
+  const double span = g[hi] - g[lo];
+  const double w = span > 0 ? (m - g[lo]) / span : 0.0;
+  const double a = c.alloc_level(s, lo, l), b = c.alloc_level(s, hi, l);
+  return a + w * (b - a);
+}
+
+// A level in [0, 1) from text, or an error naming `what`.
+Result<double> parse_level(std::string_view text, const char* what) {
+  const std::string t(text);
+  char* end = nullptr;
+  const double x = std::strtod(t.c_str(), &end);
+  if (t.empty() || end != t.c_str() + t.size() || !(x >= 0.0 && x < 1.0)) {
+    return err("%s '%s': a level must be a number in [0, 1) (the share of activations zeroed, "
+               "e.g. 0.4)",
+               what, t.c_str());
+  }
+  return x;
 }
 
 }  // namespace
@@ -63,6 +148,7 @@ std::string site_list(SiteSet s) {
 }
 
 std::string thresholds_key(Site s) { return std::string(kKeyPrefix) + site_name(s) + ".thresholds"; }
+std::string allocation_key(Site s) { return std::string(kKeyPrefix) + site_name(s) + ".allocation"; }
 
 bool has_act_sparsity(const gguf::File& f) { return f.find(kMethodKey) != nullptr; }
 
@@ -131,39 +217,105 @@ Result<ActSparsityCalibration> read_act_sparsity(const gguf::File& f, int64_t n_
       dst.push_back(static_cast<float>(x));
     }
   }
+  if (f.find(kAllocLevelsKey) != nullptr) PI_TRY(read_allocation(f, c));
   c.tokens = static_cast<uint64_t>(std::max<int64_t>(0, f.get_int_or(kTokensKey, 0)));
   if (const gguf::Value* v = f.find(kTextKey); v != nullptr && v->as_string() != nullptr)
     c.text = *v->as_string();
   return c;
 }
 
-Result<SiteThresholds> resolve_thresholds(const ActSparsityCalibration& c, double sparsity,
+Status parse_level_request(std::string_view text, const char* what, LevelRequest& r) {
+  if (text.empty()) return err("%s: empty (give a level such as 0.4, or SITE=LEVEL)", what);
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      auto x = parse_level(item, what);
+      if (!x.ok()) return x.error();
+      r.sparsity = *x;
+      continue;
+    }
+    auto site = parse_site(item.substr(0, eq));
+    if (!site) {
+      return err("%s: unknown site '%.*s' in '%.*s' (sites: attn_in, attn_out, ffn_in, ffn_gate)",
+                 what, static_cast<int>(eq), item.data(), static_cast<int>(item.size()),
+                 item.data());
+    }
+    auto x = parse_level(item.substr(eq + 1), what);
+    if (!x.ok()) return x.error();
+    r.site[static_cast<size_t>(*site)] = *x;
+  }
+  return Status::Ok();
+}
+
+std::string site_levels_string(const std::array<std::optional<double>, kNumSites>& site) {
+  std::string out;
+  for (Site s : kAllSites) {
+    const auto& v = site[static_cast<size_t>(s)];
+    if (!v) continue;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%s=%.17g", out.empty() ? "" : ",", site_name(s), *v);
+    out += buf;
+  }
+  return out;
+}
+
+double model_wide(const std::array<double, kNumSites>& weight,
+                  const std::array<double, kNumSites>& level) {
+  double m = 0;
+  for (size_t i = 0; i < kNumSites; ++i) m += weight[i] * level[i];
+  return m;
+}
+
+Result<SiteThresholds> resolve_thresholds(const ActSparsityCalibration& c, const LevelRequest& req,
                                           SiteSet wanted, const char* what) {
   const double last = c.levels.back();
-  if (!(sparsity >= 0.0 && sparsity <= last)) {
-    return err("%s %g: the file is calibrated for sparsities 0 to %g (a share of activations "
-               "zeroed; e.g. 0.4)",
-               what, sparsity, last);
-  }
+  const double sparsity = req.sparsity.value_or(c.target);
+  const bool allocated = c.allocated() && !req.uniform;
   if ((wanted & ~c.sites) != 0) {
     return err("%s: the file has no thresholds for %s (it has %s)", what,
                site_list(wanted & ~c.sites).c_str(), site_list(c.sites).c_str());
   }
+  bool all_overridden = true;
+  for (Site s : kAllSites) {
+    const auto& o = req.site[static_cast<size_t>(s)];
+    if (!has_site(wanted, s)) continue;
+    all_overridden = all_overridden && o.has_value();
+    if (o && !(*o >= 0.0 && *o <= last + kLevelSlack)) {
+      return err("%s %s=%g: the file is calibrated for levels 0 to %g", what, site_name(s), *o,
+                 last);
+    }
+  }
+  if (!all_overridden) {
+    if (allocated && !(sparsity >= 0.0 && sparsity <= c.alloc_levels.back() + kLevelSlack)) {
+      return err("%s %g: the file's allocation covers model-wide sparsities 0 to %.3f (add "
+                 "--sparsity-alloc uniform for the same level at every site, up to %g)",
+                 what, sparsity, c.alloc_levels.back(), last);
+    }
+    if (!allocated && !(sparsity >= 0.0 && sparsity <= last + kLevelSlack)) {
+      return err("%s %g: the file is calibrated for sparsities 0 to %g (a share of activations "
+                 "zeroed; e.g. 0.4)",
+                 what, sparsity, last);
+    }
+  }
   SiteThresholds r;
   r.sparsity = sparsity;
+  r.allocated = allocated;
   r.sites = wanted;
-  // The bracketing levels: lo <= sparsity <= hi.
-  size_t hi = 0;
-  while (hi + 1 < c.levels.size() && c.levels[hi] < sparsity) ++hi;
-  const size_t lo = hi > 0 && c.levels[hi] > sparsity ? hi - 1 : hi;
-  const double span = c.levels[hi] - c.levels[lo];
-  const double w = span > 0 ? (sparsity - c.levels[lo]) / span : 0.0;
   for (Site s : kAllSites) {
     if (!has_site(wanted, s)) continue;
-    std::vector<float>& out = r.per_layer[static_cast<size_t>(s)];
+    const auto i = static_cast<size_t>(s);
     for (int64_t l = 0; l < c.n_layer; ++l) {
-      const double a = c.threshold(s, l, lo), b = c.threshold(s, l, hi);
-      out.push_back(static_cast<float>(a + w * (b - a)));
+      const double level = req.site[i]        ? *req.site[i]
+                           : allocated        ? alloc_level_at(c, s, l, sparsity)
+                                              : sparsity;
+      // Within the slack of the last level (f32 keys against decimal levels): the last level.
+      const double clamped = std::min(level, last);
+      r.levels[i].push_back(static_cast<float>(clamped));
+      r.per_layer[i].push_back(threshold_at(c, s, l, clamped));
     }
   }
   return r;

@@ -13,6 +13,11 @@
 // A threshold is calibrated for a grid of sparsity levels (the share of entries it zeroes on
 // the calibration text), so a run picks any level up to the grid's last by interpolating
 // between neighbours; the file's target is the default.
+//
+// A file may also hold an allocation (calibrate's greedy search): for a grid of model-wide
+// sparsities (the share of the layers' projection weight bytes left unread) the level of every
+// site of every layer, so that a run asking for a model-wide share gets the mix of site levels
+// that costs the least accuracy instead of the same level everywhere.
 #pragma once
 
 #include <array>
@@ -53,6 +58,11 @@ inline constexpr const char* kLevelsKey = "powerinfer.act_sparsity.levels";
 inline constexpr const char* kTokensKey = "powerinfer.act_sparsity.calibration_tokens";
 inline constexpr const char* kTextKey = "powerinfer.act_sparsity.calibration_text";
 std::string thresholds_key(Site s);
+// Allocation keys: the model-wide levels, the method, and per site kKeyPrefix + site + ".allocation".
+inline constexpr const char* kAllocLevelsKey = "powerinfer.act_sparsity.allocation.levels";
+inline constexpr const char* kAllocMethodKey = "powerinfer.act_sparsity.allocation.method";
+inline constexpr const char* kAllocMethod = "greedy_kl";
+std::string allocation_key(Site s);
 
 // The largest sparsity a run may ask for (the last calibrated level is at most this).
 inline constexpr double kMaxSparsity = 0.95;
@@ -67,9 +77,18 @@ struct ActSparsityCalibration {
   std::array<std::vector<float>, kNumSites> thresholds;
   uint64_t tokens = 0;
   std::string text;
+  // The allocation, when the file has one: model-wide levels ascending from 0, and per
+  // calibrated site the level of each layer at each of them, [point][layer] (point-major).
+  std::vector<double> alloc_levels;
+  std::array<std::vector<float>, kNumSites> alloc;
 
   float threshold(Site s, int64_t layer, size_t level) const {
     return thresholds[static_cast<size_t>(s)][static_cast<size_t>(layer) * levels.size() + level];
+  }
+  bool allocated() const { return !alloc_levels.empty(); }
+  float alloc_level(Site s, size_t point, int64_t layer) const {
+    return alloc[static_cast<size_t>(s)][point * static_cast<size_t>(n_layer) +
+                                         static_cast<size_t>(layer)];
   }
 };
 
@@ -80,14 +99,33 @@ bool has_act_sparsity(const gguf::File& f);
 // naming the file and key for: an unknown method, an empty or unknown site list, levels that
 // are not ascending from 0 within [0, kMaxSparsity], a target outside them, a missing
 // thresholds key for a listed site, a thresholds array of the wrong length, negative or NaN
-// thresholds.
+// thresholds; and for an allocation (optional): an unknown method, model-wide levels not
+// strictly ascending from 0 within [0, 1), a listed site without its allocation key, arrays of
+// the wrong length, site levels outside the calibrated levels.
 Result<ActSparsityCalibration> read_act_sparsity(const gguf::File& f, int64_t n_layer);
+
+// What a run asks for: a sparsity (model-wide through the file's allocation when it has one
+// and `uniform` is not set, else the level of every site; unset: the file's target) and levels
+// for single sites that override it.
+struct LevelRequest {
+  std::optional<double> sparsity;
+  std::array<std::optional<double>, kNumSites> site;
+  bool uniform = false;
+};
+
+// Parses "0.4", "ffn_in=0.3,attn_out=0.6" or "0.4,ffn_in=0.3" into `r` (a number sets
+// r.sparsity, SITE=LEVEL a site's level); each level in [0, 1). Errors name `what`.
+Status parse_level_request(std::string_view text, const char* what, LevelRequest& r);
+// "attn_in=0.3,ffn_gate=0.55" for the sites set in `site` (the inverse of the site part).
+std::string site_levels_string(const std::array<std::optional<double>, kNumSites>& site);
 
 // The thresholds a run uses: per site, one value per layer (empty for sites switched off).
 struct SiteThresholds {
-  double sparsity = 0;
+  double sparsity = 0;   // the sparsity asked for (model-wide when `allocated`)
+  bool allocated = false;  // site levels from the file's allocation
   SiteSet sites = 0;
   std::array<std::vector<float>, kNumSites> per_layer;
+  std::array<std::vector<float>, kNumSites> levels;  // the level of each layer's threshold
 
   bool on(Site s) const { return has_site(sites, s); }
   float at(Site s, int64_t layer) const {
@@ -105,10 +143,18 @@ struct SiteLayerStats {
 };
 using SiteStats = std::array<std::vector<SiteLayerStats>, kNumSites>;  // [site][layer]
 
-// The thresholds at `sparsity` (linear interpolation between the two calibrated levels around
-// it) for the calibrated sites in `wanted`. Fails for a sparsity outside [0, last level]
-// (naming `what`, e.g. the flag) or a wanted site the file has not calibrated.
-Result<SiteThresholds> resolve_thresholds(const ActSparsityCalibration& c, double sparsity,
+// The thresholds for `req` of the calibrated sites in `wanted`. A site's level is its override,
+// else the allocation's level of each layer at req.sparsity (linear interpolation between the
+// model-wide levels around it) when the file has an allocation and the request is not uniform,
+// else req.sparsity; the threshold of a level interpolates linearly between the two calibrated
+// levels around it. Fails for a level outside [0, last level], a model-wide sparsity beyond
+// the allocation (naming `what`, e.g. the flag) or a wanted site the file has not calibrated.
+Result<SiteThresholds> resolve_thresholds(const ActSparsityCalibration& c, const LevelRequest& req,
                                           SiteSet wanted, const char* what);
+
+// The model-wide sparsity of per-site levels: sum over sites of weight[s] * level[s], where
+// weight[s] is the share of the layers' projection bytes whose reads site s cuts.
+double model_wide(const std::array<double, kNumSites>& weight,
+                  const std::array<double, kNumSites>& level);
 
 }  // namespace pi::sparse

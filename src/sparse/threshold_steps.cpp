@@ -17,7 +17,11 @@ Result<ThresholdSteps> make_threshold_steps(const model::Model& model,
     if (!s.ok()) return s.error();
     sites = *s;
   }
-  auto thr = resolve_thresholds(*cal, o.sparsity.value_or(cal->target), sites, "--sparsity");
+  LevelRequest req;
+  req.sparsity = o.sparsity;
+  req.uniform = o.uniform;
+  if (o.site_levels) PI_TRY(parse_level_request(*o.site_levels, "--sparsity", req));
+  auto thr = resolve_thresholds(*cal, req, sites, "--sparsity");
   if (!thr.ok()) return thr.error();
   ThresholdSteps steps;
   steps.thresholds = std::move(*thr);
@@ -28,6 +32,35 @@ Result<ThresholdSteps> make_threshold_steps(const model::Model& model,
   if (!proj.ok()) return proj.error();
   steps.proj = std::move(*proj);
   return steps;
+}
+
+std::array<double, kNumSites> SiteBytes::shares() const {
+  std::array<double, kNumSites> w{};
+  for (size_t i = 0; i < kNumSites; ++i) {
+    uint64_t b = 0;
+    for (uint64_t x : per_layer[i]) b += x;
+    w[i] = total > 0 ? static_cast<double>(b) / static_cast<double>(total) : 0.0;
+  }
+  return w;
+}
+
+SiteBytes site_bytes(const model::Model& model) {
+  // Either layout has the same bytes per matrix (calibrate keeps the type where it can).
+  const auto either = [](const Matrix& a, const Matrix& b) {
+    return a.present() ? a.nbytes() : b.nbytes();
+  };
+  SiteBytes r;
+  for (const model::LayerWeights& L : model.weights().layers) {
+    const std::array<uint64_t, kNumSites> b = {
+        either(L.attn.q_t, L.attn.q) + either(L.attn.k_t, L.attn.k) + either(L.attn.v_t, L.attn.v),
+        either(L.attn.out_t, L.attn.out), either(L.ffn.gate_t, L.ffn.gate),
+        L.ffn.up.nbytes() + either(L.ffn.down_t, L.ffn.down)};
+    for (size_t i = 0; i < kNumSites; ++i) {
+      r.per_layer[i].push_back(b[i]);
+      r.total += b[i];
+    }
+  }
+  return r;
 }
 
 uint64_t threshold_scratch_bytes(const model::HParams& hp, int64_t max_tokens) {

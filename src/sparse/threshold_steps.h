@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/device.h"
 #include "core/error.h"
@@ -18,8 +20,10 @@
 namespace pi::sparse {
 
 struct ThresholdOptions {
-  std::optional<double> sparsity;    // unset: the file's target
+  std::optional<double> sparsity;    // unset: the file's target (model-wide with an allocation)
   std::optional<std::string> sites;  // comma-separated site names; unset: every calibrated site
+  std::optional<std::string> site_levels;  // "ffn_in=0.3,attn_out=0.6": levels of single sites
+  bool uniform = false;                    // ignore the file's allocation
 };
 
 struct ThresholdSteps {
@@ -35,6 +39,17 @@ Result<ThresholdSteps> make_threshold_steps(const model::Model& model,
                                             const model::ModelWeights& weights,
                                             backend::Device& dev, int64_t max_tokens,
                                             const ThresholdOptions& o);
+
+// Per site, the bytes of one layer's projections whose reads it cuts (attn_in: q, k, v;
+// attn_out: output; ffn_in: gate; ffn_gate: up and down), and all projections of one layer:
+// sums over the layers of `model`, in either layout (original or transposed).
+struct SiteBytes {
+  std::array<std::vector<uint64_t>, kNumSites> per_layer;  // [site][layer]
+  uint64_t total = 0;                                       // every projection of every layer
+  // Per site, its share of `total` (the weights of model_wide()).
+  std::array<double, kNumSites> shares() const;
+};
+SiteBytes site_bytes(const model::Model& model);
 
 // Device bytes make_threshold_steps() allocates.
 uint64_t threshold_scratch_bytes(const model::HParams& hp, int64_t max_tokens);

@@ -60,6 +60,18 @@ const std::string& tiny_model() {
   return path;
 }
 
+const std::string& silu_model() {
+  static const std::string path = [] {
+    const std::string p = pi::testing::temp_path("sweep.silu.gguf");
+    pi::testing::TinySpec spec;
+    spec.activation = "silu";
+    pi::Status s = pi::testing::write_tiny_model(spec, p);
+    EXPECT_TRUE(s.ok()) << s.error().message;
+    return p;
+  }();
+  return path;
+}
+
 const std::string& text_file() {
   static const std::string path = [] {
     const std::string p = pi::testing::temp_path("sweep.txt");
@@ -167,6 +179,17 @@ std::vector<Subcommand> subcommands() {
         {"--margin", Kind::Real},
         {"--seed", Kind::Int},
         {"-t", Kind::Int}}},
+      {"calibrate",
+       "calibrate --no-progress -m " + silu_model() + " -f " + text_file() + " -o " + out,
+       {{"--sparsity", Kind::Real},
+        {"-c", Kind::Int},
+        {"-b", Kind::Int},
+        {"-t", Kind::Int},
+        {"--max-tokens", Kind::Int},
+        {"--alloc-tokens", Kind::Int},
+        {"--alloc-step", Kind::Real},
+        {"--alloc-max", Kind::Real}},
+       {{"-c", "32"}, {"--alloc-tokens", "32"}, {"--alloc-step", "0.3"}}},
       {"quantize", "quantize " + m + " " + out + " q8_0", {{"-t", Kind::Int}}},
       {"inspect", "inspect " + m, {{"--max-items", Kind::Int}}},
   };
@@ -188,7 +211,8 @@ TEST_P(FlagSweep, AbsurdValuesEndCleanly) {
 
 INSTANTIATE_TEST_SUITE_P(EverySubcommand, FlagSweep,
                          ::testing::Values("run", "run-sim", "batched", "batched-bench", "bench",
-                                           "perplexity", "synth", "quantize", "inspect"),
+                                           "perplexity", "synth", "calibrate", "quantize",
+                                           "inspect"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)

@@ -6,8 +6,12 @@
 //  - at 0.4 every site zeroes close to 40% of its entries on text it was not calibrated on;
 //  - 1 and 2 threads give bit-identical logits; prompt batches and one-token steps agree;
 //  - the simulated GPU gives the CPU's logits bit for bit;
+//  - the greedy allocation: written, read back, resolved (interpolation, site overrides,
+//    uniform); a run at a model-wide sparsity leaves about that share of the projection bytes
+//    unread; --sparsity-alloc uniform gives the uniform file's logits bit for bit;
 //  - bad input: missing thresholds, an absurd --sparsity, unknown sites, an uncalibrated file
-//    with --sparsity: one-line errors naming the key or flag.
+//    with --sparsity, a missing allocation key, a level beyond the allocation: one-line errors
+//    naming the key or flag.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -63,9 +67,24 @@ const std::string& source_model() {
 const std::string& calibrated() {
   static const std::string path = [] {
     const std::string p = pi::testing::temp_path("silu_tiny.cal.gguf");
-    auto r = run_command(kBin + " calibrate --no-progress -t 1 -c 128 -m " + source_model() +
-                         " -f " + text_file("cal.txt", 0, 20000) + " --sparsity 0.4 -o " + p);
+    auto r = run_command(kBin + " calibrate --no-progress --no-alloc -t 1 -c 128 -m " +
+                         source_model() + " -f " + text_file("cal.txt", 0, 20000) +
+                         " --sparsity 0.4 -o " + p);
     EXPECT_EQ(r.exit_code, 0) << r.output;
+    return p;
+  }();
+  return path;
+}
+
+// The same calibration with the greedy allocation (a short search: 256 tokens, steps of 0.1).
+const std::string& allocated() {
+  static const std::string path = [] {
+    const std::string p = pi::testing::temp_path("silu_tiny.alloc.gguf");
+    auto r = run_command(kBin + " calibrate --no-progress -t 1 -c 128 -m " + source_model() +
+                         " -f " + text_file("cal.txt", 0, 20000) +
+                         " --sparsity 0.4 --alloc-tokens 256 --alloc-step 0.1 -o " + p);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("allocation (model-wide sparsity"), std::string::npos) << r.output;
     return p;
   }();
   return path;
@@ -121,22 +140,93 @@ TEST(ActSparsity, InterpolatesBetweenLevels) {
   c.n_layer = 2;
   c.target = 0.5;
   c.thresholds[static_cast<size_t>(sparse::Site::FfnGate)] = {0.0f, 1.0f, 3.0f, 0.0f, 2.0f, 4.0f};
-  auto t = sparse::resolve_thresholds(c, 0.7, c.sites, "--sparsity");
+  const auto at = [](double s) {
+    sparse::LevelRequest r;
+    r.sparsity = s;
+    return r;
+  };
+  auto t = sparse::resolve_thresholds(c, at(0.7), c.sites, "--sparsity");
   ASSERT_TRUE(t.ok()) << t.error().message;
   EXPECT_FLOAT_EQ(t->at(sparse::Site::FfnGate, 0), 2.0f);
   EXPECT_FLOAT_EQ(t->at(sparse::Site::FfnGate, 1), 3.0f);
-  t = sparse::resolve_thresholds(c, 0.0, c.sites, "--sparsity");
+  EXPECT_FALSE(t->allocated);
+  t = sparse::resolve_thresholds(c, at(0.0), c.sites, "--sparsity");
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->at(sparse::Site::FfnGate, 1), 0.0f);
-  auto bad = sparse::resolve_thresholds(c, 0.95, c.sites, "--sparsity");
+  t = sparse::resolve_thresholds(c, {}, c.sites, "--sparsity");  // the target
+  ASSERT_TRUE(t.ok());
+  EXPECT_FLOAT_EQ(t->at(sparse::Site::FfnGate, 1), 2.0f);
+  auto bad = sparse::resolve_thresholds(c, at(0.95), c.sites, "--sparsity");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("--sparsity 0.95"), std::string::npos) << bad.error().message;
-  bad = sparse::resolve_thresholds(c, 0.4, sparse::site_bit(sparse::Site::AttnIn), "--sparsity");
+  bad = sparse::resolve_thresholds(c, at(0.4), sparse::site_bit(sparse::Site::AttnIn), "--sparsity");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("attn_in"), std::string::npos);
   EXPECT_FALSE(sparse::parse_sites("attn_in,bogus", "--sparsity-sites").ok());
   EXPECT_EQ(*sparse::parse_sites("attn_in,ffn_gate", "x"),
             sparse::site_bit(sparse::Site::AttnIn) | sparse::site_bit(sparse::Site::FfnGate));
+}
+
+TEST(ActSparsity, AllocationInterpolatesPerLayerAndSitesOverride) {
+  using sparse::Site;
+  sparse::ActSparsityCalibration c;
+  c.sites = sparse::site_bit(Site::AttnIn) | sparse::site_bit(Site::FfnGate);
+  c.levels = {0.0, 0.5, 0.9};
+  c.n_layer = 2;
+  c.target = 0.2;
+  // Thresholds: level 0.5 -> 1 (attn_in) / 10 (ffn_gate), level 0.9 -> 2 / 20, both layers.
+  c.thresholds[static_cast<size_t>(Site::AttnIn)] = {0, 1, 2, 0, 1, 2};
+  c.thresholds[static_cast<size_t>(Site::FfnGate)] = {0, 10, 20, 0, 10, 20};
+  // Model-wide 0, 0.2, 0.4: attn_in stays at 0 then 0.5 in layer 1 only; ffn_gate 0, 0.5, 0.9.
+  c.alloc_levels = {0.0, 0.2, 0.4};
+  c.alloc[static_cast<size_t>(Site::AttnIn)] = {0, 0, 0, 0, 0, 0.5f};
+  c.alloc[static_cast<size_t>(Site::FfnGate)] = {0, 0, 0.5f, 0.5f, 0.9f, 0.9f};
+  sparse::LevelRequest r;
+  r.sparsity = 0.3;  // halfway between the last two points
+  auto t = sparse::resolve_thresholds(c, r, c.sites, "--sparsity");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_TRUE(t->allocated);
+  EXPECT_FLOAT_EQ(t->levels[static_cast<size_t>(Site::FfnGate)][0], 0.7f);
+  EXPECT_FLOAT_EQ(t->at(Site::FfnGate, 0), 15.0f);
+  EXPECT_FLOAT_EQ(t->at(Site::AttnIn, 0), 0.0f);
+  EXPECT_FLOAT_EQ(t->levels[static_cast<size_t>(Site::AttnIn)][1], 0.25f);
+  EXPECT_FLOAT_EQ(t->at(Site::AttnIn, 1), 0.5f);
+  // A site override wins over the allocation; the others keep it.
+  ASSERT_TRUE(sparse::parse_level_request("attn_in=0.9", "--sparsity", r).ok());
+  t = sparse::resolve_thresholds(c, r, c.sites, "--sparsity");
+  ASSERT_TRUE(t.ok());
+  EXPECT_FLOAT_EQ(t->at(Site::AttnIn, 0), 2.0f);
+  EXPECT_FLOAT_EQ(t->at(Site::FfnGate, 0), 15.0f);
+  // Uniform: every site at the level asked for.
+  sparse::LevelRequest u;
+  u.sparsity = 0.5;
+  u.uniform = true;
+  t = sparse::resolve_thresholds(c, u, c.sites, "--sparsity");
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE(t->allocated);
+  EXPECT_FLOAT_EQ(t->at(Site::AttnIn, 0), 1.0f);
+  EXPECT_FLOAT_EQ(t->at(Site::FfnGate, 1), 10.0f);
+  // Beyond the allocation's last point: an error that names the way out.
+  sparse::LevelRequest far;
+  far.sparsity = 0.5;
+  auto bad = sparse::resolve_thresholds(c, far, c.sites, "--sparsity");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("--sparsity-alloc uniform"), std::string::npos)
+      << bad.error().message;
+  // ... unless every site is given.
+  ASSERT_TRUE(sparse::parse_level_request("0.5,attn_in=0.1,ffn_gate=0.2", "x", far).ok());
+  EXPECT_TRUE(sparse::resolve_thresholds(c, far, c.sites, "--sparsity").ok());
+  // The parser.
+  sparse::LevelRequest p;
+  ASSERT_TRUE(sparse::parse_level_request("0.25,ffn_in=0.3", "--sparsity", p).ok());
+  EXPECT_EQ(*p.sparsity, 0.25);
+  EXPECT_EQ(*p.site[static_cast<size_t>(Site::FfnIn)], 0.3);
+  EXPECT_EQ(sparse::site_levels_string(p.site), "ffn_in=0.29999999999999999");
+  for (const char* wrong : {"", "x", "1.2", "ffn_in=", "mlp=0.3", "ffn_in=-0.1", "0.3,,nan"}) {
+    sparse::LevelRequest q;
+    EXPECT_FALSE(sparse::parse_level_request(wrong, "--sparsity", q).ok()) << wrong;
+  }
+  EXPECT_DOUBLE_EQ(sparse::model_wide({0.25, 0.25, 0.25, 0.25}, {0.4, 0.4, 0.4, 0.4}), 0.4);
 }
 
 TEST(ActSparsity, CalibratedFileHoldsTransposedWeightsAndThresholds) {
@@ -225,13 +315,54 @@ TEST(ActSparsity, CalibrationHitsItsTargetOnOtherText) {
   EXPECT_NEAR(std::stod(mt[1]), 25.0, 4.0);
 }
 
-// A copy of the calibrated file without one key.
-std::string without_key(const std::string& key) {
-  auto f = gguf::File::open(calibrated());
+// The greedy allocation: a path from 0 to the target and beyond, the same site levels in
+// every layer, and runs that leave the asked-for share of the projection bytes unread.
+TEST(ActSparsity, AllocatedFileRunsAtItsModelWideSparsity) {
+  auto m = load(allocated());
+  auto c = sparse::read_act_sparsity(m->file(), m->hparams().n_layer);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  ASSERT_TRUE(c->allocated());
+  EXPECT_EQ(c->alloc_levels.front(), 0.0);
+  EXPECT_GE(c->alloc_levels.back(), 0.6 - 1e-6);
+  for (sparse::Site s : sparse::kAllSites) {
+    for (size_t p = 1; p < c->alloc_levels.size(); ++p) {
+      EXPECT_GE(c->alloc_level(s, p, 0), c->alloc_level(s, p - 1, 0));  // each step raises one site
+      EXPECT_EQ(c->alloc_level(s, p, 1), c->alloc_level(s, p, 0));
+    }
+  }
+  const std::string held = text_file("held.txt", 40000, 12000);
+  auto r = run_command(kBin + " perplexity -t 1 -c 128 --chunks 4 -m " + allocated() + " -f " + held);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch mt;
+  ASSERT_TRUE(std::regex_search(
+      r.output, mt,
+      std::regex(R"(Model-wide sparsity ([0-9.]+)% .*from the file's allocation)")))
+      << r.output;
+  EXPECT_NEAR(std::stod(mt[1]), 40.0, 4.0);
+  // Uniform on the allocated file is the uniform file, bit for bit (the same thresholds).
+  runtime::ContextOptions o;
+  o.thresholds.sparsity = 0.4;
+  o.thresholds.uniform = true;
+  auto uniform_file = load(calibrated());
+  runtime::ContextOptions plain;
+  EXPECT_EQ(logits(*m, o), logits(*uniform_file, plain));
+  // Site levels given in full override the allocation: every site at 0.4 is uniform 0.4.
+  runtime::ContextOptions sites;
+  sites.thresholds.site_levels = "attn_in=0.4,attn_out=0.4,ffn_in=0.4,ffn_gate=0.4";
+  EXPECT_EQ(logits(*m, sites), logits(*uniform_file, plain));
+  // The allocation's own default differs from uniform.
+  EXPECT_NE(logits(*m, plain), logits(*uniform_file, plain));
+}
+
+// A copy of a calibrated file without one key.
+std::string without_key(const std::string& key, const std::string& from = calibrated()) {
+  auto f = gguf::File::open(from);
   EXPECT_TRUE(f.ok());
   gguf::Writer w(f->magic());
   for (const auto& kv : f->metadata())
-    if (kv.key != key && kv.key != "general.alignment") EXPECT_TRUE(w.add_kv(kv.key, kv.value).ok());
+    if (kv.key != key && kv.key != "general.alignment") {
+      EXPECT_TRUE(w.add_kv(kv.key, kv.value).ok());
+    }
   for (const auto& t : f->tensors()) EXPECT_TRUE(w.add_tensor(t.name, t.type, t.shape).ok());
   const std::string out = pi::testing::temp_path("no_key.gguf");
   EXPECT_TRUE(w.begin(out).ok());
@@ -249,7 +380,12 @@ TEST(ActSparsity, BadInputGivesOneLineErrors) {
   };
   const std::string key = sparse::thresholds_key(sparse::Site::FfnGate);
   one_line_error("-m " + without_key(key), key + " is missing");
-  one_line_error("-m " + calibrated() + " --sparsity 1.5", "--sparsity 1.5: must be in [0, 1)");
+  const std::string akey = sparse::allocation_key(sparse::Site::AttnOut);
+  one_line_error("-m " + without_key(akey, allocated()), akey + " is missing");
+  one_line_error("-m " + allocated() + " --sparsity 0.8", "--sparsity 0.8: the file's allocation covers");
+  one_line_error("-m " + allocated() + " --sparsity ffn_up=0.3", "unknown site 'ffn_up'");
+  one_line_error("-m " + allocated() + " --sparsity-alloc greedy", "--sparsity-alloc 'greedy'");
+  one_line_error("-m " + calibrated() + " --sparsity 1.5", "--sparsity '1.5': a level must be a number in [0, 1)");
   one_line_error("-m " + calibrated() + " --sparsity 0.97", "--sparsity 0.97: the file is calibrated for sparsities 0 to 0.9");
   one_line_error("-m " + calibrated() + " --sparsity-sites attn_in,mlp", "unknown site 'mlp'");
   one_line_error("-m " + source_model() + " --sparsity 0.3", "need a file calibrated by");
@@ -257,6 +393,11 @@ TEST(ActSparsity, BadInputGivesOneLineErrors) {
                        text_file("cal.txt", 0, 20000) + " --sparsity 2 -o /dev/null");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--sparsity 2: must be in [0, 0.9]"), std::string::npos) << r.output;
+  r = run_command(kBin + " calibrate -m " + source_model() + " -f " +
+                  text_file("cal.txt", 0, 20000) + " --sparsity 0.5 --alloc-max 0.3 -o /dev/null");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--alloc-max 0.3: must be in [--sparsity, 0.9]"), std::string::npos)
+      << r.output;
   r = run_command(kBin + " calibrate -m " + calibrated() + " -f " + text_file("cal.txt", 0, 20000) +
                   " -o /dev/null");
   EXPECT_EQ(r.exit_code, 1);

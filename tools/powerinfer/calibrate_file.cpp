@@ -112,6 +112,15 @@ Result<CalibratedFileReport> write_calibrated(const gguf::File& in,
     if (sparse::has_site(c.sites, s))
       PI_TRY(w.add_kv(sparse::thresholds_key(s), f32_array(c.thresholds[static_cast<size_t>(s)])));
   }
+  if (c.allocated()) {
+    PI_TRY(w.add_kv(sparse::kAllocMethodKey, gguf::Value(std::string(sparse::kAllocMethod))));
+    std::vector<float> alloc(c.alloc_levels.begin(), c.alloc_levels.end());
+    PI_TRY(w.add_kv(sparse::kAllocLevelsKey, f32_array(alloc)));
+    for (sparse::Site s : sparse::kAllSites) {
+      if (sparse::has_site(c.sites, s))
+        PI_TRY(w.add_kv(sparse::allocation_key(s), f32_array(c.alloc[static_cast<size_t>(s)])));
+    }
+  }
   PI_TRY(w.add_kv(sparse::kTokensKey, gguf::Value(static_cast<uint64_t>(c.tokens))));
   PI_TRY(w.add_kv(sparse::kTextKey, gguf::Value(c.text)));
 

@@ -32,7 +32,9 @@ struct CalibratedFileReport {
 // true when `tensor` ("blk.N.attn_q.weight") is one the sites in `sites` transpose.
 bool transposed_by(const std::string& tensor, sparse::SiteSet sites);
 
-// Writes `in` with calibration `c` to `out` (via out.part, renamed at the end).
+// Writes `in` with calibration `c` (and its allocation, if any) to `out` (via out.part, renamed
+// at the end). `in` may be a calibrated file: its transposed tensors are copied as they are
+// and its act_sparsity keys replaced by c's.
 Result<CalibratedFileReport> write_calibrated(const gguf::File& in,
                                               const sparse::ActSparsityCalibration& c,
                                               const std::string& out, int threads, bool progress);

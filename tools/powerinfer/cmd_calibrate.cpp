@@ -3,7 +3,9 @@
 // the model in chunks of -c tokens (each from an empty cache, BOS in front when the vocabulary
 // adds one); per layer and site (act_sparsity.h) the magnitudes of the entries are histogrammed
 // and the thresholds that zero a share 0, 0.05, ..., 0.90 (and the target) of them are written
-// with the weights laid out for the kernels that skip input channels (calibrate_file.h).
+// with the weights laid out for the kernels that skip input channels (calibrate_file.h). Then,
+// unless --no-alloc, a greedy search (calibrate_alloc.h) chooses the level of each site for
+// model-wide sparsities up to --alloc-max and the file is rewritten with that allocation.
 // Progress goes to stderr, a per-layer summary to stdout.
 #include <CLI/CLI.hpp>
 
@@ -12,11 +14,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "calibrate_alloc.h"
 #include "calibrate_file.h"
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -24,6 +29,7 @@
 #include "runtime/context.h"
 #include "sparse/act_sparsity.h"
 #include "sparse/calibrate.h"
+#include "sparse/threshold_steps.h"
 #include "text_file.h"
 #include "tokenizer/tokenizer.h"
 
@@ -39,6 +45,11 @@ struct CalibrateOptions {
   int n_threads = 0;
   int64_t max_tokens = 0;
   bool progress = true;
+  // The greedy allocation (calibrate_alloc.h).
+  bool alloc = true;
+  int64_t alloc_tokens = 2048;
+  double alloc_step = 0.05;
+  std::optional<double> alloc_max;  // unset: min(0.9, target + 0.2)
 };
 
 int fail(const Error& e) {
@@ -86,9 +97,17 @@ int run_calibrate(const CalibrateOptions& o) {
     return fail(err("--sparsity %g: must be in [0, 0.9] (the share of activations zeroed at each "
                     "site, e.g. 0.4)",
                     o.sparsity));
+  if (Status s = check_threads("-t", o.n_threads, 0); !s.ok()) return fail(s.error());
   if (o.n_ctx < 2) return fail(err("-c must be >= 2 (got %lld)", static_cast<long long>(o.n_ctx)));
   if (o.n_batch < 1) return fail(err("-b must be >= 1 (got %lld)", static_cast<long long>(o.n_batch)));
   if (o.max_tokens < 0) return fail(err("--max-tokens must be >= 0"));
+  if (o.alloc_tokens < 1) return fail(err("--alloc-tokens must be >= 1"));
+  if (!(o.alloc_step >= 0.01 && o.alloc_step <= 0.5))
+    return fail(err("--alloc-step %g: must be in [0.01, 0.5]", o.alloc_step));
+  const double alloc_max = o.alloc_max.value_or(std::min(0.9, o.sparsity + 0.2));
+  if (!(alloc_max >= o.sparsity && alloc_max <= 0.9))
+    return fail(err("--alloc-max %g: must be in [--sparsity, 0.9] (= [%g, 0.9])", alloc_max,
+                    o.sparsity));
   auto sites = sparse::parse_sites(o.sites, "--sites");
   if (!sites.ok()) return fail(sites.error());
   if (*sites == 0) return fail(err("--sites: name at least one site"));
@@ -145,6 +164,39 @@ int run_calibrate(const CalibrateOptions& o) {
   if (!rep.ok()) return fail(rep.error());
   for (const std::string& t : rep->fallbacks)
     log_warn("%s: rows not a multiple of the type's block: written as F16", t.c_str());
+  std::vector<tools::AllocPoint> alloc;
+  if (o.alloc) {
+    // The search runs the written file (its transposed layout) and rewrites it with the path.
+    auto written = model::Model::load(o.output);
+    if (!written.ok()) return fail(written.error());
+    std::vector<std::vector<int32_t>> chunks;
+    const size_t n = std::min(tokens.size(), static_cast<size_t>(o.alloc_tokens));
+    for (size_t at = 0; at < n; at += chunk) {
+      chunks.emplace_back(tokens.begin() + static_cast<std::ptrdiff_t>(at),
+                          tokens.begin() + static_cast<std::ptrdiff_t>(std::min(n, at + chunk)));
+      if (bos) chunks.back()[0] = tok->bos();
+    }
+    const std::array<double, sparse::kNumSites> share = sparse::site_bytes(**written).shares();
+    log_info("calibrate: allocating sites up to model-wide %.2f (steps of %.2f) on %zu tokens",
+             alloc_max, o.alloc_step, n);
+    tools::AllocOptions ao;
+    ao.n_ctx = o.n_ctx;
+    ao.n_threads = co.n_threads;
+    ao.step = o.alloc_step;
+    ao.max_level = alloc_max;
+    ao.progress = o.progress;
+    auto path = tools::allocate_greedy(o.output, chunks, *sites, c.levels.back(), share, ao);
+    if (!path.ok()) return fail(path.error());
+    alloc = std::move(*path);
+    if (alloc.back().model_wide < o.sparsity - 1e-6) {
+      return fail(err("the sites calibrated (%s) reach model-wide sparsity %.3f, below the target "
+                      "%g; calibrate more sites or use --no-alloc",
+                      sparse::site_list(*sites).c_str(), alloc.back().model_wide, o.sparsity));
+    }
+    tools::set_allocation(alloc, c);
+    auto again = tools::write_calibrated((*written)->file(), c, o.output, co.n_threads, o.progress);
+    if (!again.ok()) return fail(again.error());
+  }
 
   std::printf("calibrated %llu tokens of %s at sparsity %.2f; wrote %s (%d matrices transposed, "
               "%.1f MiB; source %.1f MiB)\n",
@@ -165,6 +217,19 @@ int run_calibrate(const CalibrateOptions& o) {
       if (sparse::has_site(*sites, s)) std::printf(" %12.4g", c.threshold(s, l, level));
     std::printf("\n");
   }
+  if (!alloc.empty()) {
+    std::printf("allocation (model-wide sparsity: site levels, every layer alike; KL divergence "
+                "from no threshold)\nmodel-wide");
+    for (sparse::Site s : sparse::kAllSites)
+      if (sparse::has_site(*sites, s)) std::printf(" %9s", sparse::site_name(s));
+    std::printf("        KL\n");
+    for (const tools::AllocPoint& p : alloc) {
+      std::printf("%10.4f", p.model_wide);
+      for (sparse::Site s : sparse::kAllSites)
+        if (sparse::has_site(*sites, s)) std::printf(" %9.2f", p.level[static_cast<size_t>(s)]);
+      std::printf(" %9.5f\n", p.kl);
+    }
+  }
   return 0;
 }
 
@@ -179,8 +244,9 @@ Runner add_calibrate(CLI::App& app) {
   sub->add_option("-f,--file", o->text_file, "Calibration text")->required();
   sub->add_option("-o,--output", o->output, "Calibrated file to write")->required();
   sub->add_option("--sparsity", o->sparsity,
-                  "Target: the share of activations zeroed at each site, the file's default "
-                  "(runs may ask for any level up to 0.9)")
+                  "Target, the file's default: the model-wide sparsity (share of the layers' "
+                  "weight bytes left unread) the allocation runs at; with --no-alloc the share "
+                  "of activations zeroed at each site (runs may ask for other levels)")
       ->capture_default_str();
   sub->add_option("--sites", o->sites,
                   "Sites to calibrate, comma-separated: attn_in (q/k/v input), attn_out (output "
@@ -192,6 +258,16 @@ Runner add_calibrate(CLI::App& app) {
   sub->add_option("-t,--threads", o->n_threads, "Threads (0: all hardware threads)");
   sub->add_option("--max-tokens", o->max_tokens, "Use at most this many tokens of the text (0: all)");
   sub->add_flag("!--no-progress", o->progress, "No progress bar");
+  sub->add_flag("!--no-alloc", o->alloc,
+                "No per-site allocation: --sparsity then means the same level at every site");
+  sub->add_option("--alloc-tokens", o->alloc_tokens,
+                  "Tokens of the text the allocation search runs (each candidate runs them all)")
+      ->capture_default_str();
+  sub->add_option("--alloc-step", o->alloc_step, "Site level step of the allocation search")
+      ->capture_default_str();
+  sub->add_option("--alloc-max", o->alloc_max,
+                  "Model-wide sparsity the allocation reaches (default: the target + 0.2, at "
+                  "most 0.9)");
   return [o] { return run_calibrate(*o); };
 }
 

@@ -356,6 +356,10 @@ int run_perplexity(PerplexityOptions o) {
   const PerplexityEstimate p = perplexity_of(scores.nll);
   std::printf("Final estimate: PPL = %.4f +/- %.5f\n", p.ppl, p.ppl_err);
   if (const SparsityReport r = session.sparsity(); r.thresholded) {
+    std::printf("Model-wide sparsity %.1f%% (the layers' projection bytes left unread; site "
+                "levels %s)\n",
+                100.0 * r.model_wide_zeroed(),
+                r.allocated ? "from the file's allocation" : "uniform");
     std::printf("Activation sparsity %.2f, share zeroed:", r.act_sparsity);
     for (const SiteSparsity& site : r.sites)
       std::printf(" %s %.1f%%", site.site.c_str(), 100.0 * site.zeroed_fraction());

@@ -12,6 +12,7 @@
 
 #include "cli_checks.h"
 #include "core/log.h"
+#include "sparse/act_sparsity.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pi::cli {
@@ -67,20 +68,31 @@ void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help) {
 
 void add_act_sparsity_flags(CLI::App* sub, ActSparsityFlags& f) {
   sub->add_option("--sparsity", f.sparsity,
-                  "Calibrated files (powerinfer calibrate): the share of activations zeroed at "
-                  "each site, 0 to the file's last level (default: the file's target; --dense: "
-                  "none)");
+                  "Calibrated files (powerinfer calibrate): the sparsity to run at, 0 to the "
+                  "file's last level: model-wide (the share of the layers' weight bytes left "
+                  "unread) through the file's allocation when it has one, else the share of "
+                  "activations zeroed at every site; SITE=LEVEL items set single sites, e.g. "
+                  "0.4,ffn_in=0.3 (default: the file's target; --dense: none)");
+  sub->add_option("--sparsity-alloc", f.alloc,
+                  "Calibrated files: file (the file's per-site allocation, when it has one; "
+                  "default) or uniform (every site at --sparsity)");
   sub->add_option("--sparsity-sites", f.sites,
                   "Calibrated files: the sites to sparsify, comma-separated from attn_in, "
                   "attn_out, ffn_in, ffn_gate (default: every calibrated site)");
 }
 
 Status apply_act_sparsity(const ActSparsityFlags& f, SparseOptions& so) {
-  if (f.sparsity) {
-    if (!(*f.sparsity >= 0.0 && *f.sparsity < 1.0))
-      return err("--sparsity %g: must be in [0, 1) (the share of activations zeroed, e.g. 0.4)",
-                 *f.sparsity);
-    so.sparsity = *f.sparsity;
+  if (!f.sparsity.empty()) {
+    sparse::LevelRequest r;
+    PI_TRY(sparse::parse_level_request(f.sparsity, "--sparsity", r));
+    if (r.sparsity) so.sparsity = *r.sparsity;
+    if (const std::string sites = sparse::site_levels_string(r.site); !sites.empty())
+      so.site_sparsity = sites;
+  }
+  if (f.alloc == "uniform") {
+    so.uniform_sparsity = true;
+  } else if (!f.alloc.empty() && f.alloc != "file") {
+    return err("--sparsity-alloc '%s': file or uniform", f.alloc.c_str());
   }
   if (!f.sites.empty()) so.sites = f.sites;
   return Status::Ok();

@@ -24,11 +24,12 @@ inline constexpr const char* kDefaultModel = "models/kjv-relu/kjv-relu.pwri.gguf
 
 // --sparsity S and --sparsity-sites LIST: calibrated files (`powerinfer calibrate`).
 struct ActSparsityFlags {
-  std::optional<double> sparsity;
-  std::string sites;  // empty: every calibrated site
+  std::string sparsity;  // "0.4", "ffn_in=0.3,attn_out=0.6" or both; empty: the file's target
+  std::string alloc;     // "file" (default) or "uniform"
+  std::string sites;     // empty: every calibrated site
 };
 void add_act_sparsity_flags(CLI::App* sub, ActSparsityFlags& f);
-// Checks the values (a sparsity in [0, 1)) and copies them into `so`.
+// Checks the values (levels in [0, 1), known sites) and copies them into `so`.
 Status apply_act_sparsity(const ActSparsityFlags& f, SparseOptions& so);
 
 struct GenOptions : ModelFlags {

@@ -38,9 +38,10 @@ namespace {
 
 // Calibrated files: per layer and site the share of entries zeroed and the weight bytes read.
 void print_site_report(const SparsityReport& r) {
-  log_info("activation sparsity report: sparsity %.2f; per layer and site the share of entries "
-           "zeroed and the weight MiB its products read, over the whole run",
-           r.act_sparsity);
+  log_info("activation sparsity report: sparsity %.2f (%s); per layer and site the share of "
+           "entries zeroed and the weight MiB its products read, over the whole run",
+           r.act_sparsity, r.allocated ? "model-wide, site levels from the file's allocation"
+                                       : "every site");
   std::string head = "layer";
   for (const SiteSparsity& s : r.sites) head += "  " + s.site + std::string(18 - s.site.size(), ' ');
   log_info("%s", head.c_str());
@@ -65,6 +66,8 @@ void print_site_report(const SparsityReport& r) {
     all += buf;
   }
   log_info("%s", all.c_str());
+  log_info("model-wide: %.1f%% of the layers' projection bytes left unread",
+           100.0 * r.model_wide_zeroed());
 }
 
 }  // namespace

@@ -303,7 +303,7 @@ Result<SiteThresholds> resolve_thresholds(const ActSparsityCalibration& c, const
   }
   SiteThresholds r;
   r.sparsity = sparsity;
-  r.allocated = allocated;
+  r.allocated = allocated && !all_overridden;  // some level comes from the allocation
   r.sites = wanted;
   for (Site s : kAllSites) {
     if (!has_site(wanted, s)) continue;

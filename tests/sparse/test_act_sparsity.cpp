@@ -215,7 +215,9 @@ TEST(ActSparsity, AllocationInterpolatesPerLayerAndSitesOverride) {
       << bad.error().message;
   // ... unless every site is given.
   ASSERT_TRUE(sparse::parse_level_request("0.5,attn_in=0.1,ffn_gate=0.2", "x", far).ok());
-  EXPECT_TRUE(sparse::resolve_thresholds(c, far, c.sites, "--sparsity").ok());
+  auto given = sparse::resolve_thresholds(c, far, c.sites, "--sparsity");
+  ASSERT_TRUE(given.ok()) << given.error().message;
+  EXPECT_FALSE(given->allocated);  // no level came from the allocation
   // The parser.
   sparse::LevelRequest p;
   ASSERT_TRUE(sparse::parse_level_request("0.25,ffn_in=0.3", "--sparsity", p).ok());

@@ -359,7 +359,7 @@ int run_perplexity(PerplexityOptions o) {
     std::printf("Model-wide sparsity %.1f%% (the layers' projection bytes left unread; site "
                 "levels %s)\n",
                 100.0 * r.model_wide_zeroed(),
-                r.allocated ? "from the file's allocation" : "uniform");
+                r.allocated ? "from the file's allocation" : "as asked, no allocation");
     std::printf("Activation sparsity %.2f, share zeroed:", r.act_sparsity);
     for (const SiteSparsity& site : r.sites)
       std::printf(" %s %.1f%%", site.site.c_str(), 100.0 * site.zeroed_fraction());

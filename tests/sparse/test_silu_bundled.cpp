@@ -1,9 +1,9 @@
-// The bundled SiLU twin (models/kjv-silu/kjv-silu.act.gguf, calibrated at sparsity 0.4 on the
-// validation split): held-out perplexity (models/kjv-relu/heldout.txt, never calibrated on) at
-// the file's target sparsity within the bound docs/BENCHMARKS.md states, and every site zeroing
-// the target share within a few points. Measured: dense 25.799, sparse 26.675 (+3.40%; the
-// issue's target is +3%, not met with the same sparsity at every site: models/kjv-silu/
-// README.md). Bound +4%: a change that makes thresholding cost more fails. Label slow (two
+// The bundled SiLU twin (models/kjv-silu/kjv-silu.act.gguf, calibrated with the greedy per-site
+// allocation at model-wide sparsity 0.4 on the validation split): held-out perplexity
+// (models/kjv-relu/heldout.txt, never calibrated on) at the file's target within the issue's
+// bound, +3% over dense, and the share of projection bytes left unread within a few points of
+// the target. Measured: dense 25.799, sparse 26.474 (+2.62%) at 40.2% model-wide (the same
+// level at every site gave +3.40%: docs/BENCHMARKS.md, "The SiLU twin"). Label slow (two
 // perplexity runs over 49k tokens); skips when the model is absent.
 #include <gtest/gtest.h>
 
@@ -33,8 +33,13 @@ TEST(SiluBundled, PerplexityAtTargetSparsityWithinBound) {
   auto sparse = pi::testing::run_command(base);
   ASSERT_EQ(sparse.exit_code, 0) << sparse.output;
   const double d = ppl(dense.output), s = ppl(sparse.output);
-  EXPECT_LE(s, d * 1.04) << "dense " << d << ", sparse " << s;
+  EXPECT_LE(s, d * 1.03) << "dense " << d << ", sparse " << s;
   std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      sparse.output, m,
+      std::regex(R"(Model-wide sparsity ([0-9.]+)% .*from the file's allocation)")))
+      << sparse.output;
+  EXPECT_NEAR(std::stod(m[1]), 40.0, 3.0);
   ASSERT_TRUE(std::regex_search(sparse.output, m,
                                 std::regex("Activation sparsity 0.40, share zeroed:(.*)")))
       << sparse.output;
@@ -42,8 +47,9 @@ TEST(SiluBundled, PerplexityAtTargetSparsityWithinBound) {
   int n = 0;
   const std::regex site(R"(([a-z_]+) ([0-9.]+)%)");
   for (auto it = std::sregex_iterator(line.begin(), line.end(), site);
-       it != std::sregex_iterator(); ++it, ++n)
-    EXPECT_NEAR(std::stod((*it)[2]), 40.0, 3.0) << (*it)[1];
+       it != std::sregex_iterator(); ++it, ++n) {
+    EXPECT_GT(std::stod((*it)[2]), 10.0) << (*it)[1];  // every site is thresholded
+  }
   EXPECT_EQ(n, 4) << line;
 }
 

@@ -179,14 +179,16 @@ inline void kq_decode(DType t, const uint8_t* b, KBlock& k) {
 // acc[i] += dx_i * (d * isum + dc * csum) as two FMAs on 8 lanes.
 template <int NT>
 inline void kq_dot_block(const KBlock& k, const uint8_t* const* acts, size_t off, __m256* acc) {
-  const __m256i s16 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(k.sc)));
   const __m256i c16 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(k.corr)));
-  // Group g's scale vector: sc[2g] in the low 8 int16 lanes, sc[2g+1] in the high 8.
-  const __m256i rep = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
-                                       2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  // Group g's scale vector: sc[2g] in the low 8 int16 lanes, sc[2g+1] in the high 8. The
+  // scales as int16, even sub-blocks in the low 128 bits and odd ones in the high 128, give
+  // each group's vector with one in-lane shuffle (element g of both halves).
+  const __m128i eo = _mm_shuffle_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(k.sc)),
+                                      _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  const __m256i s16 = _mm256_cvtepi8_epi16(eo);
   __m256i scv[8];
   for (int g = 0; g < 8; ++g)
-    scv[g] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s16, _mm256_set1_epi32(g)), rep);
+    scv[g] = _mm256_shuffle_epi8(s16, _mm256_set1_epi16(static_cast<short>(0x0100 * (2 * g + 1) + 2 * g)));
   for (int i = 0; i < NT; ++i) {
     const uint8_t* a = acts[i] + off;
     __m256i isum = _mm256_setzero_si256();

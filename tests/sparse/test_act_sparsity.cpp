@@ -387,6 +387,11 @@ TEST(ActSparsity, BadInputGivesOneLineErrors) {
   one_line_error("-m " + allocated() + " --sparsity 0.8", "--sparsity 0.8: the file's allocation covers");
   one_line_error("-m " + allocated() + " --sparsity ffn_up=0.3", "unknown site 'ffn_up'");
   one_line_error("-m " + allocated() + " --sparsity-alloc greedy", "--sparsity-alloc 'greedy'");
+  // The server takes the same flags and refuses a bad level before it serves.
+  auto srv = run_command(kBin + " serve --port 0 -m " + allocated() + " --sparsity 0.8");
+  EXPECT_EQ(srv.exit_code, 1) << srv.output;
+  EXPECT_NE(srv.output.find("--sparsity 0.8: the file's allocation covers"), std::string::npos)
+      << srv.output;
   one_line_error("-m " + calibrated() + " --sparsity 1.5", "--sparsity '1.5': a level must be a number in [0, 1)");
   one_line_error("-m " + calibrated() + " --sparsity 0.97", "--sparsity 0.97: the file is calibrated for sparsities 0 to 0.9");
   one_line_error("-m " + calibrated() + " --sparsity-sites attn_in,mlp", "unknown site 'mlp'");

@@ -50,6 +50,7 @@ struct ServeOptions {
   ModelFlags flags;  // -ngl, --vram-budget, --stats, --mlock, ... (llama_flags.h)
   bool dense = false;
   std::string sparse_threshold;
+  ActSparsityFlags act;  // calibrated files: --sparsity, --sparsity-alloc, --sparsity-sites
   std::string device = "cpu";
 };
 
@@ -155,6 +156,7 @@ int serve(const ServeOptions& o) {
   sg.sampling = o.sampling;
   sg.dense = o.dense;
   sg.sparse_threshold = o.sparse_threshold;
+  sg.act = o.act;
   sg.device = o.device;
   static_cast<ModelFlags&>(sg) = o.flags;
   auto so = session_options(sg, o.sampling.seed);
@@ -247,6 +249,7 @@ Runner add_serve(CLI::App& app) {
   sub->add_flag("!--no-mmap", o->mmap, "Read the model into huge-page memory instead of mapping it");
   sub->add_flag("--dense", o->dense, "PowerInfer files: compute every FFN neuron");
   sub->add_option("--sparse-threshold", o->sparse_threshold, "Predictor threshold (see run)");
+  add_act_sparsity_flags(sub, o->act);
   add_device_option(sub, o->device);
   add_model_flags(sub, o->flags);
   return [o]() -> int { return serve(*o); };

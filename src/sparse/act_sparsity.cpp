@@ -30,15 +30,21 @@ Result<std::vector<double>> numbers(const gguf::File& f, const std::string& key)
   return out;
 }
 
+// The method key `key` of f is `want`, or an error naming the file, key and both values.
+Status check_method(const gguf::File& f, const char* key, const char* want) {
+  auto method = f.get_string(key);
+  if (!method.ok()) return method.error();
+  if (*method != want) {
+    return err("%s: key %s is '%s'; this engine knows '%s'", f.path().c_str(), key,
+               method->c_str(), want);
+  }
+  return Status::Ok();
+}
+
 // The allocation keys of a calibrated file into c (its sites, levels and n_layer read).
 Status read_allocation(const gguf::File& f, ActSparsityCalibration& c) {
   const std::string& path = f.path();
-  auto method = f.get_string(kAllocMethodKey);
-  if (!method.ok()) return method.error();
-  if (*method != kAllocMethod) {
-    return err("%s: key %s is '%s'; this engine knows '%s'", path.c_str(), kAllocMethodKey,
-               method->c_str(), kAllocMethod);
-  }
+  PI_TRY(check_method(f, kAllocMethodKey, kAllocMethod));
   auto levels = numbers(f, kAllocLevelsKey);
   if (!levels.ok()) return levels.error();
   c.alloc_levels = std::move(*levels);
@@ -74,27 +80,32 @@ Status read_allocation(const gguf::File& f, ActSparsityCalibration& c) {
   return Status::Ok();
 }
 
+// Linear interpolation on an ascending grid: the two points around x and x's weight
+// between them (x beyond the last point: the last point).
+struct Bracket {
+  size_t lo, hi;
+  double w;
+};
+Bracket bracket(const std::vector<double>& g, double x) {
+  size_t hi = 0;
+  while (hi + 1 < g.size() && g[hi] < x) ++hi;
+  const size_t lo = hi > 0 && g[hi] > x ? hi - 1 : hi;
+  const double span = g[hi] - g[lo];
+  return {lo, hi, span > 0 ? (x - g[lo]) / span : 0.0};
+}
+
 // The threshold of site s, layer l at `level` (linear between the calibrated levels around it).
 float threshold_at(const ActSparsityCalibration& c, Site s, int64_t l, double level) {
-  size_t hi = 0;
-  while (hi + 1 < c.levels.size() && c.levels[hi] < level) ++hi;
-  const size_t lo = hi > 0 && c.levels[hi] > level ? hi - 1 : hi;
-  const double span = c.levels[hi] - c.levels[lo];
-  const double w = span > 0 ? (level - c.levels[lo]) / span : 0.0;
-  const double a = c.threshold(s, l, lo), b = c.threshold(s, l, hi);
-  return static_cast<float>(a + w * (b - a));
+  const Bracket b = bracket(c.levels, level);
+  const double lo = c.threshold(s, l, b.lo), hi = c.threshold(s, l, b.hi);
+  return static_cast<float>(lo + b.w * (hi - lo));
 }
 
 // The allocation's level of site s, layer l at model-wide sparsity m (within alloc_levels).
 double alloc_level_at(const ActSparsityCalibration& c, Site s, int64_t l, double m) {
-  const std::vector<double>& g = c.alloc_levels;
-  size_t hi = 0;
-  while (hi + 1 < g.size() && g[hi] < m) ++hi;
-  const size_t lo = hi > 0 && g[hi] > m ? hi - 1 : hi;
-  const double span = g[hi] - g[lo];
-  const double w = span > 0 ? (m - g[lo]) / span : 0.0;
-  const double a = c.alloc_level(s, lo, l), b = c.alloc_level(s, hi, l);
-  return a + w * (b - a);
+  const Bracket b = bracket(c.alloc_levels, m);
+  const double lo = c.alloc_level(s, b.lo, l), hi = c.alloc_level(s, b.hi, l);
+  return lo + b.w * (hi - lo);
 }
 
 // A level in [0, 1) from text, or an error naming `what`.
@@ -154,12 +165,7 @@ bool has_act_sparsity(const gguf::File& f) { return f.find(kMethodKey) != nullpt
 
 Result<ActSparsityCalibration> read_act_sparsity(const gguf::File& f, int64_t n_layer) {
   const std::string& path = f.path();
-  auto method = f.get_string(kMethodKey);
-  if (!method.ok()) return method.error();
-  if (*method != kMethod) {
-    return err("%s: key %s is '%s'; this engine knows '%s'", path.c_str(), kMethodKey,
-               method->c_str(), kMethod);
-  }
+  PI_TRY(check_method(f, kMethodKey, kMethod));
   ActSparsityCalibration c;
   c.n_layer = n_layer;
   const gguf::Value* sites = f.find(kSitesKey);

@@ -175,7 +175,10 @@ std::vector<Case> cases() {
       {"py_llama_f16", "py:llama:f16:2", kFloat},
       {"py_llama_q8_0", "py:llama:q8_0:2", kQuant},
       {"py_bamboo_q4_0", "py:bamboo:q4_0:2", kQuant},
-      {"py_falcon40_q4_0", "py:falcon:q4_0:2", kQuant},
+      // The predictor's decisions on this random model move with the Q4_0 down projection's
+      // 8-bit coefficients (q4_groups.h): 0.021 with f32 coefficients, 0.039 with them (its
+      // dense FFN: 0.011 both ways).
+      {"py_falcon40_q4_0", "py:falcon:q4_0:2", 5e-2},
       {"py_opt_f32", "py:opt:f32:4", kFloat},
       {"py_opt_q8_0", "py:opt:q8_0:4", kQuant},
       {"synth_llama_f32", "synth:llama:f32", kFloat},

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/avx2_blocks.h"
 #include "kernels/cpu/avx2_leaves.h"
+#include "kernels/cpu/q4_groups.h"
 #include "kernels/cpu/scalar_leaves.h"
 
 namespace pi::cpu::detail {
@@ -109,6 +110,111 @@ void axpy_blocks_one(const AxpyTask& t) {
   }
 }
 
+// ---- Q4_0: integer sums over groups of rows (q4_groups.h; the scalar leaf is the reference) ----
+
+// Blocks b .. b + NB of y (j: b's index in the chunk's tables) += the group's integer sums:
+// pmaddubsw of two rows' nibbles, interleaved byte by byte, against their two 8-bit
+// coefficients, accumulated in int16 (at most 8 pairs of |15 * 127 * 2|: no overflow).
+// The next rows' bytes of these blocks are prefetched meanwhile.
+template <int NB>
+inline void q4_blocks(const uint8_t* const* rows, int np, const int32_t (*kk)[kQ4Chunk],
+                      const int32_t* k8, const float* s, int64_t b, int64_t j, float* y, const Q4Next& next) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  __m256i acc[2 * NB];
+  for (int i = 0; i < 2 * NB; ++i) acc[i] = _mm256_setzero_si256();
+  const size_t off = static_cast<size_t>(b) * kQ4Bytes + 2;
+  for (int r = 0; r < next.n; ++r) _mm_prefetch(reinterpret_cast<const char*>(next.rows[r] + off), _MM_HINT_T1);
+  for (int p = 0; p < np; ++p) {
+    for (int i = 0; i < NB; ++i) {
+      const __m128i a = loadu128(rows[2 * p] + off + i * kQ4Bytes);
+      const __m128i c = loadu128(rows[2 * p + 1] + off + i * kQ4Bytes);
+      const __m256i pair = _mm256_setr_m128i(_mm_unpacklo_epi8(a, c), _mm_unpackhi_epi8(a, c));
+      const __m256i kv = _mm256_set1_epi16(static_cast<int16_t>(kk[p][j + i]));
+      acc[2 * i] = _mm256_add_epi16(acc[2 * i], _mm256_maddubs_epi16(_mm256_and_si256(pair, m4), kv));
+      acc[2 * i + 1] = _mm256_add_epi16(
+          acc[2 * i + 1], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(pair, 4), m4), kv));
+    }
+  }
+  for (int i = 0; i < NB; ++i) {
+    const __m256 sv = _mm256_broadcast_ss(&s[j + i]);
+    const __m256i kc = _mm256_set1_epi32(k8[j + i]);
+    float* yb = y + 32 * (b + i);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i x = acc[2 * i + h];
+      const __m256i e[2] = {_mm256_cvtepi16_epi32(_mm256_castsi256_si128(x)),
+                            _mm256_cvtepi16_epi32(_mm256_extracti128_si256(x, 1))};
+      for (int q = 0; q < 2; ++q) {
+        float* at = yb + 16 * h + 8 * q;
+        const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(e[q], kc));
+        _mm256_storeu_ps(at, _mm256_fmadd_ps(f, sv, _mm256_loadu_ps(at)));
+      }
+    }
+  }
+}
+
+void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, const Q4Next& next) {
+  alignas(32) float v[kQ4Window][kQ4Chunk];
+  alignas(32) float s[kQ4Chunk];
+  alignas(32) int32_t kk[kQ4Window / 2][kQ4Chunk];
+  alignas(32) int32_t k8[kQ4Chunk];
+  const int g = grp.g, np = (g + 1) / 2;
+  const uint8_t* rows[kQ4Window];
+  for (int r = 0; r < g; ++r) rows[r] = grp.rows[r];
+  if (g % 2 != 0) rows[g] = rows[g - 1];  // a partner whose coefficient is 0
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int64_t cb0 = b0; cb0 < b1; cb0 += kQ4Chunk) {
+    const int64_t nb = b1 - cb0 < kQ4Chunk ? b1 - cb0 : kQ4Chunk;
+    const int64_t nv = (nb + 7) / 8 * 8;
+    for (int r = 0; r < g; ++r) {
+      const float c = grp.coef[r];
+      const uint8_t* blk = rows[r] + cb0 * kQ4Bytes;
+      const __m256 cv = _mm256_set1_ps(c);
+      int64_t j = 0;
+      for (; j + 8 <= nb; j += 8) {
+        const uint8_t* p = blk + j * kQ4Bytes;
+        const __m128i h = _mm_setr_epi16(
+            static_cast<int16_t>(load_u16(p)), static_cast<int16_t>(load_u16(p + 18)),
+            static_cast<int16_t>(load_u16(p + 36)), static_cast<int16_t>(load_u16(p + 54)),
+            static_cast<int16_t>(load_u16(p + 72)), static_cast<int16_t>(load_u16(p + 90)),
+            static_cast<int16_t>(load_u16(p + 108)), static_cast<int16_t>(load_u16(p + 126)));
+        _mm256_store_ps(&v[r][j], _mm256_mul_ps(cv, _mm256_cvtph_ps(h)));
+      }
+      for (; j < nb; ++j) v[r][j] = c * _cvtsh_ss(load_u16(blk + j * kQ4Bytes));
+      for (; j < nv; ++j) v[r][j] = 0.0f;
+    }
+    for (int64_t j = 0; j < nv; j += 8) {
+      __m256 amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+      for (int r = 0; r < g; ++r) {
+        const __m256 a = _mm256_and_ps(_mm256_load_ps(&v[r][j]), abs_mask);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, _mm256_set1_ps(INFINITY), _CMP_NLT_UQ));
+        amax = _mm256_max_ps(a, amax);  // a > amax ? a : amax, as the scalar leaf
+      }
+      const __m256 off = _mm256_or_ps(bad, _mm256_cmp_ps(amax, _mm256_set1_ps(FLT_MIN), _CMP_LT_OQ));
+      const __m256 inv = _mm256_andnot_ps(off, _mm256_div_ps(_mm256_set1_ps(127.0f), amax));
+      const __m256 sv = _mm256_or_ps(bad, _mm256_andnot_ps(off, _mm256_div_ps(amax, _mm256_set1_ps(127.0f))));
+      _mm256_store_ps(&s[j], sv);
+      const __m256i badi = _mm256_castps_si256(bad);
+      __m256i ksum = _mm256_setzero_si256();
+      for (int p = 0; p < np; ++p) {
+        const __m256i k0 = _mm256_andnot_si256(badi, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(&v[2 * p][j]), inv)));
+        const __m256i k1 = 2 * p + 1 < g ? _mm256_andnot_si256(badi, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(&v[2 * p + 1][j]), inv)))
+                                         : _mm256_setzero_si256();
+        ksum = _mm256_add_epi32(ksum, _mm256_add_epi32(k0, k1));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(&kk[p][j]),
+                           _mm256_or_si256(_mm256_and_si256(k0, _mm256_set1_epi32(0xff)), _mm256_slli_epi32(k1, 8)));
+      }
+      _mm256_store_si256(reinterpret_cast<__m256i*>(&k8[j]), _mm256_slli_epi32(ksum, 3));
+    }
+    int64_t j = 0;
+    for (; j + 2 <= nb; j += 2) q4_blocks<2>(rows, np, kk, k8, s, cb0 + j, j, y, next);
+    if (j < nb) q4_blocks<1>(rows, np, kk, k8, s, cb0 + j, j, y, next);
+  }
+}
+
+void axpy_q4_0(const AxpyTask& t) {
+  for_each_q4_group(t, [&](const Q4Group& grp, float* y, const Q4Next& next) { q4_group(grp, t.c0 / 32, t.c1 / 32, y, next); });
+}
+
 // ---- several tokens: per row and block, decode once and add to every token ----------------
 template <class Dec>
 void axpy_blocks(const AxpyTask& t) {
@@ -183,7 +289,7 @@ void axpy_q6k(const AxpyTask& t) {
 
 void avx2_axpy(const AxpyTask& t) {
   switch (t.type) {
-    case DType::Q4_0: return axpy_blocks<BQ4_0>(t);
+    case DType::Q4_0: return axpy_q4_0(t);
     case DType::Q4_1: return axpy_blocks<BQ4_1>(t);
     case DType::Q5_0: return axpy_blocks<BQ5_0>(t);
     case DType::Q5_1: return axpy_blocks<BQ5_1>(t);

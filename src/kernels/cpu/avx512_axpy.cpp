@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/avx2_leaves.h"
 #include "kernels/cpu/avx512_leaves.h"
 #include "kernels/cpu/scalar_blocks.h"
 #include "kernels/cpu/scalar_leaves.h"
@@ -41,21 +42,6 @@ inline void nibble_values(const uint8_t* qs, __m512& w0, __m512& w1) {
   w0 = mantissa_masked(_mm512_slli_epi32(v, 19), m);
   w1 = mantissa_masked(_mm512_slli_epi32(v, 15), m);
 }
-
-// Q4_0: the quants minus 8, exactly, by a 16-entry table lookup (vpermps reads the low four
-// bits of each lane: the low nibble directly, the high one after a shift). No correction
-// term remains, so the one-token and many-token forms do the same FMAs in the same order.
-struct AxQ4_0 {
-  static constexpr size_t kBytes = 18, kD = 0, kM = 0;
-  static constexpr bool kMin = false;
-  static constexpr int kOffset = 0, kScale = 1, kBias = 0;
-  static void values(const uint8_t* p, __m512& w0, __m512& w1) {
-    const __m512 lut = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
-    const __m512i v = _mm512_cvtepu8_epi32(loadu128(p + 2));
-    w0 = _mm512_permutexvar_ps(v, lut);
-    w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
-  }
-};
 
 struct AxQ4_1 {
   static constexpr size_t kBytes = 20, kD = 0, kM = 2;
@@ -350,7 +336,8 @@ void axpy_blocks(const AxpyTask& t) {
 
 void avx512_axpy(const AxpyTask& t) {
   switch (t.type) {
-    case DType::Q4_0: return axpy_blocks<AxQ4_0>(t);
+    // Q4_0 sums integers over row groups (q4_groups.h), the same bits as the AVX2 leaf.
+    case DType::Q4_0: return avx2_axpy(t);
     case DType::Q4_1: return axpy_blocks<AxQ4_1>(t);
     case DType::Q5_0: return axpy_blocks<AxQ5_0>(t);
     case DType::Q5_1: return axpy_blocks<AxQ5_1>(t);

@@ -3,6 +3,9 @@
 // fallback for types they do not vectorise; compiled without ISA flags.
 #include <cstdint>
 
+#include <cmath>
+
+#include "kernels/cpu/q4_groups.h"
 #include "kernels/cpu/scalar_blocks.h"
 #include "kernels/cpu/scalar_leaves.h"
 
@@ -89,7 +92,46 @@ void scalar_dot(const DotTask& t) {
   }
 }
 
+// One group of the Q4_0 integer axpy (q4_groups.h) over the blocks [b0, b1) of y.
+void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y) {
+  for (int64_t b = b0; b < b1; ++b) {
+    float v[kQ4Window];
+    float amax = 0.0f;
+    bool bad = false;
+    for (int r = 0; r < grp.g; ++r) {
+      v[r] = grp.coef[r] * half_to_float(load_u16(grp.rows[r] + b * kQ4Bytes));
+      const float a = std::fabs(v[r]);
+      bad |= !(a < INFINITY);
+      amax = a > amax ? a : amax;
+    }
+    if (bad) {
+      for (int c = 0; c < 32; ++c) y[32 * b + c] = std::fma(0.0f, NAN, y[32 * b + c]);
+      continue;
+    }
+    const bool small = amax < FLT_MIN;
+    const float inv = small ? 0.0f : 127.0f / amax;
+    const float s = small ? 0.0f : amax / 127.0f;
+    int32_t sum[32] = {};
+    int32_t ksum = 0;
+    for (int r = 0; r < grp.g; ++r) {
+      const auto k = static_cast<int32_t>(std::nearbyint(v[r] * inv));
+      ksum += k;
+      const uint8_t* qs = grp.rows[r] + b * kQ4Bytes + 2;
+      for (int c = 0; c < 16; ++c) {
+        sum[c] += k * (qs[c] & 0x0f);
+        sum[c + 16] += k * (qs[c] >> 4);
+      }
+    }
+    for (int c = 0; c < 32; ++c)
+      y[32 * b + c] = std::fma(static_cast<float>(sum[c] - 8 * ksum), s, y[32 * b + c]);
+  }
+}
+
 void scalar_axpy(const AxpyTask& t) {
+  if (t.type == DType::Q4_0) {
+    for_each_q4_group(t, [&](const Q4Group& grp, float* y, const Q4Next&) { q4_group(grp, t.c0 / 32, t.c1 / 32, y); });
+    return;
+  }
   for (int64_t k = 0; k < t.n; ++k) {
     const uint8_t* w = t.D + static_cast<size_t>(t.rows[k]) * t.row_bytes;
     for (int64_t i = 0; i < t.m; ++i) {

@@ -6,6 +6,9 @@
 // minimum: two roundings of y), each off by at most u (|a| mag + |y|) where mag is the
 // magnitude of the element's terms (Weights::mag), so
 // |err| <= (2n + 4) u (|y0_c| + sum_k |a_k| mag_kc).
+// Q4_0 sums integers over groups of rows (src/kernels/cpu/q4_groups.h): a_k d_kb is rounded to
+// an integer multiple of 1/127 of the largest such product in its group, whose rows lie in one
+// window of 16, so each term is further off by at most 8 * amax_window / 254.
 #include <algorithm>
 
 #include "kernels/ref/ref.h"
@@ -35,7 +38,7 @@ void expect_axpy(const Weights& w, const std::vector<int32_t>& idx, const float*
     double mag = std::fabs(y0[c]);
     for (int32_t r : idx)
       if (a[r] != 0.0f) mag += std::fabs(static_cast<double>(a[r]) * w.mag[r * w.cols + c]);
-    const double tol = (2.0 * static_cast<double>(idx.size()) + 4.0) * kU * mag + 1e-30;
+    const double tol = (2.0 * static_cast<double>(idx.size()) + 4.0) * kU * mag + q4_axpy_rounding(w, idx, a, c) + 1e-30;
     ASSERT_NEAR(y[c], want[c], tol) << "col " << c;
   }
 }
@@ -85,11 +88,12 @@ TEST(CpuAxpy, RowsAndDenseMatchReference) {
 }
 
 // Exact data: dyadic coefficients and integer weights with block scales 1; every partial sum
-// is exact, so the result must equal the reference bit for bit.
+// is exact, so the result must equal the reference bit for bit. (Not Q4_0, whose coefficients
+// are rounded to 8 bits: see the Q4_0 tests below.)
 TEST(CpuAxpy, ExactOnConstructedData) {
   ThreadPool pool(3);
   const std::pair<DType, int> cases[] = {{DType::F32, -8}, {DType::F16, -8}, {DType::BF16, -8},
-                                         {DType::Q8_0, -127}, {DType::Q4_0, -8}, {DType::Q5_0, -16}};
+                                         {DType::Q8_0, -127}, {DType::Q5_0, -16}};
   for (Isa isa : isas()) {
     const Kernels k(isa);
     for (auto [t, lo] : cases) {
@@ -107,6 +111,69 @@ TEST(CpuAxpy, ExactOnConstructedData) {
       k.axpy_rows(pool, t, w.data(), rows, cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), y.data());
       ref::axpy_rows(t, w.data(), cols, idx.data(), static_cast<int64_t>(idx.size()), a.data(), want.data());
       EXPECT_EQ(y, want);
+    }
+  }
+}
+
+// Q4_0's integer sums are defined by the scalar leaf (q4_groups.h): every ISA gives its bits,
+// for one token (lists with groups cut by windows, by the 16-row cap, by the half split and by
+// a list that revisits windows) and per token in the many-token forms, which must also equal
+// each token's own one-token call bit for bit (ascending lists, as the model passes).
+TEST(CpuAxpy, Q4GroupsSameBitsOnEveryIsaAndBatchSplit) {
+  const int64_t n_rows = 100, cols = 4128, m = 5;
+  const Weights w = random_weights(DType::Q4_0, n_rows, cols, 61);
+  auto A = gaussian(m * n_rows, 62);
+  for (size_t i = 0; i < A.size(); i += 4) A[i] = 0.0f;
+  A[7] = 1e-30f;  // a product below FLT_MIN next to ordinary ones
+  const auto Y0 = gaussian(m * cols, 63);
+  std::vector<int32_t> dense(n_rows), revisit;
+  for (int32_t r = 0; r < n_rows; ++r) dense[static_cast<size_t>(r)] = r;
+  for (int32_t r = 0; r < n_rows; ++r) revisit.push_back((r * 37) % n_rows);
+  const std::vector<std::vector<int32_t>> lists = {dense, subset(n_rows, 0.5, 64), subset(n_rows, 0.1, 65), revisit};
+  std::vector<float> want_one;  // scalar, one token, per list
+  for (Isa isa : isas()) {
+    const Kernels k(isa);
+    std::vector<float> got;
+    for (int n : {1, 2, 3}) {
+      ThreadPool pool(n);
+      std::vector<float> all;
+      for (const auto& idx : lists) {
+        for (int64_t i = 0; i < m; ++i) {
+          std::vector<float> y(Y0.begin() + i * cols, Y0.begin() + (i + 1) * cols);
+          k.axpy_rows(pool, DType::Q4_0, w.data(), n_rows, cols, idx.data(), static_cast<int64_t>(idx.size()),
+                      A.data() + i * n_rows, y.data());
+          all.insert(all.end(), y.begin(), y.end());
+        }
+      }
+      if (got.empty()) got = all;
+      EXPECT_EQ(0, std::memcmp(got.data(), all.data(), got.size() * 4)) << isa_name(isa) << " threads " << n;
+    }
+    if (want_one.empty()) want_one = got;
+    EXPECT_EQ(0, std::memcmp(want_one.data(), got.data(), got.size() * 4)) << isa_name(isa) << " vs scalar";
+    // Many tokens: the union form with the ascending lists, and the batch form.
+    ThreadPool pool(2);
+    for (size_t li = 0; li < 3; ++li) {
+      const auto& idx = lists[li];
+      std::vector<float> Yu(Y0);
+      k.axpy_rows_union(pool, DType::Q4_0, w.data(), n_rows, cols, idx.data(), static_cast<int64_t>(idx.size()),
+                        A.data(), m, Yu.data());
+      EXPECT_EQ(0, std::memcmp(Yu.data(), want_one.data() + li * m * cols, Yu.size() * 4))
+          << isa_name(isa) << " union, list " << li;
+    }
+    std::vector<int32_t> idx;
+    std::vector<int64_t> offsets{0};
+    for (int64_t i = 0; i < m; ++i) {
+      const auto s = subset(n_rows, 0.3 + 0.1 * static_cast<double>(i), static_cast<uint32_t>(70 + i));
+      idx.insert(idx.end(), s.begin(), s.end());
+      offsets.push_back(static_cast<int64_t>(idx.size()));
+    }
+    std::vector<float> Yb(Y0);
+    k.axpy_rows_batch(pool, DType::Q4_0, w.data(), n_rows, cols, idx.data(), offsets.data(), A.data(), m, Yb.data());
+    for (int64_t i = 0; i < m; ++i) {
+      std::vector<float> y(Y0.begin() + i * cols, Y0.begin() + (i + 1) * cols);
+      k.axpy_rows(pool, DType::Q4_0, w.data(), n_rows, cols, idx.data() + offsets[i], offsets[i + 1] - offsets[i],
+                  A.data() + i * n_rows, y.data());
+      EXPECT_EQ(0, std::memcmp(y.data(), Yb.data() + i * cols, cols * 4)) << isa_name(isa) << " batch, token " << i;
     }
   }
 }

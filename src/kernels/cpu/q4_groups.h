@@ -1,0 +1,114 @@
+// Internal: the Q4_0 axpy computed with integer sums over groups of rows, shared by the scalar
+// leaf (the reference) and the AVX2 leaf, which must agree bit for bit.
+//
+// Why: a float axpy converts every weight to f32 and does one FMA per weight, which is
+// compute-bound on one core (~0.5 of the dense Q4_0 matvec's rate, docs/BENCHMARKS.md). Here a
+// group of rows shares, per output block b, one scale s_b:
+//   v_rb = coef_r * d_rb                 (f32, the row's coefficient times its block scale)
+//   amax_b = max_r |v_rb|, s_b = amax_b / 127, k_rb = round(v_rb * (127 / amax_b))   (|k| <= 127)
+//   y_c += s_b * (sum_r k_rb q_rc - 8 sum_r k_rb)    (integer sum exact; one FMA per group)
+// so the weights are multiplied as bytes (pmaddubsw over row pairs) and each coefficient is
+// quantized to 8 bits against its group's largest, like the dense matvec's Q8_0 activations.
+// A block whose amax_b is below FLT_MIN adds s_b = 0; a non-finite v_rb makes s_b NaN (and
+// every k_rb of the block 0), so a non-finite weight or coefficient still poisons y.
+//
+// Groups: a maximal run of consecutive entries of the task's row list (rows with coefficient
+// 0 left out) whose rows lie in the same window of kWindow rows, at most kWindow entries. A
+// token's groups depend only on its own nonzero rows and their order, so the many-token form
+// (which walks the union list window by window) gives each token the one-token bits whenever
+// the union list visits each window once (ascending lists, as every caller passes); lists
+// that revisit a window are walked token by token instead, with the same result.
+#pragma once
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/dispatch.h"
+
+namespace pi::cpu::detail {
+namespace {
+
+constexpr int kQ4Window = 16;      // rows per window, and at most this many rows per group
+constexpr int64_t kQ4Bytes = 18;   // Q4_0 block: f16 scale, 16 bytes of nibbles
+constexpr int64_t kQ4Chunk = 128;  // output blocks per coefficient table (4096 columns)
+
+struct Q4Group {
+  const uint8_t* rows[kQ4Window];
+  float coef[kQ4Window];
+  int g = 0;
+};
+
+inline int64_t q4_window(int32_t row) { return row / kQ4Window; }
+
+// Up to kQ4Window rows a group kernel may prefetch while it works (the rows that follow).
+struct Q4Next {
+  const uint8_t* rows[kQ4Window];
+  int n = 0;
+};
+
+// Calls fn(group, y, next) for every group of every token of t, y the token's output row
+// (Y + i * ldy, column 0), next the rows read after this group. The order of the calls per
+// token is the list order.
+template <class Fn>
+void for_each_q4_group(const AxpyTask& t, Fn&& fn) {
+  auto row_ptr = [&](int64_t k) { return t.D + static_cast<size_t>(t.rows[k]) * t.row_bytes; };
+  // Does the list visit each window in one run?
+  bool runs_once = true;
+  for (int64_t k = 1; k < t.n && runs_once; ++k)
+    runs_once = q4_window(t.rows[k]) >= q4_window(t.rows[k - 1]);
+  Q4Group grp;
+  Q4Next next;
+  auto upcoming = [&](int64_t k) {  // the rows of entries k, k + 1, ...
+    next.n = 0;
+    for (; k < t.n && next.n < kQ4Window; ++k) next.rows[next.n++] = row_ptr(k);
+    return static_cast<const Q4Next&>(next);
+  };
+  if (t.m == 1 || !runs_once) {
+    for (int64_t i = 0; i < t.m; ++i) {
+      float* y = t.Y + i * t.ldy;
+      grp.g = 0;
+      int64_t win = -1;
+      for (int64_t k = 0; k < t.n; ++k) {
+        const float c = t.coef[k * t.m + i];
+        if (c == 0.0f) continue;
+        const int64_t w = q4_window(t.rows[k]);
+        if (grp.g > 0 && (w != win || grp.g == kQ4Window)) {
+          fn(static_cast<const Q4Group&>(grp), y, upcoming(k));
+          grp.g = 0;
+        }
+        win = w;
+        grp.rows[grp.g] = row_ptr(k);
+        grp.coef[grp.g++] = c;
+      }
+      if (grp.g > 0) fn(static_cast<const Q4Group&>(grp), y, upcoming(t.n));
+    }
+    return;
+  }
+  // Window by window over the union, every token in turn: the window's rows stay in cache.
+  for (int64_t k0 = 0; k0 < t.n;) {
+    const int64_t w = q4_window(t.rows[k0]);
+    int64_t k1 = k0;
+    while (k1 < t.n && q4_window(t.rows[k1]) == w) ++k1;
+    for (int64_t i = 0; i < t.m; ++i) {
+      // The first token brings the next window's rows in; the others find them cached.
+      const Q4Next& ahead = upcoming(i == 0 ? k1 : t.n);
+      grp.g = 0;
+      for (int64_t k = k0; k < k1; ++k) {
+        const float c = t.coef[k * t.m + i];
+        if (c == 0.0f) continue;
+        if (grp.g == kQ4Window) {
+          fn(static_cast<const Q4Group&>(grp), t.Y + i * t.ldy, ahead);
+          grp.g = 0;
+        }
+        grp.rows[grp.g] = row_ptr(k);
+        grp.coef[grp.g++] = c;
+      }
+      if (grp.g > 0) fn(static_cast<const Q4Group&>(grp), t.Y + i * t.ldy, ahead);
+    }
+    k0 = k1;
+  }
+}
+
+}  // namespace
+}  // namespace pi::cpu::detail

@@ -13,7 +13,7 @@
 // every k_rb of the block 0), so a non-finite weight or coefficient still poisons y.
 //
 // Groups: a maximal run of consecutive entries of the task's row list (rows with coefficient
-// 0 left out) whose rows lie in the same window of kWindow rows, at most kWindow entries. A
+// 0 left out) whose rows lie in the same window of kQ4Window rows, at most kQ4Window entries. A
 // token's groups depend only on its own nonzero rows and their order, so the many-token form
 // (which walks the union list window by window) gives each token the one-token bits whenever
 // the union list visits each window once (ascending lists, as every caller passes); lists
@@ -53,8 +53,8 @@ struct Q4Next {
 template <class Fn>
 void for_each_q4_group(const AxpyTask& t, Fn&& fn) {
   auto row_ptr = [&](int64_t k) { return t.D + static_cast<size_t>(t.rows[k]) * t.row_bytes; };
-  // Does the list visit each window in one run?
-  bool runs_once = true;
+  // Does the list visit each window in one run? (Asked only of the many-token forms.)
+  bool runs_once = t.m > 1;
   for (int64_t k = 1; k < t.n && runs_once; ++k)
     runs_once = q4_window(t.rows[k]) >= q4_window(t.rows[k - 1]);
   Q4Group grp;

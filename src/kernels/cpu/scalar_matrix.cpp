@@ -1,9 +1,8 @@
 // Portable dot and axpy leaves for every supported weight type: decode a block to f32, then
 // multiply in f32 with eight partial sums. The reference for the ISA files' structure and the
 // fallback for types they do not vectorise; compiled without ISA flags.
-#include <cstdint>
-
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/cpu/q4_groups.h"
 #include "kernels/cpu/scalar_blocks.h"

@@ -34,6 +34,10 @@ constexpr size_t kKSlot = 320;
 constexpr size_t kKSums = 256, kKScale = 288;
 
 inline size_t kq_bytes(DType t) { return row_bytes(t, 256); }
+// The same, known at compile time (Q2_K..Q5_K).
+constexpr size_t kq_bytes_of(DType t) {
+  return t == DType::Q2_K ? 84 : t == DType::Q3_K ? 110 : t == DType::Q4_K ? 144 : 176;
+}
 
 // ---- activation ----------------------------------------------------------------------------
 // Quantizes the super-block x[0..256) into slot; slot group i holds x's group order[i].
@@ -219,20 +223,36 @@ inline void kq_prefetch_row(const uint8_t* p, size_t bytes) {
   for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
 }
 
-// One row x NT tokens over nsb super-blocks; next: a row to prefetch meanwhile (or null).
-template <int NT>
-inline void kq_dot_row(DType t, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts,
-                       int64_t nsb, float* out) {
-  const size_t bb = kq_bytes(t);
+// One row x NT tokens over nsb super-blocks of type T; next: a row to prefetch meanwhile (or
+// null). The type is a template parameter so that its decoder is inlined into the loop (a
+// call per super-block passed the 256 quants through memory).
+template <DType T, int NT>
+inline void kq_dot_row_t(const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, int64_t nsb,
+                         float* out) {
+  constexpr size_t bb = kq_bytes_of(T);
   __m256 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t s = 0; s < nsb; ++s) {
     if (next != nullptr) kq_prefetch_row(next + s * bb, bb);
     KBlock k;
-    kq_decode(t, row + s * bb, k);
+    if constexpr (T == DType::Q2_K) kq_decode_q2k(row + s * bb, k);
+    else if constexpr (T == DType::Q3_K) kq_decode_q3k(row + s * bb, k);
+    else if constexpr (T == DType::Q4_K) kq_decode_q4k(row + s * bb, k);
+    else kq_decode_q5k(row + s * bb, k);
     kq_dot_block<NT>(k, acts, static_cast<size_t>(s) * kKSlot, acc);
   }
   for (int i = 0; i < NT; ++i) out[i] = kq_hsum(acc[i]);
+}
+
+template <int NT>
+inline void kq_dot_row(DType t, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts,
+                       int64_t nsb, float* out) {
+  switch (t) {
+    case DType::Q2_K: return kq_dot_row_t<DType::Q2_K, NT>(row, next, acts, nsb, out);
+    case DType::Q3_K: return kq_dot_row_t<DType::Q3_K, NT>(row, next, acts, nsb, out);
+    case DType::Q4_K: return kq_dot_row_t<DType::Q4_K, NT>(row, next, acts, nsb, out);
+    default: return kq_dot_row_t<DType::Q5_K, NT>(row, next, acts, nsb, out);
+  }
 }
 
 // Rows of a DotTask (one row at a time, the row about 6 KiB ahead prefetched; several tokens

@@ -1,7 +1,7 @@
-// AVX2 leaves of the K-quants Q2_K..Q5_K: activations quantized once per call to one int8
+// AVX2 leaves of the K-quants Q2_K..Q6_K: activations quantized once per call to one int8
 // scale per 256-element super-block (kquant_simd.h), integer dot products by vpmaddubsw and
-// vpmaddwd with the sub-block scales, and the axpy over decoded super-blocks. Compiled with
-// -mavx2 -mfma -mf16c.
+// vpmaddwd with the sub-block scales, and the axpy over decoded super-blocks (Q6_K's axpy is
+// in avx2_axpy.cpp). Compiled with -mavx2 -mfma -mf16c.
 #include "kernels/cpu/avx2_leaves.h"
 #include "kernels/cpu/kquant_simd.h"
 

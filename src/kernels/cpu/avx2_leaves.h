@@ -11,7 +11,8 @@ void avx2_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out);
 void avx2_dot(const DotTask& task);
 void avx2_axpy(const AxpyTask& task);
 
-// The K-quants Q2_K..Q5_K (avx2_kquant.cpp); the leaves above hand them over.
+// The K-quants Q2_K..Q6_K (avx2_kquant.cpp; Q6_K's axpy is avx2_axpy's); the leaves above
+// hand them over.
 size_t avx2_kq_act_bytes(DType t, int64_t cols);
 void avx2_kq_prepare(DType t, const float* x, int64_t cols, uint8_t* out);
 void avx2_kq_dot(const DotTask& task);

@@ -1,10 +1,10 @@
 // AVX2 dot-product leaves: activation quantization to Q8, integer dot products of the block
-// types (vpmaddubsw + vpmaddwd) and f32 FMA dot products of F32/F16/BF16 rows. Compiled with
-// -mavx2 -mfma -mf16c.
+// types (vpmaddubsw + vpmaddwd) and f32 FMA dot products of F32/F16/BF16 rows; the K-quants
+// Q2_K..Q6_K go to avx2_kquant.cpp. Compiled with -mavx2 -mfma -mf16c.
 //
 // Prepared activation (integer types): per 32-element block one 96-byte slot: 32 int8 quants
 // (natural order), 8 int32 lane terms (-offset * sum of the lane's 4 quants, for types
-// stored as q - offset; the 4-bit and 6-bit quants are unsigned), then f32 dx and
+// stored as q - offset; the 4-bit and 5-bit quants are unsigned), then f32 dx and
 // f32 dx * sum(quants) (for the types with a minimum). Q8_0 weights are signed and use the
 // sign trick (|w| times x with w's sign), so their offset is 0.
 #include <immintrin.h>
@@ -30,19 +30,20 @@ inline __m256i lane_dot(__m256i a, __m256i b) {
 
 bool int_path(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-         t == DType::Q8_0 || t == DType::Q6_K;
+         t == DType::Q8_0;
 }
 
 int act_offset(DType t) {
   switch (t) {
     case DType::Q4_0: return BQ4_0::kOffset;
     case DType::Q5_0: return BQ5_0::kOffset;
-    case DType::Q6_K: return 32;
     default: return 0;
   }
 }
 
-bool k_quant(DType t) { return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K; }
+bool k_quant(DType t) {
+  return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
 
 }  // namespace
 
@@ -135,37 +136,6 @@ inline void dot_blocks(const uint8_t* const* rows, const uint8_t* const* next, c
       s = _mm_add_ss(s, _mm_movehdup_ps(s));
       out[r * NT + i] = _mm_cvtss_f32(s) + accm[r][i];
     }
-}
-
-template <int NT>
-inline void dot_q6k(const uint8_t* row, const uint8_t* const* acts, int64_t nsb, float* out) {
-  __m256 acc[NT];
-  for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t s = 0; s < nsb; ++s) {
-    const uint8_t* b = row + s * 210;
-    const float d = _cvtsh_ss(load_u16(b + 208));
-    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
-    for (int j = 0; j < 8; ++j) {
-      const __m256i z = q6_quants(b, j);
-      const __m128 s0 = _mm_set1_ps(d * static_cast<float>(sc[2 * j]));
-      const __m128 s1 = _mm_set1_ps(d * static_cast<float>(sc[2 * j + 1]));
-      const __m256 scale = _mm256_setr_m128(s0, s1);
-      for (int i = 0; i < NT; ++i) {
-        const uint8_t* a = acts[i] + (8 * s + j) * kSlot;
-        __m256i si = lane_dot(z, _mm256_load_si256(reinterpret_cast<const __m256i*>(a)));
-        si = _mm256_add_epi32(si, _mm256_load_si256(reinterpret_cast<const __m256i*>(a + 32)));
-        float dx;
-        std::memcpy(&dx, a + 64, 4);
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(scale, _mm256_set1_ps(dx)), acc[i]);
-      }
-    }
-  }
-  for (int i = 0; i < NT; ++i) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    out[i] = _mm_cvtss_f32(s);
-  }
 }
 
 template <DType T, int NR, int NT>
@@ -262,27 +232,6 @@ void dot_quant(const DotTask& t) {
       });
 }
 
-void dot_q6k_task(const DotTask& t) {
-  const int64_t nsb = t.cols / 256;
-  const uint8_t* act0 = t.act;
-  auto tokens = [&](const uint8_t* r, const int* sel, int nt, float* o) {
-    const uint8_t* acts[4];
-    for (int i = 0; i < nt; ++i) acts[i] = t.act + sel[i] * t.act_stride;
-    switch (nt) {
-      case 4: dot_q6k<4>(r, acts, nsb, o); break;
-      case 3: dot_q6k<3>(r, acts, nsb, o); break;
-      case 2: dot_q6k<2>(r, acts, nsb, o); break;
-      default: dot_q6k<1>(r, acts, nsb, o); break;
-    }
-  };
-  drive(
-      t,
-      [&](const uint8_t* const* r, const uint8_t* const*, float* o) {
-        for (int i = 0; i < 4; ++i) dot_q6k<1>(r[i], &act0, nsb, o + i);
-      },
-      [&](const uint8_t* r, float* o) { dot_q6k<1>(r, &act0, nsb, o); }, tokens);
-}
-
 template <DType T>
 void dot_floats(const DotTask& t) {
   const float* x0 = t.x;
@@ -310,11 +259,11 @@ void avx2_dot(const DotTask& t) {
     case DType::Q5_0: return dot_quant<BQ5_0>(t);
     case DType::Q5_1: return dot_quant<BQ5_1>(t);
     case DType::Q8_0: return dot_quant<BQ8_0>(t);
-    case DType::Q6_K: return dot_q6k_task(t);
     case DType::Q2_K:
     case DType::Q3_K:
     case DType::Q4_K:
-    case DType::Q5_K: return avx2_kq_dot(t);
+    case DType::Q5_K:
+    case DType::Q6_K: return avx2_kq_dot(t);
     case DType::F32: return dot_floats<DType::F32>(t);
     case DType::F16: return dot_floats<DType::F16>(t);
     case DType::BF16: return dot_floats<DType::BF16>(t);

@@ -1,5 +1,5 @@
 // Internal to the K-quant leaves (avx2_kquant.cpp, avx512_kquant.cpp): 256-bit decoding of
-// the Q2_K..Q5_K super-blocks, the prepared activation, and the generic integer dot and
+// the Q2_K..Q6_K super-blocks, the prepared activation, and the generic integer dot and
 // float axpy built on them. Everything has internal linkage and is compiled with the flags
 // of the including file (AVX2 + FMA + F16C at least; with AVX512-VNNI the dot uses vpdpwssd).
 //
@@ -34,9 +34,9 @@ constexpr size_t kKSlot = 320;
 constexpr size_t kKSums = 256, kKScale = 288;
 
 inline size_t kq_bytes(DType t) { return row_bytes(t, 256); }
-// The same, known at compile time (Q2_K..Q5_K).
+// The same, known at compile time (Q2_K..Q6_K).
 constexpr size_t kq_bytes_of(DType t) {
-  return t == DType::Q2_K ? 84 : t == DType::Q3_K ? 110 : t == DType::Q4_K ? 144 : 176;
+  return t == DType::Q2_K ? 84 : t == DType::Q3_K ? 110 : t == DType::Q4_K ? 144 : t == DType::Q5_K ? 176 : 210;
 }
 
 // ---- activation ----------------------------------------------------------------------------
@@ -170,8 +170,20 @@ inline void kq_decode_q3k(const uint8_t* b, KBlock& k) {
   }
 }
 
+// Q6_K: x = d s (q - 32) with q in 0..63 and signed 8-bit scales per 16 elements, so
+// dc = -32 d and the correction weights are the scales themselves.
+inline void kq_decode_q6k(const uint8_t* b, KBlock& k) {
+  k.d = _cvtsh_ss(load_u16(b + 208));
+  k.dc = -32.0f * k.d;
+  const __m128i s = loadu128(b + 192);
+  _mm_store_si128(reinterpret_cast<__m128i*>(k.sc), s);
+  _mm_store_si128(reinterpret_cast<__m128i*>(k.corr), s);
+  for (int g = 0; g < 8; ++g) k.z[g] = q6_quants(b, g);
+}
+
 inline void kq_decode(DType t, const uint8_t* b, KBlock& k) {
   switch (t) {
+    case DType::Q6_K: return kq_decode_q6k(b, k);
     case DType::Q2_K: return kq_decode_q2k(b, k);
     case DType::Q3_K: return kq_decode_q3k(b, k);
     case DType::Q4_K: return kq_decode_q4k(b, k);
@@ -238,7 +250,8 @@ inline void kq_dot_row_t(const uint8_t* row, const uint8_t* next, const uint8_t*
     if constexpr (T == DType::Q2_K) kq_decode_q2k(row + s * bb, k);
     else if constexpr (T == DType::Q3_K) kq_decode_q3k(row + s * bb, k);
     else if constexpr (T == DType::Q4_K) kq_decode_q4k(row + s * bb, k);
-    else kq_decode_q5k(row + s * bb, k);
+    else if constexpr (T == DType::Q5_K) kq_decode_q5k(row + s * bb, k);
+    else kq_decode_q6k(row + s * bb, k);
     kq_dot_block<NT>(k, acts, static_cast<size_t>(s) * kKSlot, acc);
   }
   for (int i = 0; i < NT; ++i) out[i] = kq_hsum(acc[i]);
@@ -251,7 +264,8 @@ inline void kq_dot_row(DType t, const uint8_t* row, const uint8_t* next, const u
     case DType::Q2_K: return kq_dot_row_t<DType::Q2_K, NT>(row, next, acts, nsb, out);
     case DType::Q3_K: return kq_dot_row_t<DType::Q3_K, NT>(row, next, acts, nsb, out);
     case DType::Q4_K: return kq_dot_row_t<DType::Q4_K, NT>(row, next, acts, nsb, out);
-    default: return kq_dot_row_t<DType::Q5_K, NT>(row, next, acts, nsb, out);
+    case DType::Q5_K: return kq_dot_row_t<DType::Q5_K, NT>(row, next, acts, nsb, out);
+    default: return kq_dot_row_t<DType::Q6_K, NT>(row, next, acts, nsb, out);
   }
 }
 

@@ -210,11 +210,10 @@ class Guarded {
 };
 
 // Elements per activation scale of the integer path for weight type t on `isa`: 32 (the
-// 8-bit blocks of the 32-element formats, and Q6_K on AVX2), 256 (the K-quants otherwise: one
-// scale per super-block), or 0 when the kernel multiplies with x itself (float types, the scalar ISA).
+// 8-bit blocks of the 32-element formats), 256 (the K-quants, Q6_K included: one scale per
+// super-block), or 0 when the kernel multiplies with x itself (float types, the scalar ISA).
 inline int64_t act_block(DType t, Isa isa) {
   if (!int_type(t) || isa == Isa::Scalar) return 0;
-  if (t == DType::Q6_K) return isa == Isa::Avx512 ? 256 : 32;
   return k_type(t) ? 256 : 32;
 }
 

@@ -181,13 +181,23 @@ inline void kq_decode_q6k(const uint8_t* b, KBlock& k) {
   for (int g = 0; g < 8; ++g) k.z[g] = q6_quants(b, g);
 }
 
+// The decoder of type T, chosen at compile time (the dot's row loop inlines it).
+template <DType T>
+inline void kq_decode_as(const uint8_t* b, KBlock& k) {
+  if constexpr (T == DType::Q2_K) kq_decode_q2k(b, k);
+  else if constexpr (T == DType::Q3_K) kq_decode_q3k(b, k);
+  else if constexpr (T == DType::Q4_K) kq_decode_q4k(b, k);
+  else if constexpr (T == DType::Q5_K) kq_decode_q5k(b, k);
+  else kq_decode_q6k(b, k);
+}
+
 inline void kq_decode(DType t, const uint8_t* b, KBlock& k) {
   switch (t) {
-    case DType::Q6_K: return kq_decode_q6k(b, k);
-    case DType::Q2_K: return kq_decode_q2k(b, k);
-    case DType::Q3_K: return kq_decode_q3k(b, k);
-    case DType::Q4_K: return kq_decode_q4k(b, k);
-    default: return kq_decode_q5k(b, k);
+    case DType::Q2_K: return kq_decode_as<DType::Q2_K>(b, k);
+    case DType::Q3_K: return kq_decode_as<DType::Q3_K>(b, k);
+    case DType::Q4_K: return kq_decode_as<DType::Q4_K>(b, k);
+    case DType::Q5_K: return kq_decode_as<DType::Q5_K>(b, k);
+    default: return kq_decode_as<DType::Q6_K>(b, k);
   }
 }
 
@@ -247,11 +257,7 @@ inline void kq_dot_row_t(const uint8_t* row, const uint8_t* next, const uint8_t*
   for (int64_t s = 0; s < nsb; ++s) {
     if (next != nullptr) kq_prefetch_row(next + s * bb, bb);
     KBlock k;
-    if constexpr (T == DType::Q2_K) kq_decode_q2k(row + s * bb, k);
-    else if constexpr (T == DType::Q3_K) kq_decode_q3k(row + s * bb, k);
-    else if constexpr (T == DType::Q4_K) kq_decode_q4k(row + s * bb, k);
-    else if constexpr (T == DType::Q5_K) kq_decode_q5k(row + s * bb, k);
-    else kq_decode_q6k(row + s * bb, k);
+    kq_decode_as<T>(row + s * bb, k);
     kq_dot_block<NT>(k, acts, static_cast<size_t>(s) * kKSlot, acc);
   }
   for (int i = 0; i < NT; ++i) out[i] = kq_hsum(acc[i]);

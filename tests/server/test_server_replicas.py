@@ -2,14 +2,13 @@
 through its environment variables), all on free loopback ports. Several client processes
 (the official openai client, its own retries off) hold conversations whose turns go out
 streamed and not, keyed by an X-Session-Id header or by the OpenAI "user" field. A third of
-the way in, while it is generating, one replica is frozen (SIGSTOP: its requests stay in
-flight) and then killed (SIGKILL); two thirds in, while it is generating, another one gets
-SIGTERM (a drain).
+the way in, while it streams an answer, one replica is frozen (SIGSTOP: its requests stay
+in flight) and then killed (SIGKILL); two thirds in, while it streams an answer, another one
+gets SIGTERM (a drain).
 Checked: every non-streamed request succeeds (HAProxy replays the killed replica's on
 another one); every stream either completes or, if the killed replica was serving it, ends
 with a transport error; no client hangs; a conversation stays on its replica while that
 replica lives; the drained replica finishes its running requests and exits 0."""
-import json
 import multiprocessing as mp
 import os
 import shutil
@@ -96,8 +95,9 @@ class Haproxy:
                 self.proc.wait()
 
 
-def one_request(client, conv, turn, stream):
-    """One turn of a conversation; a record of what happened (never raises)."""
+def one_request(client, conv, turn, stream, live):
+    """One turn of a conversation; a record of what happened (never raises). From the
+    headers of a stream to its last token, live() has its start time and replica."""
     rec = {"key": conv["key"], "turn": turn, "stream": stream, "replica": None, "ok": False,
            "complete": False, "error": None, "start": time.time()}
     kw = {"model": "kjv", "max_tokens": MAX_TOKENS, "stream": stream,
@@ -115,6 +115,8 @@ def one_request(client, conv, turn, stream):
             prompt = "".join(conv["history"]) + question
             raw = client.completions.with_raw_response.create(prompt=prompt, **kw)
         rec["replica"] = raw.headers.get("x-replica")
+        if stream:
+            live(rec["start"], rec["replica"])
         r = raw.parse()
         text, finish = "", None
         if stream:
@@ -122,6 +124,8 @@ def one_request(client, conv, turn, stream):
                 for ch in chunk.choices:
                     text += (ch.delta.content or "") if conv["chat"] else ch.text
                     finish = ch.finish_reason or finish
+                if finish:
+                    live(0, None)
         else:
             ch = r.choices[0]
             text, finish = (ch.message.content if conv["chat"] else ch.text), ch.finish_reason
@@ -134,11 +138,12 @@ def one_request(client, conv, turn, stream):
             conv["history"].append(question + text + "\n")
     except Exception as e:  # noqa: BLE001 -- the record says what it was; the test judges
         rec["error"] = f"{type(e).__module__}.{type(e).__name__}: {e}"
+    live(0, None)
     rec["end"] = time.time()
     return rec
 
 
-def client_loop(url, idx, done, out):
+def client_loop(url, idx, done, out, streams):
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0,
                            timeout=REQUEST_TIMEOUT)
     convs = [{"key": f"conv-{idx}-{k}", "by_header": k % 2 == 0, "chat": (k // 2) % 2 == 0,
@@ -146,10 +151,18 @@ def client_loop(url, idx, done, out):
     records = []
     for turn in range(TURNS):
         for k, conv in enumerate(convs):
-            records.append(one_request(client, conv, turn, stream=(turn + k + idx) % 2 == 1))
+            records.append(one_request(client, conv, turn, (turn + k + idx) % 2 == 1,
+                                       lambda t, rep: set_stream(streams, idx, t, rep)))
             with done.get_lock():
                 done.value += 1
     out.put(records)
+
+
+def set_stream(streams, idx, start, replica):
+    """Client idx's open stream: its start time and replica number (r1 -> 1), or (0, 0)."""
+    with streams.get_lock():
+        streams[2 * idx] = start
+        streams[2 * idx + 1] = int(replica[1:]) if replica and replica[1:].isdigit() else 0
 
 
 def wait_count(done, n, procs, timeout=120):
@@ -160,17 +173,30 @@ def wait_count(done, n, procs, timeout=120):
         time.sleep(0.02)
 
 
-def wait_generating(replica, timeout=60):
-    """Waits until the replica has a request early in its generation (so still running a few
-    milliseconds later, when the caller signals it)."""
-    end = time.time() + timeout
+def freeze_mid_stream(streams, number, replica, timeout=60):
+    """Freezes replica r<number> (SIGSTOP) while a client reads a stream from it; returns the
+    time of the freeze and how many tries it took. A freeze counts only if, 0.3 s into it
+    (time for more requests to reach the replica and wait there), that client still waits
+    for the stream's last token. Else the replica goes on and is frozen again at its next
+    stream. Neither /slots nor HAProxy can tell this: a request seen generating by /slots
+    can finish before the signal lands on a loaded machine, and HAProxy still holds a stream
+    whose client has read all of it when the replica froze before ending the chunked body."""
+    end, tries = time.time() + timeout, 0
     while time.time() < end:
-        status, text = replica.get("/slots")
-        if status == 200 and any(x["is_processing"] and x["n_decoded"] <= MAX_TOKENS // 4
-                                 for x in json.loads(text)):
-            return
-        time.sleep(0.002)
-    raise AssertionError("the replica never got a request")
+        with streams.get_lock():
+            reading = [(i, streams[2 * i]) for i in range(CLIENTS) if streams[2 * i + 1] == number]
+        if not reading:
+            time.sleep(0.002)
+            continue
+        tries += 1
+        replica.proc.send_signal(signal.SIGSTOP)
+        t_stop = time.time()
+        time.sleep(0.3)
+        with streams.get_lock():
+            if any(streams[2 * i] == start for i, start in reading):
+                return t_stop, tries
+        replica.proc.send_signal(signal.SIGCONT)
+    raise AssertionError(f"r{number} streamed nothing for {timeout} s ({tries} freezes tried)")
 
 
 def test_replicas_behind_haproxy_survive_a_kill_and_a_drain():
@@ -184,31 +210,25 @@ def test_replicas_behind_haproxy_survive_a_kill_and_a_drain():
         killed, drained, kept = replicas
         lb = Haproxy(replicas)
 
-        done, out = mp.Value("i", 0), mp.Queue()
-        procs = [mp.Process(target=client_loop, args=(lb.url, i, done, out))
+        done, out, streams = mp.Value("i", 0), mp.Queue(), mp.Array("d", 2 * CLIENTS)
+        procs = [mp.Process(target=client_loop, args=(lb.url, i, done, out, streams))
                  for i in range(CLIENTS)]
         for p in procs:
             p.start()
         total = CLIENTS * CONVERSATIONS * TURNS
         wait_count(done, total // 3, procs)
-        # Freeze r1 while HAProxy holds a connection to it (a request in flight). A request
-        # seen generating by /slots can finish before the signal lands on a loaded machine:
-        # then r1 is let go and frozen again later.
-        for attempt in range(50):
-            wait_generating(killed)
-            killed.proc.send_signal(signal.SIGSTOP)
-            t_kill = time.time()  # from here r1 answers nothing
-            if int(lb.servers()["r1"]["scur"] or 0) > 0:
-                break
-            killed.proc.send_signal(signal.SIGCONT)
-        time.sleep(0.3)       # more requests reach it and wait
+        t_kill, tries = freeze_mid_stream(streams, 1, killed)  # r1 answers nothing from here
+        t_dying = time.time()
         killed.proc.kill()
         killed.proc.wait()
         t_dead = time.time()
         wait_count(done, 2 * total // 3, procs)
-        wait_generating(drained)
+        # SIGTERM lands while r2 is frozen mid-stream, and takes effect when it goes on.
+        _, more = freeze_mid_stream(streams, 2, drained)
+        tries += more
         drained.proc.send_signal(signal.SIGTERM)
         t_term = time.time()
+        drained.proc.send_signal(signal.SIGCONT)
         records = [r for _ in procs for r in out.get(timeout=240)]
         for p in procs:
             p.join(timeout=30)
@@ -232,9 +252,9 @@ def test_replicas_behind_haproxy_survive_a_kill_and_a_drain():
     for r in cut:
         assert r["replica"] == "r1" and r["start"] < t_dead and r["end"] > t_kill, r
         assert "Protocol" in r["error"] or "Connection" in r["error"], r
-    # The kill caught requests in flight (r1 was generating when it froze); those not
+    # The kill caught requests in flight (r1 froze mid-stream, others waited); those not
     # streamed were replayed elsewhere.
-    caught = [r for r in records if r["start"] < t_kill and r["end"] > t_dead]
+    caught = [r for r in records if r["start"] < t_kill and r["end"] > t_dying]
     assert caught, "no request was in flight when r1 died"
     replayed = [r for r in caught if not r["stream"] and r["replica"] != "r1"]
     # Affinity: a conversation's requests that ended while its first replica lived were all
@@ -261,7 +281,8 @@ def test_replicas_behind_haproxy_survive_a_kill_and_a_drain():
     print(f"\n{total} requests in {time.time() - t0:.1f} s; served {served}; "
           f"in flight at the kill {len(caught)} (streams cut {len(cut)}, not streamed and "
           f"replayed {len(replayed)}); running through the drain {len(in_drain)}; "
-          f"conversations that moved {moved} of {len(by_conv)}; HAProxy retries "
+          f"conversations that moved {moved} of {len(by_conv)}; freezes tried {tries}; "
+          f"HAProxy retries "
           f"{ {n: s['wretr'] for n, s in stats.items()} }, redispatches "
           f"{ {n: s['wredis'] for n, s in stats.items()} }, status "
           f"{ {n: s['status'] for n, s in stats.items()} }")

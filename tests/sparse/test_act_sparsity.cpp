@@ -248,6 +248,15 @@ TEST(ActSparsity, CalibratedFileHoldsTransposedWeightsAndThresholds) {
             std::filesystem::file_size(source_model()) + 8192);
 }
 
+// The calibrated file at sparsity 0 (or --dense) computes what the source does, but its
+// projections run over transposed rows (axpy, one row after another) where the source's run
+// dot products (8- or 16-lane partial sums): only the order of the f32 sums differs. Each
+// such sum of n <= 128 terms may be off by up to n u ~ 7.6e-6 of its terms' magnitudes, over
+// two layers and the head; measured: 1.04e-5 of the largest logit with the scalar and AVX-512
+// kernels, 0.4e-5 with AVX2. The bound leaves room for that and stays far below the 1e-4
+// the logits must move at the target sparsity (they move 0.79 there).
+constexpr double kReorderTol = 5e-5;
+
 TEST(ActSparsity, ZeroSparsityAndDenseGiveTheSourceLogits) {
   auto src = load(source_model());
   auto cal = load(calibrated());
@@ -257,10 +266,10 @@ TEST(ActSparsity, ZeroSparsityAndDenseGiveTheSourceLogits) {
     const std::vector<float> want = logits(*src, o);
     runtime::ContextOptions zero = o;
     zero.thresholds.sparsity = 0.0;
-    EXPECT_LT(max_rel_diff(logits(*cal, zero), want), 1e-5) << "batch " << batch;
+    EXPECT_LT(max_rel_diff(logits(*cal, zero), want), kReorderTol) << "batch " << batch;
     runtime::ContextOptions dense = o;
     dense.dense = true;
-    EXPECT_LT(max_rel_diff(logits(*cal, dense), want), 1e-5) << "batch " << batch;
+    EXPECT_LT(max_rel_diff(logits(*cal, dense), want), kReorderTol) << "batch " << batch;
     // At the target the logits move (the tiny random model is no measure of how much: the
     // bundled model's perplexity is, test_silu_bundled) and stay finite.
     const std::vector<float> at_target = logits(*cal, o);

@@ -405,6 +405,23 @@ void register_all() {
                                                benchmark::Counter::kIsRate);
       benchmark::DoNotOptimize(t0);
     });
+    // The sparse axpy's compute ceiling at the densities activation sparsity runs (percent of
+    // rows kept, random ascending lists): GB/s over the kept rows' bytes.
+    benchmark::RegisterBenchmark(("axpy_rows_l2/" + tn + "/256x4096").c_str(), [t](benchmark::State& st) {
+      ThreadPool& tp = pool(1);
+      Buffer w = alloc(pi::row_bytes(t, 4096) * 256);
+      fill_random(t, w.get(), 256, 4096, 9);
+      const auto a = random_vector(256, 8);
+      const auto idx = active_rows(256, static_cast<double>(st.range(0)) / 100.0, 11);
+      std::vector<float> y(4096);
+      int64_t n = 0;
+      for (auto _ : st) {
+        kernels().axpy_rows(tp, t, w.get(), 256, 4096, idx.data(), static_cast<int64_t>(idx.size()), a.data(), y.data());
+        ++n;
+      }
+      st.counters["GB/s"] = benchmark::Counter(static_cast<double>(pi::row_bytes(t, 4096) * idx.size()) * static_cast<double>(n),
+                                               benchmark::Counter::kIsRate);
+    })->Arg(40)->Arg(50)->Arg(60)->Arg(100);
   }
 
   // Prompt processing: GFLOP/s of matmul over 64 and 512 tokens.

@@ -114,14 +114,15 @@ void axpy_blocks_one(const AxpyTask& t) {
 
 // Blocks b .. b + NB of y (j: b's index in the chunk's tables) += the group's integer sums:
 // pmaddubsw of two rows' nibbles, interleaved byte by byte, against their two 8-bit
-// coefficients, accumulated in int16 (at most 8 pairs of |15 * 127 * 2|: no overflow).
-// The next rows' bytes of these blocks are prefetched meanwhile.
+// coefficients, accumulated in wrapping int16 lanes that start at -8 sum_r k_rb, so they end
+// at sum_r k_rb (q_rc - 8), which fits (q4_groups.h). The next rows' bytes of these blocks
+// are prefetched meanwhile.
 template <int NB>
 inline void q4_blocks(const uint8_t* const* rows, int np, const int32_t (*kk)[kQ4Chunk],
                       const int32_t* k8, const float* s, int64_t b, int64_t j, float* y, const Q4Next& next) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   __m256i acc[2 * NB];
-  for (int i = 0; i < 2 * NB; ++i) acc[i] = _mm256_setzero_si256();
+  for (int i = 0; i < NB; ++i) acc[2 * i] = acc[2 * i + 1] = _mm256_set1_epi16(static_cast<int16_t>(-k8[j + i]));
   const size_t off = static_cast<size_t>(b) * kQ4Bytes + 2;
   for (int r = 0; r < next.n; ++r) _mm_prefetch(reinterpret_cast<const char*>(next.rows[r] + off), _MM_HINT_T1);
   for (int p = 0; p < np; ++p) {
@@ -137,7 +138,6 @@ inline void q4_blocks(const uint8_t* const* rows, int np, const int32_t (*kk)[kQ
   }
   for (int i = 0; i < NB; ++i) {
     const __m256 sv = _mm256_broadcast_ss(&s[j + i]);
-    const __m256i kc = _mm256_set1_epi32(k8[j + i]);
     float* yb = y + 32 * (b + i);
     for (int h = 0; h < 2; ++h) {
       const __m256i x = acc[2 * i + h];
@@ -145,8 +145,7 @@ inline void q4_blocks(const uint8_t* const* rows, int np, const int32_t (*kk)[kQ
                             _mm256_cvtepi16_epi32(_mm256_extracti128_si256(x, 1))};
       for (int q = 0; q < 2; ++q) {
         float* at = yb + 16 * h + 8 * q;
-        const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(e[q], kc));
-        _mm256_storeu_ps(at, _mm256_fmadd_ps(f, sv, _mm256_loadu_ps(at)));
+        _mm256_storeu_ps(at, _mm256_fmadd_ps(_mm256_cvtepi32_ps(e[q]), sv, _mm256_loadu_ps(at)));
       }
     }
   }

@@ -8,7 +8,7 @@
 // |err| <= (2n + 4) u (|y0_c| + sum_k |a_k| mag_kc).
 // Q4_0 sums integers over groups of rows (src/kernels/cpu/q4_groups.h): a_k d_kb is rounded to
 // an integer multiple of 1/127 of the largest such product in its group, whose rows lie in one
-// window of 16, so each term is further off by at most 8 * amax_window / 254.
+// window of 32, so each term is further off by at most 8 * amax_window / 254.
 #include <algorithm>
 
 #include "kernels/ref/ref.h"
@@ -116,7 +116,7 @@ TEST(CpuAxpy, ExactOnConstructedData) {
 }
 
 // Q4_0's integer sums are defined by the scalar leaf (q4_groups.h): every ISA gives its bits,
-// for one token (lists with groups cut by windows, by the 16-row cap, by the half split and by
+// for one token (lists with groups cut by windows, by the 32-row cap, by the half split and by
 // a list that revisits windows) and per token in the many-token forms, which must also equal
 // each token's own one-token call bit for bit (ascending lists, as the model passes).
 TEST(CpuAxpy, Q4GroupsSameBitsOnEveryIsaAndBatchSplit) {

@@ -5,10 +5,14 @@
 // results for any thread count). The next group's row slices are prefetched meanwhile.
 #include <immintrin.h>
 
+#include <cfloat>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/avx2_leaves.h"
 #include "kernels/cpu/avx512_leaves.h"
+#include "kernels/cpu/q4_groups.h"
 #include "kernels/cpu/scalar_blocks.h"
 #include "kernels/cpu/scalar_leaves.h"
 
@@ -332,12 +336,155 @@ void axpy_blocks(const AxpyTask& t) {
   }
 }
 
+
+// ---- Q4_0: integer sums over groups of rows (q4_groups.h; the scalar leaf is the reference) ----
+// The same arithmetic as the AVX2 leaf with VBMI and VNNI: the eight f16 block scales of a row
+// come out of two 64-byte loads with one vpermt2b; for the products, two vpermt2b and two
+// word unpacks put four rows' quant bytes of two blocks side by side in each 32-bit lane,
+// and vpdpbusd multiplies them by the four rows' 8-bit coefficients and adds the four
+// products into 32-bit sums. The sums are exact and each output gets the same one FMA, so the
+// bits are the scalar leaf's.
+
+// Tables of one chunk of kQ4Chunk blocks, with spare entries past the end so the two-block
+// step may read block j + 1 of an odd last block.
+struct Q4Tables {
+  alignas(64) float v[kQ4Window][kQ4Chunk];
+  alignas(64) float s[kQ4Chunk + 16];
+  alignas(64) uint32_t kk[kQ4Window / 4][kQ4Chunk + 16];  // the k of rows 4q .. 4q + 3, a byte each
+  alignas(64) int32_t kneg[kQ4Chunk + 16];                // -8 sum_r k_rb: the sums' start
+};
+
+// Byte indices for vpermt2b. Scales: word i <- bytes 18 i, 18 i + 1 of 128 bytes (8 blocks).
+// Pairs (two rows' 34 bytes of blocks j and j + 1, row x in the first operand, row y in the
+// second): in 128-bit lane L, word t holds (x, y)'s quant byte 4 L + (t & 3) of block j for
+// t < 4 and of block j + 1 for t >= 4, so that the word unpacks of two such vectors give, in
+// 32-bit lane i, quant byte i of four rows: block j (low unpack) and block j + 1 (high).
+struct Q4Perm {
+  __m512i scales, pairs;
+  Q4Perm() {
+    alignas(64) uint8_t sc[64] = {}, pr[64];
+    for (int i = 0; i < 8; ++i) {
+      sc[2 * i] = static_cast<uint8_t>(18 * i);
+      sc[2 * i + 1] = static_cast<uint8_t>(18 * i + 1);
+    }
+    for (int lane = 0; lane < 4; ++lane) {
+      for (int t = 0; t < 8; ++t) {
+        const int m = 4 * lane + (t & 3), src = t < 4 ? m : 18 + m;
+        pr[16 * lane + 2 * t] = static_cast<uint8_t>(src);
+        pr[16 * lane + 2 * t + 1] = static_cast<uint8_t>(64 + src);
+      }
+    }
+    scales = _mm512_load_si512(sc);
+    pairs = _mm512_load_si512(pr);
+  }
+};
+
+// Blocks j, j + 1 of the chunk (b = cb0 + j; with kOne only block j exists): y += the group's
+// integer sums times s. Quants of two blocks of one row span 34 bytes; masked loads read no
+// further (the last block of a tensor may end at its buffer's end).
+template <bool kOne>
+inline void q4_pair_blocks(const uint8_t* const* rows, int nq, const Q4Tables& tb, const Q4Perm& pm,
+                           int64_t b, int64_t j, float* y, const Q4Next& next) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __mmask64 lm = kOne ? 0xffffull : 0x3ffffffffull;
+  __m512i acc[4];  // block j: columns 0-15, 16-31; block j + 1: the same
+  acc[0] = acc[1] = _mm512_set1_epi32(tb.kneg[j]);
+  acc[2] = acc[3] = _mm512_set1_epi32(tb.kneg[j + 1]);
+  const size_t off = static_cast<size_t>(b) * kQ4Bytes + 2;
+  for (int r = 0; r < next.n; ++r) _mm_prefetch(reinterpret_cast<const char*>(next.rows[r] + off), _MM_HINT_T0);
+  for (int q = 0; q < nq; ++q) {
+    const uint8_t* const* rq = rows + 4 * q;
+    const __m512i x01 = _mm512_permutex2var_epi8(_mm512_maskz_loadu_epi8(lm, rq[0] + off), pm.pairs,
+                                                 _mm512_maskz_loadu_epi8(lm, rq[1] + off));
+    const __m512i x23 = _mm512_permutex2var_epi8(_mm512_maskz_loadu_epi8(lm, rq[2] + off), pm.pairs,
+                                                 _mm512_maskz_loadu_epi8(lm, rq[3] + off));
+    const __m512i q0 = _mm512_unpacklo_epi16(x01, x23), q1 = _mm512_unpackhi_epi16(x01, x23);
+    const __m512i k0 = _mm512_set1_epi32(static_cast<int32_t>(tb.kk[q][j]));
+    const __m512i k1 = _mm512_set1_epi32(static_cast<int32_t>(tb.kk[q][j + 1]));
+    acc[0] = _mm512_dpbusd_epi32(acc[0], _mm512_and_si512(q0, m4), k0);
+    acc[1] = _mm512_dpbusd_epi32(acc[1], _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4), k0);
+    acc[2] = _mm512_dpbusd_epi32(acc[2], _mm512_and_si512(q1, m4), k1);
+    acc[3] = _mm512_dpbusd_epi32(acc[3], _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4), k1);
+  }
+  for (int i = 0; i < (kOne ? 1 : 2); ++i) {
+    const __m512 sv = _mm512_set1_ps(tb.s[j + i]);
+    float* yb = y + 32 * (b + i);
+    _mm512_storeu_ps(yb, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * i]), sv, _mm512_loadu_ps(yb)));
+    _mm512_storeu_ps(yb + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * i + 1]), sv, _mm512_loadu_ps(yb + 16)));
+  }
+}
+
+void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, const Q4Next& next) {
+  static const Q4Perm pm;
+  Q4Tables tb;
+  const int g = grp.g, nq = (g + 3) / 4;
+  const uint8_t* rows[kQ4Window];
+  for (int r = 0; r < g; ++r) rows[r] = grp.rows[r];
+  for (int r = g; r < 4 * nq; ++r) rows[r] = rows[g - 1];  // partners whose coefficient is 0
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (int64_t cb0 = b0; cb0 < b1; cb0 += kQ4Chunk) {
+    const int64_t nb = b1 - cb0 < kQ4Chunk ? b1 - cb0 : kQ4Chunk;
+    const int64_t nv = (nb + 15) / 16 * 16;
+    for (int r = 0; r < g; ++r) {
+      const float c = grp.coef[r];
+      const uint8_t* blk = rows[r] + cb0 * kQ4Bytes;
+      const __m256 cv = _mm256_set1_ps(c);
+      int64_t j = 0;
+      for (; j + 8 <= nb; j += 8) {
+        const uint8_t* p = blk + j * kQ4Bytes;  // eight blocks: 144 bytes, the scales in the first 128
+        const __m512i h = _mm512_permutex2var_epi8(_mm512_loadu_si512(p), pm.scales, _mm512_loadu_si512(p + 64));
+        _mm256_store_ps(&tb.v[r][j], _mm256_mul_ps(cv, _mm256_cvtph_ps(_mm512_castsi512_si128(h))));
+      }
+      for (; j < nb; ++j) {
+        uint16_t h;
+        std::memcpy(&h, blk + j * kQ4Bytes, 2);
+        tb.v[r][j] = c * _cvtsh_ss(h);
+      }
+      for (; j < nv; ++j) tb.v[r][j] = 0.0f;
+    }
+    for (int64_t j = 0; j < nv; j += 16) {
+      __m512 amax = _mm512_setzero_ps();
+      __mmask16 bad = 0;
+      for (int r = 0; r < g; ++r) {
+        const __m512 a = _mm512_and_ps(_mm512_load_ps(&tb.v[r][j]), abs_mask);
+        bad |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(INFINITY), _CMP_NLT_UQ);
+        amax = _mm512_max_ps(a, amax);  // a > amax ? a : amax, as the scalar leaf
+      }
+      const __mmask16 off = bad | _mm512_cmp_ps_mask(amax, _mm512_set1_ps(FLT_MIN), _CMP_LT_OQ);
+      const __mmask16 on = static_cast<__mmask16>(~off), good = static_cast<__mmask16>(~bad);
+      const __m512 inv = _mm512_maskz_div_ps(on, _mm512_set1_ps(127.0f), amax);
+      const __m512 sv = _mm512_mask_blend_ps(bad, _mm512_maskz_div_ps(on, amax, _mm512_set1_ps(127.0f)),
+                                             _mm512_castsi512_ps(_mm512_set1_epi32(-1)));
+      _mm512_store_ps(&tb.s[j], sv);
+      __m512i ksum = _mm512_setzero_si512();
+      for (int q = 0; q < nq; ++q) {
+        __m512i word = _mm512_setzero_si512();
+        for (int u = 0; u < 4; ++u) {
+          const int r = 4 * q + u;
+          if (r >= g) break;
+          const __m512i k = _mm512_maskz_cvtps_epi32(good, _mm512_mul_ps(_mm512_load_ps(&tb.v[r][j]), inv));
+          ksum = _mm512_add_epi32(ksum, k);
+          word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(k, _mm512_set1_epi32(0xff)), 8 * u));
+        }
+        _mm512_store_si512(&tb.kk[q][j], word);
+      }
+      _mm512_store_si512(&tb.kneg[j], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(ksum, 3)));
+    }
+    int64_t j = 0;
+    for (; j + 2 <= nb; j += 2) q4_pair_blocks<false>(rows, nq, tb, pm, cb0 + j, j, y, next);
+    if (j < nb) q4_pair_blocks<true>(rows, nq, tb, pm, cb0 + j, j, y, next);
+  }
+}
+
+void axpy_q4_0(const AxpyTask& t) {
+  for_each_q4_group(t, [&](const Q4Group& grp, float* y, const Q4Next& next) { q4_group(grp, t.c0 / 32, t.c1 / 32, y, next); });
+}
+
 }  // namespace
 
 void avx512_axpy(const AxpyTask& t) {
   switch (t.type) {
-    // Q4_0 sums integers over row groups (q4_groups.h), the same bits as the AVX2 leaf.
-    case DType::Q4_0: return avx2_axpy(t);
+    case DType::Q4_0: return axpy_q4_0(t);
     case DType::Q4_1: return axpy_blocks<AxQ4_1>(t);
     case DType::Q5_0: return axpy_blocks<AxQ5_0>(t);
     case DType::Q5_1: return axpy_blocks<AxQ5_1>(t);

@@ -1,5 +1,5 @@
 // Internal: the Q4_0 axpy computed with integer sums over groups of rows, shared by the scalar
-// leaf (the reference) and the AVX2 leaf, which must agree bit for bit.
+// leaf (the reference) and the AVX2 and AVX-512 leaves, which must agree bit for bit.
 //
 // Why: a float axpy converts every weight to f32 and does one FMA per weight, which is
 // compute-bound on one core (~0.5 of the dense Q4_0 matvec's rate, docs/BENCHMARKS.md). Here a

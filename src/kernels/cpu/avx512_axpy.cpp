@@ -8,11 +8,11 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/cpu/avx2_leaves.h"
 #include "kernels/cpu/avx512_leaves.h"
 #include "kernels/cpu/q4_groups.h"
+#include "kernels/cpu/q4_scales_simd.h"
 #include "kernels/cpu/scalar_blocks.h"
 #include "kernels/cpu/scalar_leaves.h"
 
@@ -425,23 +425,10 @@ void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, const Q4Next
   for (int64_t cb0 = b0; cb0 < b1; cb0 += kQ4Chunk) {
     const int64_t nb = b1 - cb0 < kQ4Chunk ? b1 - cb0 : kQ4Chunk;
     const int64_t nv = (nb + 15) / 16 * 16;
-    for (int r = 0; r < g; ++r) {
-      const float c = grp.coef[r];
-      const uint8_t* blk = rows[r] + cb0 * kQ4Bytes;
-      const __m256 cv = _mm256_set1_ps(c);
-      int64_t j = 0;
-      for (; j + 8 <= nb; j += 8) {
-        const uint8_t* p = blk + j * kQ4Bytes;  // eight blocks: 144 bytes, the scales in the first 128
-        const __m512i h = _mm512_permutex2var_epi8(_mm512_loadu_si512(p), pm.scales, _mm512_loadu_si512(p + 64));
-        _mm256_store_ps(&tb.v[r][j], _mm256_mul_ps(cv, _mm256_cvtph_ps(_mm512_castsi512_si128(h))));
-      }
-      for (; j < nb; ++j) {
-        uint16_t h;
-        std::memcpy(&h, blk + j * kQ4Bytes, 2);
-        tb.v[r][j] = c * _cvtsh_ss(h);
-      }
-      for (; j < nv; ++j) tb.v[r][j] = 0.0f;
-    }
+    // Eight blocks span 144 bytes, their scales the first 128: one vpermt2b of two loads.
+    q4_scale_table(grp, cb0, nb, nv, tb.v, [](const uint8_t* p) {
+      return _mm512_castsi512_si128(_mm512_permutex2var_epi8(_mm512_loadu_si512(p), pm.scales, _mm512_loadu_si512(p + 64)));
+    });
     for (int64_t j = 0; j < nv; j += 16) {
       __m512 amax = _mm512_setzero_ps();
       __mmask16 bad = 0;

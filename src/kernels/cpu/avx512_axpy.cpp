@@ -12,7 +12,6 @@
 #include "kernels/cpu/avx2_leaves.h"
 #include "kernels/cpu/avx512_leaves.h"
 #include "kernels/cpu/q4_groups.h"
-#include "kernels/cpu/q4_scales_simd.h"
 #include "kernels/cpu/scalar_blocks.h"
 #include "kernels/cpu/scalar_leaves.h"
 
@@ -339,11 +338,12 @@ void axpy_blocks(const AxpyTask& t) {
 
 // ---- Q4_0: integer sums over groups of rows (q4_groups.h; the scalar leaf is the reference) ----
 // The same arithmetic as the AVX2 leaf with VBMI and VNNI: the eight f16 block scales of a row
-// come out of two 64-byte loads with one vpermt2b; for the products, two vpermt2b and two
-// word unpacks put four rows' quant bytes of two blocks side by side in each 32-bit lane,
-// and vpdpbusd multiplies them by the four rows' 8-bit coefficients and adds the four
-// products into 32-bit sums. The sums are exact and each output gets the same one FMA, so the
-// bits are the scalar leaf's.
+// come out of two 64-byte loads with one vpermt2b, 16 blocks per step, and the blocks' largest
+// magnitudes are kept in the same pass (an unsigned max of the bits); for the products, two
+// vpermt2b and two word unpacks put four rows' quant bytes of two blocks side by side in each
+// 32-bit lane, and vpdpbusd multiplies them by the four rows' 8-bit coefficients and adds the
+// four products into 32-bit sums. The sums are exact and each output gets the same one FMA,
+// so the bits are the scalar leaf's.
 
 // Tables of one chunk of kQ4Chunk blocks, with spare entries past the end so the two-block
 // step may read block j + 1 of an odd last block.
@@ -421,28 +421,45 @@ void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, const Q4Next
   const uint8_t* rows[kQ4Window];
   for (int r = 0; r < g; ++r) rows[r] = grp.rows[r];
   for (int r = g; r < 4 * nq; ++r) rows[r] = rows[g - 1];  // partners whose coefficient is 0
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
   for (int64_t cb0 = b0; cb0 < b1; cb0 += kQ4Chunk) {
     const int64_t nb = b1 - cb0 < kQ4Chunk ? b1 - cb0 : kQ4Chunk;
     const int64_t nv = (nb + 15) / 16 * 16;
-    // Eight blocks span 144 bytes, their scales the first 128: one vpermt2b of two loads.
-    q4_scale_table(grp, cb0, nb, nv, tb.v, [](const uint8_t* p) {
-      return _mm512_castsi512_si128(_mm512_permutex2var_epi8(_mm512_loadu_si512(p), pm.scales, _mm512_loadu_si512(p + 64)));
-    });
     for (int64_t j = 0; j < nv; j += 16) {
-      __m512 amax = _mm512_setzero_ps();
-      __mmask16 bad = 0;
+      // v = coef * d for 16 blocks of every row, and the largest |v| as bits: for non-negative
+      // floats the unsigned order of the bits is the numeric order, and the non-finite ones
+      // (inf, NaN) are the patterns from 0x7f800000 up. So amax is the scalar leaf's
+      // `a > amax ? a : amax` over finite |v|, and `bad` its !(a < inf).
+      __m512i amax_bits = _mm512_setzero_si512();
       for (int r = 0; r < g; ++r) {
-        const __m512 a = _mm512_and_ps(_mm512_load_ps(&tb.v[r][j]), abs_mask);
-        bad |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(INFINITY), _CMP_NLT_UQ);
-        amax = _mm512_max_ps(a, amax);  // a > amax ? a : amax, as the scalar leaf
+        const float c = grp.coef[r];
+        const uint8_t* p = grp.rows[r] + (cb0 + j) * kQ4Bytes;
+        __m512 v;
+        if (nb - j >= 16) {
+          // Eight blocks span 144 bytes, their scales the first 128: one vpermt2b of two loads.
+          const __m512i lo = _mm512_permutex2var_epi8(_mm512_loadu_si512(p), pm.scales, _mm512_loadu_si512(p + 64));
+          const __m512i hi = _mm512_permutex2var_epi8(_mm512_loadu_si512(p + 144), pm.scales, _mm512_loadu_si512(p + 208));
+          const __m256i h = _mm256_inserti128_si256(_mm512_castsi512_si256(lo), _mm512_castsi512_si128(hi), 1);
+          v = _mm512_mul_ps(_mm512_set1_ps(c), _mm512_cvtph_ps(h));
+        } else {
+          alignas(64) float t[16] = {};
+          for (int64_t i = 0; i < nb - j; ++i) t[i] = c * _cvtsh_ss(load_u16(p + i * kQ4Bytes));
+          v = _mm512_load_ps(t);
+        }
+        _mm512_store_ps(&tb.v[r][j], v);
+        amax_bits = _mm512_max_epu32(amax_bits, _mm512_and_si512(_mm512_castps_si512(v), abs_mask));
       }
+      const __m512 amax = _mm512_castsi512_ps(amax_bits);
+      const __mmask16 bad = _mm512_cmpge_epu32_mask(amax_bits, _mm512_set1_epi32(0x7f800000));
       const __mmask16 off = bad | _mm512_cmp_ps_mask(amax, _mm512_set1_ps(FLT_MIN), _CMP_LT_OQ);
       const __mmask16 on = static_cast<__mmask16>(~off), good = static_cast<__mmask16>(~bad);
       const __m512 inv = _mm512_maskz_div_ps(on, _mm512_set1_ps(127.0f), amax);
       const __m512 sv = _mm512_mask_blend_ps(bad, _mm512_maskz_div_ps(on, amax, _mm512_set1_ps(127.0f)),
                                              _mm512_castsi512_ps(_mm512_set1_epi32(-1)));
       _mm512_store_ps(&tb.s[j], sv);
+      // Each row's k as a byte of its quad's word; the words' byte sums (vpdpbusd by ones) give
+      // sum_r k_rb exactly (|k| <= 127).
+      const __m512i lo_byte = _mm512_set1_epi32(0xff);
       __m512i ksum = _mm512_setzero_si512();
       for (int q = 0; q < nq; ++q) {
         __m512i word = _mm512_setzero_si512();
@@ -450,10 +467,10 @@ void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, const Q4Next
           const int r = 4 * q + u;
           if (r >= g) break;
           const __m512i k = _mm512_maskz_cvtps_epi32(good, _mm512_mul_ps(_mm512_load_ps(&tb.v[r][j]), inv));
-          ksum = _mm512_add_epi32(ksum, k);
-          word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(k, _mm512_set1_epi32(0xff)), 8 * u));
+          word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(k, lo_byte), 8 * u));
         }
         _mm512_store_si512(&tb.kk[q][j], word);
+        ksum = _mm512_dpbusd_epi32(ksum, _mm512_set1_epi8(1), word);
       }
       _mm512_store_si512(&tb.kneg[j], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(ksum, 3)));
     }

@@ -1,6 +1,7 @@
-// Internal to the SIMD Q4_0 axpy leaves (avx2_axpy.cpp, avx512_axpy.cpp; compiled with F16C):
-// the per-chunk table of coefficient times block scale that both round to 8 bits
-// (q4_groups.h). Internal linkage: each leaf compiles it with its own ISA flags.
+// Internal to the AVX2 Q4_0 axpy leaf (avx2_axpy.cpp; compiled with F16C): the per-chunk table
+// of coefficient times block scale that it rounds to 8 bits (q4_groups.h), eight blocks per
+// load8 call. (The AVX-512 leaf builds its table 16 blocks at a time, with the blocks' largest
+// magnitudes in the same pass.)
 #pragma once
 
 #include <immintrin.h>

@@ -380,13 +380,15 @@ struct Q4Perm {
 };
 
 // Blocks j, j + 1 of the chunk (b = cb0 + j; with kOne only block j exists): y += the group's
-// integer sums times s. Quants of two blocks of one row span 34 bytes; masked loads read no
-// further (the last block of a tensor may end at its buffer's end).
-template <bool kOne>
+// integer sums times s. Quants of two blocks of one row span 34 bytes, read with 64-byte loads;
+// kMasked loads read no further, for the rows within 64 bytes of their matrix's end (the last
+// block of a tensor may end at its buffer's end). Unmasked loads: 5-10% faster, L2-resident.
+template <bool kOne, bool kMasked>
 inline void q4_pair_blocks(const uint8_t* const* rows, int nq, const Q4Tables& tb, const Q4Perm& pm,
                            int64_t b, int64_t j, float* y, const Q4Next& next) {
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   const __mmask64 lm = kOne ? 0xffffull : 0x3ffffffffull;
+  auto load = [lm](const uint8_t* p) { return kMasked ? _mm512_maskz_loadu_epi8(lm, p) : _mm512_loadu_si512(p); };
   __m512i acc[4];  // block j: columns 0-15, 16-31; block j + 1: the same
   acc[0] = acc[1] = _mm512_set1_epi32(tb.kneg[j]);
   acc[2] = acc[3] = _mm512_set1_epi32(tb.kneg[j + 1]);
@@ -394,10 +396,8 @@ inline void q4_pair_blocks(const uint8_t* const* rows, int nq, const Q4Tables& t
   for (int r = 0; r < next.n; ++r) _mm_prefetch(reinterpret_cast<const char*>(next.rows[r] + off), _MM_HINT_T0);
   for (int q = 0; q < nq; ++q) {
     const uint8_t* const* rq = rows + 4 * q;
-    const __m512i x01 = _mm512_permutex2var_epi8(_mm512_maskz_loadu_epi8(lm, rq[0] + off), pm.pairs,
-                                                 _mm512_maskz_loadu_epi8(lm, rq[1] + off));
-    const __m512i x23 = _mm512_permutex2var_epi8(_mm512_maskz_loadu_epi8(lm, rq[2] + off), pm.pairs,
-                                                 _mm512_maskz_loadu_epi8(lm, rq[3] + off));
+    const __m512i x01 = _mm512_permutex2var_epi8(load(rq[0] + off), pm.pairs, load(rq[1] + off));
+    const __m512i x23 = _mm512_permutex2var_epi8(load(rq[2] + off), pm.pairs, load(rq[3] + off));
     const __m512i q0 = _mm512_unpacklo_epi16(x01, x23), q1 = _mm512_unpackhi_epi16(x01, x23);
     const __m512i k0 = _mm512_set1_epi32(static_cast<int32_t>(tb.kk[q][j]));
     const __m512i k1 = _mm512_set1_epi32(static_cast<int32_t>(tb.kk[q][j + 1]));
@@ -414,13 +414,16 @@ inline void q4_pair_blocks(const uint8_t* const* rows, int nq, const Q4Tables& t
   }
 }
 
-void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, const Q4Next& next) {
+// limit: the last row address whose blocks [b0, b1) may be read with unmasked 64-byte loads.
+void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, const Q4Next& next, uintptr_t limit) {
   static const Q4Perm pm;
   Q4Tables tb;
   const int g = grp.g, nq = (g + 3) / 4;
   const uint8_t* rows[kQ4Window];
   for (int r = 0; r < g; ++r) rows[r] = grp.rows[r];
   for (int r = g; r < 4 * nq; ++r) rows[r] = rows[g - 1];  // partners whose coefficient is 0
+  bool masked = false;
+  for (int r = 0; r < g; ++r) masked |= reinterpret_cast<uintptr_t>(rows[r]) > limit;
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
   for (int64_t cb0 = b0; cb0 < b1; cb0 += kQ4Chunk) {
     const int64_t nb = b1 - cb0 < kQ4Chunk ? b1 - cb0 : kQ4Chunk;
@@ -475,13 +478,24 @@ void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, const Q4Next
       _mm512_store_si512(&tb.kneg[j], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(ksum, 3)));
     }
     int64_t j = 0;
-    for (; j + 2 <= nb; j += 2) q4_pair_blocks<false>(rows, nq, tb, pm, cb0 + j, j, y, next);
-    if (j < nb) q4_pair_blocks<true>(rows, nq, tb, pm, cb0 + j, j, y, next);
+    if (masked) {
+      for (; j + 2 <= nb; j += 2) q4_pair_blocks<false, true>(rows, nq, tb, pm, cb0 + j, j, y, next);
+    } else {
+      for (; j + 2 <= nb; j += 2) q4_pair_blocks<false, false>(rows, nq, tb, pm, cb0 + j, j, y, next);
+    }
+    if (j < nb) q4_pair_blocks<true, true>(rows, nq, tb, pm, cb0 + j, j, y, next);
   }
 }
 
 void axpy_q4_0(const AxpyTask& t) {
-  for_each_q4_group(t, [&](const Q4Group& grp, float* y, const Q4Next& next) { q4_group(grp, t.c0 / 32, t.c1 / 32, y, next); });
+  // A pair call at block b reads [18 b + 2, 18 b + 66) of its row: rows up to `limit` stay
+  // within the matrix for every b < c1 / 32.
+  const uintptr_t end = reinterpret_cast<uintptr_t>(t.D) + static_cast<uintptr_t>(t.n_rows) * t.row_bytes;
+  const uintptr_t reach = static_cast<uintptr_t>(t.c1 / 32) * kQ4Bytes + 66;
+  const uintptr_t limit = end >= reinterpret_cast<uintptr_t>(t.D) + reach ? end - reach : 0;
+  for_each_q4_group(t, [&](const Q4Group& grp, float* y, const Q4Next& next) {
+    q4_group(grp, t.c0 / 32, t.c1 / 32, y, next, limit);
+  });
 }
 
 }  // namespace

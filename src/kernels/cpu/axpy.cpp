@@ -58,6 +58,7 @@ void run_axpy(ThreadPool& pool, const KernelTable& kt, const AxpyTask& base, int
         const bool upper = task_id >= n_slices;
         const int64_t s = task_id % n_slices;
         AxpyTask task = base;
+        task.n_rows = n_rows;
         task.rows = rows + (upper ? n_lower : 0);
         task.coef = coef + (upper ? n_lower * m : 0);
         task.n = upper ? n_upper : n_lower;

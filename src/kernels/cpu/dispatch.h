@@ -44,6 +44,8 @@ struct AxpyTask {
   DType type;
   const uint8_t* D;
   size_t row_bytes;
+  int64_t n_rows = 0;  // rows of D: a leaf may read past a row's slice up to D + n_rows * row_bytes
+                       // (0: only the slice)
   const int32_t* rows;
   int64_t n;
   const float* coef;

@@ -9,6 +9,9 @@
 // Q4_0 sums integers over groups of rows (src/kernels/cpu/q4_groups.h): a_k d_kb is rounded to
 // an integer multiple of 1/127 of the largest such product in its group, whose rows lie in one
 // window of 32, so each term is further off by at most 8 * amax_window / 254.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "kernels/ref/ref.h"
@@ -175,6 +178,44 @@ TEST(CpuAxpy, Q4GroupsSameBitsOnEveryIsaAndBatchSplit) {
                   A.data() + i * n_rows, y.data());
       EXPECT_EQ(0, std::memcmp(y.data(), Yb.data() + i * cols, cols * 4)) << isa_name(isa) << " batch, token " << i;
     }
+  }
+}
+
+// A matrix whose last byte is the last byte before an inaccessible page (as a tensor at the
+// end of a mapped file): the SIMD leaves read rows with whole-vector loads where the matrix
+// goes on past them, and must not where it ends (an overread faults here, in any build).
+// Every ISA gives the scalar bits on such a matrix, for lists ending at the last row.
+TEST(CpuAxpy, Q4ReadsStayInsideTheMatrix) {
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (int64_t cols : {4096, 4128, 64}) {
+    const int64_t n_rows = 70;
+    const Weights w = random_weights(DType::Q4_0, n_rows, cols, 81);
+    const size_t bytes = pi::row_bytes(DType::Q4_0, cols) * static_cast<size_t>(n_rows);
+    const size_t span = (bytes + page - 1) / page * page;
+    void* map = mmap(nullptr, span + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(map, MAP_FAILED);
+    auto* base = static_cast<uint8_t*>(map);
+    ASSERT_EQ(0, mprotect(base + span, page, PROT_NONE));
+    uint8_t* D = base + span - bytes;
+    std::memcpy(D, w.data(), bytes);
+    const auto a = gaussian(n_rows, 82);
+    std::vector<int32_t> all(n_rows), last = {n_rows - 3, n_rows - 2, n_rows - 1};
+    for (int32_t r = 0; r < n_rows; ++r) all[static_cast<size_t>(r)] = r;
+    for (const auto& idx : {all, last, subset(n_rows, 0.5, 83)}) {
+      std::vector<float> want;
+      for (Isa isa : isas()) {
+        for (int n : {1, 3}) {
+          SCOPED_TRACE(::testing::Message() << isa_name(isa) << " cols " << cols << " threads " << n);
+          ThreadPool pool(n);
+          std::vector<float> y = gaussian(cols, 84);
+          Kernels(isa).axpy_rows(pool, DType::Q4_0, D, n_rows, cols, idx.data(), static_cast<int64_t>(idx.size()),
+                                 a.data(), y.data());
+          if (want.empty()) want = y;
+          EXPECT_EQ(0, std::memcmp(want.data(), y.data(), want.size() * 4));
+        }
+      }
+    }
+    munmap(map, span + page);
   }
 }
 

@@ -11,7 +11,6 @@
 #include "kernels/cpu/avx2_blocks.h"
 #include "kernels/cpu/avx2_leaves.h"
 #include "kernels/cpu/q4_groups.h"
-#include "kernels/cpu/q4_scales_simd.h"
 #include "kernels/cpu/scalar_leaves.h"
 
 namespace pi::cpu::detail {
@@ -152,6 +151,28 @@ inline void q4_blocks(const uint8_t* const* rows, int np, const int32_t (*kk)[kQ
   }
 }
 
+// v[r][j] = coef_r * d_r,(cb0 + j) for j < nb and every row of the group, 0 for nb <= j < nv;
+// eight f16 scales at a time, gathered with scalar loads.
+void q4_scale_table(const Q4Group& grp, int64_t cb0, int64_t nb, int64_t nv, float (*v)[kQ4Chunk]) {
+  for (int r = 0; r < grp.g; ++r) {
+    const float c = grp.coef[r];
+    const uint8_t* blk = grp.rows[r] + cb0 * kQ4Bytes;
+    const __m256 cv = _mm256_set1_ps(c);
+    int64_t j = 0;
+    for (; j + 8 <= nb; j += 8) {
+      const uint8_t* p = blk + j * kQ4Bytes;
+      const __m128i h = _mm_setr_epi16(
+          static_cast<int16_t>(load_u16(p)), static_cast<int16_t>(load_u16(p + 18)),
+          static_cast<int16_t>(load_u16(p + 36)), static_cast<int16_t>(load_u16(p + 54)),
+          static_cast<int16_t>(load_u16(p + 72)), static_cast<int16_t>(load_u16(p + 90)),
+          static_cast<int16_t>(load_u16(p + 108)), static_cast<int16_t>(load_u16(p + 126)));
+      _mm256_store_ps(&v[r][j], _mm256_mul_ps(cv, _mm256_cvtph_ps(h)));
+    }
+    for (; j < nb; ++j) v[r][j] = c * _cvtsh_ss(load_u16(blk + j * kQ4Bytes));
+    for (; j < nv; ++j) v[r][j] = 0.0f;
+  }
+}
+
 void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, const Q4Next& next) {
   alignas(32) float v[kQ4Window][kQ4Chunk];
   alignas(32) float s[kQ4Chunk];
@@ -165,13 +186,7 @@ void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, const Q4Next
   for (int64_t cb0 = b0; cb0 < b1; cb0 += kQ4Chunk) {
     const int64_t nb = b1 - cb0 < kQ4Chunk ? b1 - cb0 : kQ4Chunk;
     const int64_t nv = (nb + 7) / 8 * 8;
-    q4_scale_table(grp, cb0, nb, nv, v, [](const uint8_t* p) {
-      return _mm_setr_epi16(
-          static_cast<int16_t>(load_u16(p)), static_cast<int16_t>(load_u16(p + 18)),
-          static_cast<int16_t>(load_u16(p + 36)), static_cast<int16_t>(load_u16(p + 54)),
-          static_cast<int16_t>(load_u16(p + 72)), static_cast<int16_t>(load_u16(p + 90)),
-          static_cast<int16_t>(load_u16(p + 108)), static_cast<int16_t>(load_u16(p + 126)));
-    });
+    q4_scale_table(grp, cb0, nb, nv, v);
     for (int64_t j = 0; j < nv; j += 8) {
       __m256 amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
       for (int r = 0; r < g; ++r) {

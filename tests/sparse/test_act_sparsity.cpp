@@ -18,6 +18,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -363,6 +364,29 @@ TEST(ActSparsity, AllocatedFileRunsAtItsModelWideSparsity) {
   EXPECT_EQ(logits(*m, sites), logits(*uniform_file, plain));
   // The allocation's own default differs from uniform.
   EXPECT_NE(logits(*m, plain), logits(*uniform_file, plain));
+}
+
+// The site report ends with where the time went: per site the weight MiB its products read
+// per token, their ms per token and the rate; thresholding cuts the bytes of every site.
+TEST(ActSparsity, SiteReportShowsBytesAndTimePerSite) {
+  const auto rows = [](const std::string& level) {
+    auto r = run_command(kBin + " run -n 4 -t 1 -p 'In the' -m " + calibrated() + " --sparsity " +
+                         level + " --sparsity-report");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::map<std::string, double> mib;
+    const std::regex row(R"((attn_in|attn_out|ffn_in|ffn_gate) +([0-9.]+) MiB/token +([0-9.]+) ms/token +([0-9.]+) GB/s)");
+    for (std::sregex_iterator it(r.output.begin(), r.output.end(), row), end; it != end; ++it) {
+      mib[(*it)[1]] = std::stod((*it)[2]);
+      EXPECT_GT(std::stod((*it)[4]), 0.0) << it->str();  // (ms may print as 0.000 on tiny models)
+    }
+    EXPECT_EQ(mib.size(), 4u) << r.output;
+    return mib;
+  };
+  const auto dense = rows("0"), sparse = rows("0.5");
+  for (const auto& [site, full] : dense) {
+    EXPECT_GT(full, 0.0) << site;
+    EXPECT_LT(sparse.at(site), 0.8 * full) << site;
+  }
 }
 
 // A copy of a calibrated file without one key.

@@ -66,6 +66,17 @@ void print_site_report(const SparsityReport& r) {
     all += buf;
   }
   log_info("%s", all.c_str());
+  // Where the time goes: per site the weight bytes read and the wall time of its products
+  // (masks, lists and the matrix products; prompt and generated tokens together).
+  for (const SiteSparsity& s : r.sites) {
+    uint64_t bytes = 0;
+    double seconds = 0.0;
+    for (size_t l = 0; l < s.bytes.size(); ++l) bytes += s.bytes[l], seconds += s.seconds[l];
+    const double tokens = static_cast<double>(std::max<int64_t>(1, s.tokens));
+    log_info("%-8s %9.3f MiB/token  %8.3f ms/token  %6.1f GB/s", s.site.c_str(),
+             static_cast<double>(bytes) / 1048576.0 / tokens, 1e3 * seconds / tokens,
+             seconds > 0.0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0);
+  }
   log_info("model-wide: %.1f%% of the layers' projection bytes left unread",
            100.0 * r.model_wide_zeroed());
 }

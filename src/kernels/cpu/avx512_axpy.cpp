@@ -345,10 +345,11 @@ void axpy_blocks(const AxpyTask& t) {
 // four products into 32-bit sums. The sums are exact and each output gets the same one FMA,
 // so the bits are the scalar leaf's.
 
-// Blocks per table: half the AVX2 leaf's kQ4Chunk, so that a group's slices of up to 32 rows
-// and the next group's, prefetched meanwhile, fit a 48 KiB L1 together (2 x 32 x 576 bytes):
-// decode of a 7B-shaped SiLU Q4_0 file at sparsity 0.5 ~1.05x that with 64-block tables, 1
-// and 2 threads (docs/BENCHMARKS.md). The chunking does not change the sums.
+// Blocks per table: half the AVX2 leaf's kQ4Chunk. With 32-row windows this let a group's
+// slices and the next group's, prefetched meanwhile, fit a 48 KiB L1 together (2 x 32 x 576
+// bytes; decode at sparsity 0.5 ~1.05x that with 64-block tables); with 16-row windows 64-block
+// tables still measured ~0.9x (DRAM-sized `axpy_rows_50pct`, docs/BENCHMARKS.md). The
+// chunking does not change the sums.
 constexpr int64_t kQ4TableBlocks = 32;
 
 // Tables of one chunk of kQ4TableBlocks blocks, with spare entries past the end so the two-block

@@ -105,7 +105,7 @@ class Kernels {
   // list order, and the partial to y last - whatever the thread count, and the same per token
   // in the many-token forms below, so results are bit-identical across pool sizes and batch
   // splits. Threads own disjoint (half, column slice) parts: no race. Q4_0 sums integers over
-  // groups of rows in one 32-row window, coefficients rounded to 8 bits per group and output
+  // groups of rows in one 16-row window, coefficients rounded to 8 bits per group and output
   // block (q4_groups.h): the same bits on every ISA and batch split, for ascending lists.
   void axpy_rows(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
                  const int32_t* idx, int64_t n_idx, const float* a, float* y) const;

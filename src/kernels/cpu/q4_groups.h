@@ -10,8 +10,9 @@
 // so the weights are multiplied as bytes (pmaddubsw over row pairs) and each coefficient is
 // quantized to 8 bits against its group's largest, like the dense matvec's Q8_0 activations
 // (whose blocks also hold 32 inputs). The sum fits in 16 bits: |k (q - 8)| <= 127 * 8 and a
-// group has at most 32 rows, so |sum| <= 32512; a SIMD leaf may accumulate it in wrapping
-// 16-bit lanes in any order (starting from -8 sum_r k_rb) and still get it exactly.
+// group has at most kQ4Window = 16 rows, so |sum| <= 16256 (32 rows would still fit); a SIMD
+// leaf may accumulate it in wrapping 16-bit lanes in any order (starting from -8 sum_r k_rb)
+// and still get it exactly.
 // A block whose amax_b is below FLT_MIN adds s_b = 0; a non-finite v_rb makes s_b NaN (and
 // every k_rb of the block 0), so a non-finite weight or coefficient still poisons y.
 //
@@ -32,9 +33,15 @@
 namespace pi::cpu::detail {
 namespace {
 
-// Rows per window, and at most this many rows per group: 32 halves the per-group work (the
-// coefficient tables and one conversion and FMA per output) of 16 and keeps the sum in 16 bits.
-constexpr int kQ4Window = 32;
+// Rows per window, and at most this many rows per group. Larger groups share the per-group
+// work (the coefficient tables, one conversion and FMA per output) among more rows, but a
+// group's rows are read in step, and memory serves scattered rows fastest about 8 at a time
+// (16-32 rows in step: ~0.7x; docs/BENCHMARKS.md, "16-row windows again"). At the 40-60% of
+// rows kept that calibrated files run at, 16-row windows give groups of 6-10 rows: decode of a
+// 7B-shaped SiLU Q4_0 file 1.04-1.08x that with 32-row windows (AVX-512 and AVX2, 1 and 2
+// threads), though the L2-resident rate is the same (AVX-512 at 50-60% kept) or 5-10% lower
+// (AVX-512 at 40%, AVX2).
+constexpr int kQ4Window = 16;
 constexpr int64_t kQ4Bytes = 18;  // Q4_0 block: f16 scale, 16 bytes of nibbles
 constexpr int64_t kQ4Chunk = 64;  // output blocks per coefficient table (2048 columns; L1-sized)
 
@@ -48,8 +55,8 @@ inline int64_t q4_window(int32_t row) { return row / kQ4Window; }
 
 // The rows a group kernel may prefetch while it works: those of the list entries that follow
 // in the next group's window (all of the next group's rows, and at most kQ4Window). Covering
-// the whole next group matters: with 16 of them ahead, the groups of ~19 rows at density 0.6
-// decoded 7B-shaped files 1.2x slower than with all.
+// the whole next group matters: with 16 of them ahead, the groups of ~19 rows that 32-row
+// windows gave at density 0.6 decoded 7B-shaped files 1.2x slower than with all.
 struct Q4Next {
   const uint8_t* rows[kQ4Window];
   int n = 0;

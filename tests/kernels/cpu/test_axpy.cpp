@@ -119,7 +119,7 @@ TEST(CpuAxpy, ExactOnConstructedData) {
 }
 
 // Q4_0's integer sums are defined by the scalar leaf (q4_groups.h): every ISA gives its bits,
-// for one token (lists with groups cut by windows, by the 32-row cap, by the half split and by
+// for one token (lists with groups cut by windows, by the window's row cap, by the half split and by
 // a list that revisits windows) and per token in the many-token forms, which must also equal
 // each token's own one-token call bit for bit (ascending lists, as the model passes).
 TEST(CpuAxpy, Q4GroupsSameBitsOnEveryIsaAndBatchSplit) {

@@ -150,18 +150,19 @@ inline Weights make_weights(DType t, int64_t rows, int64_t cols, const std::vect
 
 // Bound on how far a Q4_0 axpy is from the exact one at column c through its coefficient
 // rounding (src/kernels/cpu/q4_groups.h): each a_r d_rb is rounded to a multiple of 1/127 of
-// the largest such product of its group, whose rows lie in one 32-row window, so each term is
+// the largest such product of its group, whose rows lie in one 16-row window, so each term is
 // off by at most 8 * amax_window / 254. rows: the rows added (those with a[r] == 0 skipped).
 // 0 for the other types.
 inline double q4_axpy_rounding(const Weights& w, const std::vector<int32_t>& rows, const float* a, int64_t c) {
   if (w.type != DType::Q4_0) return 0.0;
-  std::vector<std::pair<int, double>> windows(static_cast<size_t>(w.rows / 32 + 1));  // rows, amax
+  constexpr int kWindow = 16;  // kQ4Window
+  std::vector<std::pair<int, double>> windows(static_cast<size_t>(w.rows / kWindow + 1));  // rows, amax
   for (int32_t r : rows) {
     if (a[r] == 0.0f) continue;
     const uint8_t* blk = w.storage.data() + w.offset + r * w.row_bytes() + (c / 32) * 18;
     uint16_t h;
     std::memcpy(&h, blk, 2);
-    auto& [n, amax] = windows[static_cast<size_t>(r / 32)];
+    auto& [n, amax] = windows[static_cast<size_t>(r / kWindow)];
     ++n;
     amax = std::max(amax, std::fabs(static_cast<double>(a[r]) * f16_to_f32(h)));
   }

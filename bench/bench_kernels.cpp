@@ -330,21 +330,24 @@ void register_all() {
         });
       })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
     }
-    // Sparse gate/up ([n_ff, n_embd]) and down_t ([n_ff, n_embd]) at 10% active neurons.
+    // Sparse gate/up ([n_ff, n_embd]) and down_t ([n_ff, n_embd]) at 10% active neurons; Q4_0
+    // also at 50%, the up rows of calibrated files (the axpy's neighbour at that density).
     const Shape ff{"11008x4096", 11008, 4096};
-    benchmark::RegisterBenchmark(("matvec_rows_10pct/" + tn + "/" + ff.name).c_str(), [t, ff](benchmark::State& st) {
-      ThreadPool& tp = pool(static_cast<int>(st.range(0)));
-      const Matrix& w = matrix(t, ff.rows, ff.cols);
-      const auto x = random_vector(ff.cols, 2);
-      std::vector<std::vector<int32_t>> lists;
-      for (size_t l = 0; l < kLists; ++l) lists.push_back(active_rows(ff.rows, 0.10, static_cast<uint32_t>(3 + l)));
-      std::vector<float> y(static_cast<size_t>(ff.rows));
-      const double bytes = static_cast<double>(lists[0].size() * pi::row_bytes(t, ff.cols));
-      run_bandwidth(st, tp, bytes, [&](size_t i) {
-        const auto& idx = lists[i % kLists];
-        kernels().matvec_rows(tp, t, w.copy(i), ff.cols, idx.data(), static_cast<int64_t>(idx.size()), x.data(), y.data());
-      });
-    })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
+    for (const int pct : t == DType::Q4_0 ? std::vector<int>{10, 50} : std::vector<int>{10}) {
+      benchmark::RegisterBenchmark(("matvec_rows_" + std::to_string(pct) + "pct/" + tn + "/" + ff.name).c_str(), [t, ff, pct](benchmark::State& st) {
+        ThreadPool& tp = pool(static_cast<int>(st.range(0)));
+        const Matrix& w = matrix(t, ff.rows, ff.cols);
+        const auto x = random_vector(ff.cols, 2);
+        std::vector<std::vector<int32_t>> lists;
+        for (size_t l = 0; l < kLists; ++l) lists.push_back(active_rows(ff.rows, pct / 100.0, static_cast<uint32_t>(3 + l)));
+        std::vector<float> y(static_cast<size_t>(ff.rows));
+        const double bytes = static_cast<double>(lists[0].size() * pi::row_bytes(t, ff.cols));
+        run_bandwidth(st, tp, bytes, [&](size_t i) {
+          const auto& idx = lists[i % kLists];
+          kernels().matvec_rows(tp, t, w.copy(i), ff.cols, idx.data(), static_cast<int64_t>(idx.size()), x.data(), y.data());
+        });
+      })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
+    }
     // Activation-sparse files (powerinfer calibrate) keep 40-60% of the rows: Q4_0 at 50% too.
     for (const int pct : t == DType::Q4_0 ? std::vector<int>{10, 50} : std::vector<int>{10}) {
       benchmark::RegisterBenchmark(("axpy_rows_" + std::to_string(pct) + "pct/" + tn + "/" + ff.name).c_str(), [t, ff, pct](benchmark::State& st) {

@@ -43,6 +43,11 @@ constexpr std::array kTypes = {
     DTypeInfo{DType::MXFP4, "mxfp4", 32, 17, true, false},
 };
 
+// Layouts this engine makes in memory only: not file type ids, not names users pass.
+constexpr std::array kInternalTypes = {
+    DTypeInfo{DType::Q4_0_SPLIT, "q4_0_split", 32, 18, true, true},
+};
+
 }  // namespace
 
 std::optional<DTypeInfo> dtype_info(uint32_t id) {
@@ -72,6 +77,9 @@ uint32_t gpu_index_type_id(DType t) {
 
 const DTypeInfo& dtype_info(DType t) {
   for (const auto& info : kTypes) {
+    if (info.type == t) return info;
+  }
+  for (const auto& info : kInternalTypes) {
     if (info.type == t) return info;
   }
   return kTypes[0];  // unreachable for valid enumerators

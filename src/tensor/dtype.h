@@ -43,6 +43,11 @@ enum class DType : uint32_t {
   TQ1_0 = 34,
   TQ2_0 = 35,
   MXFP4 = 39,
+  // Internal to this engine, never in a file (dtype_info(uint32_t) does not know it): Q4_0
+  // rows whose block scales are split from their quants, [n/32 f16 scales][n/32 x 16 quant
+  // bytes], the same bytes as a Q4_0 row. The CPU repacks the transposed Q4_0 matrices of
+  // calibrated files into it for its AVX-512 axpy (backend::Device::transposed_type).
+  Q4_0_SPLIT = 0x10000,
 };
 
 struct DTypeInfo {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "tensor/quant_blocks.h"
 
@@ -77,8 +78,39 @@ int32_t float_to_i32(float f) {
 
 }  // namespace
 
+void split_q4_0_row(const void* in, void* out, int64_t n) {
+  const auto* src = static_cast<const unsigned char*>(in);
+  auto* dst = static_cast<unsigned char*>(out);
+  const int64_t nb = n / 32;
+  for (int64_t b = 0; b < nb; ++b) {
+    std::memcpy(dst + 2 * b, src + 18 * b, 2);
+    std::memcpy(dst + 2 * nb + 16 * b, src + 18 * b + 2, 16);
+  }
+}
+
+namespace {
+
+// Q4_0_SPLIT rows through a Q4_0 row: the inverse of split_q4_0_row.
+void join_q4_0_row(const void* in, void* out, int64_t n) {
+  const auto* src = static_cast<const unsigned char*>(in);
+  auto* dst = static_cast<unsigned char*>(out);
+  const int64_t nb = n / 32;
+  for (int64_t b = 0; b < nb; ++b) {
+    std::memcpy(dst + 18 * b, src + 2 * b, 2);
+    std::memcpy(dst + 18 * b + 2, src + 2 * nb + 16 * b, 16);
+  }
+}
+
+}  // namespace
+
 Status quantize_row(DType t, const float* x, void* out, int64_t n) {
   PI_TRY(check_row("quantize_row", t, n));
+  if (t == DType::Q4_0_SPLIT) {
+    std::vector<unsigned char> row(row_bytes(DType::Q4_0, n));
+    PI_TRY(quantize_row(DType::Q4_0, x, row.data(), n));
+    split_q4_0_row(row.data(), out, n);
+    return Status::Ok();
+  }
   const int64_t bs = dtype_info(t).block_size;
   switch (t) {
     case DType::F32: store_elements<float>(x, out, n, [](float f) { return f; }); break;
@@ -104,6 +136,11 @@ Status quantize_row(DType t, const float* x, void* out, int64_t n) {
 
 Status dequantize_row(DType t, const void* in, float* y, int64_t n) {
   PI_TRY(check_row("dequantize_row", t, n));
+  if (t == DType::Q4_0_SPLIT) {
+    std::vector<unsigned char> row(row_bytes(DType::Q4_0, n));
+    join_q4_0_row(in, row.data(), n);
+    return dequantize_row(DType::Q4_0, row.data(), y, n);
+  }
   const int64_t bs = dtype_info(t).block_size;
   switch (t) {
     case DType::F32: load_elements<float>(in, y, n, [](float f) { return f; }); break;

@@ -89,6 +89,11 @@ static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(Block
 Status quantize_row(DType t, const float* x, void* out, int64_t n);
 // Dequantizes n values; same preconditions as quantize_row, checked here as well. Decoding
 // is bit-exact with ggml for every computable type. `in` needs no particular alignment.
+// Q4_0_SPLIT (dtype.h) is a row layout: quantize_row and dequantize_row take whole rows.
 Status dequantize_row(DType t, const void* in, float* y, int64_t n);
+
+// A Q4_0 row of n elements rearranged as a Q4_0_SPLIT row (the same bytes, scales first):
+// exact, so the split row dequantizes to the same values. `out` must not overlap `in`.
+void split_q4_0_row(const void* in, void* out, int64_t n);
 
 }  // namespace pi

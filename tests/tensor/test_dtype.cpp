@@ -25,5 +25,14 @@ TEST(DType, IdsAndNames) {
   EXPECT_FALSE(dtype_from_name("q9_9").has_value());
 }
 
+// Q4_0_SPLIT is a layout this engine makes in memory: a file can never declare it (the id is
+// unknown to readers) and users cannot name it (quantize), but it sizes like Q4_0.
+TEST(DType, InternalLayoutIsNoFileType) {
+  EXPECT_FALSE(dtype_info(static_cast<uint32_t>(DType::Q4_0_SPLIT)).has_value());
+  EXPECT_FALSE(dtype_from_name("q4_0_split").has_value());
+  EXPECT_EQ(dtype_name(DType::Q4_0_SPLIT), "q4_0_split");
+  EXPECT_EQ(row_bytes(DType::Q4_0_SPLIT, 4096), row_bytes(DType::Q4_0, 4096));
+}
+
 }  // namespace
 }  // namespace pi

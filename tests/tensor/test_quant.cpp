@@ -59,6 +59,30 @@ TEST(Q4_0, KnownInputGivesKnownBytes) {
   EXPECT_EQ(bytes_of(b), want);
 }
 
+// Q4_0_SPLIT rows: a Q4_0 row's scales first, then its quants; the same values.
+TEST(Q4_0, SplitRowsHoldTheSameValues) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t n : {32, 96, 4128}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = nd(rng);
+    std::vector<uint8_t> q4(row_bytes(DType::Q4_0, n)), split(q4.size()), direct(q4.size());
+    ASSERT_TRUE(quantize_row(DType::Q4_0, x.data(), q4.data(), n).ok());
+    split_q4_0_row(q4.data(), split.data(), n);
+    const int64_t nb = n / 32;
+    for (int64_t b = 0; b < nb; ++b) {
+      EXPECT_EQ(0, std::memcmp(split.data() + 2 * b, q4.data() + 18 * b, 2));
+      EXPECT_EQ(0, std::memcmp(split.data() + 2 * nb + 16 * b, q4.data() + 18 * b + 2, 16));
+    }
+    ASSERT_TRUE(quantize_row(DType::Q4_0_SPLIT, x.data(), direct.data(), n).ok());
+    EXPECT_EQ(direct, split);
+    std::vector<float> a(x.size()), b(x.size());
+    ASSERT_TRUE(dequantize_row(DType::Q4_0, q4.data(), a.data(), n).ok());
+    ASSERT_TRUE(dequantize_row(DType::Q4_0_SPLIT, split.data(), b.data(), n).ok());
+    EXPECT_EQ(a, b);
+  }
+}
+
 // ---- Q4_1 --------------------------------------------------------------------------------
 
 TEST(Q4_1, HandBuiltBlockDecodes) {

@@ -505,11 +505,171 @@ void axpy_q4_0(const AxpyTask& t) {
   });
 }
 
+// ---- Q4_0_SPLIT: the same sums over rows laid out [scales][quants] (tensor/dtype.h) ----
+// The arithmetic of q4_group above (and of the scalar reference), so the bits are the same;
+// the layout lets four blocks of a row's quants come in one aligned 64-byte load (Q4_0 needs
+// one load, nearly always split over two lines, per two blocks, and byte permutes to gather
+// the scales). Byte then word unpacks of four rows' loads put, in 32-bit lane 4 L + j of t[i],
+// quant byte 4 i + j of block L of the four rows, so the accumulators hold a four-block unit's
+// columns in a permuted order: acc[2 i + h] lane 4 L + j is column 32 L + 16 h + 4 i + j. The
+// token's output slice is shuffled into that order before the groups and back after (a 4 x 4
+// transpose of 128-bit lanes, its own inverse); blocks past the last whole unit of the slice
+// stay in column order and take a one-block step. 1.2-1.3x the Q4_0 leaf's rate DRAM-sized
+// with one thread, ~1.35x L2-resident (docs/BENCHMARKS.md, "A scales-apart layout").
+
+// Blocks per table: 16 (32: ~0.9x DRAM-sized; 64 and 128: 0.7-0.85x).
+constexpr int64_t kSplitTable = 16;
+
+struct SplitTables {
+  alignas(64) float v[kQ4Window][kSplitTable];
+  alignas(64) int32_t k[kQ4Window / 4][kSplitTable / 4][16];  // quad words; block L of a unit in lane L
+  alignas(64) float s[kSplitTable / 4][16];                   // s_b, the same way
+  alignas(64) int32_t start[kSplitTable / 4][16];             // -8 sum_r k_rb, the same way
+};
+
+// 128-bit lane L <- dword 4 u + L of x, repeated.
+inline __m512i spread_unit(__m512i x, int u) {
+  const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(4 * u),
+                                       _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+  return _mm512_permutexvar_epi32(idx, x);
+}
+
+inline void transpose_lanes(float* p0, float* p1, float* p2, float* p3) {
+  const __m512 a = _mm512_loadu_ps(p0), b = _mm512_loadu_ps(p1), c = _mm512_loadu_ps(p2), d = _mm512_loadu_ps(p3);
+  const __m512 t0 = _mm512_shuffle_f32x4(a, b, 0x44), t1 = _mm512_shuffle_f32x4(a, b, 0xee);
+  const __m512 t2 = _mm512_shuffle_f32x4(c, d, 0x44), t3 = _mm512_shuffle_f32x4(c, d, 0xee);
+  _mm512_storeu_ps(p0, _mm512_shuffle_f32x4(t0, t2, 0x88));
+  _mm512_storeu_ps(p1, _mm512_shuffle_f32x4(t0, t2, 0xdd));
+  _mm512_storeu_ps(p2, _mm512_shuffle_f32x4(t1, t3, 0x88));
+  _mm512_storeu_ps(p3, _mm512_shuffle_f32x4(t1, t3, 0xdd));
+}
+
+// Between column order and the permuted order of the whole units of blocks [b0, b1), in place.
+void permute_units(float* y, int64_t b0, int64_t b1) {
+  for (int64_t b = b0; b + 4 <= b1; b += 4) {
+    float* u = y + 32 * b;
+    for (int h = 0; h < 2; ++h) transpose_lanes(u + 16 * h, u + 32 + 16 * h, u + 64 + 16 * h, u + 96 + 16 * h);
+  }
+}
+
+// Four rows' quant bytes of one block, quads in column order: dword i holds byte i of each.
+inline __m512i block_quads(const uint8_t* a, const uint8_t* b, const uint8_t* c, const uint8_t* d) {
+  const __m128i x = loadu128(a), y = loadu128(b), z = loadu128(c), w = loadu128(d);
+  const __m128i xy0 = _mm_unpacklo_epi8(x, y), xy1 = _mm_unpackhi_epi8(x, y);
+  const __m128i zw0 = _mm_unpacklo_epi8(z, w), zw1 = _mm_unpackhi_epi8(z, w);
+  const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(xy0, zw0)),
+                                             _mm_unpackhi_epi16(xy0, zw0), 1);
+  const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(xy1, zw1)),
+                                             _mm_unpackhi_epi16(xy1, zw1), 1);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// One group over blocks [b0, b1) of rows of nb blocks; y the token's row, its whole units
+// from b0 in the permuted order.
+void q4_split_group(const Q4Group& grp, int64_t b0, int64_t b1, int64_t nb, float* y, const Q4Next& next) {
+  SplitTables tb;
+  const int g = grp.g, nq = (g + 3) / 4;
+  const uint8_t* rows[kQ4Window];
+  for (int r = 0; r < g; ++r) rows[r] = grp.rows[r];
+  for (int r = g; r < 4 * nq; ++r) rows[r] = rows[g - 1];  // partners whose coefficient is 0
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), m4 = _mm512_set1_epi8(0x0f);
+  const size_t quants = static_cast<size_t>(nb) * 2;
+  for (int64_t cb0 = b0; cb0 < b1; cb0 += kSplitTable) {
+    const int64_t n = b1 - cb0 < kSplitTable ? b1 - cb0 : kSplitTable;
+    for (int r = 0; r < next.n; ++r) _mm_prefetch(reinterpret_cast<const char*>(next.rows[r] + 2 * cb0), _MM_HINT_T0);
+    // v, amax, s and k as q4_group's scale pass; lanes past n hold zeros, never read.
+    const __mmask16 valid = static_cast<__mmask16>(n >= 16 ? 0xffffu : (1u << n) - 1u);
+    __m512i amax_bits = _mm512_setzero_si512();
+    for (int r = 0; r < g; ++r) {
+      const __m256i h = _mm256_maskz_loadu_epi16(valid, grp.rows[r] + 2 * cb0);
+      const __m512 v = _mm512_mul_ps(_mm512_set1_ps(grp.coef[r]), _mm512_cvtph_ps(h));
+      _mm512_store_ps(tb.v[r], v);
+      amax_bits = _mm512_max_epu32(amax_bits, _mm512_and_si512(_mm512_castps_si512(v), abs_mask));
+    }
+    const __m512 amax = _mm512_castsi512_ps(amax_bits);
+    const __mmask16 bad = _mm512_cmpge_epu32_mask(amax_bits, _mm512_set1_epi32(0x7f800000));
+    const __mmask16 off = bad | _mm512_cmp_ps_mask(amax, _mm512_set1_ps(FLT_MIN), _CMP_LT_OQ);
+    const __mmask16 on = static_cast<__mmask16>(~off), good = static_cast<__mmask16>(~bad);
+    const __m512 inv = _mm512_maskz_div_ps(on, _mm512_set1_ps(127.0f), amax);
+    const __m512 sv = _mm512_mask_blend_ps(bad, _mm512_maskz_div_ps(on, amax, _mm512_set1_ps(127.0f)),
+                                           _mm512_castsi512_ps(_mm512_set1_epi32(-1)));
+    __m512i ksum = _mm512_setzero_si512();
+    for (int q = 0; q < nq; ++q) {
+      __m512i word = _mm512_setzero_si512();
+      for (int u = 0; u < 4 && 4 * q + u < g; ++u) {
+        const __m512i k = _mm512_maskz_cvtps_epi32(good, _mm512_mul_ps(_mm512_load_ps(tb.v[4 * q + u]), inv));
+        word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(k, _mm512_set1_epi32(0xff)), 8 * u));
+      }
+      for (int u = 0; u < 4; ++u) _mm512_store_si512(tb.k[q][u], spread_unit(word, u));
+      ksum = _mm512_dpbusd_epi32(ksum, _mm512_set1_epi8(1), word);
+    }
+    const __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(ksum, 3));
+    for (int u = 0; u < 4; ++u) {
+      _mm512_store_si512(tb.start[u], spread_unit(start, u));
+      _mm512_store_si512(tb.s[u], spread_unit(_mm512_castps_si512(sv), u));
+    }
+    // Whole units: four aligned-size loads per quad of rows.
+    int64_t u = 0;
+    for (; 4 * u + 4 <= n; ++u) {
+      const size_t at = quants + static_cast<size_t>(cb0 + 4 * u) * 16;
+      for (int r = 0; r < next.n; ++r) _mm_prefetch(reinterpret_cast<const char*>(next.rows[r] + at), _MM_HINT_T0);
+      __m512i acc[8];
+      for (auto& a : acc) a = _mm512_load_si512(tb.start[u]);
+      for (int q = 0; q < nq; ++q) {
+        const uint8_t* const* rq = rows + 4 * q;
+        const __m512i a = _mm512_loadu_si512(rq[0] + at), b = _mm512_loadu_si512(rq[1] + at);
+        const __m512i c = _mm512_loadu_si512(rq[2] + at), d = _mm512_loadu_si512(rq[3] + at);
+        const __m512i ab0 = _mm512_unpacklo_epi8(a, b), ab1 = _mm512_unpackhi_epi8(a, b);
+        const __m512i cd0 = _mm512_unpacklo_epi8(c, d), cd1 = _mm512_unpackhi_epi8(c, d);
+        const __m512i t[4] = {_mm512_unpacklo_epi16(ab0, cd0), _mm512_unpackhi_epi16(ab0, cd0),
+                              _mm512_unpacklo_epi16(ab1, cd1), _mm512_unpackhi_epi16(ab1, cd1)};
+        const __m512i k = _mm512_load_si512(tb.k[q][u]);
+        for (int i = 0; i < 4; ++i) {
+          acc[2 * i] = _mm512_dpbusd_epi32(acc[2 * i], _mm512_and_si512(t[i], m4), k);
+          acc[2 * i + 1] = _mm512_dpbusd_epi32(acc[2 * i + 1], _mm512_and_si512(_mm512_srli_epi16(t[i], 4), m4), k);
+        }
+      }
+      const __m512 s = _mm512_load_ps(tb.s[u]);
+      float* yu = y + 32 * (cb0 + 4 * u);
+      for (int i = 0; i < 8; ++i)
+        _mm512_storeu_ps(yu + 16 * i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i]), s, _mm512_loadu_ps(yu + 16 * i)));
+    }
+    // The last blocks of the slice, fewer than a unit: one block at a time, column order.
+    for (int64_t j = 4 * u; j < n; ++j) {
+      const int64_t b = cb0 + j;
+      const size_t at = quants + static_cast<size_t>(b) * 16;
+      const int ui = static_cast<int>(j / 4), lane = static_cast<int>(4 * (j % 4));
+      __m512i lo = _mm512_set1_epi32(tb.start[ui][lane]), hi = lo;
+      for (int q = 0; q < nq; ++q) {
+        const uint8_t* const* rq = rows + 4 * q;
+        const __m512i quads = block_quads(rq[0] + at, rq[1] + at, rq[2] + at, rq[3] + at);
+        const __m512i k = _mm512_set1_epi32(tb.k[q][ui][lane]);
+        lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(quads, m4), k);
+        hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(_mm512_srli_epi16(quads, 4), m4), k);
+      }
+      const __m512 s = _mm512_set1_ps(tb.s[ui][lane]);
+      float* yb = y + 32 * b;
+      _mm512_storeu_ps(yb, _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), s, _mm512_loadu_ps(yb)));
+      _mm512_storeu_ps(yb + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), s, _mm512_loadu_ps(yb + 16)));
+    }
+  }
+}
+
+void axpy_q4_0_split(const AxpyTask& t) {
+  const int64_t b0 = t.c0 / 32, b1 = t.c1 / 32, nb = static_cast<int64_t>(t.row_bytes / kQ4Bytes);
+  for (int64_t i = 0; i < t.m; ++i) permute_units(t.Y + i * t.ldy, b0, b1);
+  for_each_q4_group(t, [&](const Q4Group& grp, float* y, const Q4Next& next) {
+    q4_split_group(grp, b0, b1, nb, y, next);
+  });
+  for (int64_t i = 0; i < t.m; ++i) permute_units(t.Y + i * t.ldy, b0, b1);
+}
+
 }  // namespace
 
 void avx512_axpy(const AxpyTask& t) {
   switch (t.type) {
     case DType::Q4_0: return axpy_q4_0(t);
+    case DType::Q4_0_SPLIT: return axpy_q4_0_split(t);
     case DType::Q4_1: return axpy_blocks<AxQ4_1>(t);
     case DType::Q5_0: return axpy_blocks<AxQ5_0>(t);
     case DType::Q5_1: return axpy_blocks<AxQ5_1>(t);

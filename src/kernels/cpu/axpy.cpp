@@ -98,7 +98,7 @@ AxpyTask base_task(DType t, const void* D, int64_t cols, float* Y, int64_t ldy) 
 
 void Kernels::axpy_rows(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
                const int32_t* idx, int64_t n_idx, const float* a, float* y) const {
-  detail::check_matrix(t, cols);
+  detail::check_axpy_matrix(t, cols);
   detail::Scratch scratch;
   auto* rows = scratch.alloc<int32_t>(n_idx);
   auto* coef = scratch.alloc<float>(n_idx);
@@ -120,7 +120,7 @@ void Kernels::axpy_rows(ThreadPool& pool, DType t, const void* D, int64_t n_rows
 
 void Kernels::axpy_dense(ThreadPool& pool, DType t, const void* D, int64_t rows, int64_t cols,
                 const float* a, float* y) const {
-  detail::check_matrix(t, cols);
+  detail::check_axpy_matrix(t, cols);
   detail::Scratch scratch;
   auto* ids = scratch.alloc<int32_t>(rows);
   auto* coef = scratch.alloc<float>(rows);
@@ -141,7 +141,7 @@ void Kernels::axpy_dense(ThreadPool& pool, DType t, const void* D, int64_t rows,
 
 void Kernels::axpy_rows_union(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
                      const int32_t* idx, int64_t n_idx, const float* A, int64_t m, float* Y) const {
-  detail::check_matrix(t, cols);
+  detail::check_axpy_matrix(t, cols);
   if (m <= 0) return;
   detail::Scratch scratch;
   auto* rows = scratch.alloc<int32_t>(n_idx);
@@ -167,7 +167,7 @@ void Kernels::axpy_rows_union(ThreadPool& pool, DType t, const void* D, int64_t 
 void Kernels::axpy_rows_batch(ThreadPool& pool, DType t, const void* D, int64_t n_rows, int64_t cols,
                      const int32_t* idx, const int64_t* offsets, const float* A, int64_t m,
                      float* Y) const {
-  detail::check_matrix(t, cols);
+  detail::check_axpy_matrix(t, cols);
   if (m <= 0 || n_rows <= 0) return;
   detail::Scratch scratch;
   auto* masks = scratch.alloc<uint64_t>(n_rows);

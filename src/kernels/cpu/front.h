@@ -16,6 +16,13 @@ inline void check_matrix(DType t, int64_t cols) {
           "cols must be a positive multiple of the weight type's block size");
 }
 
+// The same for the axpy kernels, which also take Q4_0_SPLIT.
+inline void check_axpy_matrix(DType t, int64_t cols) {
+  require(supports_axpy(t), "unsupported weight type for an axpy kernel");
+  require(cols > 0 && cols % dtype_info(t).block_size == 0,
+          "cols must be a positive multiple of the weight type's block size");
+}
+
 // Items (rows or index entries) per dot task: about 8 tasks per thread so that a dynamic
 // schedule balances a shared machine, but never below 8 rows (per-task overhead) and a
 // multiple of 4 (the multi-row leaves).

@@ -101,6 +101,12 @@ bool supports(DType t) {
   }
 }
 
+bool supports_axpy(DType t) { return supports(t) || t == DType::Q4_0_SPLIT; }
+
+DType axpy_layout(Isa isa, DType t) {
+  return isa == Isa::Avx512 && t == DType::Q4_0 ? DType::Q4_0_SPLIT : t;
+}
+
 namespace detail {
 
 const KernelTable& table_for(Isa isa) {

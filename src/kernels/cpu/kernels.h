@@ -45,6 +45,14 @@ Isa default_isa();
 
 // True for weight types the matrix kernels accept.
 bool supports(DType t);
+// True for weight types the axpy kernels (axpy_rows, axpy_dense, axpy_rows_union,
+// axpy_rows_batch) accept: those of supports() and Q4_0_SPLIT, a layout of transposed Q4_0
+// matrices for the axpy alone (tensor/dtype.h).
+bool supports_axpy(DType t);
+// The layout the axpy of `isa` reads a matrix of type t fastest in: Q4_0_SPLIT for Q4_0 with
+// the AVX-512 leaf (its four-block loads are aligned there: docs/BENCHMARKS.md, "A
+// scales-apart layout"), else t itself. Same results either way, bit for bit.
+DType axpy_layout(Isa isa, DType t);
 
 struct MatvecPart {
   DType type;

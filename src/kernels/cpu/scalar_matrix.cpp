@@ -91,14 +91,17 @@ void scalar_dot(const DotTask& t) {
   }
 }
 
-// One group of the Q4_0 integer axpy (q4_groups.h) over the blocks [b0, b1) of y.
-void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y) {
+// One group of the Q4_0 integer axpy (q4_groups.h) over the blocks [b0, b1) of y. Rows are
+// Q4_0 (split == 0) or Q4_0_SPLIT rows of `split` blocks (scales first, then quants).
+void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, int64_t split) {
+  const auto scale_at = [split](int64_t b) { return split > 0 ? 2 * b : b * kQ4Bytes; };
+  const auto quants_at = [split](int64_t b) { return split > 0 ? 2 * split + 16 * b : b * kQ4Bytes + 2; };
   for (int64_t b = b0; b < b1; ++b) {
     float v[kQ4Window];
     float amax = 0.0f;
     bool bad = false;
     for (int r = 0; r < grp.g; ++r) {
-      v[r] = grp.coef[r] * half_to_float(load_u16(grp.rows[r] + b * kQ4Bytes));
+      v[r] = grp.coef[r] * half_to_float(load_u16(grp.rows[r] + scale_at(b)));
       const float a = std::fabs(v[r]);
       bad |= !(a < INFINITY);
       amax = a > amax ? a : amax;
@@ -115,7 +118,7 @@ void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y) {
     for (int r = 0; r < grp.g; ++r) {
       const auto k = static_cast<int32_t>(std::nearbyint(v[r] * inv));
       ksum += k;
-      const uint8_t* qs = grp.rows[r] + b * kQ4Bytes + 2;
+      const uint8_t* qs = grp.rows[r] + quants_at(b);
       for (int c = 0; c < 16; ++c) {
         sum[c] += k * (qs[c] & 0x0f);
         sum[c + 16] += k * (qs[c] >> 4);
@@ -127,8 +130,9 @@ void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y) {
 }
 
 void scalar_axpy(const AxpyTask& t) {
-  if (t.type == DType::Q4_0) {
-    for_each_q4_group(t, [&](const Q4Group& grp, float* y, const Q4Next&) { q4_group(grp, t.c0 / 32, t.c1 / 32, y); });
+  if (t.type == DType::Q4_0 || t.type == DType::Q4_0_SPLIT) {
+    const int64_t split = t.type == DType::Q4_0_SPLIT ? static_cast<int64_t>(t.row_bytes / kQ4Bytes) : 0;
+    for_each_q4_group(t, [&](const Q4Group& grp, float* y, const Q4Next&) { q4_group(grp, t.c0 / 32, t.c1 / 32, y, split); });
     return;
   }
   for (int64_t k = 0; k < t.n; ++k) {

@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "kernels/ref/ref.h"
+#include "tensor/quant.h"
 #include "test_util.h"
 
 namespace pi::cpu::test {
@@ -212,6 +213,88 @@ TEST(CpuAxpy, Q4ReadsStayInsideTheMatrix) {
                                  a.data(), y.data());
           if (want.empty()) want = y;
           EXPECT_EQ(0, std::memcmp(want.data(), y.data(), want.size() * 4));
+        }
+      }
+    }
+    munmap(map, span + page);
+  }
+}
+
+// Q4_0_SPLIT holds a Q4_0 matrix's bytes with each row's scales first (tensor/dtype.h): its
+// axpy must give the Q4_0 bits, on every ISA, for any thread count (3 and 5 threads cut the
+// columns into 64-column slices, so slices start inside the AVX-512 leaf's four-block units),
+// in the one-token, union and batch forms, on widths with and without a partial last unit,
+// with a non-finite block scale in one row, and without reading past the matrix (the last
+// row's last byte before an inaccessible page).
+TEST(CpuAxpy, Q4SplitLayoutGivesTheQ4Bits) {
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (int64_t cols : {4096, 4128, 4160, 96, 640}) {
+    const int64_t n_rows = 70, m = 3;
+    Weights w = random_weights(DType::Q4_0, n_rows, cols, 91);
+    auto* q4 = const_cast<uint8_t*>(static_cast<const uint8_t*>(w.data()));
+    const size_t rb = w.row_bytes(), bytes = rb * static_cast<size_t>(n_rows);
+    q4[5 * rb + 18 * 2] = 0x00;
+    q4[5 * rb + 18 * 2 + 1] = 0x7c;  // row 5, block 2: scale +inf
+    const size_t span = (bytes + page - 1) / page * page;
+    void* map = mmap(nullptr, span + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(map, MAP_FAILED);
+    auto* base = static_cast<uint8_t*>(map);
+    ASSERT_EQ(0, mprotect(base + span, page, PROT_NONE));
+    uint8_t* split = base + span - bytes;
+    for (int64_t r = 0; r < n_rows; ++r) split_q4_0_row(q4 + r * rb, split + r * rb, cols);
+    auto A = gaussian(m * n_rows, 92);
+    for (size_t i = 0; i < A.size(); i += 5) A[i] = 0.0f;
+    A[5] = 0.0f;  // row 5 (non-finite) skipped for token 0, used by the others
+    const auto Y0 = gaussian(m * cols, 93);
+    std::vector<int32_t> dense(n_rows), revisit;
+    for (int32_t r = 0; r < n_rows; ++r) dense[static_cast<size_t>(r)] = r;
+    for (int32_t r = 0; r < n_rows; ++r) revisit.push_back((r * 37) % n_rows);
+    const std::vector<std::vector<int32_t>> lists = {dense, subset(n_rows, 0.5, 94), subset(n_rows, 0.1, 95),
+                                                     {n_rows - 2, n_rows - 1}, revisit};
+    // The Q4_0 bits: the scalar leaf, one token at a time.
+    ThreadPool one(1);
+    std::vector<float> want;
+    for (const auto& idx : lists) {
+      for (int64_t i = 0; i < m; ++i) {
+        std::vector<float> y(Y0.begin() + i * cols, Y0.begin() + (i + 1) * cols);
+        Kernels(Isa::Scalar).axpy_rows(one, DType::Q4_0, q4, n_rows, cols, idx.data(), static_cast<int64_t>(idx.size()),
+                                       A.data() + i * n_rows, y.data());
+        want.insert(want.end(), y.begin(), y.end());
+      }
+    }
+    for (Isa isa : isas()) {
+      const Kernels k(isa);
+      for (int n : {1, 2, 3, 5}) {
+        SCOPED_TRACE(::testing::Message() << isa_name(isa) << " cols " << cols << " threads " << n);
+        ThreadPool pool(n);
+        std::vector<float> got;
+        for (const auto& idx : lists) {
+          for (int64_t i = 0; i < m; ++i) {
+            std::vector<float> y(Y0.begin() + i * cols, Y0.begin() + (i + 1) * cols);
+            k.axpy_rows(pool, DType::Q4_0_SPLIT, split, n_rows, cols, idx.data(), static_cast<int64_t>(idx.size()),
+                        A.data() + i * n_rows, y.data());
+            got.insert(got.end(), y.begin(), y.end());
+          }
+        }
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4));
+        for (size_t li = 0; li < 4; ++li) {  // the union form (ascending lists)
+          std::vector<float> Yu(Y0);
+          k.axpy_rows_union(pool, DType::Q4_0_SPLIT, split, n_rows, cols, lists[li].data(),
+                            static_cast<int64_t>(lists[li].size()), A.data(), m, Yu.data());
+          EXPECT_EQ(0, std::memcmp(Yu.data(), want.data() + li * m * cols, Yu.size() * 4)) << "union, list " << li;
+        }
+        std::vector<int32_t> idx;  // the batch form: each token its own list
+        std::vector<int64_t> offsets{0};
+        for (int64_t i = 0; i < m; ++i) {
+          idx.insert(idx.end(), lists[static_cast<size_t>(i)].begin(), lists[static_cast<size_t>(i)].end());
+          offsets.push_back(static_cast<int64_t>(idx.size()));
+        }
+        std::vector<float> Yb(Y0);
+        k.axpy_rows_batch(pool, DType::Q4_0_SPLIT, split, n_rows, cols, idx.data(), offsets.data(), A.data(), m,
+                          Yb.data());
+        for (int64_t i = 0; i < m; ++i) {
+          const float* w_i = want.data() + (static_cast<size_t>(i) * m + static_cast<size_t>(i)) * cols;
+          EXPECT_EQ(0, std::memcmp(w_i, Yb.data() + i * cols, cols * 4)) << "batch, token " << i;
         }
       }
     }

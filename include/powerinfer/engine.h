@@ -112,6 +112,10 @@ struct SessionOptions {
   // against it when the session is created.
   std::string device = "cpu";
   uint64_t device_budget = 0;
+  // The CPU keeps transposed Q4_0 weights (calibrated and PowerInfer files) in the layout its
+  // AVX-512 axpy reads fastest: a copy made at load, shared by the engine's sessions, the same
+  // results bit for bit. false: as in the file (--no-repack).
+  bool repack = true;
   // ---- Hybrid execution, on a device that is not the host (sim; cuda in CUDA builds) ----
   // The device runs what fits this budget (bytes: weights, KV cache, per-step buffers, the
   // runtime margin; every byte counted before allocation); unset: the device's free memory.

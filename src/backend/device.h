@@ -115,6 +115,11 @@ class Device {
   virtual uint64_t runtime_margin() const { return 0; }
   // Whether the device runs `op` with weights (or data) of type t.
   virtual bool supports(Op op, DType t) const = 0;
+  // The type a transposed weight of type t (one read only by linear_t, linear_t_rows and
+  // ffn_rows' down rows: attn_*_t, ffn_gate_t, ffn_down_t) is kept in on this device: the
+  // store repacks it there when placing (WeightStore::place_transposed). Results are the same
+  // bits either way. Default: t, as in the file.
+  virtual DType transposed_layout(DType t) const { return t; }
 
   // Device memory for `bytes`, 64-byte aligned at least; contents undefined (poisoned on the
   // simulated device). Fails, naming `what`, the request and the budget, past the budget.

@@ -39,13 +39,16 @@ class HostDevice : public Device {
   HostMemory mem_;
 };
 
-// The CPU: SIMD kernels of one ISA over a pool of n_threads (the caller included).
+// The CPU: SIMD kernels of one ISA over a pool of n_threads (the caller included). With
+// `repack`, transposed Q4_0 weights are kept as Q4_0_SPLIT where the ISA's axpy reads that
+// faster (cpu::axpy_layout: AVX-512): a copy of those matrices in memory, made at load.
 class CpuDevice final : public HostDevice {
  public:
-  CpuDevice(int n_threads, cpu::Isa isa = cpu::default_isa(), uint64_t budget = 0);
+  CpuDevice(int n_threads, cpu::Isa isa = cpu::default_isa(), uint64_t budget = 0, bool repack = true);
   std::string name() const override { return "cpu"; }
   std::string describe() const override;
   bool supports(Op op, DType t) const override;
+  DType transposed_layout(DType t) const override;
   Ops& ops() override { return ops_; }
   cpu::Isa isa() const { return ops_.isa(); }
   ThreadPool& pool() { return pool_; }
@@ -53,6 +56,7 @@ class CpuDevice final : public HostDevice {
  private:
   ThreadPool pool_;
   CpuOps ops_;
+  bool repack_;
 };
 
 // The scalar reference kernels (src/kernels/ref) on the calling thread: the oracle every

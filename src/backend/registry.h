@@ -21,6 +21,7 @@ struct DeviceOptions {
   int n_threads = 1;                  // cpu and sim: threads of the kernels
   cpu::Isa isa = cpu::default_isa();  // cpu and sim
   uint64_t budget = 0;                // bytes the device may allocate; 0: all it has
+  bool repack = true;                 // cpu: transposed Q4_0 as Q4_0_SPLIT where faster (--no-repack)
   SimOptions sim;                     // sim only
   int gpu_index = 0;                  // cuda: which GPU
 };

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "gguf/reader.h"
 #include "model/hparams.h"
+#include "model/layout_cache.h"
 #include "model/weights.h"
 
 namespace pi::model {
@@ -36,6 +37,8 @@ class Model {
   const ModelWeights& weights() const { return w_; }
   // Bytes of weights read per generated token (every matrix once, the embedding row aside).
   uint64_t weight_bytes_per_token() const;
+  // Copies of weights in device layouts, shared by this model's contexts (place_weights).
+  LayoutCache& layouts() const { return layouts_; }
 
  private:
   explicit Model(gguf::File file) : file_(std::move(file)) {}
@@ -44,6 +47,7 @@ class Model {
   HParams hp_;
   ModelWeights w_;
   std::deque<std::vector<float>> widened_;  // f32 copies of non-f32 1-D tensors
+  mutable LayoutCache layouts_;
 };
 
 }  // namespace pi::model

@@ -1,5 +1,12 @@
 #include "model/placed_weights.h"
 
+#include <chrono>
+#include <set>
+#include <type_traits>
+
+#include "backend/host_memory.h"
+#include "core/log.h"
+
 namespace pi::model {
 namespace {
 
@@ -31,12 +38,38 @@ uint64_t weight_bytes(const ModelWeights& w) {
   return w.output.data == w.tok_embd.data ? n - w.output.nbytes() : n;
 }
 
-Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w) {
+Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w, LayoutCache* layouts) {
   PlacedWeights p{backend::WeightStore(dev), w};
   // The output head is often the token embedding itself: place it once.
   const bool tied = w.output.data == w.tok_embd.data;
+  // Transposed weights are read by the axpy alone: the device may keep them in its own layout.
+  std::set<const void*> transposed;
+  uint64_t to_copy = 0;
+  for (LayerWeights& L : p.weights.layers) {
+    for (const Matrix* m : {&L.attn.q_t, &L.attn.k_t, &L.attn.v_t, &L.attn.out_t, &L.ffn.gate_t, &L.ffn.down_t}) {
+      transposed.insert(m);
+      const DType layout = m->present() ? dev.transposed_layout(m->type) : m->type;
+      if (layouts != nullptr && layout != m->type && !layouts->has(*m, layout)) to_copy += m->nbytes();
+    }
+  }
+  // The copies take RAM: without that much available (and 1 GiB to spare) keep the file's.
+  if (const uint64_t avail = backend::available_memory(); to_copy > 0 && avail != 0 && to_copy + (uint64_t{1} << 30) > avail) {
+    log_warn("not repacking the transposed weights for the CPU (%.1f GiB, %.1f GiB of memory available): "
+             "decoding reads them as the file lays them out (slower; --no-repack silences this)",
+             static_cast<double>(to_copy) / (1 << 30), static_cast<double>(avail) / (1 << 30));
+    layouts = nullptr;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
   Status st = each_view(p.weights, [&](auto& v) -> Status {
     if (tied && &v == static_cast<const void*>(&p.weights.output)) return Status::Ok();
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, Matrix>) {
+      const DType layout = v.present() ? dev.transposed_layout(v.type) : v.type;
+      if (layouts != nullptr && layout != v.type && transposed.count(&v) != 0) {
+        auto copy = layouts->get(v, layout);
+        if (!copy.ok()) return copy.error();
+        v = *copy;
+      }
+    }
     auto placed = p.store.place(v);
     if (!placed.ok()) return placed.error();
     v = *placed;
@@ -44,6 +77,11 @@ Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w)
   });
   if (!st.ok()) return st.error();
   if (tied) p.weights.output.data = p.weights.tok_embd.data;
+  if (layouts != nullptr && to_copy > 0) {
+    log_info("copied %.2f GiB of transposed weights into the CPU's layout for them in %.2f s (--no-repack: none)",
+             static_cast<double>(to_copy) / (1 << 30),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   return p;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backend/weight_store.h"
+#include "model/layout_cache.h"
 #include "model/weights.h"
 
 namespace pi::model {
@@ -13,7 +14,10 @@ struct PlacedWeights {
   ModelWeights weights;
 };
 
-// Places every weight of `w` on `dev` (uploading unless dev is host-addressable).
-Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w);
+// Places every weight of `w` on `dev` (uploading unless dev is host-addressable). Transposed
+// weights (attn_*_t, ffn_gate_t, ffn_down_t) go in the device's layout for them
+// (Device::transposed_layout), converted by `layouts` (the model's; without it, as in the file).
+Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w,
+                                    LayoutCache* layouts = nullptr);
 
 }  // namespace pi::model

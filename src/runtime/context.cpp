@@ -135,7 +135,7 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
              model.file().path().c_str());
   }
   PI_TRY(check_budget(model, opts, **dev, sparse));
-  auto weights = model::place_weights(**dev, model.weights());
+  auto weights = model::place_weights(**dev, model.weights(), &model.layouts());
   if (!weights.ok()) return weights.error();
   auto kv = (*dev)->alloc(KvCache::storage_bytes(model.hparams(), opts.n_ctx), "KV cache");
   if (!kv.ok()) return kv.error();

@@ -24,6 +24,7 @@
 
 #include "cli/run_command.h"
 #include "gguf/reader.h"
+#include "kernels/cpu/kernels.h"
 #include "gguf/writer.h"
 #include "model/model.h"
 #include "model/tiny_model.h"
@@ -300,6 +301,42 @@ TEST(ActSparsity, ThreadsAndBatchesAgreeAndTheSimRunsDense) {
   const std::vector<float> sim = logits(*cal, o);
   EXPECT_EQ(sim, cpu_dense);
   EXPECT_NE(sim, one);
+}
+
+// The CPU keeps transposed Q4_0 weights in its axpy's layout (Q4_0_SPLIT with the AVX-512
+// kernels: CpuDevice::transposed_layout, model::LayoutCache): the calibrated file quantized
+// to Q4_0 and a PowerInfer Q4_0 file (ffn_down_t) give the same logits bit for bit with and
+// without the copy, for 1 and 2 threads and prompt batches; the copy is made once per model
+// and shared by its contexts, and only where the kernels read that layout.
+TEST(ActSparsity, CpuRepackGivesTheFileLayoutsBits) {
+  const std::string q4 = pi::testing::temp_path("silu_tiny.cal.q4_0.gguf");
+  auto r = run_command(kBin + " quantize " + calibrated() + " " + q4 + " q4_0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string pwri = pi::testing::temp_path("relu_tiny.q4_0.pwri.gguf");
+  r = run_command(kBin + " synth --preset tiny --pwri --type q4_0 --no-progress -o " + pwri);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const bool repacks = cpu::axpy_layout(cpu::default_isa(), DType::Q4_0) != DType::Q4_0;
+  for (const std::string& path : {q4, pwri}) {
+    for (int threads : {1, 2}) {
+      for (int64_t batch : {1, 7}) {
+        SCOPED_TRACE(::testing::Message() << path << " threads " << threads << " batch " << batch);
+        runtime::ContextOptions o;
+        o.n_threads = threads;
+        o.n_batch = batch;
+        runtime::ContextOptions as_file = o;
+        as_file.device.repack = false;
+        auto plain = load(path);
+        const std::vector<float> want = logits(*plain, as_file);
+        EXPECT_EQ(plain->layouts().bytes(), 0u);
+        auto m = load(path);
+        EXPECT_EQ(logits(*m, o), want);
+        const uint64_t copied = m->layouts().bytes();
+        EXPECT_EQ(copied > 0, repacks);
+        EXPECT_EQ(logits(*m, o), want);
+        EXPECT_EQ(m->layouts().bytes(), copied);  // the second context shares the copy
+      }
+    }
+  }
 }
 
 // The share zeroed per site on held-out text, from `perplexity`'s summary line.

@@ -33,10 +33,11 @@ struct ModelFlags {
   std::string cache_type_v = "f16";  // -ctv/--cache-type-v: f16 only
   bool mlock = false;                // --mlock: lock the model in RAM
   bool check_tensors = false;        // --check-tensors: scan every weight for NaN/Inf at load
+  bool repack = true;                // --no-repack: transposed weights as in the file on the CPU
 };
 
-// Registers -ngl/--n-gpu-layers, --flash-attn, --cache-type-k, --cache-type-v, --mlock and
-// --check-tensors on `sub` (main() maps -fa, -ctk, -ctv onto the long names).
+// Registers -ngl/--n-gpu-layers, --flash-attn, --cache-type-k, --cache-type-v, --mlock,
+// --check-tensors and --no-repack on `sub` (main() maps -fa, -ctk, -ctv onto the long names).
 void add_model_flags(CLI::App* sub, ModelFlags& f);
 
 // Refuses unsupported values (cache types other than f16, -ngl below -1, -fa values other
@@ -49,7 +50,7 @@ LoadOptions load_options(const ModelFlags& f, bool mmap);
 Result<std::optional<uint64_t>> vram_budget_bytes(const std::string& gib);
 
 // The hybrid flags into `so` (its device already set): the budget, statistics, index and -ngl;
-// warns when they cannot apply (a host device).
+// warns when they cannot apply (a host device). Also --no-repack, which applies everywhere.
 Status apply_hybrid_flags(const ModelFlags& f, SessionOptions& so);
 
 // Rewrites llama.cpp's one-dash spellings to the names CLI11 knows (-ngl, -fa [on|off|auto],

@@ -87,7 +87,7 @@ void CpuOps::linear_t(const Matrix& D, const float* A, int64_t m, std::span<cons
                       float* Y) {
   std::fill(Y, Y + m * D.cols, 0.0f);
   const auto n_idx = static_cast<int64_t>(rows.size());
-  if (cpu::supports(D.type)) {
+  if (cpu::supports_axpy(D.type)) {
     if (m == 1 && n_idx == D.rows) {
       k_.axpy_dense(pool_, D.type, D.data, D.rows, D.cols, A, Y);
     } else {
@@ -136,7 +136,7 @@ void CpuOps::linear_rows_union(const Matrix& W, const float* X, int64_t m,
 void CpuOps::linear_t_rows(const Matrix& D, const float* A, int64_t m, const int32_t* idx,
                            const int64_t* offsets, float* Y) {
   std::fill(Y, Y + m * D.cols, 0.0f);
-  if (cpu::supports(D.type)) {
+  if (cpu::supports_axpy(D.type)) {
     if (m == 1) {
       k_.axpy_rows(pool_, D.type, D.data, D.rows, D.cols, idx + offsets[0], offsets[1] - offsets[0],
                    A, Y);
@@ -287,7 +287,7 @@ void CpuOps::ffn_rows(FfnKind kind, const FfnRows& w, const float* X, int64_t m,
   };
   const auto axpy = [&](const Matrix& D, const int32_t* rows, int64_t n, const float* a, float* y) {
     if (n == 0) return;
-    if (cpu::supports(D.type)) {
+    if (cpu::supports_axpy(D.type)) {
       k_.axpy_rows(pool_, D.type, D.data, D.rows, D.cols, rows, n, a, y);
     } else {
       ref::axpy_rows(D.type, D.data, D.cols, rows, n, a, y);

@@ -1,0 +1,62 @@
+#include "model/layout_cache.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tensor/quant.h"
+
+namespace pi::model {
+
+Result<Matrix> LayoutCache::get(const Matrix& m, DType layout) {
+  if (!m.present() || layout == m.type) return m;
+  if (m.type != DType::Q4_0 || layout != DType::Q4_0_SPLIT) {
+    return err("%s: no layout conversion from %s to %s", m.name.c_str(),
+               std::string(dtype_name(m.type)).c_str(), std::string(dtype_name(layout)).c_str());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto key = std::make_pair(m.data, layout);
+  auto it = copies_.find(key);
+  if (it == copies_.end()) {
+    HugeRegion copy(m.nbytes());
+    if (!copy.ok()) {
+      return err("%s: cannot allocate %llu bytes for its %s copy: %s", m.name.c_str(),
+                 static_cast<unsigned long long>(m.nbytes()), std::string(dtype_name(layout)).c_str(),
+                 std::strerror(errno));
+    }
+    // A pure copy, so any split of the rows gives the same bytes: big matrices are split over
+    // the machine's threads (most of the time is the kernel clearing the new pages).
+    const size_t rb = m.row_stride();
+    const auto convert = [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) split_q4_0_row(m.row(r), copy.data() + static_cast<size_t>(r) * rb, m.cols);
+    };
+    const int64_t n = m.nbytes() < (uint64_t{8} << 20)
+                          ? 1
+                          : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::min<int64_t>(8, m.rows));
+    std::vector<std::thread> workers;
+    for (int64_t i = 1; i < n; ++i) workers.emplace_back(convert, m.rows * i / n, m.rows * (i + 1) / n);
+    convert(0, m.rows / n);
+    for (auto& w : workers) w.join();
+    bytes_ += m.nbytes();
+    it = copies_.emplace(key, std::move(copy)).first;
+  }
+  Matrix out = m;
+  out.type = layout;
+  out.data = it->second.data();
+  return out;
+}
+
+bool LayoutCache::has(const Matrix& m, DType layout) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return copies_.count(std::make_pair(m.data, layout)) != 0;
+}
+
+uint64_t LayoutCache::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+}  // namespace pi::model

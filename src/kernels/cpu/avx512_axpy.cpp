@@ -421,6 +421,25 @@ inline void q4_pair_blocks(const uint8_t* const* rows, int nq, const Q4Tables& t
   }
 }
 
+// From the largest |v| of 16 blocks' group (as bits; see q4_group): each block's 127 / amax
+// (0 where amax is below FLT_MIN or not finite), its scale s = amax / 127 (NaN where not
+// finite, 0 below FLT_MIN) and which blocks are finite, as the scalar leaf computes them.
+struct GroupScales {
+  __m512 inv, s;
+  __mmask16 good;
+};
+
+inline GroupScales group_scales(__m512i amax_bits) {
+  const __m512 amax = _mm512_castsi512_ps(amax_bits);
+  const __mmask16 bad = _mm512_cmpge_epu32_mask(amax_bits, _mm512_set1_epi32(0x7f800000));
+  const __mmask16 off = bad | _mm512_cmp_ps_mask(amax, _mm512_set1_ps(FLT_MIN), _CMP_LT_OQ);
+  const __mmask16 on = static_cast<__mmask16>(~off);
+  return GroupScales{_mm512_maskz_div_ps(on, _mm512_set1_ps(127.0f), amax),
+                     _mm512_mask_blend_ps(bad, _mm512_maskz_div_ps(on, amax, _mm512_set1_ps(127.0f)),
+                                          _mm512_castsi512_ps(_mm512_set1_epi32(-1))),
+                     static_cast<__mmask16>(~bad)};
+}
+
 // limit: the last row address whose blocks [b0, b1) may be read with unmasked 64-byte loads.
 void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, const Q4Next& next, uintptr_t limit) {
   static const Q4Perm pm;
@@ -439,7 +458,7 @@ void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, const Q4Next
       // v = coef * d for 16 blocks of every row, and the largest |v| as bits: for non-negative
       // floats the unsigned order of the bits is the numeric order, and the non-finite ones
       // (inf, NaN) are the patterns from 0x7f800000 up. So amax is the scalar leaf's
-      // `a > amax ? a : amax` over finite |v|, and `bad` its !(a < inf).
+      // `a > amax ? a : amax` over finite |v|, and group_scales' `bad` its !(a < inf).
       __m512i amax_bits = _mm512_setzero_si512();
       for (int r = 0; r < g; ++r) {
         const float c = grp.coef[r];
@@ -459,14 +478,10 @@ void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, const Q4Next
         _mm512_store_ps(&tb.v[r][j], v);
         amax_bits = _mm512_max_epu32(amax_bits, _mm512_and_si512(_mm512_castps_si512(v), abs_mask));
       }
-      const __m512 amax = _mm512_castsi512_ps(amax_bits);
-      const __mmask16 bad = _mm512_cmpge_epu32_mask(amax_bits, _mm512_set1_epi32(0x7f800000));
-      const __mmask16 off = bad | _mm512_cmp_ps_mask(amax, _mm512_set1_ps(FLT_MIN), _CMP_LT_OQ);
-      const __mmask16 on = static_cast<__mmask16>(~off), good = static_cast<__mmask16>(~bad);
-      const __m512 inv = _mm512_maskz_div_ps(on, _mm512_set1_ps(127.0f), amax);
-      const __m512 sv = _mm512_mask_blend_ps(bad, _mm512_maskz_div_ps(on, amax, _mm512_set1_ps(127.0f)),
-                                             _mm512_castsi512_ps(_mm512_set1_epi32(-1)));
-      _mm512_store_ps(&tb.s[j], sv);
+      const GroupScales gs = group_scales(amax_bits);
+      const __m512 inv = gs.inv;
+      const __mmask16 good = gs.good;
+      _mm512_store_ps(&tb.s[j], gs.s);
       // Each row's k as a byte of its quad's word; the words' byte sums (vpdpbusd by ones) give
       // sum_r k_rb exactly (|k| <= 127).
       const __m512i lo_byte = _mm512_set1_epi32(0xff);
@@ -586,13 +601,9 @@ void q4_split_group(const Q4Group& grp, int64_t b0, int64_t b1, int64_t nb, floa
       _mm512_store_ps(tb.v[r], v);
       amax_bits = _mm512_max_epu32(amax_bits, _mm512_and_si512(_mm512_castps_si512(v), abs_mask));
     }
-    const __m512 amax = _mm512_castsi512_ps(amax_bits);
-    const __mmask16 bad = _mm512_cmpge_epu32_mask(amax_bits, _mm512_set1_epi32(0x7f800000));
-    const __mmask16 off = bad | _mm512_cmp_ps_mask(amax, _mm512_set1_ps(FLT_MIN), _CMP_LT_OQ);
-    const __mmask16 on = static_cast<__mmask16>(~off), good = static_cast<__mmask16>(~bad);
-    const __m512 inv = _mm512_maskz_div_ps(on, _mm512_set1_ps(127.0f), amax);
-    const __m512 sv = _mm512_mask_blend_ps(bad, _mm512_maskz_div_ps(on, amax, _mm512_set1_ps(127.0f)),
-                                           _mm512_castsi512_ps(_mm512_set1_epi32(-1)));
+    const GroupScales gs = group_scales(amax_bits);
+    const __m512 inv = gs.inv, sv = gs.s;
+    const __mmask16 good = gs.good;
     __m512i ksum = _mm512_setzero_si512();
     for (int q = 0; q < nq; ++q) {
       __m512i word = _mm512_setzero_si512();

@@ -36,6 +36,32 @@ std::vector<int32_t> subset(int64_t n, double frac, uint32_t seed) {
   return idx;
 }
 
+// `bytes` writable bytes that end where an inaccessible page begins (as a tensor at the end of
+// a mapped file): a read past them faults, in any build.
+class GuardedBytes {
+ public:
+  explicit GuardedBytes(size_t bytes) {
+    const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t span = (bytes + page - 1) / page * page;
+    size_ = span + page;
+    map_ = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map_ == MAP_FAILED || mprotect(static_cast<uint8_t*>(map_) + span, page, PROT_NONE) != 0) return;
+    data_ = static_cast<uint8_t*>(map_) + span - bytes;
+  }
+  ~GuardedBytes() {
+    if (map_ != MAP_FAILED) munmap(map_, size_);
+  }
+  GuardedBytes(const GuardedBytes&) = delete;
+  GuardedBytes& operator=(const GuardedBytes&) = delete;
+  bool ok() const { return data_ != nullptr; }
+  uint8_t* data() const { return data_; }
+
+ private:
+  void* map_ = MAP_FAILED;
+  size_t size_ = 0;
+  uint8_t* data_ = nullptr;
+};
+
 void expect_axpy(const Weights& w, const std::vector<int32_t>& idx, const float* a,
                  const float* y0, const float* y, const float* want) {
   for (int64_t c = 0; c < w.cols; ++c) {
@@ -187,17 +213,13 @@ TEST(CpuAxpy, Q4GroupsSameBitsOnEveryIsaAndBatchSplit) {
 // goes on past them, and must not where it ends (an overread faults here, in any build).
 // Every ISA gives the scalar bits on such a matrix, for lists ending at the last row.
 TEST(CpuAxpy, Q4ReadsStayInsideTheMatrix) {
-  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   for (int64_t cols : {4096, 4128, 64}) {
     const int64_t n_rows = 70;
     const Weights w = random_weights(DType::Q4_0, n_rows, cols, 81);
     const size_t bytes = pi::row_bytes(DType::Q4_0, cols) * static_cast<size_t>(n_rows);
-    const size_t span = (bytes + page - 1) / page * page;
-    void* map = mmap(nullptr, span + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ASSERT_NE(map, MAP_FAILED);
-    auto* base = static_cast<uint8_t*>(map);
-    ASSERT_EQ(0, mprotect(base + span, page, PROT_NONE));
-    uint8_t* D = base + span - bytes;
+    const GuardedBytes guarded(bytes);
+    ASSERT_TRUE(guarded.ok());
+    uint8_t* D = guarded.data();
     std::memcpy(D, w.data(), bytes);
     const auto a = gaussian(n_rows, 82);
     std::vector<int32_t> all(n_rows), last = {n_rows - 3, n_rows - 2, n_rows - 1};
@@ -216,7 +238,6 @@ TEST(CpuAxpy, Q4ReadsStayInsideTheMatrix) {
         }
       }
     }
-    munmap(map, span + page);
   }
 }
 
@@ -227,7 +248,6 @@ TEST(CpuAxpy, Q4ReadsStayInsideTheMatrix) {
 // with a non-finite block scale in one row, and without reading past the matrix (the last
 // row's last byte before an inaccessible page).
 TEST(CpuAxpy, Q4SplitLayoutGivesTheQ4Bits) {
-  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   for (int64_t cols : {4096, 4128, 4160, 96, 640}) {
     const int64_t n_rows = 70, m = 3;
     Weights w = random_weights(DType::Q4_0, n_rows, cols, 91);
@@ -235,12 +255,9 @@ TEST(CpuAxpy, Q4SplitLayoutGivesTheQ4Bits) {
     const size_t rb = w.row_bytes(), bytes = rb * static_cast<size_t>(n_rows);
     q4[5 * rb + 18 * 2] = 0x00;
     q4[5 * rb + 18 * 2 + 1] = 0x7c;  // row 5, block 2: scale +inf
-    const size_t span = (bytes + page - 1) / page * page;
-    void* map = mmap(nullptr, span + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ASSERT_NE(map, MAP_FAILED);
-    auto* base = static_cast<uint8_t*>(map);
-    ASSERT_EQ(0, mprotect(base + span, page, PROT_NONE));
-    uint8_t* split = base + span - bytes;
+    const GuardedBytes guarded(bytes);
+    ASSERT_TRUE(guarded.ok());
+    uint8_t* split = guarded.data();
     for (int64_t r = 0; r < n_rows; ++r) split_q4_0_row(q4 + r * rb, split + r * rb, cols);
     auto A = gaussian(m * n_rows, 92);
     for (size_t i = 0; i < A.size(); i += 5) A[i] = 0.0f;
@@ -298,7 +315,6 @@ TEST(CpuAxpy, Q4SplitLayoutGivesTheQ4Bits) {
         }
       }
     }
-    munmap(map, span + page);
   }
 }
 

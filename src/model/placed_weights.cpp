@@ -1,8 +1,8 @@
 #include "model/placed_weights.h"
 
 #include <chrono>
-#include <set>
-#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "backend/host_memory.h"
 #include "core/log.h"
@@ -42,14 +42,16 @@ Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w,
   PlacedWeights p{backend::WeightStore(dev), w};
   // The output head is often the token embedding itself: place it once.
   const bool tied = w.output.data == w.tok_embd.data;
-  // Transposed weights are read by the axpy alone: the device may keep them in its own layout.
-  std::set<const void*> transposed;
+  // Transposed weights are read by the axpy alone: the device may keep them in its own layout,
+  // a copy `layouts` makes once per model. They are converted first, then placed as the rest.
+  std::vector<std::pair<Matrix*, DType>> convert;
   uint64_t to_copy = 0;
   for (LayerWeights& L : p.weights.layers) {
-    for (const Matrix* m : {&L.attn.q_t, &L.attn.k_t, &L.attn.v_t, &L.attn.out_t, &L.ffn.gate_t, &L.ffn.down_t}) {
-      transposed.insert(m);
+    for (Matrix* m : {&L.attn.q_t, &L.attn.k_t, &L.attn.v_t, &L.attn.out_t, &L.ffn.gate_t, &L.ffn.down_t}) {
       const DType layout = m->present() ? dev.transposed_layout(m->type) : m->type;
-      if (layouts != nullptr && layout != m->type && !layouts->has(*m, layout)) to_copy += m->nbytes();
+      if (layouts == nullptr || layout == m->type) continue;
+      convert.emplace_back(m, layout);
+      if (!layouts->has(*m, layout)) to_copy += m->nbytes();
     }
   }
   // The copies take RAM: without that much available (and 1 GiB to spare) keep the file's.
@@ -57,19 +59,21 @@ Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w,
     log_warn("not repacking the transposed weights for the CPU (%.1f GiB, %.1f GiB of memory available): "
              "decoding reads them as the file lays them out (slower; --no-repack silences this)",
              static_cast<double>(to_copy) / (1 << 30), static_cast<double>(avail) / (1 << 30));
-    layouts = nullptr;
+    convert.clear();
   }
   const auto t0 = std::chrono::steady_clock::now();
+  for (auto& [m, layout] : convert) {
+    auto copy = layouts->get(*m, layout);
+    if (!copy.ok()) return copy.error();
+    *m = *copy;
+  }
+  if (!convert.empty() && to_copy > 0) {
+    log_info("copied %.2f GiB of transposed weights into the CPU's layout for them in %.2f s (--no-repack: none)",
+             static_cast<double>(to_copy) / (1 << 30),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   Status st = each_view(p.weights, [&](auto& v) -> Status {
     if (tied && &v == static_cast<const void*>(&p.weights.output)) return Status::Ok();
-    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, Matrix>) {
-      const DType layout = v.present() ? dev.transposed_layout(v.type) : v.type;
-      if (layouts != nullptr && layout != v.type && transposed.count(&v) != 0) {
-        auto copy = layouts->get(v, layout);
-        if (!copy.ok()) return copy.error();
-        v = *copy;
-      }
-    }
     auto placed = p.store.place(v);
     if (!placed.ok()) return placed.error();
     v = *placed;
@@ -77,11 +81,6 @@ Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w,
   });
   if (!st.ok()) return st.error();
   if (tied) p.weights.output.data = p.weights.tok_embd.data;
-  if (layouts != nullptr && to_copy > 0) {
-    log_info("copied %.2f GiB of transposed weights into the CPU's layout for them in %.2f s (--no-repack: none)",
-             static_cast<double>(to_copy) / (1 << 30),
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
   return p;
 }
 

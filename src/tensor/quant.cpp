@@ -78,30 +78,24 @@ int32_t float_to_i32(float f) {
 
 }  // namespace
 
-void split_q4_0_row(const void* in, void* out, int64_t n) {
-  const auto* src = static_cast<const unsigned char*>(in);
-  auto* dst = static_cast<unsigned char*>(out);
-  const int64_t nb = n / 32;
-  for (int64_t b = 0; b < nb; ++b) {
-    std::memcpy(dst + 2 * b, src + 18 * b, 2);
-    std::memcpy(dst + 2 * nb + 16 * b, src + 18 * b + 2, 16);
-  }
-}
-
 namespace {
 
-// Q4_0_SPLIT rows through a Q4_0 row: the inverse of split_q4_0_row.
-void join_q4_0_row(const void* in, void* out, int64_t n) {
+// Moves each block's scale and quants of a row of n elements between the Q4_0 layout (scale
+// at 18 b, quants at 18 b + 2) and the Q4_0_SPLIT one (2 b, 2 nb + 16 b), either way.
+void move_q4_0_blocks(const void* in, void* out, int64_t n, bool to_split) {
   const auto* src = static_cast<const unsigned char*>(in);
   auto* dst = static_cast<unsigned char*>(out);
   const int64_t nb = n / 32;
   for (int64_t b = 0; b < nb; ++b) {
-    std::memcpy(dst + 18 * b, src + 2 * b, 2);
-    std::memcpy(dst + 18 * b + 2, src + 2 * nb + 16 * b, 16);
+    const int64_t scale[2] = {18 * b, 2 * b}, quants[2] = {18 * b + 2, 2 * nb + 16 * b};
+    std::memcpy(dst + scale[to_split], src + scale[!to_split], 2);
+    std::memcpy(dst + quants[to_split], src + quants[!to_split], 16);
   }
 }
 
 }  // namespace
+
+void split_q4_0_row(const void* in, void* out, int64_t n) { move_q4_0_blocks(in, out, n, true); }
 
 Status quantize_row(DType t, const float* x, void* out, int64_t n) {
   PI_TRY(check_row("quantize_row", t, n));
@@ -138,7 +132,7 @@ Status dequantize_row(DType t, const void* in, float* y, int64_t n) {
   PI_TRY(check_row("dequantize_row", t, n));
   if (t == DType::Q4_0_SPLIT) {
     std::vector<unsigned char> row(row_bytes(DType::Q4_0, n));
-    join_q4_0_row(in, row.data(), n);
+    move_q4_0_blocks(in, row.data(), n, false);
     return dequantize_row(DType::Q4_0, row.data(), y, n);
   }
   const int64_t bs = dtype_info(t).block_size;

@@ -5,10 +5,11 @@
 // Transposed Q4_0 rows (ffn_down_t, attn_q_t, ...) interleave each block's f16 scale with its
 // 16 quant bytes (18-byte blocks), so the Q4_0 leaf reads two blocks of a row with one 64-byte
 // load that nearly always spans two cache lines, and gathers the scales with byte permutes.
-// Q4_0_SPLIT rows hold the same bytes as [nb f16 scales][nb x 16 quant bytes]: four blocks'
-// quants are one aligned 64-byte load. Both leaves compute q4_groups.h's sums, so the tool
-// first checks that their results are bit-identical, then times both alternately on one
-// matrix shape (interleaved rounds, medians).
+// Q4_0_SPLIT rows hold the same bytes as [nb f16 scales][nb x 16 quant bytes], each four
+// blocks' quants transposed by 4-byte words: four blocks' quants are one aligned 64-byte load
+// whose byte and word unpacks give each block's columns in order. Both leaves compute
+// q4_groups.h's sums, so the tool first checks that their results are bit-identical, then
+// times both alternately on one matrix shape (interleaved rounds, medians).
 //
 //   bench_q4_layout [--rows N] [--copies C] [--keep 0.5] [--rounds R] [--threads T]
 //

@@ -45,8 +45,9 @@ enum class DType : uint32_t {
   MXFP4 = 39,
   // Internal to this engine, never in a file (dtype_info(uint32_t) does not know it): Q4_0
   // rows whose block scales are split from their quants, [n/32 f16 scales][n/32 x 16 quant
-  // bytes], the same bytes as a Q4_0 row. The CPU repacks the transposed Q4_0 matrices of
-  // calibrated files into it for its AVX-512 axpy (backend::Device::transposed_type).
+  // bytes], the same bytes as a Q4_0 row, each four blocks' quants transposed by 4-byte words
+  // (q4_0_split_quant, quant.h). The CPU repacks the transposed Q4_0 matrices of calibrated
+  // files into it for its AVX-512 axpy (backend::Device::transposed_layout).
   Q4_0_SPLIT = 0x10000,
 };
 

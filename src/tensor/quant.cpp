@@ -81,15 +81,19 @@ int32_t float_to_i32(float f) {
 namespace {
 
 // Moves each block's scale and quants of a row of n elements between the Q4_0 layout (scale
-// at 18 b, quants at 18 b + 2) and the Q4_0_SPLIT one (2 b, 2 nb + 16 b), either way.
+// at 18 b, quants at 18 b + 2) and the Q4_0_SPLIT one (scale at 2 b, quants by
+// q4_0_split_quant), either way, a 4-byte word at a time.
 void move_q4_0_blocks(const void* in, void* out, int64_t n, bool to_split) {
   const auto* src = static_cast<const unsigned char*>(in);
   auto* dst = static_cast<unsigned char*>(out);
   const int64_t nb = n / 32;
   for (int64_t b = 0; b < nb; ++b) {
-    const int64_t scale[2] = {18 * b, 2 * b}, quants[2] = {18 * b + 2, 2 * nb + 16 * b};
+    const int64_t scale[2] = {18 * b, 2 * b};
     std::memcpy(dst + scale[to_split], src + scale[!to_split], 2);
-    std::memcpy(dst + quants[to_split], src + quants[!to_split], 16);
+    for (int64_t w = 0; w < 4; ++w) {
+      const int64_t word[2] = {18 * b + 2 + 4 * w, q4_0_split_quant(nb, b, 4 * w)};
+      std::memcpy(dst + word[to_split], src + word[!to_split], 4);
+    }
   }
 }
 

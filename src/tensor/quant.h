@@ -96,4 +96,13 @@ Status dequantize_row(DType t, const void* in, float* y, int64_t n);
 // exact, so the split row dequantizes to the same values. `out` must not overlap `in`.
 void split_q4_0_row(const void* in, void* out, int64_t n);
 
+// Where quant byte c (0..15) of block b lies in a Q4_0_SPLIT row of nb blocks (dtype.h): after
+// the nb scales, each whole four-block unit (blocks 4U .. 4U + 3) is 64 bytes holding the
+// blocks' 4-byte words transposed (word 4 L + i is word L of block 4U + i), and the blocks past
+// the last whole unit follow as they are.
+inline int64_t q4_0_split_quant(int64_t nb, int64_t b, int64_t c) {
+  if (b >= nb / 4 * 4) return 2 * nb + 16 * b + c;
+  return 2 * nb + 16 * (b - b % 4) + 16 * (c / 4) + 4 * (b % 4) + c % 4;
+}
+
 }  // namespace pi

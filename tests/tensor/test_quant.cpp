@@ -59,20 +59,34 @@ TEST(Q4_0, KnownInputGivesKnownBytes) {
   EXPECT_EQ(bytes_of(b), want);
 }
 
-// Q4_0_SPLIT rows: a Q4_0 row's scales first, then its quants; the same values.
+// Q4_0_SPLIT rows: a Q4_0 row's scales first, then its quants, each whole four-block unit's
+// 4-byte words transposed (word 4 L + i of the unit is word L of its block i), the blocks past
+// the last whole unit as they are; the same values.
 TEST(Q4_0, SplitRowsHoldTheSameValues) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (int64_t n : {32, 96, 4128}) {
+  for (int64_t n : {32, 96, 4096, 4128, 4160}) {
     std::vector<float> x(static_cast<size_t>(n));
     for (auto& v : x) v = nd(rng);
     std::vector<uint8_t> q4(row_bytes(DType::Q4_0, n)), split(q4.size()), direct(q4.size());
     ASSERT_TRUE(quantize_row(DType::Q4_0, x.data(), q4.data(), n).ok());
     split_q4_0_row(q4.data(), split.data(), n);
-    const int64_t nb = n / 32;
-    for (int64_t b = 0; b < nb; ++b) {
-      EXPECT_EQ(0, std::memcmp(split.data() + 2 * b, q4.data() + 18 * b, 2));
-      EXPECT_EQ(0, std::memcmp(split.data() + 2 * nb + 16 * b, q4.data() + 18 * b + 2, 16));
+    const int64_t nb = n / 32, units = nb / 4;
+    for (int64_t b = 0; b < nb; ++b) EXPECT_EQ(0, std::memcmp(split.data() + 2 * b, q4.data() + 18 * b, 2));
+    const uint8_t* quants = split.data() + 2 * nb;
+    for (int64_t u = 0; u < units; ++u) {
+      for (int64_t word = 0; word < 4; ++word) {
+        for (int64_t i = 0; i < 4; ++i) {
+          const int64_t b = 4 * u + i;
+          EXPECT_EQ(0, std::memcmp(quants + 64 * u + 16 * word + 4 * i, q4.data() + 18 * b + 2 + 4 * word, 4));
+          for (int64_t c = 4 * word; c < 4 * word + 4; ++c)
+            EXPECT_EQ(q4_0_split_quant(nb, b, c), 2 * nb + 64 * u + 16 * word + 4 * i + c % 4);
+        }
+      }
+    }
+    for (int64_t b = 4 * units; b < nb; ++b) {
+      EXPECT_EQ(0, std::memcmp(quants + 16 * b, q4.data() + 18 * b + 2, 16));
+      EXPECT_EQ(q4_0_split_quant(nb, b, 5), 2 * nb + 16 * b + 5);
     }
     ASSERT_TRUE(quantize_row(DType::Q4_0_SPLIT, x.data(), direct.data(), n).ok());
     EXPECT_EQ(direct, split);

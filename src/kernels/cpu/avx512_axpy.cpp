@@ -524,48 +524,24 @@ void axpy_q4_0(const AxpyTask& t) {
 // The arithmetic of q4_group above (and of the scalar reference), so the bits are the same;
 // the layout lets four blocks of a row's quants come in one aligned 64-byte load (Q4_0 needs
 // one load, nearly always split over two lines, per two blocks, and byte permutes to gather
-// the scales). Byte then word unpacks of four rows' loads put, in 32-bit lane 4 L + j of t[i],
-// quant byte 4 i + j of block L of the four rows, so the accumulators hold a four-block unit's
-// columns in a permuted order: acc[2 i + h] lane 4 L + j is column 32 L + 16 h + 4 i + j. The
-// token's output slice is shuffled into that order before the groups and back after (a 4 x 4
-// transpose of 128-bit lanes, its own inverse); blocks past the last whole unit of the slice
-// stay in column order and take a one-block step. 1.2-1.3x the Q4_0 leaf's rate DRAM-sized
-// with one thread, ~1.35x L2-resident (docs/BENCHMARKS.md, "A scales-apart layout").
+// the scales). A unit's 64 bytes hold its four blocks' 4-byte words transposed (128-bit lane
+// L: word L of blocks 0..3), so byte then word unpacks of four rows' loads give t[i] = block i
+// of the unit, 32-bit lane c holding quant byte c of the four rows: the accumulators are in
+// column order and each takes one block's coefficients, start and scale as broadcasts. Blocks
+// past the last whole unit of a row are stored as in Q4_0 and take a one-block step. With
+// one thread 1.2-1.3x the Q4_0 leaf's rate DRAM-sized, 1.3x L2-resident (docs/BENCHMARKS.md,
+// "Q4_0_SPLIT units transposed by words"; the first split layout, whose accumulators held
+// columns permuted and y was shuffled around the groups: 1.1-1.2x and 1.15-1.2x).
 
 // Blocks per table: 16 (32: ~0.9x DRAM-sized; 64 and 128: 0.7-0.85x).
 constexpr int64_t kSplitTable = 16;
 
 struct SplitTables {
   alignas(64) float v[kQ4Window][kSplitTable];
-  alignas(64) int32_t k[kQ4Window / 4][kSplitTable / 4][16];  // quad words; block L of a unit in lane L
-  alignas(64) float s[kSplitTable / 4][16];                   // s_b, the same way
-  alignas(64) int32_t start[kSplitTable / 4][16];             // -8 sum_r k_rb, the same way
+  alignas(64) int32_t k[kQ4Window / 4][kSplitTable];  // the k of rows 4q .. 4q + 3, a byte each
+  alignas(64) float s[kSplitTable];
+  alignas(64) int32_t start[kSplitTable];  // -8 sum_r k_rb
 };
-
-// 128-bit lane L <- dword 4 u + L of x, repeated.
-inline __m512i spread_unit(__m512i x, int u) {
-  const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(4 * u),
-                                       _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-  return _mm512_permutexvar_epi32(idx, x);
-}
-
-inline void transpose_lanes(float* p0, float* p1, float* p2, float* p3) {
-  const __m512 a = _mm512_loadu_ps(p0), b = _mm512_loadu_ps(p1), c = _mm512_loadu_ps(p2), d = _mm512_loadu_ps(p3);
-  const __m512 t0 = _mm512_shuffle_f32x4(a, b, 0x44), t1 = _mm512_shuffle_f32x4(a, b, 0xee);
-  const __m512 t2 = _mm512_shuffle_f32x4(c, d, 0x44), t3 = _mm512_shuffle_f32x4(c, d, 0xee);
-  _mm512_storeu_ps(p0, _mm512_shuffle_f32x4(t0, t2, 0x88));
-  _mm512_storeu_ps(p1, _mm512_shuffle_f32x4(t0, t2, 0xdd));
-  _mm512_storeu_ps(p2, _mm512_shuffle_f32x4(t1, t3, 0x88));
-  _mm512_storeu_ps(p3, _mm512_shuffle_f32x4(t1, t3, 0xdd));
-}
-
-// Between column order and the permuted order of the whole units of blocks [b0, b1), in place.
-void permute_units(float* y, int64_t b0, int64_t b1) {
-  for (int64_t b = b0; b + 4 <= b1; b += 4) {
-    float* u = y + 32 * b;
-    for (int h = 0; h < 2; ++h) transpose_lanes(u + 16 * h, u + 32 + 16 * h, u + 64 + 16 * h, u + 96 + 16 * h);
-  }
-}
 
 // Four rows' quant bytes of one block, quads in column order: dword i holds byte i of each.
 inline __m512i block_quads(const uint8_t* a, const uint8_t* b, const uint8_t* c, const uint8_t* d) {
@@ -579,8 +555,15 @@ inline __m512i block_quads(const uint8_t* a, const uint8_t* b, const uint8_t* c,
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-// One group over blocks [b0, b1) of rows of nb blocks; y the token's row, its whole units
-// from b0 in the permuted order.
+// One block of y (two 16-column halves) += s * the sums lo, hi.
+inline void add_block(float* y, __m512i lo, __m512i hi, float s) {
+  const __m512 sv = _mm512_set1_ps(s);
+  _mm512_storeu_ps(y, _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), sv, _mm512_loadu_ps(y)));
+  _mm512_storeu_ps(y + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), sv, _mm512_loadu_ps(y + 16)));
+}
+
+// One group over blocks [b0, b1) of rows of nb blocks (b0 at a unit's start, b1 at one's end
+// or past the last whole unit); y the token's row.
 void q4_split_group(const Q4Group& grp, int64_t b0, int64_t b1, int64_t nb, float* y, const Q4Next& next) {
   SplitTables tb;
   const int g = grp.g, nq = (g + 3) / 4;
@@ -589,6 +572,7 @@ void q4_split_group(const Q4Group& grp, int64_t b0, int64_t b1, int64_t nb, floa
   for (int r = g; r < 4 * nq; ++r) rows[r] = rows[g - 1];  // partners whose coefficient is 0
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), m4 = _mm512_set1_epi8(0x0f);
   const size_t quants = static_cast<size_t>(nb) * 2;
+  const int64_t whole = nb / 4 * 4;  // blocks in whole units
   for (int64_t cb0 = b0; cb0 < b1; cb0 += kSplitTable) {
     const int64_t n = b1 - cb0 < kSplitTable ? b1 - cb0 : kSplitTable;
     for (int r = 0; r < next.n; ++r) _mm_prefetch(reinterpret_cast<const char*>(next.rows[r] + 2 * cb0), _MM_HINT_T0);
@@ -602,8 +586,9 @@ void q4_split_group(const Q4Group& grp, int64_t b0, int64_t b1, int64_t nb, floa
       amax_bits = _mm512_max_epu32(amax_bits, _mm512_and_si512(_mm512_castps_si512(v), abs_mask));
     }
     const GroupScales gs = group_scales(amax_bits);
-    const __m512 inv = gs.inv, sv = gs.s;
+    const __m512 inv = gs.inv;
     const __mmask16 good = gs.good;
+    _mm512_store_ps(tb.s, gs.s);
     __m512i ksum = _mm512_setzero_si512();
     for (int q = 0; q < nq; ++q) {
       __m512i word = _mm512_setzero_si512();
@@ -611,21 +596,17 @@ void q4_split_group(const Q4Group& grp, int64_t b0, int64_t b1, int64_t nb, floa
         const __m512i k = _mm512_maskz_cvtps_epi32(good, _mm512_mul_ps(_mm512_load_ps(tb.v[4 * q + u]), inv));
         word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(k, _mm512_set1_epi32(0xff)), 8 * u));
       }
-      for (int u = 0; u < 4; ++u) _mm512_store_si512(tb.k[q][u], spread_unit(word, u));
+      _mm512_store_si512(tb.k[q], word);
       ksum = _mm512_dpbusd_epi32(ksum, _mm512_set1_epi8(1), word);
     }
-    const __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(ksum, 3));
-    for (int u = 0; u < 4; ++u) {
-      _mm512_store_si512(tb.start[u], spread_unit(start, u));
-      _mm512_store_si512(tb.s[u], spread_unit(_mm512_castps_si512(sv), u));
-    }
-    // Whole units: four aligned-size loads per quad of rows.
-    int64_t u = 0;
-    for (; 4 * u + 4 <= n; ++u) {
-      const size_t at = quants + static_cast<size_t>(cb0 + 4 * u) * 16;
+    _mm512_store_si512(tb.start, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(ksum, 3)));
+    // Whole units: four aligned loads per quad of rows.
+    int64_t j = 0;
+    for (; j + 4 <= n && cb0 + j + 4 <= whole; j += 4) {
+      const size_t at = quants + static_cast<size_t>(cb0 + j) * 16;
       for (int r = 0; r < next.n; ++r) _mm_prefetch(reinterpret_cast<const char*>(next.rows[r] + at), _MM_HINT_T0);
       __m512i acc[8];
-      for (auto& a : acc) a = _mm512_load_si512(tb.start[u]);
+      for (int i = 0; i < 4; ++i) acc[2 * i] = acc[2 * i + 1] = _mm512_set1_epi32(tb.start[j + i]);
       for (int q = 0; q < nq; ++q) {
         const uint8_t* const* rq = rows + 4 * q;
         const __m512i a = _mm512_loadu_si512(rq[0] + at), b = _mm512_loadu_si512(rq[1] + at);
@@ -634,45 +615,38 @@ void q4_split_group(const Q4Group& grp, int64_t b0, int64_t b1, int64_t nb, floa
         const __m512i cd0 = _mm512_unpacklo_epi8(c, d), cd1 = _mm512_unpackhi_epi8(c, d);
         const __m512i t[4] = {_mm512_unpacklo_epi16(ab0, cd0), _mm512_unpackhi_epi16(ab0, cd0),
                               _mm512_unpacklo_epi16(ab1, cd1), _mm512_unpackhi_epi16(ab1, cd1)};
-        const __m512i k = _mm512_load_si512(tb.k[q][u]);
         for (int i = 0; i < 4; ++i) {
+          const __m512i k = _mm512_set1_epi32(tb.k[q][j + i]);
           acc[2 * i] = _mm512_dpbusd_epi32(acc[2 * i], _mm512_and_si512(t[i], m4), k);
           acc[2 * i + 1] = _mm512_dpbusd_epi32(acc[2 * i + 1], _mm512_and_si512(_mm512_srli_epi16(t[i], 4), m4), k);
         }
       }
-      const __m512 s = _mm512_load_ps(tb.s[u]);
-      float* yu = y + 32 * (cb0 + 4 * u);
-      for (int i = 0; i < 8; ++i)
-        _mm512_storeu_ps(yu + 16 * i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i]), s, _mm512_loadu_ps(yu + 16 * i)));
+      for (int i = 0; i < 4; ++i) add_block(y + 32 * (cb0 + j + i), acc[2 * i], acc[2 * i + 1], tb.s[j + i]);
     }
-    // The last blocks of the slice, fewer than a unit: one block at a time, column order.
-    for (int64_t j = 4 * u; j < n; ++j) {
-      const int64_t b = cb0 + j;
-      const size_t at = quants + static_cast<size_t>(b) * 16;
-      const int ui = static_cast<int>(j / 4), lane = static_cast<int>(4 * (j % 4));
-      __m512i lo = _mm512_set1_epi32(tb.start[ui][lane]), hi = lo;
+    // Blocks past the last whole unit (stored as in Q4_0): one at a time.
+    for (; j < n; ++j) {
+      const size_t at = quants + static_cast<size_t>(cb0 + j) * 16;
+      __m512i lo = _mm512_set1_epi32(tb.start[j]), hi = lo;
       for (int q = 0; q < nq; ++q) {
         const uint8_t* const* rq = rows + 4 * q;
         const __m512i quads = block_quads(rq[0] + at, rq[1] + at, rq[2] + at, rq[3] + at);
-        const __m512i k = _mm512_set1_epi32(tb.k[q][ui][lane]);
+        const __m512i k = _mm512_set1_epi32(tb.k[q][j]);
         lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(quads, m4), k);
         hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(_mm512_srli_epi16(quads, 4), m4), k);
       }
-      const __m512 s = _mm512_set1_ps(tb.s[ui][lane]);
-      float* yb = y + 32 * b;
-      _mm512_storeu_ps(yb, _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), s, _mm512_loadu_ps(yb)));
-      _mm512_storeu_ps(yb + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), s, _mm512_loadu_ps(yb + 16)));
+      add_block(y + 32 * (cb0 + j), lo, hi, tb.s[j]);
     }
   }
 }
 
 void axpy_q4_0_split(const AxpyTask& t) {
   const int64_t b0 = t.c0 / 32, b1 = t.c1 / 32, nb = static_cast<int64_t>(t.row_bytes / kQ4Bytes);
-  for (int64_t i = 0; i < t.m; ++i) permute_units(t.Y + i * t.ldy, b0, b1);
+  // Slices start and end at whole units (granule() in axpy.cpp); any other task takes the
+  // scalar leaf, which reads every block and gives the same bits.
+  if (b0 % 4 != 0 || (b1 % 4 != 0 && b1 < nb / 4 * 4)) return scalar_axpy(t);
   for_each_q4_group(t, [&](const Q4Group& grp, float* y, const Q4Next& next) {
     q4_split_group(grp, b0, b1, nb, y, next);
   });
-  for (int64_t i = 0; i < t.m; ++i) permute_units(t.Y + i * t.ldy, b0, b1);
 }
 
 }  // namespace

@@ -22,8 +22,12 @@ using detail::AxpyTask;
 using detail::KernelTable;
 
 // Smallest column slice: whole blocks, and at least 64 floats of y so that slices of
-// different threads never share a cache line of y.
-int64_t granule(DType t) { return std::max<int64_t>(dtype_info(t).block_size, 64); }
+// different threads never share a cache line of y; for Q4_0_SPLIT whole four-block units
+// (its AVX-512 leaf reads a unit with one load per row).
+int64_t granule(DType t) {
+  if (t == DType::Q4_0_SPLIT) return 128;
+  return std::max<int64_t>(dtype_info(t).block_size, 64);
+}
 
 // Runs base (rows and coefficients [n, m] compacted, Y [m, ldy]) as described at the top.
 void run_axpy(ThreadPool& pool, const KernelTable& kt, const AxpyTask& base, int64_t cols,

@@ -7,6 +7,7 @@
 #include "kernels/cpu/q4_groups.h"
 #include "kernels/cpu/scalar_blocks.h"
 #include "kernels/cpu/scalar_leaves.h"
+#include "tensor/quant.h"
 
 namespace pi::cpu::detail {
 namespace {
@@ -92,10 +93,10 @@ void scalar_dot(const DotTask& t) {
 }
 
 // One group of the Q4_0 integer axpy (q4_groups.h) over the blocks [b0, b1) of y. Rows are
-// Q4_0 (split == 0) or Q4_0_SPLIT rows of `split` blocks (scales first, then quants).
+// Q4_0 (split == 0) or Q4_0_SPLIT rows of `split` blocks (tensor/quant.h, q4_0_split_quant).
 void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, int64_t split) {
   const auto scale_at = [split](int64_t b) { return split > 0 ? 2 * b : b * kQ4Bytes; };
-  const auto quants_at = [split](int64_t b) { return split > 0 ? 2 * split + 16 * b : b * kQ4Bytes + 2; };
+  const auto quant_at = [split](int64_t b, int c) { return split > 0 ? q4_0_split_quant(split, b, c) : b * kQ4Bytes + 2 + c; };
   for (int64_t b = b0; b < b1; ++b) {
     float v[kQ4Window];
     float amax = 0.0f;
@@ -118,10 +119,10 @@ void q4_group(const Q4Group& grp, int64_t b0, int64_t b1, float* y, int64_t spli
     for (int r = 0; r < grp.g; ++r) {
       const auto k = static_cast<int32_t>(std::nearbyint(v[r] * inv));
       ksum += k;
-      const uint8_t* qs = grp.rows[r] + quants_at(b);
       for (int c = 0; c < 16; ++c) {
-        sum[c] += k * (qs[c] & 0x0f);
-        sum[c + 16] += k * (qs[c] >> 4);
+        const uint8_t q = grp.rows[r][quant_at(b, c)];
+        sum[c] += k * (q & 0x0f);
+        sum[c + 16] += k * (q >> 4);
       }
     }
     for (int c = 0; c < 32; ++c)

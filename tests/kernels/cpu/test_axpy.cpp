@@ -241,10 +241,11 @@ TEST(CpuAxpy, Q4ReadsStayInsideTheMatrix) {
   }
 }
 
-// Q4_0_SPLIT holds a Q4_0 matrix's bytes with each row's scales first (tensor/dtype.h): its
-// axpy must give the Q4_0 bits, on every ISA, for any thread count (3 and 5 threads cut the
-// columns into 64-column slices, so slices start inside the AVX-512 leaf's four-block units),
-// in the one-token, union and batch forms, on widths with and without a partial last unit,
+// Q4_0_SPLIT holds a Q4_0 matrix's bytes with each row's scales first and each four blocks'
+// quants transposed by words (tensor/dtype.h): its axpy must give the Q4_0 bits, on every ISA,
+// for any thread count (3 and 5 threads cut the columns into slices of whole units, the last
+// one ending at the row's partial unit if any), in the one-token, union and batch forms, on
+// widths with and without a partial last unit,
 // with a non-finite block scale in one row, and without reading past the matrix (the last
 // row's last byte before an inaccessible page).
 TEST(CpuAxpy, Q4SplitLayoutGivesTheQ4Bits) {

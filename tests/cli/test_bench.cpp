@@ -273,6 +273,33 @@ TEST_F(BenchCli, NaturalModeAndDefaultsPerFile) {
   EXPECT_EQ(j["results"][1]["mode"], "sparse");
 }
 
+// The report says how much of a model the CPU repacked at load (transposed Q4_0 matrices,
+// for the AVX-512 axpy: cpu::axpy_layout), and --no-repack makes no copy at all, not even in
+// the throwaway session that maps the weights before the sparse rows.
+TEST_F(BenchCli, ReportsTheRepackedBytesAndNoRepackMakesNone) {
+  const std::string q4 = dir_ + "/tiny.q4_0.pwri.gguf";
+  const auto made = run_command(kBin + "/powerinfer synth --no-progress --preset tiny --pwri --type q4_0 -o " + q4);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  Run r = bench("-m " + q4 + " -p 0 -n 2 -t 1 -r 1 -o json");
+  ASSERT_EQ(r.exit_code, 0) << r.log;
+  Json j = Json::parse(r.out);
+  const uint64_t repacked = j["models"][0]["repacked_bytes"].get<uint64_t>();
+  if (j["machine"]["kernel_isa"] == "avx512") {
+    const Json& m = j["models"][0];  // ffn_down_t of every layer, [n_ff, n_embd] Q4_0
+    EXPECT_EQ(repacked, m["n_layer"].get<uint64_t>() * m["n_ff"].get<uint64_t>() * m["n_embd"].get<uint64_t>() / 32 * 18);
+  } else {
+    EXPECT_EQ(repacked, 0u);  // the AVX2 and scalar kernels read the file's layout
+  }
+  r = bench("-m " + q4 + " -p 0 -n 2 -t 1 -r 1");
+  ASSERT_EQ(r.exit_code, 0) << r.log;
+  EXPECT_EQ(r.out.find("repacked at load") != std::string::npos, repacked > 0) << r.out;
+  r = bench("-m " + q4 + " -p 0 -n 2 -t 1 -r 1 --no-repack -o json");
+  ASSERT_EQ(r.exit_code, 0) << r.log;
+  j = Json::parse(r.out);
+  EXPECT_EQ(j["models"][0]["repacked_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(j["results"][0]["mode"], "sparse");
+}
+
 TEST_F(BenchCli, ProbeOnlyReportsEveryThreadCount) {
   Run r = bench("--probe -t 3");
   ASSERT_EQ(r.exit_code, 0) << r.log;

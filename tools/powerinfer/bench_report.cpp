@@ -195,6 +195,13 @@ std::string format_markdown(const BenchReport& r) {
       s += fmt("\nModel %zu read into memory (--no-mmap): %.0f of %.0f MiB in huge pages.\n", i + 1,
                static_cast<double>(md.huge_page_bytes) / kMiB, static_cast<double>(md.file_bytes) / kMiB);
     }
+    for (size_t i = 0; i < r.models.size(); ++i) {
+      const ModelSummary& md = r.models[i];
+      if (md.repacked_bytes == 0) continue;
+      s += fmt("\nModel %zu: %s of transposed weights repacked at load for the CPU's axpy "
+               "(--no-repack: the file's layout).\n",
+               i + 1, size_text(md.repacked_bytes).c_str());
+    }
   }
 
   s += fmt("\n| threads | probe GB/s (median) | min | max | scattered GB/s (%zu-byte rows, %.0f%%) | "
@@ -292,6 +299,7 @@ std::string format_json(const BenchReport& r) {
                           {"file_bytes", md.file_bytes},
                           {"mmap", md.mmap},
                           {"huge_page_bytes", md.huge_page_bytes},
+                          {"repacked_bytes", md.repacked_bytes},
                           {"params", md.params},
                           {"predictor_params", md.predictor_params},
                           {"n_layer", md.n_layer},

@@ -307,9 +307,11 @@ class RowRunner {
 
 // Maps every weight page into this process: a dense step on a throwaway session reads every
 // matrix once. A sparse session's own warm-up touches only the predicted rows; without this,
-// page faults on rows first used in later tokens would be timed.
-Status map_all_weights(const Engine& engine, int32_t bos, int threads) {
+// page faults on rows first used in later tokens would be timed. `repack` as the timed
+// sessions (--no-repack): the throwaway session must not make the copy they go without.
+Status map_all_weights(const Engine& engine, int32_t bos, int threads, bool repack) {
   SessionOptions so;
+  so.repack = repack;
   so.n_ctx = 8;
   so.n_batch = 1;
   so.n_threads = threads;
@@ -360,7 +362,7 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
         if (!o.sparsity_sites.empty()) so.sparse.sites = o.sparsity_sites;
       }
       if (mode == BenchMode::Sparse && !mapped) {
-        PI_TRY(map_all_weights(**engine, bos, threads));
+        PI_TRY(map_all_weights(**engine, bos, threads, so.repack));
         mapped = true;
       }
       auto session = Session::create(**engine, so);
@@ -414,6 +416,8 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
     }
    }
   }
+  // Made by the first session that placed the weights, if any did (model::LayoutCache).
+  report.models[index].repacked_bytes = (*engine)->model().layouts().bytes();
   return Status::Ok();
 }
 

@@ -37,6 +37,7 @@ struct ModelSummary {
   uint64_t file_bytes = 0;
   bool mmap = true;              // mapped, or read into memory (--no-mmap)
   uint64_t huge_page_bytes = 0;  // read into memory: bytes in huge pages
+  uint64_t repacked_bytes = 0;   // transposed weights the CPU copied into its axpy's layout
   int64_t params = 0;            // elements of every tensor, predictors included
   int64_t predictor_params = 0;  // elements of fc1/fc2
   int64_t n_layer = 0, n_embd = 0, n_ff = 0, n_head = 0, n_head_kv = 0, n_vocab = 0;

@@ -19,6 +19,11 @@ namespace pi::sparse {
 //   X, Y f32 [m, n]
 inline int64_t mask_small(const float* X, int64_t m, int64_t n, float t, float* Y,
                           RowLists& lists) {
+  // In chunks, two loops each: the select (vectorized) writes y and a keep byte per entry,
+  // the compaction adds the bytes. In one loop the compiler branched on the comparison,
+  // mispredicted about half the time at the 40-60% kept that calibrated files run at.
+  constexpr int64_t kChunk = 512;
+  alignas(64) uint8_t keep[kChunk];
   int32_t* idx = lists.idx.data();
   int64_t k = 0;
   lists.m = m;
@@ -26,11 +31,18 @@ inline int64_t mask_small(const float* X, int64_t m, int64_t n, float t, float* 
   for (int64_t i = 0; i < m; ++i) {
     const float* x = X + i * n;
     float* y = Y + i * n;
-    for (int64_t j = 0; j < n; ++j) {
-      const bool keep = std::fabs(x[j]) >= t;
-      y[j] = keep ? x[j] : 0.0f;
-      idx[k] = static_cast<int32_t>(j);
-      k += keep ? 1 : 0;  // branch-free compaction
+    for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
+      const int64_t jn = n - j0 < kChunk ? n - j0 : kChunk;
+      for (int64_t j = 0; j < jn; ++j) {
+        const float v = x[j0 + j];
+        const bool kp = std::fabs(v) >= t;
+        keep[j] = kp ? 1 : 0;
+        y[j0 + j] = kp ? v : 0.0f;
+      }
+      for (int64_t j = 0; j < jn; ++j) {
+        idx[k] = static_cast<int32_t>(j0 + j);
+        k += keep[j];
+      }
     }
     lists.offsets[static_cast<size_t>(i) + 1] = k;
   }

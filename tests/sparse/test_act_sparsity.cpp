@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <regex>
 #include <sstream>
 
@@ -31,6 +32,7 @@
 #include "runtime/context.h"
 #include "sparse/act_sparsity.h"
 #include "sparse/calibrate.h"
+#include "sparse/magnitude_mask.h"
 
 namespace {
 
@@ -133,6 +135,51 @@ TEST(MagnitudeHistogram, Quantiles) {
   EXPECT_EQ(h.count(), 10000u);
   EXPECT_EQ(h.quantile(0.0), 0.0);
   for (double q : {0.1, 0.4, 0.5, 0.9}) EXPECT_NEAR(h.quantile(q), q * 10000, q * 10000 * 0.02);
+}
+
+// mask_small against the rule it implements, entry by entry: widths around its chunk size,
+// several tokens, in place and not, thresholds of 0 (every entry kept, zeros included), a NaN
+// (never kept) and negative values (kept by magnitude).
+TEST(MagnitudeMask, KeepsTheLargeEntriesAndListsThemInOrder) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t n : {1, 511, 512, 513, 1100, 11008}) {
+    for (float t : {0.0f, 0.7f}) {
+      for (bool in_place : {false, true}) {
+        const int64_t m = 3;
+        std::vector<float> x(static_cast<size_t>(m * n));
+        for (auto& v : x) v = nd(rng);
+        x[0] = 0.0f;
+        if (n > 2) x[2] = std::nanf("");
+        std::vector<float> y = in_place ? x : std::vector<float>(x.size(), 42.0f);
+        sparse::RowLists lists;
+        lists.idx.resize(x.size());
+        lists.offsets.assign(static_cast<size_t>(m + 1), 0);
+        const int64_t kept = sparse::mask_small(in_place ? y.data() : x.data(), m, n, t, y.data(), lists);
+        SCOPED_TRACE(::testing::Message() << "n " << n << " t " << t << " in place " << in_place);
+        ASSERT_EQ(lists.m, m);
+        EXPECT_EQ(lists.size(), kept);
+        for (int64_t i = 0; i < m; ++i) {
+          std::vector<int32_t> want;
+          for (int64_t j = 0; j < n; ++j) {
+            const float v = x[static_cast<size_t>(i * n + j)];
+            const bool keep = std::fabs(v) >= t;
+            if (keep) want.push_back(static_cast<int32_t>(j));
+            const float got = y[static_cast<size_t>(i * n + j)];
+            if (keep) {
+              EXPECT_EQ(got, v) << i << " " << j;
+            } else {
+              EXPECT_EQ(got, 0.0f) << i << " " << j;
+            }
+          }
+          const std::vector<int32_t> have(lists.idx.begin() + lists.offsets[static_cast<size_t>(i)],
+                                          lists.idx.begin() + lists.offsets[static_cast<size_t>(i) + 1]);
+          EXPECT_EQ(have, want) << "token " << i;
+          if (t == 0.0f) EXPECT_EQ(static_cast<int64_t>(have.size()), n - (n > 2 && i == 0 ? 1 : 0));
+        }
+      }
+    }
+  }
 }
 
 TEST(ActSparsity, InterpolatesBetweenLevels) {

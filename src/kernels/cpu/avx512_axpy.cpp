@@ -386,6 +386,13 @@ struct Q4Perm {
   }
 };
 
+// One block of y (two 16-column halves) += s * the sums lo, hi.
+inline void add_block_sums(float* y, __m512i lo, __m512i hi, float s) {
+  const __m512 sv = _mm512_set1_ps(s);
+  _mm512_storeu_ps(y, _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), sv, _mm512_loadu_ps(y)));
+  _mm512_storeu_ps(y + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), sv, _mm512_loadu_ps(y + 16)));
+}
+
 // Blocks j, j + 1 of the chunk (b = cb0 + j; with kOne only block j exists): y += the group's
 // integer sums times s. Quants of two blocks of one row span 34 bytes, read with 64-byte loads;
 // kMasked loads read no further, for the rows within 64 bytes of their matrix's end (the last
@@ -413,12 +420,7 @@ inline void q4_pair_blocks(const uint8_t* const* rows, int nq, const Q4Tables& t
     acc[2] = _mm512_dpbusd_epi32(acc[2], _mm512_and_si512(q1, m4), k1);
     acc[3] = _mm512_dpbusd_epi32(acc[3], _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4), k1);
   }
-  for (int i = 0; i < (kOne ? 1 : 2); ++i) {
-    const __m512 sv = _mm512_set1_ps(tb.s[j + i]);
-    float* yb = y + 32 * (b + i);
-    _mm512_storeu_ps(yb, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * i]), sv, _mm512_loadu_ps(yb)));
-    _mm512_storeu_ps(yb + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * i + 1]), sv, _mm512_loadu_ps(yb + 16)));
-  }
+  for (int i = 0; i < (kOne ? 1 : 2); ++i) add_block_sums(y + 32 * (b + i), acc[2 * i], acc[2 * i + 1], tb.s[j + i]);
 }
 
 // From the largest |v| of 16 blocks' group (as bits; see q4_group): each block's 127 / amax
@@ -555,13 +557,6 @@ inline __m512i block_quads(const uint8_t* a, const uint8_t* b, const uint8_t* c,
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-// One block of y (two 16-column halves) += s * the sums lo, hi.
-inline void add_block(float* y, __m512i lo, __m512i hi, float s) {
-  const __m512 sv = _mm512_set1_ps(s);
-  _mm512_storeu_ps(y, _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), sv, _mm512_loadu_ps(y)));
-  _mm512_storeu_ps(y + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), sv, _mm512_loadu_ps(y + 16)));
-}
-
 // One group over blocks [b0, b1) of rows of nb blocks (b0 at a unit's start, b1 at one's end
 // or past the last whole unit); y the token's row.
 void q4_split_group(const Q4Group& grp, int64_t b0, int64_t b1, int64_t nb, float* y, const Q4Next& next) {
@@ -621,7 +616,7 @@ void q4_split_group(const Q4Group& grp, int64_t b0, int64_t b1, int64_t nb, floa
           acc[2 * i + 1] = _mm512_dpbusd_epi32(acc[2 * i + 1], _mm512_and_si512(_mm512_srli_epi16(t[i], 4), m4), k);
         }
       }
-      for (int i = 0; i < 4; ++i) add_block(y + 32 * (cb0 + j + i), acc[2 * i], acc[2 * i + 1], tb.s[j + i]);
+      for (int i = 0; i < 4; ++i) add_block_sums(y + 32 * (cb0 + j + i), acc[2 * i], acc[2 * i + 1], tb.s[j + i]);
     }
     // Blocks past the last whole unit (stored as in Q4_0): one at a time.
     for (; j < n; ++j) {
@@ -634,7 +629,7 @@ void q4_split_group(const Q4Group& grp, int64_t b0, int64_t b1, int64_t nb, floa
         lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(quads, m4), k);
         hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(_mm512_srli_epi16(quads, 4), m4), k);
       }
-      add_block(y + 32 * (cb0 + j), lo, hi, tb.s[j]);
+      add_block_sums(y + 32 * (cb0 + j), lo, hi, tb.s[j]);
     }
   }
 }

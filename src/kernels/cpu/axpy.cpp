@@ -36,18 +36,29 @@ void run_axpy(ThreadPool& pool, const KernelTable& kt, const AxpyTask& base, int
   detail::Scratch scratch;
   const int64_t m = base.m, n = base.n;
   const int64_t split = n_rows / 2;
-  auto* rows = scratch.alloc<int32_t>(n);
-  auto* coef = scratch.alloc<float>(n * m);
+  // A list whose lower rows all come first (ascending lists, as every caller passes) is split
+  // where it is; any other is copied, lower rows first, each half in list order.
   int64_t n_lower = 0;
-  for (int upper = 0; upper < 2; ++upper) {
-    int64_t at = upper == 0 ? 0 : n_lower;
-    for (int64_t k = 0; k < n; ++k) {
-      if ((base.rows[k] >= split) != (upper == 1)) continue;
-      rows[at] = base.rows[k];
-      for (int64_t i = 0; i < m; ++i) coef[at * m + i] = base.coef[k * m + i];  // m is 1 per token
-      ++at;
+  while (n_lower < n && base.rows[n_lower] < split) ++n_lower;
+  bool in_place = true;
+  for (int64_t k = n_lower; k < n; ++k) in_place &= base.rows[k] >= split;
+  const int32_t* rows = base.rows;
+  const float* coef = base.coef;
+  if (!in_place) {
+    auto* r = scratch.alloc<int32_t>(n);
+    auto* c = scratch.alloc<float>(n * m);
+    int64_t at = 0;
+    for (int upper = 0; upper < 2; ++upper) {
+      for (int64_t k = 0; k < n; ++k) {
+        if ((base.rows[k] >= split) != (upper == 1)) continue;
+        r[at] = base.rows[k];
+        for (int64_t i = 0; i < m; ++i) c[at * m + i] = base.coef[k * m + i];  // m is 1 per token
+        ++at;
+      }
+      if (upper == 0) n_lower = at;
     }
-    if (upper == 0) n_lower = at;
+    rows = r;
+    coef = c;
   }
   const int64_t n_upper = n - n_lower;
   float* partial = n_upper > 0 ? scratch.alloc<float>(m * cols) : nullptr;

@@ -319,6 +319,38 @@ TEST(CpuAxpy, Q4SplitLayoutGivesTheQ4Bits) {
   }
 }
 
+// The rows below and above n_rows / 2 are summed apart (so that any thread count gives the
+// same bits): an ascending list is split where it is, any other is copied lower rows first,
+// each half in list order. Moving the first upper row to the front makes the list take the
+// copy while each half keeps its order: same bits.
+TEST(CpuAxpy, ListsSplitInPlaceOrCopiedGiveTheSameBits) {
+  const int64_t n_rows = 64, cols = 4096;
+  for (DType t : {DType::F32, DType::Q8_0, DType::Q4_0}) {
+    const Weights w = random_weights(t, n_rows, cols, 71);
+    const auto a = gaussian(n_rows, 72);
+    const auto y0 = gaussian(cols, 73);
+    const std::vector<int32_t> sorted = subset(n_rows, 0.6, 74);
+    const auto upper = std::find_if(sorted.begin(), sorted.end(), [&](int32_t r) { return r >= n_rows / 2; });
+    ASSERT_NE(upper, sorted.end());
+    ASSERT_NE(upper, sorted.begin());
+    std::vector<int32_t> moved{*upper};
+    for (int32_t r : sorted)
+      if (r != *upper) moved.push_back(r);
+    for (Isa isa : isas()) {
+      for (int n : {1, 2}) {
+        SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(t) << " threads " << n);
+        const Kernels k(isa);
+        ThreadPool pool(n);
+        auto ys = y0, ym = y0;
+        k.axpy_rows(pool, t, w.data(), n_rows, cols, sorted.data(), static_cast<int64_t>(sorted.size()), a.data(), ys.data());
+        k.axpy_rows(pool, t, w.data(), n_rows, cols, moved.data(), static_cast<int64_t>(moved.size()), a.data(), ym.data());
+        EXPECT_EQ(0, std::memcmp(ys.data(), ym.data(), cols * 4));
+        EXPECT_NE(0, std::memcmp(ys.data(), y0.data(), cols * 4));
+      }
+    }
+  }
+}
+
 TEST(CpuAxpy, ZeroCoefficientSkipsNonFiniteRowsAndNonZeroPropagates) {
   ThreadPool pool(2);
   for (Isa isa : isas()) {

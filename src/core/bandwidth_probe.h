@@ -10,8 +10,9 @@
 //
 // The scattered pass reads instead a random, ascending subset of fixed-size chunks of the
 // buffer, as the neuron-sparse FFN reads its active rows (a Q4_0 row of 4096 columns is 2304
-// bytes); each thread takes a contiguous share of the list and prefetches every line of the
-// chunk kScatterAhead chunks on, as the kernels do. On the machines measured such reads
+// bytes); each thread takes a contiguous share of the list, reads it eight chunks in step with
+// the same loads as the sequential pass, and prefetches every line of the chunk eight on, as
+// the kernels do. On the machines measured such reads
 // reach well below the sequential rate (docs/BENCHMARKS.md), so a sparse decode step's
 // roofline counts its scattered bytes at this rate.
 //

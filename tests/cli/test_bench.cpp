@@ -374,8 +374,9 @@ TEST(BandwidthProbe, SumsEveryWordOnceForEveryIsaAndThreadCount) {
       }
     }
   }
-  // Scattered passes read exactly the listed chunks, each once, for any thread count; the
-  // list is ascending, reproducible, about the asked fraction, and empty for fraction 0.
+  // Scattered passes read exactly the listed chunks, each once, for every ISA and thread
+  // count (slices of whole groups of eight and a few chunks past the last); the list is
+  // ascending, reproducible, about the asked fraction, and empty for fraction 0.
   auto probe = pi::BandwidthProbe::create((size_t{3} << 20) + 4096);
   ASSERT_TRUE(probe.ok());
   const size_t chunk = 2304, n_chunks = (*probe)->bytes() / chunk;

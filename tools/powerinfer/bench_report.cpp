@@ -242,8 +242,10 @@ std::string format_markdown(const BenchReport& r) {
           "predictor selected, as counted by the sparse engine) plus the KV cache read. GB/s = "
           "MiB/token x t/s; of probe = GB/s / the read probe on as many threads, measured "
           "around the row's repetitions. Of roofline: t/s / the t/s if every byte were read at "
-          "the probe's rate, except the sparse FFN rows (scattered), read at the scattered "
-          "probe's share of it (table above).\n",
+          "the probe's rate, except the sparse rows (scattered: the predicted FFN rows, or a "
+          "calibrated file's kept rows of every projection), read at the scattered probe's "
+          "share of it, its passes also around the row's repetitions (--scatter-fraction of "
+          "the 2304-byte rows).\n",
           r.options.reps);
   return s;
 }

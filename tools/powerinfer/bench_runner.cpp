@@ -232,6 +232,13 @@ class RowRunner {
   template <typename Once>
   Status repeat(BenchRow& row, int64_t tokens, Once once) {
     std::vector<double> passes = probe_.measure(pool_, o_.probe_passes);
+    // A sparse generation row's roofline counts its FFN rows at the scattered rate: measured
+    // in the same minutes as the runs too, since the host moves it as much as the sequential one.
+    const bool scattered = row.mode == BenchMode::Sparse && row.n_gen > 0;
+    std::vector<double> scattered_passes;
+    if (scattered)
+      scattered_passes =
+          probe_.measure_scattered(pool_, o_.probe_passes, kScatterChunkBytes, o_.scatter_fraction);
     SparseTotals sum;
     const PlacementInfo before = session_.placement();
     for (int r = 0; r < o_.reps; ++r) {
@@ -245,9 +252,18 @@ class RowRunner {
       sum.computed += t.computed;
       sum.bytes += t.bytes;
       passes.push_back(probe_.pass(pool_).gbps);
+      if (scattered)
+        scattered_passes.push_back(probe_
+                                       .scattered_pass(pool_, kScatterChunkBytes, o_.scatter_fraction,
+                                                       static_cast<uint64_t>(o_.probe_passes + r + 1))
+                                       .gbps);
       log_debug("bench:   repetition %d/%d: %.2f tokens/s", r + 1, o_.reps, row.samples.back());
     }
     row.probe = probe_stats(row.threads, std::move(passes));
+    if (scattered) {
+      row.probe.scattered = median_of(scattered_passes);
+      row.probe.scattered_passes = std::move(scattered_passes);
+    }
     if (before.hybrid) {
       HybridRow& h = row.hybrid;
       h.present = true;
@@ -521,9 +537,10 @@ Result<BenchReport> run_bench(const BenchOptions& o) {
   PI_TRY(model_hybrid_rows(report));
   for (BenchRow& row : report.rows) {
     if (row.hybrid.present || !row.has_bytes || row.probe.median <= 0 || row.ts_median <= 0) continue;
-    double scatter = 1.0;  // scattered / sequential rate
+    double scatter = 1.0;  // scattered / sequential rate: the row's own passes, else the table's
     for (const ProbeStats& p : report.probe)
       if (p.threads == row.threads && p.median > 0 && p.scattered > 0) scatter = p.scattered / p.median;
+    if (row.probe.scattered > 0) scatter = row.probe.scattered / row.probe.median;
     const double rows = row.mode == BenchMode::Sparse ? row.bytes.ffn : 0.0;
     const double seconds =
         ((row.bytes.total() - rows) + rows / scatter) / (row.probe.median * 1e9);

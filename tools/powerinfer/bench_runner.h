@@ -51,8 +51,9 @@ struct ProbeStats {
   int threads = 0;
   std::vector<double> passes;  // GB/s of each pass, in order
   double median = 0, min = 0, max = 0;
-  // The probe table only: scattered passes (kScatterChunkBytes chunks, kScatterFraction of
-  // them; BandwidthProbe::scattered_pass), GB/s of each and their median.
+  // Scattered passes (kScatterChunkBytes chunks, --scatter-fraction of them;
+  // BandwidthProbe::scattered_pass), GB/s of each and their median: in the probe table, and
+  // around a sparse generation row's repetitions (as the sequential passes).
   std::vector<double> scattered_passes;
   double scattered = 0;
 };
@@ -100,8 +101,8 @@ struct BenchRow {
   ProbeStats probe;        // passes run around this row's repetitions
   double probe_ratio = 0;  // gbps / probe.median
   // ts_median / the roofline: weights and cache read at probe.median, except sparse FFN rows,
-  // which are scattered and read at probe.median x (scattered / sequential rate of the probe
-  // table for this thread count). Equals probe_ratio for dense rows. 0 without bytes.
+  // which are scattered and read at probe.median x (probe.scattered / probe.median, both
+  // measured around the row's repetitions). Equals probe_ratio for dense rows. 0 without bytes.
   double roofline_ratio = 0;
   double load_1m = -1;     // load average when the row started
   HybridRow hybrid;

@@ -79,12 +79,13 @@ SumFn sum_fn(ProbeIsa isa) {
 
 // Scattered reads: groups of kGroup chunks read line by line in step (kGroup streams in
 // flight), each line load paired with a prefetch of the same line of the chunk kGroup on: the
-// scheme of the sparse row kernels, measured fastest among 1-8 chunks per group and 4-16
-// chunks ahead. A group function reads one whole group (rows[i], `words` words each, a whole
-// number of lines) and returns the wrapping sum of its words. The loop over the group's rows
-// is unrolled, so that a line costs a load, an add and a prefetch: with the rows in a loop
-// (and, as GCC compiled the portable form, eight scalar adds per line) the same reads
-// measured 7-10% slower here, below what the kernels can reach (docs/BENCHMARKS.md).
+// scheme of the sparse row kernels (unrolled, 4, 8 and 16 chunks in step read alike here). A
+// group function reads one whole group (rows[i], `words` words each, a whole number of lines)
+// and returns the wrapping sum of its words. The loop over the group's rows is unrolled, so
+// that a line costs a load, an add and a prefetch: with the rows in a loop (and, as GCC
+// compiled the portable form, eight scalar adds per line) the same reads measured 7-10%
+// slower here, which set the roofline below what the machine reaches (docs/BENCHMARKS.md,
+// "The scattered probe read slower than the machine can").
 constexpr size_t kGroup = 8;
 constexpr size_t kLineWords = kLine / sizeof(uint64_t);
 using GroupFn = uint64_t (*)(const uint64_t* const* rows, const char* const* next, size_t words);

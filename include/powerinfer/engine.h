@@ -53,17 +53,21 @@ struct ModelInfo {
   int64_t n_vocab = 0, n_ctx_train = 0, n_embd = 0, n_layer = 0, n_ff = 0;
   int64_t n_head = 0, n_head_kv = 0;
   uint64_t file_bytes = 0;
-  bool mmap = true;              // mapped (true) or read into memory (LoadOptions::mmap)
+  bool mmap = true;              // mapped (true) or read into memory (LoadOptions::load)
   uint64_t huge_page_bytes = 0;  // read into memory: bytes the kernel backs with huge pages
   uint64_t weight_bytes_per_token = 0;  // bytes of weights one decode step reads
   std::string chat_template;  // tokenizer.chat_template (Jinja source); empty when absent
 };
 
+// How the model file gets into memory. Map: mmap it (instant load, pages shared with the page
+// cache and other processes; llama.cpp's default). Read: read it into memory backed by
+// transparent huge pages (llama.cpp's --no-mmap): a copy at load (~1 s for 4 GB), faster
+// decoding (dense 7B Q4_0 1.27x on an Intel Xeon, fewer TLB misses). Auto: Read when huge
+// pages are on and the file takes at most half of the memory available now, else Map.
+enum class ModelLoad { Auto, Map, Read };
+
 struct LoadOptions {
-  // true: map the file (instant load, pages shared with the page cache). false: read it into
-  // memory backed by transparent huge pages (llama.cpp's --no-mmap): a copy at load, faster
-  // decoding, most of all for neuron-sparse decoding's scattered rows.
-  bool mmap = true;
+  ModelLoad load = ModelLoad::Auto;
   // Lock the model in RAM (mlock) so it is never paged out; a failure is a warning.
   bool mlock = false;
   // Check every weight for NaN/Inf at load (slow: reads the whole file). The norms and other

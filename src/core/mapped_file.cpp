@@ -100,6 +100,31 @@ Status read_into_memory(int fd, const std::string& path, size_t size, void*& reg
 
 }  // namespace
 
+LoadMode choose_load_mode(size_t file_bytes, size_t mem_available, bool huge_pages_on) {
+  return huge_pages_on && file_bytes <= mem_available / 2 ? LoadMode::Read : LoadMode::Map;
+}
+
+size_t mem_available_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  size_t kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "MemAvailable: %zu kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
+bool transparent_huge_pages_on() {
+  std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (f == nullptr) return false;
+  char line[256] = {};
+  const bool read = std::fgets(line, sizeof line, f) != nullptr;
+  std::fclose(f);
+  return read && std::strstr(line, "[never]") == nullptr;
+}
+
 Result<MappedFile> MappedFile::open(const std::string& path, LoadMode mode) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return err("%s: cannot open: %s", path.c_str(), std::strerror(errno));
@@ -115,8 +140,10 @@ Result<MappedFile> MappedFile::open(const std::string& path, LoadMode mode) {
   }
   MappedFile f;
   f.path_ = path;
-  f.mode_ = mode;
   const auto size = static_cast<size_t>(st.st_size);
+  if (mode == LoadMode::Auto)
+    mode = choose_load_mode(size, mem_available_bytes(), transparent_huge_pages_on());
+  f.mode_ = mode;
   if (size > 0 && mode == LoadMode::Read) {
     const Status s = read_into_memory(fd, path, size, f.region_, f.region_size_, f.data_);
     ::close(fd);

@@ -4,9 +4,13 @@
 //    other processes; the kernel maps them with small pages, or large ones where its page
 //    cache happens to hold large folios).
 //  - Read: read it into anonymous memory advised for transparent huge pages (2 MiB), then
-//    make it read-only. Costs a copy at load (the file's size in RAM besides the page cache)
-//    and buys far fewer TLB misses: neuron-sparse decoding reads thousands of scattered rows
-//    per token and measured ~5% faster (docs/BENCHMARKS.md). llama.cpp's --no-mmap.
+//    make it read-only. Costs a copy at load (the file's size in RAM besides the page cache,
+//    ~1 s for 4 GB) and buys far fewer TLB misses: dense decoding of a 7B Q4_0 file measured
+//    1.27x faster on an Intel Xeon; neuron-sparse decoding, which reads thousands of
+//    scattered rows per token, ~5% faster on an AMD Zen 5 (docs/BENCHMARKS.md, "Mapped or
+//    read into huge pages"). llama.cpp's --no-mmap.
+//  - Auto: Read when transparent huge pages are available and the file takes at most half of
+//    the memory available now (choose_load_mode), else Map. What the engine does by default.
 // Thread-safety: immutable after open(), safe to read from any thread.
 #pragma once
 
@@ -19,7 +23,15 @@
 
 namespace pi {
 
-enum class LoadMode { Map, Read };
+enum class LoadMode { Map, Read, Auto };
+
+// Auto's choice (pure, for tests): Read when huge pages are on and file_bytes is at most half
+// of mem_available, else Map.
+LoadMode choose_load_mode(size_t file_bytes, size_t mem_available, bool huge_pages_on);
+// MemAvailable of /proc/meminfo in bytes (0 when unknown), and whether transparent huge pages
+// can back an madvise'd region (/sys/kernel/mm/transparent_hugepage/enabled not [never]).
+size_t mem_available_bytes();
+bool transparent_huge_pages_on();
 
 class MappedFile {
  public:
@@ -30,7 +42,8 @@ class MappedFile {
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;
 
-  // Maps or reads `path` (see LoadMode). An empty file gives an empty span.
+  // Maps or reads `path` (see LoadMode; mode() says which Auto chose). An empty file gives an
+  // empty span.
   static Result<MappedFile> open(const std::string& path, LoadMode mode = LoadMode::Map);
 
   std::span<const std::byte> bytes() const { return {data_, size_}; }

@@ -45,8 +45,10 @@ Engine::~Engine() = default;
 
 Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const LoadOptions& opts) {
   std::unique_ptr<Engine> e(new Engine());
-  auto m = model::Model::load(path, opts.mmap ? LoadMode::Map : LoadMode::Read,
-                              opts.check_tensors);
+  const LoadMode mode = opts.load == ModelLoad::Map    ? LoadMode::Map
+                        : opts.load == ModelLoad::Read ? LoadMode::Read
+                                                       : LoadMode::Auto;
+  auto m = model::Model::load(path, mode, opts.check_tensors);
   if (!m.ok()) return m.error();
   e->model_ = std::move(*m);
   const gguf::File& f = e->model_->file();
@@ -75,7 +77,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Load
   i.n_head = hp.n_head;
   i.n_head_kv = hp.n_head_kv;
   i.file_bytes = f.file_size();
-  i.mmap = opts.mmap;
+  i.mmap = f.mapping().mode() == LoadMode::Map;
   i.huge_page_bytes = f.mapping().huge_page_bytes();
   i.weight_bytes_per_token = e->model_->weight_bytes_per_token();
   if (const gguf::Value* v = f.find("tokenizer.chat_template");

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/run_command.h"
+#include "core/mapped_file.h"
 #include "model/tiny_model.h"
 
 namespace {
@@ -86,15 +87,29 @@ TEST(CliRun, GreedyOutputIndependentOfThreadsAndBatchSize) {
   EXPECT_EQ(generated(base + " -t 1 -b 7"), ref);
 }
 
-// --no-mmap reads the weights into memory instead of mapping them: the same numbers, so the
-// same text, and the load line says how much landed in huge pages.
-TEST(CliRun, NoMmapGivesTheSameOutput) {
+// --mmap maps the weights, --no-mmap reads them into memory, and by default a file this small
+// is read whenever transparent huge pages are on: the same numbers every way, so the same
+// text; the load line says when the model was read and how much landed in huge pages. The
+// two flags together are refused.
+TEST(CliRun, MappedReadAndDefaultGiveTheSameOutput) {
   const std::string m = model("nommap.pwri.gguf", arch("llama", true, pi::DType::Q4_0));
   const std::string base = kRun + "-m " + m + " -p 'the and in' -n 24 --ignore-eos --seed 3 -t 2";
-  EXPECT_EQ(generated(base + " --no-mmap"), generated(base));
+  const std::string read = generated(base + " --no-mmap");
+  EXPECT_EQ(generated(base + " --mmap"), read);
+  EXPECT_EQ(generated(base), read);
   auto r = run_command(base + " --no-mmap 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "read into memory (--no-mmap)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "model read into memory: ")) << r.output;
+  auto mapped = run_command(base + " --mmap 2>&1");
+  ASSERT_EQ(mapped.exit_code, 0) << mapped.output;
+  EXPECT_FALSE(contains(mapped.output, "read into memory")) << mapped.output;
+  auto by_default = run_command(base + " 2>&1");
+  ASSERT_EQ(by_default.exit_code, 0) << by_default.output;
+  EXPECT_EQ(contains(by_default.output, "model read into memory: "), pi::transparent_huge_pages_on())
+      << by_default.output;
+  auto both = run_command(base + " --mmap --no-mmap 2>&1");
+  EXPECT_NE(both.exit_code, 0) << both.output;
+  EXPECT_TRUE(contains(both.output, "--no-mmap")) << both.output;
 }
 
 TEST(CliRun, SeededSamplingIsReproducible) {

@@ -48,6 +48,29 @@ TEST(MappedFile, ReadModeHoldsTheSameBytes) {
   EXPECT_NE(missing.error().message.find("/nonexistent/model.gguf"), std::string::npos);
 }
 
+// Auto reads a file into memory when huge pages are on and it takes at most half of the
+// memory available, and maps it otherwise; open() reports the choice it made.
+TEST(MappedFile, AutoReadsWhatFitsHalfTheAvailableMemory) {
+  constexpr size_t GiB = size_t{1} << 30;
+  EXPECT_EQ(choose_load_mode(4 * GiB, 8 * GiB, true), LoadMode::Read);
+  EXPECT_EQ(choose_load_mode(4 * GiB + 1, 8 * GiB, true), LoadMode::Map);
+  EXPECT_EQ(choose_load_mode(4 * GiB, 8 * GiB, false), LoadMode::Map);
+  EXPECT_EQ(choose_load_mode(1, 0, true), LoadMode::Map);  // MemAvailable unknown
+  EXPECT_EQ(choose_load_mode(0, 0, true), LoadMode::Read);
+  EXPECT_GT(mem_available_bytes(), size_t{0});
+
+  auto path = std::filesystem::temp_directory_path() / ("pi_auto_" + std::to_string(::getpid()));
+  { std::ofstream(path) << "hello"; }
+  auto m = MappedFile::open(path.string(), LoadMode::Auto);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(m->mode(), transparent_huge_pages_on() ? LoadMode::Read : LoadMode::Map);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(m->data()), 5), "hello");
+  auto mapped = MappedFile::open(path.string(), LoadMode::Map);
+  ASSERT_TRUE(mapped.ok()) << mapped.error().message;
+  EXPECT_EQ(mapped->mode(), LoadMode::Map);
+  std::filesystem::remove(path);
+}
+
 TEST(MappedFile, MissingFileNamesPath) {
   auto m = MappedFile::open("/nonexistent/model.gguf");
   ASSERT_FALSE(m.ok());

@@ -83,7 +83,7 @@ Result<std::vector<std::string>> split_list(const char* flag, const std::vector<
 Result<BenchOptions> validate_bench_flags(const BenchFlags& f, int default_threads) {
   BenchOptions o;
   o.probe_only = f.probe_only;
-  o.mmap = f.mmap;
+  o.load = f.load;
   PI_TRY(check_model_flags(f));
   o.model_flags = f;
 

@@ -32,7 +32,7 @@ struct BenchFlags : ModelFlags {
   int64_t probe_mib = 1024;          // --probe-mib
   int probe_passes = 5;              // --probe-passes
   int warmup_gen = 8;                // --warmup-gen
-  bool mmap = true;                  // --no-mmap clears it
+  ModelLoad load = ModelLoad::Auto;  // --mmap, --no-mmap
   std::string device = "cpu";        // --device (sim or cuda: hybrid rows, one per budget)
   std::vector<std::string> sparsities;  // --sparsity (calibrated files)
   std::string sparsity_sites;           // --sparsity-sites
@@ -57,7 +57,7 @@ struct BenchOptions {
   size_t probe_bytes = size_t{1} << 30;
   int probe_passes = 5;
   int warmup_gen = 8;  // generated tokens in a generation test's untimed warm-up run
-  bool mmap = true;    // false: read models into huge-page memory (--no-mmap)
+  ModelLoad load = ModelLoad::Auto;  // --mmap, --no-mmap
   ModelFlags model_flags;  // -ngl, --mlock, --check-tensors, ... (llama_flags.h)
   std::string device = "cpu";
   // --vram-budget list (bytes), one row each; {nullopt}: one row, the device's default.

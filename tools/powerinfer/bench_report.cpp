@@ -192,7 +192,7 @@ std::string format_markdown(const BenchReport& r) {
     for (size_t i = 0; i < r.models.size(); ++i) {
       const ModelSummary& md = r.models[i];
       if (md.mmap) continue;
-      s += fmt("\nModel %zu read into memory (--no-mmap): %.0f of %.0f MiB in huge pages.\n", i + 1,
+      s += fmt("\nModel %zu read into memory: %.0f of %.0f MiB in huge pages (--mmap maps it).\n", i + 1,
                static_cast<double>(md.huge_page_bytes) / kMiB, static_cast<double>(md.file_bytes) / kMiB);
     }
     for (size_t i = 0; i < r.models.size(); ++i) {

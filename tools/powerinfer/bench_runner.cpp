@@ -342,7 +342,7 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
                  BenchReport& report) {
   const std::string& path = o.models[index];
   log_info("bench: loading %s", path.c_str());
-  auto engine = Engine::load(path, load_options(o.model_flags, o.mmap));
+  auto engine = Engine::load(path, load_options(o.model_flags, o.load));
   if (!engine.ok()) return engine.error();
   report.models.push_back(summarize_model(**engine));
   const ModelSummary& model = report.models.back();

@@ -90,7 +90,7 @@ int batched(const BatchedOptions& o_in) {
   install_sigint_flag();
 
   const auto t_start = std::chrono::steady_clock::now();
-  auto engine = Engine::load(o.model, load_options(o, o.mmap));
+  auto engine = Engine::load(o.model, load_options(o, o.load));
   if (!engine.ok()) return fail(engine.error());
   const Tokenizer* tok = (*engine)->tokenizer();
   if (tok == nullptr) {

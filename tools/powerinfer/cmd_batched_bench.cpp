@@ -36,7 +36,7 @@ struct BenchOptions : ModelFlags {
   bool pps = false;
   bool dense = false;
   std::string device = "cpu";
-  bool mmap = true;
+  ModelLoad load = ModelLoad::Auto;  // --mmap, --no-mmap
   std::string output = "md";
   bool warmup = true;
 };
@@ -201,7 +201,7 @@ int bench(const BenchOptions& o_in) {
   for (int64_t pl : o.npl) max_pl = std::max(max_pl, pl);
   const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : max_kv;
 
-  auto engine = Engine::load(o.model, load_options(o, o.mmap));
+  auto engine = Engine::load(o.model, load_options(o, o.load));
   if (!engine.ok()) return fail(engine.error());
   SessionOptions so;
   so.n_ctx = n_ctx;
@@ -294,7 +294,7 @@ Runner add_batched_bench(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   sub->add_flag("--pps", o->pps, "One shared prompt, evaluated once and copied to every sequence");
-  sub->add_flag("!--no-mmap", o->mmap, "Read the model into memory backed by transparent huge pages instead of mapping it: a copy at load (the file's size in RAM), faster decoding, most of all sparse");
+  add_load_flags(sub, o->load);
   add_device_option(sub, o->device);
   sub->add_flag("--dense", o->dense,
                 "PowerInfer files: compute every FFN neuron instead of the predicted ones");

@@ -73,7 +73,7 @@ Runner add_bench(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("-b,--batch-size", f->n_batch, "Prompt tokens per forward pass")
       ->capture_default_str();
-  sub->add_flag("!--no-mmap", f->mmap, "Read the model into memory backed by transparent huge pages instead of mapping it: a copy at load (the file's size in RAM), faster decoding, most of all sparse");
+  add_load_flags(sub, f->load);
   sub->add_flag("--dense", f->dense,
                 "Run the dense FFN (PowerInfer files: every neuron; with --sparse: both modes)");
   sub->add_flag("--sparse", f->sparse,

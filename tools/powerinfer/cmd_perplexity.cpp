@@ -51,7 +51,7 @@ struct PerplexityOptions : ModelFlags {
   bool dense = false;
   ActSparsityFlags act;  // calibrated files: --sparsity, --sparsity-sites
   std::string device = "cpu";
-  bool mmap = true;
+  ModelLoad load = ModelLoad::Auto;  // --mmap, --no-mmap
   std::string kl_save;
   std::string kl_base;
   // llama.cpp's spelling: --kl-divergence-base FILE saves (as --kl-save), and with
@@ -213,7 +213,7 @@ int run_perplexity(PerplexityOptions o) {
   if (!text.ok()) return fail(text.error());
 
   const auto t_load = std::chrono::steady_clock::now();
-  auto engine = Engine::load(o.model, load_options(o, o.mmap));
+  auto engine = Engine::load(o.model, load_options(o, o.load));
   if (!engine.ok()) return fail(engine.error());
   const Tokenizer* tok = (*engine)->tokenizer();
   if (tok == nullptr)
@@ -405,7 +405,7 @@ Runner add_perplexity(CLI::App& app) {
       sub->add_option("--chunks", o->n_chunks,
                       "Evaluate at most this many chunks (-1: all; with --kl-base: the base's)")
           ->capture_default_str();
-  sub->add_flag("!--no-mmap", o->mmap, "Read the model into memory backed by transparent huge pages instead of mapping it: a copy at load (the file's size in RAM), faster decoding, most of all sparse");
+  add_load_flags(sub, o->load);
   add_device_option(sub, o->device);
   sub->add_flag("--dense", o->dense,
                 "PowerInfer files: compute every FFN neuron instead of the predicted ones; "

@@ -128,7 +128,7 @@ int run(const RunOptions& o_in) {
   // From here on Ctrl-C only sets a flag; generation checks it between tokens.
   install_sigint_flag();
   const auto t_start = std::chrono::steady_clock::now();
-  auto engine = Engine::load(o.model, load_options(o, o.mmap));
+  auto engine = Engine::load(o.model, load_options(o, o.load));
   if (!engine.ok()) {
     log_error("%s", engine.error().message.c_str());
     return 1;

@@ -46,7 +46,7 @@ struct ServeOptions {
   std::string cors_origin;
   std::string chat_template;
   SamplingParams sampling;
-  bool mmap = true;
+  ModelLoad load = ModelLoad::Auto;  // --mmap, --no-mmap
   ModelFlags flags;  // -ngl, --vram-budget, --stats, --mlock, ... (llama_flags.h)
   bool dense = false;
   std::string sparse_threshold;
@@ -131,7 +131,7 @@ int serve(const ServeOptions& o) {
     http_thread.join();
   };
   if (Status f = check_model_flags(o.flags); !f.ok()) return fail(f.error().message);
-  auto engine = Engine::load(*model, load_options(o.flags, o.mmap));
+  auto engine = Engine::load(*model, load_options(o.flags, o.load));
   if (!engine.ok()) {
     stop_http();
     return fail(engine.error().message);
@@ -246,7 +246,7 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--min-p", o->sampling.min_p, "Default min-p")->capture_default_str();
   sub->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Default repetition penalty")->capture_default_str();
   sub->add_option("--repeat-last-n", o->sampling.repeat_last_n, "Default penalty window")->capture_default_str();
-  sub->add_flag("!--no-mmap", o->mmap, "Read the model into huge-page memory instead of mapping it");
+  add_load_flags(sub, o->load);
   sub->add_flag("--dense", o->dense, "PowerInfer files: compute every FFN neuron");
   sub->add_option("--sparse-threshold", o->sparse_threshold, "Predictor threshold (see run)");
   add_act_sparsity_flags(sub, o->act);

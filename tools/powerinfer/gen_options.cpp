@@ -52,7 +52,7 @@ void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help) {
       "!--no-warmup", o.warmup,
       "Skip the warm-up pass (one token, then forgotten) that maps the weights before timing; "
       "its cost is part of the load time");
-  sub->add_flag("!--no-mmap", o.mmap, "Read the model into memory backed by transparent huge pages instead of mapping it: a copy at load (the file's size in RAM), faster decoding, most of all sparse");
+  add_load_flags(sub, o.load);
   add_device_option(sub, o.device);
   sub->add_flag("--dense", o.dense,
                 "PowerInfer files: compute every FFN neuron (still ReLU) instead of the "
@@ -213,7 +213,7 @@ void log_model_info(const std::string& path, const ModelInfo& info, bool sparse)
            static_cast<long long>(info.n_layer), static_cast<long long>(info.n_embd),
            static_cast<long long>(info.n_vocab), info.activation.c_str());
   if (!info.mmap) {
-    log_info("model read into memory (--no-mmap): %.0f of %.0f MiB in huge pages",
+    log_info("model read into memory: %.0f of %.0f MiB in huge pages (--mmap maps it instead)",
              static_cast<double>(info.huge_page_bytes) / 1048576.0,
              static_cast<double>(info.file_bytes) / 1048576.0);
   }

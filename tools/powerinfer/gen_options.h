@@ -46,7 +46,7 @@ struct GenOptions : ModelFlags {
   bool escape = true;  // -e is on by default, as in llama.cpp; --no-escape clears it
   bool no_display_prompt = false;
   bool warmup = true;
-  bool mmap = true;  // --no-mmap: read the model into huge-page memory
+  ModelLoad load = ModelLoad::Auto;  // --mmap, --no-mmap
   std::string device = "cpu";  // --device: cpu | ref | sim (powerinfer devices)
   // PowerInfer files (see SparseOptions): --dense, --sparse-threshold.
   bool dense = false;
@@ -55,11 +55,11 @@ struct GenOptions : ModelFlags {
 };
 
 // Logs the model line of run and batched (path, architecture, sparse or dense, sizes) and,
-// for --no-mmap, how much of the file landed in huge pages.
+// when the model was read into memory, how much of it landed in huge pages.
 void log_model_info(const std::string& path, const ModelInfo& info, bool sparse);
 
 // Registers -m -p -f -n -t -b, the sampling flags, -s --ignore-eos -e/--no-escape
-// --no-display-prompt --no-warmup --no-mmap --dense --sparse-threshold and the model flags
+// --no-display-prompt --no-warmup --mmap/--no-mmap --dense --sparse-threshold and the model flags
 // (llama_flags.h) on `sub`. `n_help` describes -n; -c (whose default
 // differs) is the caller's.
 void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help);

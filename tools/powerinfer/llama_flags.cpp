@@ -170,9 +170,9 @@ Status apply_hybrid_flags(const ModelFlags& f, SessionOptions& so) {
   return Status::Ok();
 }
 
-LoadOptions load_options(const ModelFlags& f, bool mmap) {
+LoadOptions load_options(const ModelFlags& f, ModelLoad load) {
   LoadOptions o;
-  o.mmap = mmap;
+  o.load = load;
   o.mlock = f.mlock;
   o.check_tensors = f.check_tensors;
   return o;
@@ -224,6 +224,20 @@ Result<std::vector<std::string>> normalize_args(const std::vector<std::string>& 
     out.push_back(a);
   }
   return out;
+}
+
+void add_load_flags(CLI::App* sub, ModelLoad& load) {
+  CLI::Option* map = sub->add_flag_callback(
+      "--mmap", [&load] { load = ModelLoad::Map; },
+      "Map the model file instead of reading it into memory: instant load, pages shared with "
+      "other processes (several servers on one file), slower decoding. The default when the "
+      "file takes more than half of the available memory or huge pages are off");
+  CLI::Option* read = sub->add_flag_callback(
+      "--no-mmap", [&load] { load = ModelLoad::Read; },
+      "Read the model into memory backed by transparent huge pages even when it takes more than "
+      "half of the available memory (by default it is read whenever it fits that): a copy at "
+      "load, the file's size in RAM, faster decoding");
+  map->excludes(read);
 }
 
 }  // namespace pi::cli

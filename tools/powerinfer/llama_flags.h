@@ -44,7 +44,12 @@ void add_model_flags(CLI::App* sub, ModelFlags& f);
 // than on/off/auto) and logs the notes for accepted no-ops (-ngl without a GPU, -fa).
 Status check_model_flags(const ModelFlags& f);
 
-LoadOptions load_options(const ModelFlags& f, bool mmap);
+LoadOptions load_options(const ModelFlags& f, ModelLoad load);
+
+// --mmap and --no-mmap (one at most): how the model file gets into memory. Neither: `load`
+// stays ModelLoad::Auto (read into huge pages when the file takes at most half of the memory
+// available, else mapped).
+void add_load_flags(CLI::App* sub, ModelLoad& load);
 
 // --vram-budget GiB as bytes (one value); unset when the flag is absent.
 Result<std::optional<uint64_t>> vram_budget_bytes(const std::string& gib);

@@ -63,7 +63,8 @@ struct ModelInfo {
 // cache and other processes; llama.cpp's default). Read: read it into memory backed by
 // transparent huge pages (llama.cpp's --no-mmap): a copy at load (~1 s for 4 GB), faster
 // decoding (dense 7B Q4_0 1.27x on an Intel Xeon, fewer TLB misses). Auto: Read when huge
-// pages are on and the file takes at most half of the memory available now, else Map.
+// pages are on and twice the file and 1 GiB fit in the memory available now (room for the copy
+// the CPU makes of transposed weights), else Map.
 enum class ModelLoad { Auto, Map, Read };
 
 struct LoadOptions {

@@ -9,8 +9,10 @@
 //    1.27x faster on an Intel Xeon; neuron-sparse decoding, which reads thousands of
 //    scattered rows per token, ~5% faster on an AMD Zen 5 (docs/BENCHMARKS.md, "Mapped or
 //    read into huge pages"). llama.cpp's --no-mmap.
-//  - Auto: Read when transparent huge pages are available and the file takes at most half of
-//    the memory available now (choose_load_mode), else Map. What the engine does by default.
+//  - Auto: Read when transparent huge pages are available and twice the file and 1 GiB fit in
+//    the memory available now (choose_load_mode: room for the copy the CPU makes of the
+//    transposed weights of calibrated and PowerInfer files, ~their size), else Map. What the
+//    engine does by default.
 // Thread-safety: immutable after open(), safe to read from any thread.
 #pragma once
 
@@ -25,8 +27,8 @@ namespace pi {
 
 enum class LoadMode { Map, Read, Auto };
 
-// Auto's choice (pure, for tests): Read when huge pages are on and file_bytes is at most half
-// of mem_available, else Map.
+// Auto's choice (pure, for tests): Read when huge pages are on and 2 file_bytes + 1 GiB <=
+// mem_available, else Map.
 LoadMode choose_load_mode(size_t file_bytes, size_t mem_available, bool huge_pages_on);
 // MemAvailable of /proc/meminfo in bytes (0 when unknown), and whether transparent huge pages
 // can back an madvise'd region (/sys/kernel/mm/transparent_hugepage/enabled not [never]).

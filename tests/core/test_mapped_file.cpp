@@ -48,15 +48,16 @@ TEST(MappedFile, ReadModeHoldsTheSameBytes) {
   EXPECT_NE(missing.error().message.find("/nonexistent/model.gguf"), std::string::npos);
 }
 
-// Auto reads a file into memory when huge pages are on and it takes at most half of the
-// memory available, and maps it otherwise; open() reports the choice it made.
-TEST(MappedFile, AutoReadsWhatFitsHalfTheAvailableMemory) {
+// Auto reads a file into memory when huge pages are on and the memory available holds twice
+// the file and 1 GiB, and maps it otherwise; open() reports the choice it made.
+TEST(MappedFile, AutoReadsWhatFitsTwiceInTheAvailableMemory) {
   constexpr size_t GiB = size_t{1} << 30;
-  EXPECT_EQ(choose_load_mode(4 * GiB, 8 * GiB, true), LoadMode::Read);
-  EXPECT_EQ(choose_load_mode(4 * GiB + 1, 8 * GiB, true), LoadMode::Map);
-  EXPECT_EQ(choose_load_mode(4 * GiB, 8 * GiB, false), LoadMode::Map);
+  EXPECT_EQ(choose_load_mode(4 * GiB, 9 * GiB, true), LoadMode::Read);
+  EXPECT_EQ(choose_load_mode(4 * GiB + 1, 9 * GiB, true), LoadMode::Map);
+  EXPECT_EQ(choose_load_mode(4 * GiB, 9 * GiB, false), LoadMode::Map);
+  EXPECT_EQ(choose_load_mode(0, GiB, true), LoadMode::Read);
+  EXPECT_EQ(choose_load_mode(0, GiB - 1, true), LoadMode::Map);
   EXPECT_EQ(choose_load_mode(1, 0, true), LoadMode::Map);  // MemAvailable unknown
-  EXPECT_EQ(choose_load_mode(0, 0, true), LoadMode::Read);
   EXPECT_GT(mem_available_bytes(), size_t{0});
 
   auto path = std::filesystem::temp_directory_path() / ("pi_auto_" + std::to_string(::getpid()));

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -12,18 +11,6 @@ namespace pi::backend {
 uint64_t physical_memory() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-}
-
-uint64_t available_memory() {
-  std::FILE* f = std::fopen("/proc/meminfo", "r");
-  if (f == nullptr) return 0;
-  char line[256];
-  unsigned long long kib = 0;
-  bool found = false;
-  while (!found && std::fgets(line, sizeof line, f) != nullptr)
-    found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
-  std::fclose(f);
-  return found ? static_cast<uint64_t>(kib) * 1024 : 0;
 }
 
 HostMemory::~HostMemory() {

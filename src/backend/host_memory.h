@@ -42,8 +42,5 @@ class HostMemory {
 
 // Physical memory of this machine in bytes (sysconf), 0 if unknown.
 uint64_t physical_memory();
-// Memory the kernel could give now without swapping (MemAvailable of /proc/meminfo: free plus
-// reclaimable caches), 0 if unknown.
-uint64_t available_memory();
 
 }  // namespace pi::backend

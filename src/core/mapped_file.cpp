@@ -101,8 +101,7 @@ Status read_into_memory(int fd, const std::string& path, size_t size, void*& reg
 }  // namespace
 
 LoadMode choose_load_mode(size_t file_bytes, size_t mem_available, bool huge_pages_on) {
-  constexpr size_t kSpare = size_t{1} << 30;
-  const bool fits = mem_available >= kSpare && file_bytes <= (mem_available - kSpare) / 2;
+  const bool fits = mem_available >= kMemorySpare && file_bytes <= (mem_available - kMemorySpare) / 2;
   return huge_pages_on && fits ? LoadMode::Read : LoadMode::Map;
 }
 

@@ -30,8 +30,11 @@ enum class LoadMode { Map, Read, Auto };
 // Auto's choice (pure, for tests): Read when huge pages are on and 2 file_bytes + 1 GiB <=
 // mem_available, else Map.
 LoadMode choose_load_mode(size_t file_bytes, size_t mem_available, bool huge_pages_on);
-// MemAvailable of /proc/meminfo in bytes (0 when unknown), and whether transparent huge pages
-// can back an madvise'd region (/sys/kernel/mm/transparent_hugepage/enabled not [never]).
+// Memory left free beside a copy the engine decides to make (Auto's read, the CPU's repack).
+inline constexpr size_t kMemorySpare = size_t{1} << 30;
+// Memory the kernel could give now without swapping (MemAvailable of /proc/meminfo: free plus
+// reclaimable caches) in bytes, 0 when unknown; and whether transparent huge pages can back an
+// madvise'd region (/sys/kernel/mm/transparent_hugepage/enabled not [never]).
 size_t mem_available_bytes();
 bool transparent_huge_pages_on();
 

@@ -6,6 +6,7 @@
 
 #include "backend/host_memory.h"
 #include "core/log.h"
+#include "core/mapped_file.h"
 
 namespace pi::model {
 namespace {
@@ -55,7 +56,7 @@ Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w,
     }
   }
   // The copies take RAM: without that much available (and 1 GiB to spare) keep the file's.
-  if (const uint64_t avail = backend::available_memory(); to_copy > 0 && avail != 0 && to_copy + (uint64_t{1} << 30) > avail) {
+  if (const uint64_t avail = mem_available_bytes(); to_copy > 0 && avail != 0 && to_copy + kMemorySpare > avail) {
     log_warn("not repacking the transposed weights for the CPU (%.1f GiB, %.1f GiB of memory available): "
              "decoding reads them as the file lays them out (slower; --no-repack silences this)",
              static_cast<double>(to_copy) / (1 << 30), static_cast<double>(avail) / (1 << 30));

@@ -5,13 +5,12 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "server/json_text.h"
+
 namespace pi::server {
 namespace {
 
 using json = nlohmann::json;
-
-// Serialises with invalid UTF-8 (a byte token on its own) replaced by U+FFFD.
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 const char* finish_reason(const JobStats& st) {
   return st.finish == Finish::Length ? "length" : "stop";

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "server/chat_page.h"
+#include "server/json_text.h"
 #include "server/responses.h"
 
 namespace pi::server {
@@ -15,8 +16,6 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 HttpResponse error_response(const ApiError& e) {
   HttpResponse r;

@@ -12,6 +12,7 @@
 #include <span>
 #include <string_view>
 
+#include "cli_checks.h"
 #include "core/bandwidth_probe.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
@@ -25,10 +26,6 @@ namespace pi::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;

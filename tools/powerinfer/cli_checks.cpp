@@ -20,4 +20,17 @@ Status check_threads(const char* flag, int64_t n, int64_t min) {
   return Status::Ok();
 }
 
+int fail(const std::string& message) {
+  log_error("%s", message.c_str());
+  return 1;
+}
+
+int fail(const Error& e) { return fail(e.message); }
+
+int fail(const Status& s) { return fail(s.error().message); }
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace pi::cli

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/log.h"
 #include "gen_options.h"
@@ -64,11 +65,6 @@ void print_timings(double load_ms, const Timings& t, int64_t n_steps, int n_para
            n_steps > 0 ? t.eval_ms / static_cast<double>(n_steps) : 0.0, rate(t.eval_ms, t.n_eval));
   log_info("%-17s = %10.2f ms / %5lld tokens", "total time", total_ms,
            static_cast<long long>(t.n_prompt + t.n_eval));
-}
-
-int fail(const Status& s) {
-  log_error("%s", s.error().message.c_str());
-  return 1;
 }
 
 int batched(const BatchedOptions& o_in) {

@@ -25,7 +25,7 @@
 namespace pi::cli {
 namespace {
 
-struct BenchOptions : ModelFlags {
+struct BatchedBenchOptions : ModelFlags {
   std::string model;
   int n_threads = 1;
   int64_t n_ctx = 0;
@@ -46,15 +46,6 @@ struct Row {
   double t_pp, s_pp, t_tg, s_tg, t, s;
 };
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-int fail(const Status& s) {
-  log_error("%s", s.error().message.c_str());
-  return 1;
-}
-
 // KV cells one cell of the grid needs.
 int64_t cells_needed(int64_t pp, int64_t tg, int64_t pl, bool pps) {
   return pps ? pp + pl * tg : pl * (pp + tg);
@@ -70,7 +61,7 @@ struct TokenStream {
   }
 };
 
-Status check(const BenchOptions& o) {
+Status check(const BatchedBenchOptions& o) {
   PI_TRY(check_threads("-t", o.n_threads));
   PI_TRY(check_model_flags(o));
   if (o.n_ctx < 0) return err("-c must be >= 0 (got %lld)", static_cast<long long>(o.n_ctx));
@@ -185,8 +176,8 @@ void print_json(const std::vector<Row>& rows) {
   std::printf("]\n");
 }
 
-int bench(const BenchOptions& o_in) {
-  BenchOptions o = o_in;
+int bench(const BatchedBenchOptions& o_in) {
+  BatchedBenchOptions o = o_in;
   GenOptions g;
   g.model = o.model;
   auto model = resolve_model(g);
@@ -270,7 +261,7 @@ int bench(const BenchOptions& o_in) {
 }  // namespace
 
 Runner add_batched_bench(CLI::App& app) {
-  auto o = std::make_shared<BenchOptions>();
+  auto o = std::make_shared<BatchedBenchOptions>();
   CLI::App* sub = app.add_subcommand(
       "batched-bench",
       "Batched decoding throughput over a grid of prompt length (-npp) x generation length\n"

@@ -52,11 +52,6 @@ struct CalibrateOptions {
   std::optional<double> alloc_max;  // unset: min(0.9, target + 0.2)
 };
 
-int fail(const Error& e) {
-  log_error("%s", e.message.c_str());
-  return 1;
-}
-
 // 0, 0.05, ..., 0.90 and the target, ascending.
 std::vector<double> calibration_levels(double target) {
   std::vector<double> levels;

@@ -182,11 +182,6 @@ void print_kl_summary(const std::string& base_path, Scores& s) {
   std::printf("  same top-1         = %.3f +/- %.3f %%\n", 100 * k.top1, 100 * k.top1_err);
 }
 
-int fail(const Error& e) {
-  log_error("%s", e.message.c_str());
-  return 1;
-}
-
 int run_perplexity(PerplexityOptions o) {
   if (Status s = validate(o); !s.ok()) return fail(s.error());
   if (!o.kl_divergence_base.empty()) {

@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/log.h"
 #include "model/model.h"
@@ -48,11 +49,6 @@ struct PlanOptions {
   int sweep = 0;
   std::string plot;
 };
-
-int fail(const Error& e) {
-  log_error("%s", e.message.c_str());
-  return 1;
-}
 
 double mib(double bytes) { return bytes / 1048576.0; }
 

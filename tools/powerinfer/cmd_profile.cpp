@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "text_file.h"
 #include "core/log.h"
@@ -39,11 +40,6 @@ struct ProfileOptions {
   int64_t max_tokens = 0;  // 0: the whole text
   bool progress = true;
 };
-
-int fail(const Error& e) {
-  log_error("%s", e.message.c_str());
-  return 1;
-}
 
 int run_profile(const ProfileOptions& o) {
   if (o.n_ctx < 2) return fail(err("-c must be >= 2 (got %lld)", static_cast<long long>(o.n_ctx)));

@@ -16,6 +16,7 @@
 #include <memory>
 #include <thread>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/log.h"
 #include "gen_options.h"
@@ -53,11 +54,6 @@ struct ServeOptions {
   ActSparsityFlags act;  // calibrated files: --sparsity, --sparsity-alloc, --sparsity-sites
   std::string device = "cpu";
 };
-
-int fail(const std::string& msg) {
-  log_error("%s", msg.c_str());
-  return 1;
-}
 
 // "<hostname>:<port>": unique among the replicas of one host and across hosts.
 std::string default_replica_id(int port) {

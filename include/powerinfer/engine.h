@@ -54,6 +54,7 @@ struct ModelInfo {
   int64_t n_head = 0, n_head_kv = 0;
   uint64_t file_bytes = 0;
   bool mmap = true;              // mapped (true) or read into memory (LoadOptions::load)
+  uint64_t repacked_bytes = 0;   // transposed weights converted in place at load (repack)
   uint64_t huge_page_bytes = 0;  // read into memory: bytes the kernel backs with huge pages
   uint64_t weight_bytes_per_token = 0;  // bytes of weights one decode step reads
   std::string chat_template;  // tokenizer.chat_template (Jinja source); empty when absent
@@ -63,8 +64,7 @@ struct ModelInfo {
 // cache and other processes; llama.cpp's default). Read: read it into memory backed by
 // transparent huge pages (llama.cpp's --no-mmap): a copy at load (~1 s for 4 GB), faster
 // decoding (dense 7B Q4_0 1.27x on an Intel Xeon, fewer TLB misses). Auto: Read when huge
-// pages are on and twice the file and 1 GiB fit in the memory available now (room for the copy
-// the CPU makes of transposed weights), else Map.
+// pages are on and the file and 1 GiB fit in the memory available now, else Map.
 enum class ModelLoad { Auto, Map, Read };
 
 struct LoadOptions {
@@ -74,6 +74,12 @@ struct LoadOptions {
   // Check every weight for NaN/Inf at load (slow: reads the whole file). The norms and other
   // small tensors are always checked.
   bool check_tensors = false;
+  // A file read into memory holds its transposed Q4_0 weights (calibrated and PowerInfer
+  // files) in the CPU's layout for them (Q4_0_SPLIT with AVX-512 kernels), converted in place
+  // at load: one copy in RAM. Sessions that want the file's layout (repack = false, another
+  // device) get a copy of it. false: hold the file's layout (--no-repack). A mapped file
+  // always holds the file's; sessions with repack get a copy.
+  bool repack = true;
 };
 
 class Engine {
@@ -118,8 +124,9 @@ struct SessionOptions {
   std::string device = "cpu";
   uint64_t device_budget = 0;
   // The CPU keeps transposed Q4_0 weights (calibrated and PowerInfer files) in the layout its
-  // AVX-512 axpy reads fastest: a copy made at load, shared by the engine's sessions, the same
-  // results bit for bit. false: as in the file (--no-repack).
+  // AVX-512 axpy reads fastest, the same results bit for bit: the engine's own memory when it
+  // was loaded with LoadOptions::repack into memory, else a copy made once and shared by the
+  // engine's sessions. false: as in the file (--no-repack).
   bool repack = true;
   // ---- Hybrid execution, on a device that is not the host (sim; cuda in CUDA builds) ----
   // The device runs what fits this budget (bytes: weights, KV cache, per-step buffers, the
@@ -135,6 +142,13 @@ struct SessionOptions {
   std::string gpu_index;           // the plan's index file; empty: MODEL.generated.gpuidx
   bool reset_gpu_index = false;    // solve the plan again even when the index matches
   bool disable_gpu_index = false;  // keep every FFN neuron on the CPU; no index
+};
+
+// One line of a session's memory account (Session::memory()).
+struct MemoryLine {
+  std::string device;  // "host", or the device's name ("sim", "cuda") for its own memory
+  std::string what;    // "model (read into memory)", "KV cache", "step buffers", ...
+  uint64_t bytes = 0;
 };
 
 // Wall-clock time spent in each phase, for llama.cpp-style timing reports.
@@ -242,6 +256,11 @@ class Session {
   void reset_sparsity();
   // Hybrid sessions: the plan, the device memory ledger and the host <-> device traffic.
   PlacementInfo placement() const;
+  // Where this session's memory is, line by line: on the host the model (the file read into
+  // memory or mapped, and copies of its transposed weights in another layout, shared with the
+  // engine's other sessions), then what the session allocated (KV cache, step buffers,
+  // scratch); on a hybrid session's device its ledger (weights, KV cache, buffers, margin).
+  std::vector<MemoryLine> memory() const;
 
  private:
   Session() = default;

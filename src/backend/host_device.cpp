@@ -35,6 +35,8 @@ void HostDevice::copy_out(QueueId, void* dst, const void* src, size_t bytes) {
 CpuDevice::CpuDevice(int n_threads, cpu::Isa isa, uint64_t budget, bool repack)
     : HostDevice(budget), pool_(n_threads), ops_(pool_, isa), repack_(repack) {}
 
+DType cpu_transposed_layout(DType t) { return cpu::axpy_layout(cpu::default_isa(), t); }
+
 DType CpuDevice::transposed_layout(DType t) const { return repack_ ? cpu::axpy_layout(ops_.isa(), t) : t; }
 
 std::string CpuDevice::describe() const {

@@ -39,9 +39,14 @@ class HostDevice : public Device {
   HostMemory mem_;
 };
 
+// The layout a CPU device of the default ISA (cpu::default_isa()) with `repack` keeps
+// transposed weights of type t in: what a model read into memory converts them to at load.
+DType cpu_transposed_layout(DType t);
+
 // The CPU: SIMD kernels of one ISA over a pool of n_threads (the caller included). With
 // `repack`, transposed Q4_0 weights are kept as Q4_0_SPLIT where the ISA's axpy reads that
-// faster (cpu::axpy_layout: AVX-512): a copy of those matrices in memory, made at load.
+// faster (cpu::axpy_layout: AVX-512): the model's own memory when it converted them at load,
+// else a copy of those matrices (model::LayoutCache). Its kernels read either layout.
 class CpuDevice final : public HostDevice {
  public:
   CpuDevice(int n_threads, cpu::Isa isa = cpu::default_isa(), uint64_t budget = 0, bool repack = true);

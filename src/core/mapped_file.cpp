@@ -101,20 +101,38 @@ Status read_into_memory(int fd, const std::string& path, size_t size, void*& reg
 }  // namespace
 
 LoadMode choose_load_mode(size_t file_bytes, size_t mem_available, bool huge_pages_on) {
-  const bool fits = mem_available >= kMemorySpare && file_bytes <= (mem_available - kMemorySpare) / 2;
+  const bool fits = mem_available >= kMemorySpare && file_bytes <= mem_available - kMemorySpare;
   return huge_pages_on && fits ? LoadMode::Read : LoadMode::Map;
 }
 
-size_t mem_available_bytes() {
-  std::FILE* f = std::fopen("/proc/meminfo", "r");
+namespace {
+
+// The "<key> N kB" line of a /proc file, in bytes; 0 when absent or unreadable.
+size_t proc_kib_line(const char* path, const char* format) {
+  std::FILE* f = std::fopen(path, "r");
   if (f == nullptr) return 0;
   char line[256];
   size_t kib = 0;
   while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::sscanf(line, "MemAvailable: %zu kB", &kib) == 1) break;
+    if (std::sscanf(line, format, &kib) == 1) break;
   }
   std::fclose(f);
   return kib * 1024;
+}
+
+}  // namespace
+
+size_t mem_available_bytes() { return proc_kib_line("/proc/meminfo", "MemAvailable: %zu kB"); }
+
+size_t peak_resident_bytes() { return proc_kib_line("/proc/self/status", "VmHWM: %zu kB"); }
+
+size_t resident_bytes() { return proc_kib_line("/proc/self/status", "VmRSS: %zu kB"); }
+
+bool reset_peak_resident() {
+  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (f == nullptr) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
 }
 
 bool transparent_huge_pages_on() {
@@ -188,6 +206,19 @@ size_t MappedFile::huge_page_bytes() const {
   }
   std::fclose(smaps);
   return kib * 1024;
+}
+
+Status MappedFile::edit(const std::function<void(std::span<std::byte>)>& edit) {
+  if (mode_ != LoadMode::Read || region_ == nullptr) {
+    return err("%s: only a file read into memory can be edited in place (this one is mapped)",
+               path_.c_str());
+  }
+  if (mprotect(region_, region_size_, PROT_READ | PROT_WRITE) != 0) {
+    return err("%s: cannot make its memory writable: %s", path_.c_str(), std::strerror(errno));
+  }
+  edit(std::span<std::byte>(const_cast<std::byte*>(data_), size_));
+  mprotect(region_, region_size_, PROT_READ);
+  return Status::Ok();
 }
 
 void MappedFile::prefetch(size_t offset, size_t length) const {

@@ -9,15 +9,16 @@
 //    1.27x faster on an Intel Xeon; neuron-sparse decoding, which reads thousands of
 //    scattered rows per token, ~5% faster on an AMD Zen 5 (docs/BENCHMARKS.md, "Mapped or
 //    read into huge pages"). llama.cpp's --no-mmap.
-//  - Auto: Read when transparent huge pages are available and twice the file and 1 GiB fit in
-//    the memory available now (choose_load_mode: room for the copy the CPU makes of the
-//    transposed weights of calibrated and PowerInfer files, ~their size), else Map. What the
-//    engine does by default.
+//  - Auto: Read when transparent huge pages are available and the file and 1 GiB fit in the
+//    memory available now (choose_load_mode), else Map. What the engine does by default. The
+//    CPU's layout of transposed weights costs no second copy there: the model converts them in
+//    place (edit(), Model::load); a mapped file gets a copy of them instead.
 // Thread-safety: immutable after open(), safe to read from any thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -27,7 +28,7 @@ namespace pi {
 
 enum class LoadMode { Map, Read, Auto };
 
-// Auto's choice (pure, for tests): Read when huge pages are on and 2 file_bytes + 1 GiB <=
+// Auto's choice (pure, for tests): Read when huge pages are on and file_bytes + 1 GiB <=
 // mem_available, else Map.
 LoadMode choose_load_mode(size_t file_bytes, size_t mem_available, bool huge_pages_on);
 // Memory left free beside a copy the engine decides to make (Auto's read, the CPU's repack).
@@ -36,6 +37,13 @@ inline constexpr size_t kMemorySpare = size_t{1} << 30;
 // reclaimable caches) in bytes, 0 when unknown; and whether transparent huge pages can back an
 // madvise'd region (/sys/kernel/mm/transparent_hugepage/enabled not [never]).
 size_t mem_available_bytes();
+// This process's resident memory now (VmRSS) and its peak (VmHWM, /proc/self/status) in bytes,
+// 0 when unknown; the peak counts the model's pages (read into memory, or the mapped pages
+// touched), copies, KV cache and buffers. reset_peak_resident() starts the peak again from
+// the current size (clear_refs "5"; false where the kernel refuses).
+size_t resident_bytes();
+size_t peak_resident_bytes();
+bool reset_peak_resident();
 bool transparent_huge_pages_on();
 
 class MappedFile {
@@ -62,6 +70,12 @@ class MappedFile {
 
   // Asks the kernel to read the given range ahead (madvise WILLNEED). Best effort.
   void prefetch(size_t offset, size_t length) const;
+
+  // Read mode only: makes the memory writable while `edit` runs on it, then read-only again,
+  // so that a loader can convert data in place (the CPU's layout of transposed weights,
+  // without a second copy). Fails on a mapped file, whose pages are the page cache's.
+  // Not thread-safe: call it before the memory is shared.
+  Status edit(const std::function<void(std::span<std::byte>)>& edit);
 
   // Locks the whole file in RAM (mlock: read now, never paged out; llama.cpp's --mlock).
   // Fails, naming the reason, when RLIMIT_MEMLOCK or memory is too small; munmap unlocks.

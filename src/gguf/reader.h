@@ -87,6 +87,9 @@ class File {
   const std::byte* base() const { return base_; }
   // The file's memory (mapped or read); empty for in-memory images (parse_bytes).
   const MappedFile& mapping() const { return map_; }
+  // The file's bytes, writable while `edit` runs (MappedFile::edit: read into memory only);
+  // the views handed out keep pointing at the same (edited) bytes.
+  Status edit(const std::function<void(std::span<std::byte>)>& edit) { return map_.edit(edit); }
 
   const std::vector<KeyValue>& metadata() const { return kvs_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }

@@ -11,9 +11,46 @@
 
 namespace pi::model {
 
+DType file_layout(DType t) { return t == DType::Q4_0_SPLIT ? DType::Q4_0 : t; }
+
+bool converts(DType from, DType to) {
+  return from == to || (file_layout(from) == DType::Q4_0 && file_layout(to) == DType::Q4_0);
+}
+
+void convert_row(const Matrix& m, int64_t r, DType layout, std::byte* out) {
+  if (layout == m.type) {
+    std::memcpy(out, m.row(r), m.row_stride());
+  } else if (layout == DType::Q4_0_SPLIT) {
+    split_q4_0_row(m.row(r), out, m.cols);
+  } else {
+    join_q4_0_row(m.row(r), out, m.cols);
+  }
+}
+
+Status convert_rows(const Matrix& m, DType layout, std::byte* out) {
+  if (!converts(m.type, layout)) {
+    return err("%s: no layout conversion from %s to %s", m.name.c_str(),
+               std::string(dtype_name(m.type)).c_str(), std::string(dtype_name(layout)).c_str());
+  }
+  // Any split of the rows gives the same bytes: big matrices are split over the machine's
+  // threads (most of the time is the kernel clearing the new pages).
+  const size_t rb = m.row_stride();
+  const auto convert = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) convert_row(m, r, layout, out + static_cast<size_t>(r) * rb);
+  };
+  const int64_t n = m.nbytes() < (uint64_t{8} << 20)
+                        ? 1
+                        : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::min<int64_t>(8, m.rows));
+  std::vector<std::thread> workers;
+  for (int64_t i = 1; i < n; ++i) workers.emplace_back(convert, m.rows * i / n, m.rows * (i + 1) / n);
+  convert(0, m.rows / n);
+  for (auto& w : workers) w.join();
+  return Status::Ok();
+}
+
 Result<Matrix> LayoutCache::get(const Matrix& m, DType layout) {
   if (!m.present() || layout == m.type) return m;
-  if (m.type != DType::Q4_0 || layout != DType::Q4_0_SPLIT) {
+  if (!converts(m.type, layout)) {
     return err("%s: no layout conversion from %s to %s", m.name.c_str(),
                std::string(dtype_name(m.type)).c_str(), std::string(dtype_name(layout)).c_str());
   }
@@ -27,19 +64,7 @@ Result<Matrix> LayoutCache::get(const Matrix& m, DType layout) {
                  static_cast<unsigned long long>(m.nbytes()), std::string(dtype_name(layout)).c_str(),
                  std::strerror(errno));
     }
-    // A pure copy, so any split of the rows gives the same bytes: big matrices are split over
-    // the machine's threads (most of the time is the kernel clearing the new pages).
-    const size_t rb = m.row_stride();
-    const auto convert = [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) split_q4_0_row(m.row(r), copy.data() + static_cast<size_t>(r) * rb, m.cols);
-    };
-    const int64_t n = m.nbytes() < (uint64_t{8} << 20)
-                          ? 1
-                          : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::min<int64_t>(8, m.rows));
-    std::vector<std::thread> workers;
-    for (int64_t i = 1; i < n; ++i) workers.emplace_back(convert, m.rows * i / n, m.rows * (i + 1) / n);
-    convert(0, m.rows / n);
-    for (auto& w : workers) w.join();
+    PI_TRY(convert_rows(m, layout, copy.data()));
     bytes_ += m.nbytes();
     it = copies_.emplace(key, std::move(copy)).first;
   }

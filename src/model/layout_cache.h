@@ -1,7 +1,14 @@
-// Copies of a model's weights in another layout than the file's, made once per model and
-// shared by every context that asks (Device::transposed_layout): today the transposed Q4_0
-// matrices of calibrated and PowerInfer files as Q4_0_SPLIT for the CPU's AVX-512 axpy. Each
-// copy lives in transparent-huge-page memory (HugeRegion) as long as the model.
+// Transposed weights in another layout than the one a model holds them in. Two layouts exist
+// for transposed Q4_0 matrices: the file's (Q4_0) and the CPU AVX-512 axpy's (Q4_0_SPLIT,
+// tensor/dtype.h), the same bytes rearranged, so either converts to the other exactly.
+//
+// A model read into memory holds its transposed Q4_0 matrices once, converted in place at load
+// to the layout the CPU wants (Model::load); a mapped model holds them as the file does. A
+// device that wants the other layout (Device::transposed_layout: the CPU with --no-repack or
+// another ISA, the reference and simulated devices, a GPU) gets it here: LayoutCache makes a
+// copy once per model and matrix, shared by every context that asks, in transparent-huge-page
+// memory (HugeRegion) as long as the model; convert_row converts single rows (the hybrid
+// executor's gathers and uploads, which need no lasting copy).
 // Thread-safe: contexts of one model may be created from several threads.
 #pragma once
 
@@ -15,11 +22,25 @@
 
 namespace pi::model {
 
+// The layout a transposed matrix held as `t` has in its file: Q4_0 for Q4_0_SPLIT, else t.
+DType file_layout(DType t);
+
+// Whether rows of `from` convert to `to` (equal types, or Q4_0 <-> Q4_0_SPLIT).
+bool converts(DType from, DType to);
+
+// Row r of m written to `out` (row_stride() bytes, not overlapping m) in `layout`; the
+// conversion must exist (converts()).
+void convert_row(const Matrix& m, int64_t r, DType layout, std::byte* out);
+
+// m in `layout` as a matrix of its own bytes, converted by rows over a few threads; the
+// conversion must exist and m be present.
+Status convert_rows(const Matrix& m, DType layout, std::byte* out);
+
 class LayoutCache {
  public:
-  // `m` (a view of the model's own weights) in `layout`: the copy, made on the first request.
-  // Fails for a conversion that does not exist (only Q4_0 -> Q4_0_SPLIT does) or when the
-  // memory cannot be had.
+  // `m` (a view of the model's own weights) in `layout`: m itself when it has that type, else
+  // the copy, made on the first request. Fails for a conversion that does not exist (only
+  // Q4_0 <-> Q4_0_SPLIT do) or when the memory cannot be had.
   Result<Matrix> get(const Matrix& m, DType layout);
   // Whether get(m, layout) would return a copy already made.
   bool has(const Matrix& m, DType layout) const;

@@ -1,5 +1,10 @@
 #include "model/model.h"
 
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <vector>
+
 #include "model/arch.h"
 #include "model/model_checks.h"
 #include "model/tensor_loader.h"
@@ -7,10 +12,52 @@
 namespace pi::model {
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, LoadMode mode,
-                                           bool check_all_tensors) {
+                                           bool check_all_tensors, DType transposed_layout) {
   auto f = gguf::File::open(path, {}, mode);
   if (!f.ok()) return f.error();
-  return from_file(std::move(*f), check_all_tensors);
+  auto m = from_file(std::move(*f), check_all_tensors);
+  if (!m.ok()) return m.error();
+  if (transposed_layout != DType::Q4_0 && (*m)->file_.mapping().mode() == LoadMode::Read)
+    PI_TRY((*m)->repack_in_place(transposed_layout));
+  return m;
+}
+
+// Each transposed Q4_0 matrix converted row by row through a row-sized buffer, in place: the
+// model's memory holds one layout of it. Rows are split over a few threads (the conversion of
+// a 7B file's 2.3 GB takes ~0.3 s on one core).
+Status Model::repack_in_place(DType layout) {
+  std::vector<Matrix*> todo;
+  for (LayerWeights& L : w_.layers) {
+    for (Matrix* m : {&L.attn.q_t, &L.attn.k_t, &L.attn.v_t, &L.attn.out_t, &L.ffn.gate_t, &L.ffn.down_t}) {
+      if (m->present() && m->type == DType::Q4_0 && converts(m->type, layout)) todo.push_back(m);
+    }
+  }
+  if (todo.empty()) return Status::Ok();
+  const std::byte* base = file_.mapping().data();
+  PI_TRY(file_.edit([&](std::span<std::byte> bytes) {
+    const auto work = [&](size_t first, size_t step) {
+      std::vector<std::byte> row;
+      for (size_t i = first; i < todo.size(); i += step) {
+        const Matrix& m = *todo[i];
+        std::byte* at = bytes.data() + (m.data - base);
+        row.resize(m.row_stride());
+        for (int64_t r = 0; r < m.rows; ++r) {
+          convert_row(m, r, layout, row.data());
+          std::memcpy(at + static_cast<size_t>(r) * m.row_stride(), row.data(), row.size());
+        }
+      }
+    };
+    const size_t n = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, std::min<size_t>(8, todo.size()));
+    std::vector<std::thread> workers;
+    for (size_t t = 1; t < n; ++t) workers.emplace_back(work, t, n);
+    work(0, n);
+    for (auto& w : workers) w.join();
+  }));
+  for (Matrix* m : todo) {
+    m->type = layout;
+    repacked_in_place_ += m->nbytes();
+  }
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<Model>> Model::from_file(gguf::File file, bool check_all_tensors) {

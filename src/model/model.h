@@ -1,6 +1,7 @@
-// A loaded model: the memory-mapped file, its hyperparameters and views of its weights.
-// Immutable after load(); safe to share between threads and sessions. Weights point into the
-// mapping, so resident memory is the touched part of the file plus a few widened 1-D tensors.
+// A loaded model: the file (mapped or read into memory), its hyperparameters and views of its
+// weights. Immutable after load(); safe to share between threads and sessions. Weights point
+// into the file's memory, so resident memory is the touched part of the file plus a few widened
+// 1-D tensors (and the copies of layouts() a device asks for).
 #pragma once
 
 #include <deque>
@@ -23,9 +24,15 @@ class Model {
   // epsilon, finite values of the small tensors; of every tensor with check_all_tensors) and
   // a warning naming tensors the architecture does not use. Errors name the file and the key
   // or tensor at fault.
+  // `transposed_layout`: the layout transposed Q4_0 matrices (attn_*_t, ffn_gate_t,
+  // ffn_down_t) are held in when the file is read into memory (LoadMode::Read, or Auto's
+  // choice of it): Q4_0_SPLIT converts them in place, after the checks, so that the CPU's
+  // layout for them costs no second copy (weights() then has them as Q4_0_SPLIT; a device
+  // that wants the file's layout gets a copy from layouts()). A mapped file keeps the file's.
   static Result<std::unique_ptr<Model>> load(const std::string& path,
                                              LoadMode mode = LoadMode::Map,
-                                             bool check_all_tensors = false);
+                                             bool check_all_tensors = false,
+                                             DType transposed_layout = DType::Q4_0);
   // The same, from an already opened file (tests build files in memory).
   static Result<std::unique_ptr<Model>> from_file(gguf::File file, bool check_all_tensors = false);
 
@@ -39,15 +46,19 @@ class Model {
   uint64_t weight_bytes_per_token() const;
   // Copies of weights in device layouts, shared by this model's contexts (place_weights).
   LayoutCache& layouts() const { return layouts_; }
+  // Bytes of transposed weights converted in place at load (load's transposed_layout).
+  uint64_t repacked_in_place_bytes() const { return repacked_in_place_; }
 
  private:
   explicit Model(gguf::File file) : file_(std::move(file)) {}
+  Status repack_in_place(DType layout);
 
   gguf::File file_;
   HParams hp_;
   ModelWeights w_;
   std::deque<std::vector<float>> widened_;  // f32 copies of non-f32 1-D tensors
   mutable LayoutCache layouts_;
+  uint64_t repacked_in_place_ = 0;
 };
 
 }  // namespace pi::model

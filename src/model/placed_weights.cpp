@@ -45,14 +45,19 @@ Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w,
   const bool tied = w.output.data == w.tok_embd.data;
   // Transposed weights are read by the axpy alone: the device may keep them in its own layout,
   // a copy `layouts` makes once per model. They are converted first, then placed as the rest.
-  std::vector<std::pair<Matrix*, DType>> convert;
-  uint64_t to_copy = 0;
+  // Two kinds of copy: into the device's faster layout (optional: the device reads the file's
+  // too) and back into the file's layout from the one the model holds (needed).
+  std::vector<std::pair<Matrix*, DType>> convert, restore;
+  uint64_t to_copy = 0, to_restore = 0;
   for (LayerWeights& L : p.weights.layers) {
     for (Matrix* m : {&L.attn.q_t, &L.attn.k_t, &L.attn.v_t, &L.attn.out_t, &L.ffn.gate_t, &L.ffn.down_t}) {
-      const DType layout = m->present() ? dev.transposed_layout(m->type) : m->type;
+      // The device is asked about the file's type: the model may hold the matrix in the CPU's
+      // layout already (Model::load), and a device that wants the file's gets a copy back.
+      const DType layout = m->present() ? dev.transposed_layout(file_layout(m->type)) : m->type;
       if (layouts == nullptr || layout == m->type) continue;
-      convert.emplace_back(m, layout);
-      if (!layouts->has(*m, layout)) to_copy += m->nbytes();
+      const bool back = layout == file_layout(m->type);
+      (back ? restore : convert).emplace_back(m, layout);
+      if (!layouts->has(*m, layout)) (back ? to_restore : to_copy) += m->nbytes();
     }
   }
   // The copies take RAM: without that much available (and 1 GiB to spare) keep the file's.
@@ -63,15 +68,21 @@ Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w,
     convert.clear();
   }
   const auto t0 = std::chrono::steady_clock::now();
+  convert.insert(convert.end(), restore.begin(), restore.end());
   for (auto& [m, layout] : convert) {
     auto copy = layouts->get(*m, layout);
     if (!copy.ok()) return copy.error();
     *m = *copy;
   }
-  if (!convert.empty() && to_copy > 0) {
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (to_copy > 0 && !convert.empty()) {
     log_info("copied %.2f GiB of transposed weights into the CPU's layout for them in %.2f s (--no-repack: none)",
-             static_cast<double>(to_copy) / (1 << 30),
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+             static_cast<double>(to_copy) / (1 << 30), secs);
+  }
+  if (to_restore > 0) {
+    log_info("copied %.2f GiB of transposed weights back into the file's layout for the %s device in %.2f s "
+             "(the model holds them in the CPU's; load with --no-repack to hold the file's)",
+             static_cast<double>(to_restore) / (1 << 30), dev.name().c_str(), secs);
   }
   Status st = each_view(p.weights, [&](auto& v) -> Status {
     if (tied && &v == static_cast<const void*>(&p.weights.output)) return Status::Ok();

@@ -16,7 +16,9 @@ struct PlacedWeights {
 
 // Places every weight of `w` on `dev` (uploading unless dev is host-addressable). Transposed
 // weights (attn_*_t, ffn_gate_t, ffn_down_t) go in the device's layout for them
-// (Device::transposed_layout), converted by `layouts` (the model's; without it, as in the file).
+// (Device::transposed_layout of the file's type), converted by `layouts` (the model's; no copy
+// when the model holds them in that layout already). Without `layouts` they stay as `w` has
+// them, which every device must then read: pass it whenever `w` is a Model's weights.
 Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w,
                                     LayoutCache* layouts = nullptr);
 

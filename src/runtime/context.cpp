@@ -54,19 +54,17 @@ std::string mib(uint64_t b) {
 
 }  // namespace
 
-Status Context::check_budget(const model::Model& model, const ContextOptions& o,
-                             const backend::Device& dev, bool sparse) {
+Result<std::vector<LedgerLine>> Context::budget_items(const model::Model& model,
+                                                     const ContextOptions& o,
+                                                     const backend::Device& dev, bool sparse) {
   const model::HParams& hp = model.hparams();
-  struct Item {
-    const char* what;
-    uint64_t bytes;
-  };
-  std::vector<Item> items = {
-      {"weights", backend::WeightStore::cost(dev, model::weight_bytes(model.weights()))},
-      {"KV cache", KvCache::storage_bytes(hp, o.n_ctx)},
-      {"step buffers",
-       model::StepBuffers::bytes(hp, o.n_batch,
-                                 std::max<int64_t>({o.all_logits ? o.n_batch : 1, o.n_seq_max, 1}))}};
+  const auto item = [](const char* what, uint64_t bytes) { return LedgerLine{what, 1, bytes}; };
+  std::vector<LedgerLine> items = {
+      item("weights", backend::WeightStore::cost(dev, model::weight_bytes(model.weights()))),
+      item("KV cache", KvCache::storage_bytes(hp, o.n_ctx)),
+      item("step buffers",
+           model::StepBuffers::bytes(hp, o.n_batch,
+                                     std::max<int64_t>({o.all_logits ? o.n_batch : 1, o.n_seq_max, 1})))};
   if (sparse) {
     auto preds = sparse::load_predictors(model);
     if (!preds.ok()) return preds.error();
@@ -76,22 +74,29 @@ Status Context::check_budget(const model::Model& model, const ContextOptions& o,
       pb += p.nbytes();
       rank = std::max(rank, p.rank());
     }
-    items.push_back({"predictors", backend::WeightStore::cost(dev, pb)});
-    items.push_back({"sparse FFN scratch",
-                     sparse::SparseFfn::scratch_bytes(hp, o.n_batch, rank, o.check_predictor)});
+    items.push_back(item("predictors", backend::WeightStore::cost(dev, pb)));
+    items.push_back(item("sparse FFN scratch",
+                         sparse::SparseFfn::scratch_bytes(hp, o.n_batch, rank, o.check_predictor)));
   } else {
-    items.push_back({"FFN scratch", model::DenseFfn::device_bytes(hp, o.n_batch)});
+    items.push_back(item("FFN scratch", model::DenseFfn::device_bytes(hp, o.n_batch)));
   }
   if (wants_thresholds(model, o))
-    items.push_back({"threshold scratch", sparse::threshold_scratch_bytes(hp, o.n_batch)});
+    items.push_back(item("threshold scratch", sparse::threshold_scratch_bytes(hp, o.n_batch)));
+  return items;
+}
+
+Status Context::check_budget(const model::Model& model, const ContextOptions& o,
+                             const backend::Device& dev, bool sparse) {
+  auto items = budget_items(model, o, dev, sparse);
+  if (!items.ok()) return items.error();
   uint64_t total = 0;
-  for (const Item& it : items) total += it.bytes;
+  for (const LedgerLine& it : *items) total += it.bytes;
   const uint64_t free = dev.memory().free();
   if (total <= free) return Status::Ok();
   std::string parts;
-  for (const Item& it : items) {
+  for (const LedgerLine& it : *items) {
     if (it.bytes == 0) continue;
-    parts += (parts.empty() ? "" : ", ") + std::string(it.what) + " " + mib(it.bytes);
+    parts += (parts.empty() ? "" : ", ") + it.what + " " + mib(it.bytes);
   }
   return err("%s: the model does not fit device %s: it needs %s (%s), the budget leaves %s of %s",
              model.file().path().c_str(), dev.name().c_str(), mib(total).c_str(), parts.c_str(),
@@ -144,6 +149,12 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
   std::unique_ptr<Context> ctx(
       new Context(model, opts, std::move(*dev), std::move(*weights), std::move(storage)));
   PI_TRY(ctx->build_forward());
+  // The host's account: what check_budget counted, less what costs nothing here (weights and
+  // predictors are the model's own memory on a host device).
+  auto items = budget_items(model, ctx->opts_, *ctx->dev_, sparse);
+  if (!items.ok()) return items.error();
+  for (LedgerLine& l : *items)
+    if (l.bytes > 0) ctx->host_memory_.push_back(std::move(l));
   return ctx;
 }
 

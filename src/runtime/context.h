@@ -90,6 +90,10 @@ class Context {
   // The weights as the device sees them.
   const model::ModelWeights& weights() const { return weights_.weights; }
   const KvCache& cache() const { return cache_; }
+  // Host memory this context allocated (KV cache, step buffers, scratch; what a hybrid
+  // context keeps on the host: the KV cache of the CPU's layers), line by line as counted
+  // before allocation. The model's own memory is the Model's (file, layouts()).
+  const std::vector<LedgerLine>& host_memory() const { return host_memory_; }
   // The sparse FFN step when this context runs sparse, else nullptr; and its threshold.
   sparse::SparseFfn* sparse_ffn() { return sparse_; }
   const sparse::SparseFfn* sparse_ffn() const { return sparse_; }
@@ -111,6 +115,10 @@ class Context {
   // memory: an error names each item and the budget.
   static Status check_budget(const model::Model& model, const ContextOptions& o,
                              const backend::Device& dev, bool sparse);
+  // The items check_budget counts, in order (device bytes; weights cost none on the host).
+  static Result<std::vector<LedgerLine>> budget_items(const model::Model& model,
+                                                      const ContextOptions& o,
+                                                      const backend::Device& dev, bool sparse);
   // Builds the forward pass with the SparseFfn or the DenseFfn (see ContextOptions).
   Status build_forward();
   Status check_seq(SeqId s) const;
@@ -133,6 +141,7 @@ class Context {
   sparse::Threshold threshold_;
   sparse::ThresholdFfn* threshold_ffn_ = nullptr;    // owned by forward_
   sparse::ThresholdProj* threshold_proj_ = nullptr;  // owned by forward_
+  std::vector<LedgerLine> host_memory_;
   sparse::SiteThresholds site_thresholds_;
   // decode_batch() scratch, allocated by create().
   AttnLists lists_;

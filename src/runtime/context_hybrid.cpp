@@ -5,9 +5,12 @@
 // own weights (the file's mapping) and keeps the other layers' KV cache in host memory.
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
+#include <vector>
 
 #include "backend/registry.h"
 #include "core/log.h"
+#include "model/layout_cache.h"
 #include "runtime/context.h"
 #include "sparse/act_sparsity.h"
 #include "sparse/placement_model.h"
@@ -22,7 +25,24 @@ size_t sz(int64_t n) { return static_cast<size_t>(n); }
 Result<model::PlacedWeights> place_planned(backend::Device& dev, const model::Model& m,
                                            const HybridSetup& h) {
   model::PlacedWeights p{backend::WeightStore(dev), m.weights()};
+  std::vector<std::byte> staging;
   const auto place = [&](auto& view) -> Status {
+    if constexpr (std::is_same_v<std::decay_t<decltype(view)>, model::Matrix>) {
+      // A transposed matrix the model holds in the CPU's layout (Model::load) is uploaded in
+      // the device's, converted through host staging that lives only for the upload.
+      const DType want = dev.transposed_layout(model::file_layout(view.type));
+      if (view.present() && want != view.type) {
+        staging.resize(view.nbytes());
+        PI_TRY(model::convert_rows(view, want, staging.data()));
+        model::Matrix converted = view;
+        converted.type = want;
+        converted.data = staging.data();
+        auto placed = p.store.place(converted);
+        if (!placed.ok()) return placed.error();
+        view = *placed;
+        return Status::Ok();
+      }
+    }
     auto placed = p.store.place(view);
     if (!placed.ok()) return placed.error();
     view = *placed;
@@ -94,8 +114,9 @@ Result<std::unique_ptr<Context>> Context::create_hybrid(const model::Model& mode
     if (!b.ok()) return b.error();
     kv.push_back(KvStorage{std::move(*b), il, 1});
   }
+  const uint64_t host_kv = n_dev < hp.n_layer ? KvCache::storage_bytes(hp, opts.n_ctx, hp.n_layer - n_dev) : 0;
   if (n_dev < hp.n_layer) {
-    auto b = (*host)->alloc(KvCache::storage_bytes(hp, opts.n_ctx, hp.n_layer - n_dev), "KV cache");
+    auto b = (*host)->alloc(host_kv, "KV cache");
     if (!b.ok()) return b.error();
     kv.push_back(KvStorage{std::move(*b), n_dev, hp.n_layer - n_dev});
   }
@@ -105,6 +126,7 @@ Result<std::unique_ptr<Context>> Context::create_hybrid(const model::Model& mode
   ctx->host_ = std::move(*host);
   ctx->hybrid_ = std::move(*setup);
   PI_TRY(ctx->build_hybrid_forward());
+  if (host_kv > 0) ctx->host_memory_.push_back(LedgerLine{"KV cache", 1, host_kv});
 
   const HybridSetup& h = *ctx->hybrid_;
   const uint64_t used = ctx->dev_->memory().used - used_before;

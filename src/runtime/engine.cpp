@@ -10,6 +10,7 @@
 #include <system_error>
 #include <thread>
 
+#include "backend/host_device.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
 #include "model/model.h"
@@ -49,7 +50,8 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Load
   const LoadMode mode = opts.load == ModelLoad::Map    ? LoadMode::Map
                         : opts.load == ModelLoad::Read ? LoadMode::Read
                                                        : LoadMode::Auto;
-  auto m = model::Model::load(path, mode, opts.check_tensors);
+  const DType transposed = opts.repack ? backend::cpu_transposed_layout(DType::Q4_0) : DType::Q4_0;
+  auto m = model::Model::load(path, mode, opts.check_tensors, transposed);
   if (!m.ok()) return m.error();
   e->model_ = std::move(*m);
   const gguf::File& f = e->model_->file();
@@ -58,7 +60,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Load
     if (!transparent_huge_pages_on()) {
       log_info("model mapped: transparent huge pages are off here (--no-mmap reads it anyway)");
     } else {
-      log_info("model mapped: reading it into huge pages (faster decoding) wants twice its %.1f GiB and 1 GiB "
+      log_info("model mapped: reading it into huge pages (faster decoding) wants its %.1f GiB and 1 GiB "
                "free, and %.1f GiB is available (--no-mmap reads it anyway)",
                static_cast<double>(f.file_size()) / 1073741824.0,
                static_cast<double>(mem_available_bytes()) / 1073741824.0);
@@ -90,6 +92,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Load
   i.n_head_kv = hp.n_head_kv;
   i.file_bytes = f.file_size();
   i.mmap = f.mapping().mode() == LoadMode::Map;
+  i.repacked_bytes = e->model_->repacked_in_place_bytes();
   i.huge_page_bytes = f.mapping().huge_page_bytes();
   i.weight_bytes_per_token = e->model_->weight_bytes_per_token();
   if (const gguf::Value* v = f.find("tokenizer.chat_template");
@@ -426,6 +429,22 @@ PlacementInfo Session::placement() const {
   p.copies_from_device = t.copies_out;
   p.device_ops = t.ops;
   return p;
+}
+
+std::vector<MemoryLine> Session::memory() const {
+  std::vector<MemoryLine> out;
+  const model::Model& m = ctx_->model();
+  const MappedFile& f = m.file().mapping();
+  out.push_back({"host", f.mode() == LoadMode::Map ? "model (mapped)" : "model (read into memory)", f.size()});
+  if (const uint64_t copies = m.layouts().bytes(); copies > 0)
+    out.push_back({"host", "model (layout copies)", copies});
+  for (const runtime::LedgerLine& l : ctx_->host_memory()) out.push_back({"host", l.what, l.bytes});
+  if (const runtime::HybridSetup* h = ctx_->hybrid(); h != nullptr) {
+    const std::string dev = ctx_->device().name();
+    for (const runtime::LedgerLine& l : h->ledger.lines()) out.push_back({dev, l.what, l.bytes});
+    if (h->ledger.margin() > 0) out.push_back({dev, "runtime margin", h->ledger.margin()});
+  }
+  return out;
 }
 
 void Session::reset_sparsity() {

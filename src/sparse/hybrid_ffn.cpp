@@ -4,6 +4,8 @@
 #include <bit>
 #include <cstring>
 
+#include "model/layout_cache.h"
+
 namespace pi::sparse {
 namespace {
 
@@ -229,25 +231,30 @@ Status HybridFfn::gather_hot(int64_t il, const std::vector<int32_t>& hot) {
   const RowsLayout r = rows_layout(f, n);
   std::vector<std::byte> host(r.end);
   std::memcpy(host.data(), hot.data(), sz(n) * sizeof(int32_t));
-  const auto gather = [&](const model::Matrix& w, size_t at) {
+  // The down rows go in the device's layout for transposed weights: the model may hold them
+  // in the CPU's (Model::load), rows convert exactly either way.
+  const DType down_type =
+      f.down_t.present() ? dev_.transposed_layout(model::file_layout(f.down_t.type)) : f.down_t.type;
+  const auto gather = [&](const model::Matrix& w, size_t at, DType type) {
     if (!w.present()) return;
     for (int64_t k = 0; k < n; ++k)
-      std::memcpy(host.data() + at + sz(k) * w.row_stride(), w.row(hot[sz(k)]), w.row_stride());
+      model::convert_row(w, hot[sz(k)], type, host.data() + at + sz(k) * w.row_stride());
   };
-  gather(f.gate, r.gate);
-  gather(f.up, r.up);
-  gather(f.down_t, r.down);
+  gather(f.gate, r.gate, f.gate.type);
+  gather(f.up, r.up, f.up.type);
+  gather(f.down_t, r.down, down_type);
   DeviceLayer& L = layers_[sz(il)];
   auto buf = dev_.alloc(r.end, "hot neuron rows");
   if (!buf.ok()) return buf.error();
   dev_.upload(buf->data(), host.data(), r.end);
   L.rows = std::move(*buf);
   const auto* base = L.rows.as<std::byte>();
-  const auto view = [&](const model::Matrix& w, size_t at) {
+  const auto view = [&](const model::Matrix& w, size_t at, DType type) {
     if (!w.present()) return model::Matrix{};
-    return model::Matrix{w.type, base + at, n, w.cols, w.name + " (hot rows)"};
+    return model::Matrix{type, base + at, n, w.cols, w.name + " (hot rows)"};
   };
-  L.w = backend::FfnRows{view(f.gate, r.gate), view(f.up, r.up), view(f.down_t, r.down)};
+  L.w = backend::FfnRows{view(f.gate, r.gate, f.gate.type), view(f.up, r.up, f.up.type),
+                         view(f.down_t, r.down, down_type)};
   L.ids = reinterpret_cast<const int32_t*>(base);
   L.n_hot = n;
   L.local.assign(sz(hp.n_ff), -1);

@@ -101,6 +101,8 @@ void move_q4_0_blocks(const void* in, void* out, int64_t n, bool to_split) {
 
 void split_q4_0_row(const void* in, void* out, int64_t n) { move_q4_0_blocks(in, out, n, true); }
 
+void join_q4_0_row(const void* in, void* out, int64_t n) { move_q4_0_blocks(in, out, n, false); }
+
 Status quantize_row(DType t, const float* x, void* out, int64_t n) {
   PI_TRY(check_row("quantize_row", t, n));
   if (t == DType::Q4_0_SPLIT) {

@@ -95,6 +95,9 @@ Status dequantize_row(DType t, const void* in, float* y, int64_t n);
 // A Q4_0 row of n elements rearranged as a Q4_0_SPLIT row (the same bytes, scales first):
 // exact, so the split row dequantizes to the same values. `out` must not overlap `in`.
 void split_q4_0_row(const void* in, void* out, int64_t n);
+// The inverse: a Q4_0_SPLIT row of n elements back in the Q4_0 layout (the file's), exactly.
+// `out` must not overlap `in`.
+void join_q4_0_row(const void* in, void* out, int64_t n);
 
 // Where quant byte c (0..15) of block b lies in a Q4_0_SPLIT row of nb blocks (dtype.h): after
 // the nb scales, each whole four-block unit (blocks 4U .. 4U + 3) is 64 bytes holding the

@@ -48,13 +48,39 @@ TEST(MappedFile, ReadModeHoldsTheSameBytes) {
   EXPECT_NE(missing.error().message.find("/nonexistent/model.gguf"), std::string::npos);
 }
 
-// Auto reads a file into memory when huge pages are on and the memory available holds twice
-// the file and 1 GiB, and maps it otherwise; open() reports the choice it made.
-TEST(MappedFile, AutoReadsWhatFitsTwiceInTheAvailableMemory) {
+// A file read into memory can be edited in place (a loader converting weights to another
+// layout without a second copy); the file on disk is untouched. A mapped file refuses, naming
+// itself: its pages are the page cache's.
+TEST(MappedFile, EditChangesTheReadCopyOnly) {
+  auto path = std::filesystem::temp_directory_path() / ("pi_edit_" + std::to_string(::getpid()));
+  { std::ofstream(path, std::ios::binary) << "abcdefgh"; }
+  auto m = MappedFile::open(path.string(), LoadMode::Read);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  Status st = m->edit([](std::span<std::byte> b) {
+    ASSERT_EQ(b.size(), 8u);
+    std::swap(b[0], b[7]);
+  });
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(m->data()), 8), "hbcdefga");
+  auto again = MappedFile::open(path.string(), LoadMode::Map);
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(again->data()), 8), "abcdefgh");
+  bool called = false;
+  st = again->edit([&](std::span<std::byte>) { called = true; });
+  ASSERT_FALSE(st.ok());
+  EXPECT_FALSE(called);
+  EXPECT_NE(st.error().message.find(path.string()), std::string::npos) << st.error().message;
+  EXPECT_NE(st.error().message.find("mapped"), std::string::npos) << st.error().message;
+  std::filesystem::remove(path);
+}
+
+// Auto reads a file into memory when huge pages are on and the memory available holds the
+// file and 1 GiB, and maps it otherwise; open() reports the choice it made.
+TEST(MappedFile, AutoReadsWhatFitsInTheAvailableMemory) {
   constexpr size_t GiB = size_t{1} << 30;
-  EXPECT_EQ(choose_load_mode(4 * GiB, 9 * GiB, true), LoadMode::Read);
-  EXPECT_EQ(choose_load_mode(4 * GiB + 1, 9 * GiB, true), LoadMode::Map);
-  EXPECT_EQ(choose_load_mode(4 * GiB, 9 * GiB, false), LoadMode::Map);
+  EXPECT_EQ(choose_load_mode(8 * GiB, 9 * GiB, true), LoadMode::Read);
+  EXPECT_EQ(choose_load_mode(8 * GiB + 1, 9 * GiB, true), LoadMode::Map);
+  EXPECT_EQ(choose_load_mode(8 * GiB, 9 * GiB, false), LoadMode::Map);
   EXPECT_EQ(choose_load_mode(0, GiB, true), LoadMode::Read);
   EXPECT_EQ(choose_load_mode(0, GiB - 1, true), LoadMode::Map);
   EXPECT_EQ(choose_load_mode(1, 0, true), LoadMode::Map);  // MemAvailable unknown

@@ -23,6 +23,7 @@
 #include <regex>
 #include <sstream>
 
+#include "backend/host_device.h"
 #include "cli/run_command.h"
 #include "gguf/reader.h"
 #include "kernels/cpu/kernels.h"
@@ -382,6 +383,55 @@ TEST(ActSparsity, CpuRepackGivesTheFileLayoutsBits) {
         EXPECT_EQ(logits(*m, o), want);
         EXPECT_EQ(m->layouts().bytes(), copied);  // the second context shares the copy
       }
+    }
+  }
+}
+
+// A model read into memory holds its transposed Q4_0 weights once, in the CPU's layout,
+// converted in place at load (Model::load's transposed_layout): the CPU's contexts then copy
+// nothing, and give the file layout's logits bit for bit; a context that wants the file's
+// layout (--no-repack, the reference device) gets it back from the layout cache, and the
+// simulated GPU (hybrid: hot rows gathered and dense layers uploaded in its layout) gives the
+// logits it gives over the mapped file. Mapped, the file's layout is kept.
+TEST(ActSparsity, ReadModelHoldsTheCpuLayoutInPlace) {
+  const std::string q4 = pi::testing::temp_path("silu_tiny.cal.q4_0.inplace.gguf");
+  auto r = run_command(kBin + " quantize " + calibrated() + " " + q4 + " q4_0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string pwri = pi::testing::temp_path("relu_tiny.q4_0.inplace.pwri.gguf");
+  r = run_command(kBin + " synth --preset tiny --pwri --type q4_0 --no-progress -o " + pwri);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const DType cpu_layout = backend::cpu_transposed_layout(DType::Q4_0);
+  const bool repacks = cpu_layout != DType::Q4_0;
+  for (const std::string& path : {q4, pwri}) {
+    SCOPED_TRACE(path);
+    auto mapped = model::Model::load(path, LoadMode::Map, false, cpu_layout);
+    ASSERT_TRUE(mapped.ok()) << mapped.error().message;
+    EXPECT_EQ((*mapped)->repacked_in_place_bytes(), 0u);
+    auto held = model::Model::load(path, LoadMode::Read, false, cpu_layout);
+    ASSERT_TRUE(held.ok()) << held.error().message;
+    const model::Model& m = **held;
+    const model::FfnWeights& f = m.weights().layers[0].ffn;
+    EXPECT_EQ(f.down_t.type, cpu_layout);
+    EXPECT_EQ(m.repacked_in_place_bytes() > 0, repacks);
+    if (repacks) EXPECT_GE(m.repacked_in_place_bytes(), f.down_t.nbytes() * m.weights().layers.size());
+
+    for (int64_t batch : {1, 7}) {
+      SCOPED_TRACE(::testing::Message() << "batch " << batch);
+      runtime::ContextOptions o;
+      o.n_batch = batch;
+      runtime::ContextOptions as_file = o;
+      as_file.device.repack = false;
+      const std::vector<float> want = logits(**mapped, as_file);
+      EXPECT_EQ(logits(m, o), want);
+      if (batch == 1) EXPECT_EQ(m.layouts().bytes(), 0u);  // the CPU reads the held layout: no copy
+      EXPECT_EQ(logits(m, as_file), want);
+      EXPECT_EQ(m.layouts().bytes(), repacks ? m.repacked_in_place_bytes() : 0u);
+      runtime::ContextOptions ref = o;
+      ref.device.name = "ref";
+      EXPECT_EQ(logits(m, ref), logits(**mapped, ref));
+      runtime::ContextOptions sim = o;
+      sim.device.name = "sim";
+      EXPECT_EQ(logits(m, sim), logits(**mapped, sim));
     }
   }
 }

@@ -94,6 +94,11 @@ TEST(Q4_0, SplitRowsHoldTheSameValues) {
     ASSERT_TRUE(dequantize_row(DType::Q4_0, q4.data(), a.data(), n).ok());
     ASSERT_TRUE(dequantize_row(DType::Q4_0_SPLIT, split.data(), b.data(), n).ok());
     EXPECT_EQ(a, b);
+    // Joined back, the file's bytes exactly (models read into memory hold the split layout
+    // and give other devices the file's: model::LayoutCache).
+    std::vector<uint8_t> joined(q4.size(), 0xA5);
+    join_q4_0_row(split.data(), joined.data(), n);
+    EXPECT_EQ(joined, q4);
   }
 }
 

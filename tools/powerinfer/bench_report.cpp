@@ -198,9 +198,17 @@ std::string format_markdown(const BenchReport& r) {
     for (size_t i = 0; i < r.models.size(); ++i) {
       const ModelSummary& md = r.models[i];
       if (md.repacked_bytes == 0) continue;
-      s += fmt("\nModel %zu: %s of transposed weights repacked at load for the CPU's axpy "
-               "(--no-repack: the file's layout).\n",
-               i + 1, size_text(md.repacked_bytes).c_str());
+      s += fmt("\nModel %zu: %s of transposed weights repacked at load for the CPU's axpy, %s of "
+               "them in place (no extra memory) (--no-repack: the file's layout).\n",
+               i + 1, size_text(md.repacked_bytes).c_str(), size_text(md.repacked_in_place_bytes).c_str());
+    }
+    for (size_t i = 0; i < r.models.size(); ++i) {
+      const ModelSummary& md = r.models[i];
+      if (md.peak_rss == 0) continue;
+      s += fmt("\nModel %zu: peak resident memory %s (%s held before its load: the read probe's "
+               "buffer), file %s.\n",
+               i + 1, size_text(md.peak_rss).c_str(), size_text(md.rss_before_load).c_str(),
+               size_text(md.file_bytes).c_str());
     }
   }
 
@@ -302,6 +310,10 @@ std::string format_json(const BenchReport& r) {
                           {"mmap", md.mmap},
                           {"huge_page_bytes", md.huge_page_bytes},
                           {"repacked_bytes", md.repacked_bytes},
+                          {"repacked_in_place_bytes", md.repacked_in_place_bytes},
+                          {"layout_copy_bytes", md.layout_copy_bytes},
+                          {"rss_before_load_bytes", md.rss_before_load},
+                          {"peak_rss_bytes", md.peak_rss},
                           {"params", md.params},
                           {"predictor_params", md.predictor_params},
                           {"n_layer", md.n_layer},
@@ -350,6 +362,7 @@ std::string format_json(const BenchReport& r) {
                         {"probe_ratio", nullable(row.has_bytes, row.probe_ratio)},
                         {"roofline_ratio", nullable(row.has_bytes, row.roofline_ratio)},
                         {"load_1m", nullable(row.load_1m >= 0, row.load_1m)},
+                        {"peak_rss_bytes", row.peak_rss},
                         {"hybrid", hybrid_json(row.hybrid)}});
   }
   j["results"] = rows;

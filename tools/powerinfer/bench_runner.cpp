@@ -15,6 +15,7 @@
 #include "cli_checks.h"
 #include "core/bandwidth_probe.h"
 #include "core/log.h"
+#include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "gguf/reader.h"
 #include "model/model.h"
@@ -339,9 +340,12 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
                  BenchReport& report) {
   const std::string& path = o.models[index];
   log_info("bench: loading %s", path.c_str());
+  const uint64_t rss_before = resident_bytes();
+  reset_peak_resident();
   auto engine = Engine::load(path, load_options(o.model_flags, o.load));
   if (!engine.ok()) return engine.error();
   report.models.push_back(summarize_model(**engine));
+  report.models.back().rss_before_load = rss_before;
   const ModelSummary& model = report.models.back();
   const Tokenizer* tok = (*engine)->tokenizer();
   const int32_t bos = tok != nullptr && tok->bos() >= 0 ? tok->bos() : 0;
@@ -408,6 +412,7 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
         log_info("bench: %s %s t=%d %s (load %.2f)", std::filesystem::path(path).filename().c_str(),
                  mode_name(mode), threads, row.test.c_str(), row.load_1m);
         PI_TRY(n_prompt > 0 ? runner.prompt_test(n_prompt, row) : runner.gen_test(n_gen, row));
+        row.peak_rss = peak_resident_bytes();
         std::string each;
         for (double v : row.samples)
           each += (each.empty() ? "" : ", ") + std::to_string(v).substr(0, 8);
@@ -429,8 +434,14 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
     }
    }
   }
-  // Made by the first session that placed the weights, if any did (model::LayoutCache).
-  report.models[index].repacked_bytes = (*engine)->model().layouts().bytes();
+  // Held in place since the load (Model::load), or copied by the first session that placed the
+  // weights (model::LayoutCache); the copies a device made back into the file's layout count
+  // as copies too.
+  ModelSummary& md = report.models[index];
+  md.repacked_in_place_bytes = (*engine)->model().repacked_in_place_bytes();
+  md.layout_copy_bytes = (*engine)->model().layouts().bytes();
+  md.repacked_bytes = md.repacked_in_place_bytes + md.layout_copy_bytes;
+  md.peak_rss = peak_resident_bytes();
   return Status::Ok();
 }
 

@@ -37,7 +37,14 @@ struct ModelSummary {
   uint64_t file_bytes = 0;
   bool mmap = true;              // mapped, or read into memory (--no-mmap)
   uint64_t huge_page_bytes = 0;  // read into memory: bytes in huge pages
-  uint64_t repacked_bytes = 0;   // transposed weights the CPU copied into its axpy's layout
+  // Transposed weights in the CPU axpy's layout: all of them (repacked_bytes), of which held
+  // in place in the model's memory (read into memory: no extra RAM) and copied (mapped, or
+  // a device that wanted the other layout: extra RAM).
+  uint64_t repacked_bytes = 0, repacked_in_place_bytes = 0, layout_copy_bytes = 0;
+  // This process's resident memory just before the model was loaded (the read probe's buffer,
+  // an earlier model's pages not yet returned) and its peak from then to the model's last row
+  // (VmHWM, reset at the load).
+  uint64_t rss_before_load = 0, peak_rss = 0;
   int64_t params = 0;            // elements of every tensor, predictors included
   int64_t predictor_params = 0;  // elements of fc1/fc2
   int64_t n_layer = 0, n_embd = 0, n_ff = 0, n_head = 0, n_head_kv = 0, n_vocab = 0;
@@ -107,6 +114,7 @@ struct BenchRow {
   double load_1m = -1;     // load average when the row started
   HybridRow hybrid;
   double act_sparsity = -1;  // calibrated files in sparse mode: the sparsity run, else -1
+  uint64_t peak_rss = 0;     // the process's peak resident bytes since the model's load, after the row
 };
 
 struct BenchReport {

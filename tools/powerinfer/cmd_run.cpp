@@ -23,6 +23,7 @@
 
 #include "commands.h"
 #include "core/log.h"
+#include "core/mapped_file.h"
 #include "gen_options.h"
 #include "interrupt.h"
 #include "powerinfer/engine.h"
@@ -68,6 +69,26 @@ void print_timings(double load_ms, const Timings& t, double total_ms) {
   line("eval time", t.eval_ms, t.n_eval, "runs");
   log_info("%-17s = %10.2f ms / %5lld tokens", "total time", total_ms,
            static_cast<long long>(t.n_prompt + t.n_eval));
+}
+
+// The session's memory account per device, with a total per device, then this process's
+// peak resident memory (llama.cpp prints its buffers; this is the same habit, from the ledger).
+void print_memory(const Session& s) {
+  const std::vector<MemoryLine> lines = s.memory();
+  const auto mib = [](uint64_t b) { return static_cast<double>(b) / 1048576.0; };
+  log_info("%-32s %10s", "memory breakdown", "MiB");
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const MemoryLine& l = lines[i];
+    log_info("  %-6s %-24s %10.1f", l.device.c_str(), l.what.c_str(), mib(l.bytes));
+    if (i + 1 == lines.size() || lines[i + 1].device != l.device) {
+      uint64_t total = 0;
+      for (const MemoryLine& k : lines)
+        if (k.device == l.device) total += k.bytes;
+      log_info("  %-6s %-24s %10.1f", l.device.c_str(), "total", mib(total));
+    }
+  }
+  if (const size_t peak = peak_resident_bytes(); peak > 0)
+    log_info("%-17s = %10.1f MiB", "peak resident", mib(peak));
 }
 
 enum class Stop { Eog, Limit, ContextFull, Interrupted };
@@ -216,6 +237,7 @@ int run(const RunOptions& o_in) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start)
             .count();
     print_timings(load_ms, session.timings(), total_ms);
+    print_memory(session);
     if (!st.ok()) {
       log_error("%s", st.error().message.c_str());
       return 1;
@@ -250,6 +272,7 @@ int run(const RunOptions& o_in) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start)
             .count();
     print_timings(load_ms, session.timings(), total_ms);
+    print_memory(session);
     if (o.sparsity_report || o.check_predictor)
       print_sparsity_report(session.sparsity(), info, shadow.get());
     return code;

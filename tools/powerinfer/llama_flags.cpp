@@ -175,6 +175,7 @@ LoadOptions load_options(const ModelFlags& f, ModelLoad load) {
   o.load = load;
   o.mlock = f.mlock;
   o.check_tensors = f.check_tensors;
+  o.repack = f.repack;
   return o;
 }
 
@@ -231,11 +232,11 @@ void add_load_flags(CLI::App* sub, ModelLoad& load) {
       "--mmap", [&load] { load = ModelLoad::Map; },
       "Map the model file instead of reading it into memory: instant load, pages shared with "
       "other processes (several servers on one file), slower decoding. The default when the "
-      "memory available holds less than twice the file and 1 GiB, or huge pages are off");
+      "memory available holds less than the file and 1 GiB, or huge pages are off");
   CLI::Option* read = sub->add_flag_callback(
       "--no-mmap", [&load] { load = ModelLoad::Read; },
       "Read the model into memory backed by transparent huge pages even when the memory "
-      "available holds less than twice the file and 1 GiB (by default it is read whenever it "
+      "available holds less than the file and 1 GiB (by default it is read whenever it "
       "does): a copy at load, the file's size in RAM, faster decoding");
   map->excludes(read);
 }

@@ -47,7 +47,7 @@ Status check_model_flags(const ModelFlags& f);
 LoadOptions load_options(const ModelFlags& f, ModelLoad load);
 
 // --mmap and --no-mmap (one at most): how the model file gets into memory. Neither: `load`
-// stays ModelLoad::Auto (read into huge pages when twice the file and 1 GiB fit in the memory
+// stays ModelLoad::Auto (read into huge pages when the file and 1 GiB fit in the memory
 // available, else mapped).
 void add_load_flags(CLI::App* sub, ModelLoad& load);
 

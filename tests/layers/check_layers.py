@@ -29,6 +29,7 @@ ALLOWED = {
     "runtime": {"sparse", "model", "backend", "tokenizer", "gguf", "tensor", "core", "powerinfer"},
     "chat": {"powerinfer"},
     "server": {"powerinfer", "chat"},
+    "capi": {"powerinfer", "chat"},
 }
 # Named exceptions: (file, included layer) -> why it is allowed for now.
 EXCEPTIONS = {

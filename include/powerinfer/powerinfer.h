@@ -1,0 +1,281 @@
+/* The engine's C API: libpowerinfer (shared or static), for applications and for bindings in
+ * other languages. Plain C99: opaque handles, fixed-size integer types, no C++ types and no
+ * exceptions cross it.
+ *
+ *   pi_engine* e = NULL;
+ *   if (pi_engine_load("model.gguf", NULL, &e) != PI_OK) {
+ *     fprintf(stderr, "%s\n", pi_engine_error(e));   // e is set even when the load failed
+ *     pi_engine_free(e);
+ *     return 1;
+ *   }
+ *   pi_session_options so = pi_session_options_default();
+ *   so.sampling.temperature = 0;                      // greedy
+ *   pi_session* s = NULL;
+ *   if (pi_session_create(e, &so, &s) != PI_OK) ...   // pi_session_error(s)
+ *   int32_t toks[512];
+ *   int32_t n = pi_tokenize(e, "Hello", -1, true, false, toks, 512);
+ *   pi_session_prompt(s, toks, n);
+ *   for (int i = 0; i < 32; ++i) {
+ *     int32_t t = pi_session_sample(s);
+ *     if (pi_token_is_eog(e, t)) break;
+ *     ... pi_token_piece(e, t, buf, sizeof buf) ...
+ *     pi_session_advance(s, t);
+ *   }
+ *   pi_session_free(s);
+ *   pi_engine_free(e);
+ *
+ * Errors. Every call that can fail returns a pi_status; PI_OK is 0. The one-line message of the
+ * last failure is kept per handle: pi_engine_error() for calls on an engine (and its load),
+ * pi_session_error() for calls on a session. It stays valid until the next failing call on that
+ * handle or its free. A NULL handle or output pointer gives PI_ERR_INVALID_ARGUMENT.
+ *
+ * Thread-safety. An engine is immutable once loaded: the calls that take a `const pi_engine*`
+ * (tokenizer, chat template, model info) may run on any number of threads at once, and so may
+ * pi_session_create() on the same engine. A session is driven by one thread at a time: its
+ * calls must not overlap with each other (different sessions run in parallel). Free a session
+ * before its engine. pi_version() and the *_default() calls are safe anywhere.
+ *
+ * Sizes. Functions that write text or tokens into a caller's buffer return the length they
+ * need; when that exceeds the capacity given they write nothing useful and the caller retries
+ * with a larger buffer (text is not NUL-terminated unless room is left for it: the returned
+ * length never counts a terminator). A negative return is an error (see the function).
+ */
+#ifndef POWERINFER_POWERINFER_H
+#define POWERINFER_POWERINFER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define PI_API __attribute__((visibility("default")))
+#else
+#define PI_API
+#endif
+
+/* ---- Version and status ---------------------------------------------------------------- */
+
+/* "MAJOR.MINOR.PATCH" of the library (the C++ engine's project version). */
+PI_API const char* pi_version(void);
+
+typedef enum pi_status {
+  PI_OK = 0,
+  PI_ERR_INVALID_ARGUMENT = 1, /* a NULL handle, a bad option or token id, a bad sequence */
+  PI_ERR_LOAD = 2,             /* the model file is missing, corrupt or unsupported */
+  PI_ERR_CONTEXT_FULL = 3,     /* the tokens do not fit the session's context */
+  PI_ERR_OUT_OF_MEMORY = 4,    /* host or device memory (or the VRAM budget) is short */
+  PI_ERR_INTERNAL = 5          /* anything else; the message says what */
+} pi_status;
+
+/* A static English name of a status ("ok", "invalid_argument", ...; "unknown" for any other
+ * value). Takes an int so that any value is safe to pass. */
+PI_API const char* pi_status_name(int status);
+
+/* ---- Engine: a model loaded once --------------------------------------------------------- */
+
+typedef struct pi_engine pi_engine;
+
+typedef enum pi_load_mode {
+  PI_LOAD_AUTO = 0, /* read into huge pages when the file and 1 GiB fit in memory, else map */
+  PI_LOAD_MAP = 1,  /* mmap: instant, pages shared with other processes (--mmap) */
+  PI_LOAD_READ = 2  /* read into memory backed by huge pages: faster decoding (--no-mmap) */
+} pi_load_mode;
+
+typedef struct pi_load_options {
+  int32_t mode;       /* a pi_load_mode (fixed-size here; other values are refused) */
+  bool mlock;         /* lock the model in RAM; a failure is a warning */
+  bool check_tensors; /* check every weight for NaN/Inf at load (reads the whole file) */
+  bool repack;        /* transposed Q4_0 weights in the CPU's layout (default true; --no-repack) */
+} pi_load_options;
+
+PI_API pi_load_options pi_load_options_default(void);
+
+/* Loads a GGUF or PowerInfer file. `opts` NULL: the defaults. *out is set to an engine handle
+ * whenever memory allows, also on failure, so that pi_engine_error() tells why; free it either
+ * way. Thread-safe (separate engines). */
+PI_API pi_status pi_engine_load(const char* path, const pi_load_options* opts, pi_engine** out);
+/* The message of the engine's last failure ("" when none). */
+PI_API const char* pi_engine_error(const pi_engine* engine);
+/* Frees the engine (NULL is a no-op). Every session made from it must be freed first. */
+PI_API void pi_engine_free(pi_engine* engine);
+
+typedef struct pi_model_info {
+  const char* architecture; /* general.architecture; valid while the engine lives */
+  const char* name;         /* general.name, "" when absent */
+  bool powerinfer;          /* a PowerInfer (PWRI) file */
+  bool mapped;              /* mapped (true) or read into memory */
+  int64_t n_vocab, n_ctx_train, n_embd, n_layer, n_ff, n_head, n_head_kv;
+  uint64_t file_bytes;
+  uint64_t weight_bytes_per_token; /* bytes of weights one dense decode step reads */
+} pi_model_info;
+
+/* Fills *info. Fails only for NULL arguments. */
+PI_API pi_status pi_engine_info(const pi_engine* engine, pi_model_info* info);
+
+/* ---- Vocabulary (the engine must carry one: tokenizer.ggml.model) ------------------------ */
+
+/* Number of tokens of the vocabulary; 0 when the file has none. */
+PI_API int32_t pi_n_vocab(const pi_engine* engine);
+/* BOS / EOS ids, -1 when absent. */
+PI_API int32_t pi_token_bos(const pi_engine* engine);
+PI_API int32_t pi_token_eos(const pi_engine* engine);
+/* Whether generation should stop at this token (EOS and end-of-turn markers). */
+PI_API bool pi_token_is_eog(const pi_engine* engine, int32_t token);
+/* Whether the vocabulary wants BOS before a prompt (what `powerinfer run` does). */
+PI_API bool pi_add_bos(const pi_engine* engine);
+
+/* UTF-8 text (len bytes; len < 0: NUL-terminated) to token ids, written to tokens[0..cap).
+ * add_bos: prepend BOS when the vocabulary has one; parse_special: control tokens written in
+ * the text ("<|im_end|>") become their ids. Returns the number of tokens (more than cap: none
+ * usable, retry with that capacity), or -1 when the engine has no vocabulary or an argument
+ * is NULL. */
+PI_API int32_t pi_tokenize(const pi_engine* engine, const char* text, int32_t len, bool add_bos,
+                           bool parse_special, int32_t* tokens, int32_t cap);
+/* Token ids back to UTF-8 bytes (skip_special: drop control tokens); out-of-range ids give
+ * U+FFFD. Returns the bytes needed; writes min(needed, cap) bytes and, when cap > needed, a
+ * NUL. -1 when the engine has no vocabulary or an argument is NULL. */
+PI_API int32_t pi_detokenize(const pi_engine* engine, const int32_t* tokens, int32_t n,
+                             bool skip_special, char* text, int32_t cap);
+/* The bytes of one token (a piece may be an incomplete UTF-8 sequence: concatenate pieces, or
+ * use pi_detokenize, before showing text). Same return convention as pi_detokenize. */
+PI_API int32_t pi_token_piece(const pi_engine* engine, int32_t token, char* text, int32_t cap);
+
+/* ---- Chat templates ---------------------------------------------------------------------- */
+
+typedef struct pi_chat_message {
+  const char* role;    /* "system", "user" or "assistant" */
+  const char* content; /* UTF-8, NUL-terminated */
+} pi_chat_message;
+
+/* Renders messages with a chat template into prompt text (to tokenize with parse_special).
+ * `tmpl`: a template name ("chatml", "llama2", "llama3", "mistral", "zephyr", "gemma", "phi3",
+ * "vicuna", "alpaca", "deepseek") or Jinja text to recognise; NULL or "": the model's own
+ * (tokenizer.chat_template). add_assistant: end with the opening of an assistant turn.
+ * Returns the bytes needed as pi_detokenize does; -1 on failure (unknown template, bad role),
+ * with the message in pi_engine_error(). Not thread-safe with other failing calls on the same
+ * engine (the message slot is the engine's). */
+PI_API int32_t pi_chat_apply_template(pi_engine* engine, const char* tmpl,
+                                      const pi_chat_message* messages, size_t n_messages,
+                                      bool add_assistant, char* text, int32_t cap);
+
+/* ---- Sessions: a KV cache, samplers and a thread pool over an engine --------------------- */
+
+typedef struct pi_session pi_session;
+
+typedef struct pi_sampling {
+  float temperature;       /* 0: greedy (argmax after penalties); default 0.8 */
+  int32_t top_k;           /* <= 0: whole vocabulary; default 40 */
+  float top_p;             /* 1: off; default 0.95 */
+  float min_p;             /* 0: off; default 0.05 */
+  float repeat_penalty;    /* 1: off */
+  int32_t repeat_last_n;   /* penalty window; 0: off, -1: whole history; default 64 */
+  float presence_penalty;  /* 0: off */
+  float frequency_penalty; /* 0: off */
+  uint64_t seed;           /* sequence i samples with seed + i */
+} pi_sampling;
+
+PI_API pi_sampling pi_sampling_default(void);
+
+typedef struct pi_session_options {
+  int64_t n_ctx;   /* KV positions; 0: the model's training context, at most 4096 */
+  int64_t n_batch; /* prompt tokens per forward pass; default 512 */
+  int32_t n_threads; /* 0: one per hardware thread */
+  int32_t n_seq_max; /* sequences (1..64), ids 0 .. n_seq_max - 1 */
+  pi_sampling sampling;
+  bool dense;       /* PowerInfer files: compute every FFN neuron (no predictors) */
+  float sparse_threshold; /* predictor threshold; NaN: the file's or the default */
+  bool repack;      /* CPU: transposed Q4_0 weights in its layout (default true) */
+  /* The device: "cpu" (default), "ref", "sim", "cuda" in CUDA builds. A device that is not
+   * the host runs hybrid: what fits vram_budget there, the rest on the CPU. */
+  const char* device;
+  uint64_t device_budget; /* bytes the session may allocate on the device; 0: all it has */
+  int64_t vram_budget;    /* hybrid: bytes for the device's part; < 0: its free memory */
+  int32_t n_gpu_layers;   /* hybrid, dense placements: whole layers on the device; -1: fit */
+  const char* gpu_index;  /* hybrid: the plan's index file; NULL: MODEL.generated.gpuidx */
+  const char* activation_stats; /* hybrid: activation statistics; NULL: beside the model */
+} pi_session_options;
+
+PI_API pi_session_options pi_session_options_default(void);
+
+/* Creates a session on the engine (every buffer allocated now). *out is set whenever memory
+ * allows, also on failure (pi_session_error() tells why); free it either way. Thread-safe
+ * with other creations on the same engine. */
+PI_API pi_status pi_session_create(const pi_engine* engine, const pi_session_options* opts,
+                                   pi_session** out);
+PI_API const char* pi_session_error(const pi_session* session);
+PI_API void pi_session_free(pi_session* session);
+
+/* Feeds tokens to sequence 0 after those it holds (a prompt, a user turn). */
+PI_API pi_status pi_session_prompt(pi_session* session, const int32_t* tokens, size_t n);
+/* Picks sequence 0's next token from the logits of its last fed token (its sampler: settings,
+ * penalty window, RNG). Returns -1 for a NULL session. */
+PI_API int32_t pi_session_sample(pi_session* session);
+/* Feeds one generated token to sequence 0. */
+PI_API pi_status pi_session_advance(pi_session* session, int32_t token);
+/* The logits of the last token fed to sequence 0, f32 [n_vocab]; valid until the next call
+ * that feeds tokens. NULL for a NULL session. */
+PI_API const float* pi_session_logits(const pi_session* session);
+
+typedef struct pi_batch_token {
+  int32_t token;
+  int32_t seq;  /* sequence id, 0 .. n_seq_max - 1 */
+  int32_t pos;  /* position in its sequence, above every position it holds */
+  bool logits;  /* keep this entry's logits (pi_session_batch_logits) */
+} pi_batch_token;
+
+/* Evaluates tokens of any sequences in one forward pass (split into n_batch passes when
+ * longer). Fails without changing anything for bad ids or positions or a full context. */
+PI_API pi_status pi_session_decode(pi_session* session, const pi_batch_token* batch, size_t n);
+/* Logits of entry i of the last pi_session_decode() that asked for them, f32 [n_vocab];
+ * NULL otherwise. */
+PI_API const float* pi_session_batch_logits(const pi_session* session, size_t i);
+/* Picks a token for sequence seq from `logits` (n_vocab floats) with that sequence's sampler.
+ * Does not record it: pi_session_decode does. -1 for a bad sequence or NULL arguments. */
+PI_API int32_t pi_session_sample_seq(pi_session* session, int32_t seq, const float* logits);
+/* Gives sequence seq a fresh sampler with `p` (its RNG seeded with p->seed exactly). */
+PI_API pi_status pi_session_set_sampling(pi_session* session, int32_t seq, const pi_sampling* p);
+
+/* Sequence dst (holding nothing) shares src's cached positions (no data copied). */
+PI_API pi_status pi_session_fork(pi_session* session, int32_t src, int32_t dst);
+/* Sequence seq (-1: all) forgets positions [p0, p1) (p1 = -1: to the end). */
+PI_API pi_status pi_session_seq_rm(pi_session* session, int32_t seq, int32_t p0, int32_t p1);
+/* Sequence dst also holds src's positions [p0, p1) (p1 = -1: to the end). */
+PI_API pi_status pi_session_seq_cp(pi_session* session, int32_t src, int32_t dst, int32_t p0,
+                                   int32_t p1);
+/* Highest position sequence seq holds; -1 when none (or a NULL session). */
+PI_API int32_t pi_session_seq_pos_max(const pi_session* session, int32_t seq);
+/* Forgets every sequence's context and reseeds the samplers (timings are kept). */
+PI_API void pi_session_reset(pi_session* session);
+
+PI_API int64_t pi_session_n_ctx(const pi_session* session);
+PI_API int64_t pi_session_n_past(const pi_session* session); /* tokens in the context */
+
+typedef struct pi_timings {
+  double prompt_ms;  int64_t n_prompt; /* tokens fed by pi_session_prompt */
+  double eval_ms;    int64_t n_eval;   /* tokens fed by advance and decode */
+  double sample_ms;  int64_t n_sample;
+} pi_timings;
+
+/* Fills *out with the session's wall-clock time per phase since creation. */
+PI_API pi_status pi_session_timings(const pi_session* session, pi_timings* out);
+
+typedef struct pi_placement {
+  bool hybrid;                /* false: one device runs everything (the rest is zero) */
+  uint64_t budget;            /* device bytes the session may use */
+  uint64_t device_bytes;      /* what the ledger counts, <= budget */
+  int64_t n_layer, layers_on_device;
+  int64_t hot_neurons, n_neurons; /* FFN neurons on the device, of all */
+} pi_placement;
+
+/* Fills *out with where the session runs (hybrid sessions: the plan and its ledger). */
+PI_API pi_status pi_session_placement(const pi_session* session, pi_placement* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* POWERINFER_POWERINFER_H */

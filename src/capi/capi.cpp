@@ -1,0 +1,451 @@
+// The C API (include/powerinfer/powerinfer.h) over the C++ public API (Engine, Session,
+// Vocabulary) and the chat templates. Nothing thrown crosses it: every entry point that calls
+// into C++ catches, and reports a std::exception (bad_alloc included) as a status with its
+// message kept on the handle.
+#include "powerinfer/powerinfer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "powerinfer/engine.h"
+
+struct pi_engine {
+  std::unique_ptr<pi::Engine> engine;  // null after a failed load
+  std::string error;
+};
+
+struct pi_session {
+  const pi_engine* engine = nullptr;
+  std::unique_ptr<pi::Session> session;  // null after a failed creation
+  std::string error;
+};
+
+namespace {
+
+#ifndef PI_VERSION_STRING
+#define PI_VERSION_STRING "0.0.0"
+#endif
+
+pi_status status_of(const pi::Error& e, pi_status fallback) {
+  switch (e.code) {
+    case pi::ErrorCode::BadRequest: return PI_ERR_INVALID_ARGUMENT;
+    case pi::ErrorCode::ContextFull: return PI_ERR_CONTEXT_FULL;
+    case pi::ErrorCode::OutOfMemory: return PI_ERR_OUT_OF_MEMORY;
+    case pi::ErrorCode::Cancelled:
+    case pi::ErrorCode::Internal: break;
+  }
+  return fallback;
+}
+
+// Runs f (returning a pi::Status) and records a failure in `slot`; exceptions become statuses.
+template <typename F>
+pi_status guarded(std::string& slot, pi_status fallback, F&& f) {
+  try {
+    const pi::Status st = f();
+    if (st.ok()) return PI_OK;
+    slot = st.error().message;
+    return status_of(st.error(), fallback);
+  } catch (const std::bad_alloc&) {
+    slot = "out of memory";
+    return PI_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    slot = std::string("internal error: ") + e.what();
+    return PI_ERR_INTERNAL;
+  }
+}
+
+pi_status invalid(std::string& slot, std::string what) {
+  slot = std::move(what);
+  return PI_ERR_INVALID_ARGUMENT;
+}
+
+const pi::Vocabulary* vocab(const pi_engine* e) {
+  return e != nullptr && e->engine != nullptr ? e->engine->vocabulary() : nullptr;
+}
+
+bool session_ready(const pi_session* s) { return s != nullptr && s->session != nullptr; }
+
+// Copies `text` into out[0..cap) with a NUL when there is room; returns its length.
+int32_t emit(const std::string& text, char* out, int32_t cap) {
+  if (text.size() > static_cast<size_t>(INT32_MAX - 1)) return -1;
+  const auto n = static_cast<int32_t>(text.size());
+  if (out != nullptr && cap > 0) {
+    std::memcpy(out, text.data(), static_cast<size_t>(std::min(n, cap)));
+    if (cap > n) out[n] = '\0';
+  }
+  return n;
+}
+
+pi::SamplingParams sampling_of(const pi_sampling& p) {
+  pi::SamplingParams s;
+  s.temperature = p.temperature;
+  s.top_k = p.top_k;
+  s.top_p = p.top_p;
+  s.min_p = p.min_p;
+  s.repeat_penalty = p.repeat_penalty;
+  s.repeat_last_n = p.repeat_last_n;
+  s.presence_penalty = p.presence_penalty;
+  s.frequency_penalty = p.frequency_penalty;
+  s.seed = p.seed;
+  return s;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* pi_version(void) { return PI_VERSION_STRING; }
+
+const char* pi_status_name(int status) {
+  switch (status) {
+    case PI_OK: return "ok";
+    case PI_ERR_INVALID_ARGUMENT: return "invalid_argument";
+    case PI_ERR_LOAD: return "load";
+    case PI_ERR_CONTEXT_FULL: return "context_full";
+    case PI_ERR_OUT_OF_MEMORY: return "out_of_memory";
+    case PI_ERR_INTERNAL: return "internal";
+  }
+  return "unknown";
+}
+
+pi_load_options pi_load_options_default(void) {
+  const pi::LoadOptions d;
+  return pi_load_options{PI_LOAD_AUTO, d.mlock, d.check_tensors, d.repack};
+}
+
+pi_status pi_engine_load(const char* path, const pi_load_options* opts, pi_engine** out) {
+  if (out == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  *out = new (std::nothrow) pi_engine();
+  if (*out == nullptr) return PI_ERR_OUT_OF_MEMORY;
+  pi_engine& e = **out;
+  if (path == nullptr) return invalid(e.error, "pi_engine_load: the path is NULL");
+  const pi_load_options o = opts != nullptr ? *opts : pi_load_options_default();
+  if (o.mode != PI_LOAD_AUTO && o.mode != PI_LOAD_MAP && o.mode != PI_LOAD_READ)
+    return invalid(e.error, "pi_engine_load: unknown load mode " + std::to_string(o.mode));
+  return guarded(e.error, PI_ERR_LOAD, [&]() -> pi::Status {
+    pi::LoadOptions lo;
+    lo.load = o.mode == PI_LOAD_MAP ? pi::ModelLoad::Map
+              : o.mode == PI_LOAD_READ ? pi::ModelLoad::Read
+                                       : pi::ModelLoad::Auto;
+    lo.mlock = o.mlock;
+    lo.check_tensors = o.check_tensors;
+    lo.repack = o.repack;
+    auto loaded = pi::Engine::load(path, lo);
+    if (!loaded.ok()) return loaded.error();
+    e.engine = std::move(*loaded);
+    return pi::Status::Ok();
+  });
+}
+
+const char* pi_engine_error(const pi_engine* engine) {
+  return engine != nullptr ? engine->error.c_str() : "pi_engine_error: the engine is NULL";
+}
+
+void pi_engine_free(pi_engine* engine) { delete engine; }
+
+pi_status pi_engine_info(const pi_engine* engine, pi_model_info* info) {
+  if (engine == nullptr || engine->engine == nullptr || info == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  const pi::ModelInfo& i = engine->engine->info();
+  *info = pi_model_info{};
+  info->architecture = i.architecture.c_str();
+  info->name = i.name.c_str();
+  info->powerinfer = i.powerinfer;
+  info->mapped = i.mmap;
+  info->n_vocab = i.n_vocab;
+  info->n_ctx_train = i.n_ctx_train;
+  info->n_embd = i.n_embd;
+  info->n_layer = i.n_layer;
+  info->n_ff = i.n_ff;
+  info->n_head = i.n_head;
+  info->n_head_kv = i.n_head_kv;
+  info->file_bytes = i.file_bytes;
+  info->weight_bytes_per_token = i.weight_bytes_per_token;
+  return PI_OK;
+}
+
+int32_t pi_n_vocab(const pi_engine* engine) {
+  const pi::Vocabulary* v = vocab(engine);
+  return v != nullptr ? v->n_vocab() : 0;
+}
+
+int32_t pi_token_bos(const pi_engine* engine) {
+  const pi::Vocabulary* v = vocab(engine);
+  return v != nullptr ? v->bos() : -1;
+}
+
+int32_t pi_token_eos(const pi_engine* engine) {
+  const pi::Vocabulary* v = vocab(engine);
+  return v != nullptr ? v->eos() : -1;
+}
+
+bool pi_token_is_eog(const pi_engine* engine, int32_t token) {
+  const pi::Vocabulary* v = vocab(engine);
+  return v != nullptr && v->is_eog(token);
+}
+
+bool pi_add_bos(const pi_engine* engine) {
+  const pi::Vocabulary* v = vocab(engine);
+  return v != nullptr && v->add_bos();
+}
+
+int32_t pi_tokenize(const pi_engine* engine, const char* text, int32_t len, bool add_bos,
+                    bool parse_special, int32_t* tokens, int32_t cap) {
+  const pi::Vocabulary* v = vocab(engine);
+  if (v == nullptr || text == nullptr || (tokens == nullptr && cap > 0)) return -1;
+  try {
+    const std::string_view t(text, len < 0 ? std::strlen(text) : static_cast<size_t>(len));
+    const std::vector<int32_t> ids = v->encode(t, add_bos, parse_special);
+    if (ids.size() > static_cast<size_t>(INT32_MAX)) return -1;
+    const auto n = static_cast<int32_t>(ids.size());
+    if (n <= cap) std::copy(ids.begin(), ids.end(), tokens);
+    return n;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+int32_t pi_detokenize(const pi_engine* engine, const int32_t* tokens, int32_t n,
+                      bool skip_special, char* text, int32_t cap) {
+  const pi::Vocabulary* v = vocab(engine);
+  if (v == nullptr || n < 0 || (tokens == nullptr && n > 0) || (text == nullptr && cap > 0)) return -1;
+  try {
+    return emit(v->decode({tokens, static_cast<size_t>(n)}, skip_special), text, cap);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+int32_t pi_token_piece(const pi_engine* engine, int32_t token, char* text, int32_t cap) {
+  const pi::Vocabulary* v = vocab(engine);
+  if (v == nullptr || (text == nullptr && cap > 0)) return -1;
+  try {
+    return emit(v->piece(token), text, cap);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+int32_t pi_chat_apply_template(pi_engine* engine, const char* tmpl, const pi_chat_message* messages,
+                               size_t n_messages, bool add_assistant, char* text, int32_t cap) {
+  if (engine == nullptr) return -1;
+  if (engine->engine == nullptr || (messages == nullptr && n_messages > 0) || (text == nullptr && cap > 0)) {
+    engine->error = "pi_chat_apply_template: a NULL argument or an engine that failed to load";
+    return -1;
+  }
+  std::string rendered;
+  const pi_status st = guarded(engine->error, PI_ERR_INVALID_ARGUMENT, [&]() -> pi::Status {
+    std::vector<pi::chat::Message> msgs;
+    for (size_t i = 0; i < n_messages; ++i) {
+      if (messages[i].role == nullptr || messages[i].content == nullptr)
+        return pi::err("pi_chat_apply_template: message %zu has a NULL role or content", i);
+      msgs.push_back({messages[i].role, messages[i].content});
+    }
+    auto t = pi::chat::resolve_template(tmpl != nullptr ? tmpl : "", engine->engine->info().chat_template);
+    if (!t.ok()) return t.error();
+    auto r = pi::chat::render(*t, msgs, add_assistant);
+    if (!r.ok()) return r.error();
+    rendered = std::move(*r);
+    return pi::Status::Ok();
+  });
+  return st == PI_OK ? emit(rendered, text, cap) : -1;
+}
+
+pi_sampling pi_sampling_default(void) {
+  const pi::SamplingParams d;
+  return pi_sampling{d.temperature,    d.top_k,         d.top_p,
+                     d.min_p,          d.repeat_penalty, d.repeat_last_n,
+                     d.presence_penalty, d.frequency_penalty, d.seed};
+}
+
+pi_session_options pi_session_options_default(void) {
+  const pi::SessionOptions d;
+  pi_session_options o{};
+  o.n_ctx = d.n_ctx;
+  o.n_batch = d.n_batch;
+  o.n_threads = d.n_threads;
+  o.n_seq_max = d.n_seq_max;
+  o.sampling = pi_sampling_default();
+  o.dense = false;
+  o.sparse_threshold = NAN;
+  o.repack = d.repack;
+  o.device = "cpu";
+  o.device_budget = 0;
+  o.vram_budget = -1;
+  o.n_gpu_layers = d.n_gpu_layers;
+  o.gpu_index = nullptr;
+  o.activation_stats = nullptr;
+  return o;
+}
+
+pi_status pi_session_create(const pi_engine* engine, const pi_session_options* opts, pi_session** out) {
+  if (out == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  *out = new (std::nothrow) pi_session();
+  if (*out == nullptr) return PI_ERR_OUT_OF_MEMORY;
+  pi_session& s = **out;
+  s.engine = engine;
+  if (engine == nullptr || engine->engine == nullptr)
+    return invalid(s.error, "pi_session_create: the engine is NULL or failed to load");
+  const pi_session_options o = opts != nullptr ? *opts : pi_session_options_default();
+  // A session that cannot be made is the caller's options (sizes, device, budget) unless the
+  // engine says otherwise (out of memory).
+  return guarded(s.error, PI_ERR_INVALID_ARGUMENT, [&]() -> pi::Status {
+    pi::SessionOptions so;
+    so.n_ctx = o.n_ctx;
+    so.n_batch = o.n_batch;
+    so.n_threads = o.n_threads;
+    so.n_seq_max = o.n_seq_max;
+    so.sampling = sampling_of(o.sampling);
+    so.sparse.dense = o.dense;
+    if (!std::isnan(o.sparse_threshold)) so.sparse.threshold = o.sparse_threshold;
+    so.repack = o.repack;
+    so.device = o.device != nullptr ? o.device : "cpu";
+    so.device_budget = o.device_budget;
+    if (o.vram_budget >= 0) so.vram_budget = static_cast<uint64_t>(o.vram_budget);
+    so.n_gpu_layers = o.n_gpu_layers;
+    if (o.gpu_index != nullptr) so.gpu_index = o.gpu_index;
+    if (o.activation_stats != nullptr) so.activation_stats = o.activation_stats;
+    auto created = pi::Session::create(*engine->engine, so);
+    if (!created.ok()) return created.error();
+    s.session = std::move(*created);
+    return pi::Status::Ok();
+  });
+}
+
+const char* pi_session_error(const pi_session* session) {
+  return session != nullptr ? session->error.c_str() : "pi_session_error: the session is NULL";
+}
+
+void pi_session_free(pi_session* session) { delete session; }
+
+pi_status pi_session_prompt(pi_session* session, const int32_t* tokens, size_t n) {
+  if (session == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  if (!session_ready(session)) return invalid(session->error, "the session failed to be created");
+  if (tokens == nullptr && n > 0) return invalid(session->error, "pi_session_prompt: tokens is NULL");
+  // The engine codes a full context and memory; its other refusals are the caller's tokens.
+  return guarded(session->error, PI_ERR_INVALID_ARGUMENT,
+                 [&] { return session->session->prompt({tokens, n}); });
+}
+
+int32_t pi_session_sample(pi_session* session) {
+  if (!session_ready(session)) return -1;
+  try {
+    return session->session->sample();
+  } catch (const std::exception& e) {
+    session->error = std::string("internal error: ") + e.what();
+    return -1;
+  }
+}
+
+pi_status pi_session_advance(pi_session* session, int32_t token) {
+  if (session == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  if (!session_ready(session)) return invalid(session->error, "the session failed to be created");
+  return guarded(session->error, PI_ERR_INVALID_ARGUMENT, [&] { return session->session->advance(token); });
+}
+
+const float* pi_session_logits(const pi_session* session) {
+  if (!session_ready(session)) return nullptr;
+  const std::span<const float> l = session->session->logits();
+  return l.empty() ? nullptr : l.data();
+}
+
+pi_status pi_session_decode(pi_session* session, const pi_batch_token* batch, size_t n) {
+  if (session == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  if (!session_ready(session)) return invalid(session->error, "the session failed to be created");
+  if (batch == nullptr && n > 0) return invalid(session->error, "pi_session_decode: batch is NULL");
+  return guarded(session->error, PI_ERR_INVALID_ARGUMENT, [&] {
+    std::vector<pi::BatchToken> b(n);
+    for (size_t i = 0; i < n; ++i) b[i] = {batch[i].token, batch[i].seq, batch[i].pos, batch[i].logits};
+    return session->session->decode(b);
+  });
+}
+
+const float* pi_session_batch_logits(const pi_session* session, size_t i) {
+  if (!session_ready(session)) return nullptr;
+  const std::span<const float> l = session->session->batch_logits(i);
+  return l.empty() ? nullptr : l.data();
+}
+
+int32_t pi_session_sample_seq(pi_session* session, int32_t seq, const float* logits) {
+  if (!session_ready(session) || logits == nullptr) return -1;
+  const int32_t n_vocab = pi_n_vocab(session->engine);
+  if (n_vocab <= 0) return -1;
+  try {
+    return session->session->sample(seq, {logits, static_cast<size_t>(n_vocab)});
+  } catch (const std::exception& e) {
+    session->error = std::string("internal error: ") + e.what();
+    return -1;
+  }
+}
+
+pi_status pi_session_set_sampling(pi_session* session, int32_t seq, const pi_sampling* p) {
+  if (session == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  if (!session_ready(session) || p == nullptr)
+    return invalid(session->error, "pi_session_set_sampling: a NULL argument or a failed session");
+  return guarded(session->error, PI_ERR_INVALID_ARGUMENT,
+                 [&] { return session->session->set_sampling(seq, sampling_of(*p)); });
+}
+
+pi_status pi_session_fork(pi_session* session, int32_t src, int32_t dst) {
+  if (session == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  if (!session_ready(session)) return invalid(session->error, "the session failed to be created");
+  return guarded(session->error, PI_ERR_INVALID_ARGUMENT, [&] { return session->session->fork(src, dst); });
+}
+
+pi_status pi_session_seq_rm(pi_session* session, int32_t seq, int32_t p0, int32_t p1) {
+  if (session == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  if (!session_ready(session)) return invalid(session->error, "the session failed to be created");
+  return guarded(session->error, PI_ERR_INVALID_ARGUMENT,
+                 [&] { return session->session->seq_rm(seq, p0, p1); });
+}
+
+pi_status pi_session_seq_cp(pi_session* session, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+  if (session == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  if (!session_ready(session)) return invalid(session->error, "the session failed to be created");
+  return guarded(session->error, PI_ERR_INVALID_ARGUMENT,
+                 [&] { return session->session->seq_cp(src, dst, p0, p1); });
+}
+
+int32_t pi_session_seq_pos_max(const pi_session* session, int32_t seq) {
+  return session_ready(session) ? session->session->seq_pos_max(seq) : -1;
+}
+
+void pi_session_reset(pi_session* session) {
+  if (session_ready(session)) session->session->reset();
+}
+
+int64_t pi_session_n_ctx(const pi_session* session) {
+  return session_ready(session) ? session->session->n_ctx() : 0;
+}
+
+int64_t pi_session_n_past(const pi_session* session) {
+  return session_ready(session) ? session->session->n_past() : 0;
+}
+
+pi_status pi_session_timings(const pi_session* session, pi_timings* out) {
+  if (!session_ready(session) || out == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  const pi::Timings& t = session->session->timings();
+  *out = pi_timings{t.prompt_ms, t.n_prompt, t.eval_ms, t.n_eval, t.sample_ms, t.n_sample};
+  return PI_OK;
+}
+
+pi_status pi_session_placement(const pi_session* session, pi_placement* out) {
+  if (!session_ready(session) || out == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  try {
+    const pi::PlacementInfo p = session->session->placement();
+    *out = pi_placement{p.hybrid, p.budget, p.device_bytes, p.n_layer, p.layers_on_device,
+                        p.hot_neurons, p.n_neurons};
+    return PI_OK;
+  } catch (const std::exception&) {
+    return PI_ERR_INTERNAL;
+  }
+}
+
+}  // extern "C"

@@ -1,0 +1,272 @@
+// The C API (include/powerinfer/powerinfer.h) over the bundled model: what it computes equals
+// the C++ API's, errors are statuses with one-line messages on the handle (never an abort or an
+// exception), buffers follow the size-query convention, and sequences fork and forget.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "powerinfer/engine.h"
+#include "powerinfer/powerinfer.h"
+
+namespace {
+
+const std::string kModel = std::string(PI_SOURCE_DIR) + "/models/kjv-relu/kjv-relu.pwri.gguf";
+
+struct Loaded {
+  pi_engine* e = nullptr;
+  Loaded() {
+    const pi_status st = pi_engine_load(kModel.c_str(), nullptr, &e);
+    EXPECT_EQ(st, PI_OK) << pi_engine_error(e);
+  }
+  ~Loaded() { pi_engine_free(e); }
+};
+
+std::vector<int32_t> tokenize(const pi_engine* e, const std::string& text) {
+  const int32_t n = pi_tokenize(e, text.c_str(), -1, pi_add_bos(e), true, nullptr, 0);
+  EXPECT_GE(n, 0);
+  std::vector<int32_t> ids(static_cast<size_t>(std::max(n, 0)));
+  EXPECT_EQ(pi_tokenize(e, text.c_str(), -1, pi_add_bos(e), true, ids.data(), n), n);
+  return ids;
+}
+
+pi_session* session(const pi_engine* e, pi_session_options o) {
+  pi_session* s = nullptr;
+  const pi_status st = pi_session_create(e, &o, &s);
+  EXPECT_EQ(st, PI_OK) << pi_session_error(s);
+  return s;
+}
+
+pi_session_options greedy() {
+  pi_session_options o = pi_session_options_default();
+  o.sampling.temperature = 0;
+  o.n_threads = 1;
+  return o;
+}
+
+TEST(CApi, VersionAndStatusNames) {
+  EXPECT_STREQ(pi_version(), PI_VERSION_STRING);
+  EXPECT_STREQ(pi_status_name(PI_OK), "ok");
+  EXPECT_STREQ(pi_status_name(PI_ERR_CONTEXT_FULL), "context_full");
+  EXPECT_STREQ(pi_status_name(99), "unknown");
+}
+
+TEST(CApi, MissingAndCorruptFilesAreStatusesWithTheirMessage) {
+  pi_engine* e = nullptr;
+  EXPECT_EQ(pi_engine_load("/nonexistent/model.gguf", nullptr, &e), PI_ERR_LOAD);
+  ASSERT_NE(e, nullptr);
+  EXPECT_NE(std::string(pi_engine_error(e)).find("/nonexistent/model.gguf"), std::string::npos);
+  EXPECT_EQ(pi_n_vocab(e), 0);  // a failed engine answers, empty
+  pi_session* s = nullptr;
+  EXPECT_EQ(pi_session_create(e, nullptr, &s), PI_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pi_session_error(s)).find("failed to load"), std::string::npos);
+  pi_session_free(s);
+  pi_engine_free(e);
+
+  // The bundled model cut in half: an error naming the file, never an abort.
+  const auto cut = std::filesystem::temp_directory_path() / "pi_capi_cut.gguf";
+  {
+    std::ifstream in(kModel, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  e = nullptr;
+  EXPECT_EQ(pi_engine_load(cut.c_str(), nullptr, &e), PI_ERR_LOAD);
+  EXPECT_NE(std::string(pi_engine_error(e)).find(cut.string()), std::string::npos) << pi_engine_error(e);
+  pi_engine_free(e);
+  std::filesystem::remove(cut);
+
+  EXPECT_EQ(pi_engine_load(kModel.c_str(), nullptr, nullptr), PI_ERR_INVALID_ARGUMENT);
+  e = nullptr;
+  EXPECT_EQ(pi_engine_load(nullptr, nullptr, &e), PI_ERR_INVALID_ARGUMENT);
+  pi_engine_free(e);
+  pi_load_options bad = pi_load_options_default();
+  bad.mode = 7;
+  e = nullptr;
+  EXPECT_EQ(pi_engine_load(kModel.c_str(), &bad, &e), PI_ERR_INVALID_ARGUMENT);
+  pi_engine_free(e);
+  pi_engine_free(nullptr);
+  pi_session_free(nullptr);
+  EXPECT_EQ(pi_session_prompt(nullptr, nullptr, 0), PI_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(pi_session_sample(nullptr), -1);
+}
+
+TEST(CApi, InfoAndTokenizerFollowTheSizeConvention) {
+  Loaded l;
+  pi_model_info info;
+  ASSERT_EQ(pi_engine_info(l.e, &info), PI_OK);
+  EXPECT_STREQ(info.architecture, "llama");
+  EXPECT_TRUE(info.powerinfer);
+  EXPECT_EQ(info.n_vocab, pi_n_vocab(l.e));
+  EXPECT_EQ(info.n_layer, 6);
+
+  const std::string text = "And God said, Let there be light";
+  const std::vector<int32_t> ids = tokenize(l.e, text);
+  ASSERT_GT(ids.size(), 2u);
+  EXPECT_EQ(ids[0], pi_token_bos(l.e));
+  int32_t small[2];
+  EXPECT_EQ(pi_tokenize(l.e, text.c_str(), -1, true, true, small, 2), static_cast<int32_t>(ids.size()));
+  // Detokenized (BOS skipped as special) back to the text; a short buffer gets the length.
+  const int32_t n = pi_detokenize(l.e, ids.data(), static_cast<int32_t>(ids.size()), true, nullptr, 0);
+  ASSERT_GT(n, 0);
+  std::string back(static_cast<size_t>(n) + 1, 'x');
+  EXPECT_EQ(pi_detokenize(l.e, ids.data(), static_cast<int32_t>(ids.size()), true, back.data(), n + 1), n);
+  EXPECT_EQ(back[static_cast<size_t>(n)], '\0');
+  back.resize(static_cast<size_t>(n));
+  EXPECT_NE(back.find("Let there be light"), std::string::npos) << back;
+  char two[2] = {'a', 'b'};
+  EXPECT_EQ(pi_detokenize(l.e, ids.data(), static_cast<int32_t>(ids.size()), true, two, 2), n);
+  // Pieces concatenate to the same bytes (SentencePiece: the first word's piece keeps the
+  // space marker that decoding drops at the start of the text).
+  std::string pieces;
+  for (size_t i = 1; i < ids.size(); ++i) {
+    char buf[64];
+    const int32_t k = pi_token_piece(l.e, ids[i], buf, sizeof buf);
+    ASSERT_GE(k, 0);
+    pieces.append(buf, static_cast<size_t>(k));
+  }
+  EXPECT_EQ(pieces, " " + back);
+  EXPECT_EQ(pi_tokenize(nullptr, "x", -1, true, true, nullptr, 0), -1);
+  EXPECT_EQ(pi_detokenize(l.e, ids.data(), -1, true, nullptr, 0), -1);
+}
+
+// Greedy generation through the C API gives the C++ API's tokens.
+TEST(CApi, GreedyTokensEqualTheCppApi) {
+  Loaded l;
+  const std::vector<int32_t> prompt = tokenize(l.e, "In the beginning");
+  pi_session* s = session(l.e, greedy());
+  ASSERT_EQ(pi_session_prompt(s, prompt.data(), prompt.size()), PI_OK) << pi_session_error(s);
+  std::vector<int32_t> got;
+  for (int i = 0; i < 24; ++i) {
+    got.push_back(pi_session_sample(s));
+    ASSERT_EQ(pi_session_advance(s, got.back()), PI_OK) << pi_session_error(s);
+  }
+  pi_timings t;
+  ASSERT_EQ(pi_session_timings(s, &t), PI_OK);
+  EXPECT_EQ(t.n_prompt, static_cast<int64_t>(prompt.size()));
+  EXPECT_EQ(t.n_eval, 24);
+  EXPECT_EQ(pi_session_n_past(s), static_cast<int64_t>(prompt.size()) + 24);
+  pi_placement p;
+  ASSERT_EQ(pi_session_placement(s, &p), PI_OK);
+  EXPECT_FALSE(p.hybrid);
+  pi_session_free(s);
+
+  auto engine = pi::Engine::load(kModel);
+  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  pi::SessionOptions so;
+  so.sampling.temperature = 0;
+  so.n_threads = 1;
+  auto cs = pi::Session::create(**engine, so);
+  ASSERT_TRUE(cs.ok()) << cs.error().message;
+  ASSERT_TRUE((*cs)->prompt(prompt).ok());
+  std::vector<int32_t> want;
+  for (int i = 0; i < 24; ++i) {
+    want.push_back((*cs)->sample());
+    ASSERT_TRUE((*cs)->advance(want.back()).ok());
+  }
+  EXPECT_EQ(got, want);
+}
+
+// Two sequences: one prompt, forked, decoded together; each equals a one-sequence run of its
+// own; dropping a sequence's tail and the context overflow are statuses.
+TEST(CApi, BatchesForksAndContextOverflow) {
+  Loaded l;
+  const std::vector<int32_t> prompt = tokenize(l.e, "And the earth was");
+  pi_session_options o = greedy();
+  o.n_seq_max = 2;
+  o.n_ctx = 64;
+  pi_session* s = session(l.e, o);
+  std::vector<pi_batch_token> b;
+  for (size_t i = 0; i < prompt.size(); ++i)
+    b.push_back({prompt[i], 0, static_cast<int32_t>(i), i + 1 == prompt.size()});
+  ASSERT_EQ(pi_session_decode(s, b.data(), b.size()), PI_OK) << pi_session_error(s);
+  const float* logits = pi_session_batch_logits(s, prompt.size() - 1);
+  ASSERT_NE(logits, nullptr);
+  ASSERT_EQ(pi_session_fork(s, 0, 1), PI_OK) << pi_session_error(s);
+  EXPECT_EQ(pi_session_seq_pos_max(s, 1), static_cast<int32_t>(prompt.size()) - 1);
+  const int32_t t0 = pi_session_sample_seq(s, 0, logits);
+  ASSERT_GE(t0, 0);
+  pi_batch_token next[2] = {{t0, 0, static_cast<int32_t>(prompt.size()), true},
+                            {t0, 1, static_cast<int32_t>(prompt.size()), true}};
+  ASSERT_EQ(pi_session_decode(s, next, 2), PI_OK) << pi_session_error(s);
+  const float* a = pi_session_batch_logits(s, 0);
+  const float* c = pi_session_batch_logits(s, 1);
+  ASSERT_TRUE(a != nullptr && c != nullptr);
+  EXPECT_EQ(std::vector<float>(a, a + pi_n_vocab(l.e)), std::vector<float>(c, c + pi_n_vocab(l.e)));
+  ASSERT_EQ(pi_session_seq_rm(s, 1, 2, -1), PI_OK);
+  EXPECT_EQ(pi_session_seq_pos_max(s, 1), 1);
+  // A bad sequence and a position already held fail without changing anything.
+  pi_batch_token bad = {t0, 5, 0, false};
+  EXPECT_EQ(pi_session_decode(s, &bad, 1), PI_ERR_INVALID_ARGUMENT);
+  EXPECT_FALSE(std::string(pi_session_error(s)).empty());
+  EXPECT_EQ(pi_session_fork(s, 0, 0), PI_ERR_INVALID_ARGUMENT);
+  pi_session_free(s);
+
+  o.n_seq_max = 1;
+  o.n_ctx = 8;
+  s = session(l.e, o);
+  std::vector<int32_t> many(20, prompt.back());
+  EXPECT_EQ(pi_session_prompt(s, many.data(), many.size()), PI_ERR_CONTEXT_FULL);
+  EXPECT_NE(std::string(pi_session_error(s)).find("context"), std::string::npos) << pi_session_error(s);
+  pi_session_free(s);
+
+  o.n_seq_max = 0;
+  s = nullptr;
+  EXPECT_EQ(pi_session_create(l.e, &o, &s), PI_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pi_session_error(s)).find("sequences"), std::string::npos) << pi_session_error(s);
+  pi_session_free(s);
+}
+
+TEST(CApi, ChatTemplatesRenderOrSayWhy) {
+  Loaded l;
+  const pi_chat_message msgs[] = {{"system", "Be brief."}, {"user", "Hello"}};
+  const int32_t n = pi_chat_apply_template(l.e, "chatml", msgs, 2, true, nullptr, 0);
+  ASSERT_GT(n, 0) << pi_engine_error(l.e);
+  std::string out(static_cast<size_t>(n), '\0');
+  ASSERT_EQ(pi_chat_apply_template(l.e, "chatml", msgs, 2, true, out.data(), n), n);
+  EXPECT_EQ(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
+                 "<|im_start|>assistant\n");
+  EXPECT_EQ(pi_chat_apply_template(l.e, "no-such-template", msgs, 2, true, nullptr, 0), -1);
+  EXPECT_NE(std::string(pi_engine_error(l.e)).find("no-such-template"), std::string::npos) << pi_engine_error(l.e);
+  const pi_chat_message bad[] = {{"wizard", "x"}};
+  EXPECT_EQ(pi_chat_apply_template(l.e, "chatml", bad, 1, true, nullptr, 0), -1);
+  EXPECT_NE(std::string(pi_engine_error(l.e)).find("wizard"), std::string::npos) << pi_engine_error(l.e);
+}
+
+// A session on the simulated GPU under a budget is hybrid, and its tokens are the CPU's.
+TEST(CApi, HybridSessionOnTheSimulatedDevice) {
+  Loaded l;
+  const std::vector<int32_t> prompt = tokenize(l.e, "In the beginning");
+  std::vector<int32_t> runs[2];
+  const std::string index = (std::filesystem::temp_directory_path() / "pi_capi_test.gpuidx").string();
+  for (int dev = 0; dev < 2; ++dev) {
+    pi_session_options o = greedy();
+    if (dev == 1) {
+      o.device = "sim";
+      o.vram_budget = 4 << 20;
+      o.gpu_index = index.c_str();
+    }
+    pi_session* s = session(l.e, o);
+    ASSERT_NE(s, nullptr);
+    ASSERT_EQ(pi_session_prompt(s, prompt.data(), prompt.size()), PI_OK) << pi_session_error(s);
+    for (int i = 0; i < 12; ++i) {
+      runs[dev].push_back(pi_session_sample(s));
+      ASSERT_EQ(pi_session_advance(s, runs[dev].back()), PI_OK);
+    }
+    pi_placement p;
+    ASSERT_EQ(pi_session_placement(s, &p), PI_OK);
+    EXPECT_EQ(p.hybrid, dev == 1);
+    if (dev == 1) {
+      EXPECT_LE(p.device_bytes, p.budget);
+    }
+    pi_session_free(s);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+  std::filesystem::remove(index);
+}
+
+}  // namespace

@@ -1,0 +1,172 @@
+"""powerinfer: local LLM inference with activation sparsity (PowerInfer), from Python.
+
+    import powerinfer
+    engine = powerinfer.Engine("model.gguf")
+    print(engine.generate("In the beginning", max_tokens=32, temperature=0))
+    for piece in engine.generate("In the beginning", max_tokens=32, stream=True):
+        print(piece, end="", flush=True)
+    chat = engine.chat_session(template="chatml")
+    print(chat.send("Who begat Enos?"))
+
+Errors are powerinfer.Error, with the engine's one-line message. Computing releases the GIL.
+An Engine may be shared between threads; a Session (and a ChatSession) is used by one thread at
+a time.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+from ._powerinfer import Engine as _Engine
+from ._powerinfer import Error
+from ._powerinfer import Session as _Session
+
+__all__ = ["Engine", "Session", "ChatSession", "Error"]
+
+_SAMPLING = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
+             "presence_penalty", "frequency_penalty", "seed")
+_SESSION = ("n_ctx", "n_batch", "n_threads", "dense", "device", "vram_budget", "n_gpu_layers")
+
+
+def _utf8_prefix(data: bytes) -> int:
+    """Length of the longest prefix of data that does not end inside a UTF-8 sequence."""
+    n = len(data)
+    for back in range(1, min(4, n) + 1):
+        b = data[n - back]
+        if b & 0xC0 == 0x80:  # continuation byte: look further back for the lead
+            continue
+        need = 1 if b < 0x80 else 2 if b >> 5 == 0b110 else 3 if b >> 4 == 0b1110 else 4 if b >> 3 == 0b11110 else 1
+        return n if back >= need else n - back
+    return n
+
+
+class Session:
+    """A KV cache, a sampler and a thread pool over an Engine: feed text, generate, repeat.
+
+    Keyword options: n_ctx, n_batch, n_threads, dense, device, vram_budget (bytes),
+    n_gpu_layers and the sampling settings temperature, top_k, top_p, min_p, repeat_penalty,
+    repeat_last_n, presence_penalty, frequency_penalty, seed.
+    """
+
+    def __init__(self, engine: "Engine", **opts):
+        unknown = set(opts) - set(_SAMPLING) - set(_SESSION)
+        if unknown:
+            raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
+        self.engine = engine
+        self._s = _Session.create(engine._e, **opts)
+
+    @property
+    def n_past(self) -> int:
+        return self._s.n_past
+
+    @property
+    def n_ctx(self) -> int:
+        return self._s.n_ctx
+
+    @property
+    def timings(self) -> dict:
+        return self._s.timings
+
+    def reset(self) -> None:
+        self._s.reset()
+
+    def feed(self, text_or_tokens: str | Sequence[int], add_bos: bool | None = None) -> None:
+        """Evaluates text (tokenized with special tokens parsed; BOS first when the session is
+        empty and the vocabulary wants it) or token ids after what the session holds."""
+        if isinstance(text_or_tokens, str):
+            if add_bos is None:
+                add_bos = self.n_past == 0 and self.engine._e.add_bos
+            tokens = self.engine.tokenize(text_or_tokens, add_bos=add_bos)
+        else:
+            tokens = list(text_or_tokens)
+        self._s.prompt(tokens)
+
+    def stream(self, max_tokens: int = 128, stop_at_eog: bool = True) -> Iterator[str]:
+        """Generates up to max_tokens tokens, yielding text as it becomes valid UTF-8."""
+        e = self.engine._e
+        pending = b""
+        for _ in range(max_tokens):
+            t = self._s.sample()
+            if stop_at_eog and e.is_eog(t):
+                break
+            self._s.advance(t)
+            pending += e.piece(t)
+            cut = _utf8_prefix(pending)
+            if cut:
+                yield pending[:cut].decode("utf-8", errors="replace")
+                pending = pending[cut:]
+        if pending:
+            yield pending.decode("utf-8", errors="replace")
+
+    def generate(self, max_tokens: int = 128, stream: bool = False, stop_at_eog: bool = True):
+        """The continuation of what the session holds: a str, or an iterator of pieces."""
+        it = self.stream(max_tokens, stop_at_eog)
+        return it if stream else "".join(it)
+
+
+class ChatSession:
+    """A conversation: each send() renders the messages with the chat template and feeds only
+    what the session does not hold yet (templates are prefix-stable)."""
+
+    def __init__(self, engine: "Engine", template: str = "", system: str | None = None, **opts):
+        self.engine = engine
+        self.template = template
+        self.messages: list[tuple[str, str]] = [("system", system)] if system else []
+        self.session = Session(engine, **opts)
+        self._held = ""
+
+    def send(self, content: str, max_tokens: int = 128, stream: bool = False):
+        self.messages.append(("user", content))
+        prompt = self.engine._e.render_chat(self.messages, self.template, True)
+        self.session.feed(prompt[len(self._held):] if prompt.startswith(self._held) else prompt)
+        self._held = prompt
+        start = self.session.n_past
+
+        def run() -> Iterator[str]:
+            answer = []
+            for piece in self.session.stream(max_tokens):
+                answer.append(piece)
+                yield piece
+            self.messages.append(("assistant", "".join(answer)))
+            # The answer is fed again next turn as the template lays it out.
+            self.session._s.seq_rm(0, start, -1)
+
+        it = run()
+        return it if stream else "".join(it)
+
+
+class Engine:
+    """A model loaded once: Engine(path, load="auto"|"map"|"read", mlock=False,
+    check_tensors=False, repack=True)."""
+
+    def __init__(self, path: str, **load_opts):
+        self._e = _Engine.load(str(path), **load_opts)
+
+    @property
+    def info(self) -> dict:
+        return self._e.info
+
+    def tokenize(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:
+        return self._e.tokenize(text, add_bos, special)
+
+    def detokenize(self, tokens: Sequence[int], skip_special: bool = True) -> str:
+        return self._e.detokenize(list(tokens), skip_special).decode("utf-8", errors="replace")
+
+    def session(self, **opts) -> Session:
+        return Session(self, **opts)
+
+    def chat_session(self, template: str = "", system: str | None = None, **opts) -> ChatSession:
+        return ChatSession(self, template, system, **opts)
+
+    def generate(self, prompt: str, max_tokens: int = 128, stream: bool = False, **opts):
+        """Text generated after `prompt` (a fresh session with the options given)."""
+        s = Session(self, **opts)
+        s.feed(prompt)
+        return s.generate(max_tokens, stream=stream)
+
+    def chat(self, messages: Sequence[dict], max_tokens: int = 128, template: str = "",
+             stream: bool = False, **opts):
+        """The assistant's answer to OpenAI-style messages [{"role": ..., "content": ...}]."""
+        pairs = [(m["role"], m["content"]) for m in messages]
+        s = Session(self, **opts)
+        s.feed(self._e.render_chat(pairs, template, True))
+        return s.generate(max_tokens, stream=stream)

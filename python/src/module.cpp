@@ -1,0 +1,224 @@
+// powerinfer._powerinfer: the Python extension (nanobind) over the engine's C++ public API.
+// Thin on purpose: the Python package (python/powerinfer/__init__.py) builds generation,
+// streaming and chat on these calls. Every engine error becomes powerinfer.Error with the
+// engine's one-line message; the calls that compute (load, session creation, prompt, advance,
+// decode) release the GIL, so other Python threads run meanwhile (a Session is still driven by
+// one thread at a time; an Engine may be shared).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "powerinfer/engine.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+// powerinfer.Error, created in the module init.
+nb::object error_type;
+
+[[noreturn]] void raise(const pi::Error& e) {
+  PyErr_SetString(error_type.ptr(), e.message.c_str());
+  throw nb::python_error();
+}
+
+void check(const pi::Status& s) {
+  if (!s.ok()) raise(s.error());
+}
+
+pi::ModelLoad load_mode(const std::string& name) {
+  if (name == "auto") return pi::ModelLoad::Auto;
+  if (name == "map" || name == "mmap") return pi::ModelLoad::Map;
+  if (name == "read") return pi::ModelLoad::Read;
+  raise(pi::err("load must be 'auto', 'map' or 'read' (got '%s')", name.c_str()));
+}
+
+// An engine and its vocabulary; sessions keep a Python reference to it (nb::keep_alive).
+struct PyEngine {
+  std::unique_ptr<pi::Engine> engine;
+
+  const pi::Vocabulary& vocab() const {
+    if (engine->vocabulary() == nullptr)
+      raise(pi::err("%s: the file has no vocabulary (tokenizer.ggml.model)", engine->info().path.c_str()));
+    return *engine->vocabulary();
+  }
+};
+
+struct PySession {
+  std::unique_ptr<pi::Session> session;
+};
+
+pi::SamplingParams sampling(float temperature, int32_t top_k, float top_p, float min_p,
+                            float repeat_penalty, int32_t repeat_last_n, float presence_penalty,
+                            float frequency_penalty, uint64_t seed) {
+  pi::SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  p.repeat_penalty = repeat_penalty;
+  p.repeat_last_n = repeat_last_n;
+  p.presence_penalty = presence_penalty;
+  p.frequency_penalty = frequency_penalty;
+  p.seed = seed;
+  return p;
+}
+
+}  // namespace
+
+NB_MODULE(_powerinfer, m) {
+  m.doc() = "The powerinfer engine's C++ API (use the powerinfer package on top of it).";
+  error_type = nb::borrow(PyErr_NewException("powerinfer.Error", PyExc_RuntimeError, nullptr));
+  m.attr("Error") = error_type;
+
+  nb::class_<PyEngine>(m, "Engine")
+      .def_static(
+          "load",
+          [](const std::string& path, const std::string& load, bool mlock, bool check_tensors, bool repack) {
+            pi::LoadOptions o;
+            o.load = load_mode(load);
+            o.mlock = mlock;
+            o.check_tensors = check_tensors;
+            o.repack = repack;
+            pi::Result<std::unique_ptr<pi::Engine>> r = pi::Error{};
+            {
+              nb::gil_scoped_release unlocked;
+              r = pi::Engine::load(path, o);
+            }
+            if (!r.ok()) raise(r.error());
+            auto e = std::make_unique<PyEngine>();
+            e->engine = std::move(*r);
+            return e;
+          },
+          "path"_a, "load"_a = "auto", "mlock"_a = false, "check_tensors"_a = false, "repack"_a = true)
+      .def_prop_ro("info",
+                   [](const PyEngine& e) {
+                     const pi::ModelInfo& i = e.engine->info();
+                     nb::dict d;
+                     d["path"] = i.path;
+                     d["architecture"] = i.architecture;
+                     d["name"] = i.name;
+                     d["powerinfer"] = i.powerinfer;
+                     d["activation"] = i.activation;
+                     d["n_vocab"] = i.n_vocab;
+                     d["n_ctx_train"] = i.n_ctx_train;
+                     d["n_embd"] = i.n_embd;
+                     d["n_layer"] = i.n_layer;
+                     d["n_ff"] = i.n_ff;
+                     d["file_bytes"] = i.file_bytes;
+                     d["mapped"] = i.mmap;
+                     d["chat_template"] = i.chat_template;
+                     return d;
+                   })
+      .def("tokenize",
+           [](const PyEngine& e, const std::string& text, bool add_bos, bool special) {
+             return e.vocab().encode(text, add_bos, special);
+           },
+           "text"_a, "add_bos"_a = true, "special"_a = true)
+      .def("detokenize",
+           [](const PyEngine& e, const std::vector<int32_t>& ids, bool skip_special) {
+             const std::string text = e.vocab().decode(ids, skip_special);
+             return nb::bytes(text.data(), text.size());
+           },
+           "ids"_a, "skip_special"_a = true)
+      .def("piece", [](const PyEngine& e, int32_t id) {
+        const std::string p = e.vocab().piece(id);
+        return nb::bytes(p.data(), p.size());
+      })
+      .def_prop_ro("add_bos", [](const PyEngine& e) { return e.vocab().add_bos(); })
+      .def_prop_ro("bos", [](const PyEngine& e) { return e.vocab().bos(); })
+      .def_prop_ro("eos", [](const PyEngine& e) { return e.vocab().eos(); })
+      .def("is_eog", [](const PyEngine& e, int32_t id) { return e.vocab().is_eog(id); })
+      .def("render_chat",
+           [](const PyEngine& e, const std::vector<std::pair<std::string, std::string>>& messages,
+              const std::string& tmpl, bool add_generation_prompt) {
+             auto t = pi::chat::resolve_template(tmpl, e.engine->info().chat_template);
+             if (!t.ok()) raise(t.error());
+             std::vector<pi::chat::Message> msgs;
+             for (const auto& [role, content] : messages) msgs.push_back({role, content});
+             auto r = pi::chat::render(*t, msgs, add_generation_prompt);
+             if (!r.ok()) raise(r.error());
+             return *r;
+           },
+           "messages"_a, "template"_a = "", "add_generation_prompt"_a = true);
+
+  nb::class_<PySession>(m, "Session")
+      .def_static(
+          "create",
+          [](const PyEngine& e, int64_t n_ctx, int64_t n_batch, int n_threads, int n_seq_max,
+             float temperature, int32_t top_k, float top_p, float min_p, float repeat_penalty,
+             int32_t repeat_last_n, float presence_penalty, float frequency_penalty, uint64_t seed,
+             bool dense, const std::string& device, std::optional<uint64_t> vram_budget, int n_gpu_layers) {
+            pi::SessionOptions o;
+            o.n_ctx = n_ctx;
+            o.n_batch = n_batch;
+            o.n_threads = n_threads;
+            o.n_seq_max = n_seq_max;
+            o.sampling = sampling(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n,
+                                  presence_penalty, frequency_penalty, seed);
+            o.sparse.dense = dense;
+            o.device = device;
+            o.vram_budget = vram_budget;
+            o.n_gpu_layers = n_gpu_layers;
+            pi::Result<std::unique_ptr<pi::Session>> r = pi::Error{};
+            {
+              nb::gil_scoped_release unlocked;
+              r = pi::Session::create(*e.engine, o);
+            }
+            if (!r.ok()) raise(r.error());
+            auto s = std::make_unique<PySession>();
+            s->session = std::move(*r);
+            return s;
+          },
+          "engine"_a, "n_ctx"_a = 0, "n_batch"_a = 512, "n_threads"_a = 0, "n_seq_max"_a = 1,
+          "temperature"_a = 0.8f, "top_k"_a = 40, "top_p"_a = 0.95f, "min_p"_a = 0.05f,
+          "repeat_penalty"_a = 1.0f, "repeat_last_n"_a = 64, "presence_penalty"_a = 0.0f,
+          "frequency_penalty"_a = 0.0f, "seed"_a = 0, "dense"_a = false, "device"_a = "cpu",
+          "vram_budget"_a = nb::none(), "n_gpu_layers"_a = -1, nb::keep_alive<0, 1>())
+      .def("prompt",
+           [](PySession& s, const std::vector<int32_t>& tokens) {
+             pi::Status st;
+             {
+               nb::gil_scoped_release unlocked;
+               st = s.session->prompt(tokens);
+             }
+             check(st);
+           })
+      .def("sample", [](PySession& s) { return s.session->sample(); })
+      .def("advance",
+           [](PySession& s, int32_t token) {
+             pi::Status st;
+             {
+               nb::gil_scoped_release unlocked;
+               st = s.session->advance(token);
+             }
+             check(st);
+           })
+      .def("seq_rm", [](PySession& s, int32_t seq, int32_t p0, int32_t p1) { check(s.session->seq_rm(seq, p0, p1)); },
+           "seq"_a, "p0"_a, "p1"_a = -1)
+      .def("reset", [](PySession& s) { s.session->reset(); })
+      .def_prop_ro("n_past", [](const PySession& s) { return s.session->n_past(); })
+      .def_prop_ro("n_ctx", [](const PySession& s) { return s.session->n_ctx(); })
+      .def_prop_ro("timings", [](const PySession& s) {
+        const pi::Timings& t = s.session->timings();
+        nb::dict d;
+        d["prompt_ms"] = t.prompt_ms;
+        d["n_prompt"] = t.n_prompt;
+        d["eval_ms"] = t.eval_ms;
+        d["n_eval"] = t.n_eval;
+        d["sample_ms"] = t.sample_ms;
+        d["n_sample"] = t.n_sample;
+        return d;
+      });
+}

@@ -43,6 +43,10 @@ namespace runtime {
 class Context;
 class Sampler;
 }  // namespace runtime
+namespace grammar {
+class TokenSet;
+struct Rules;
+}  // namespace grammar
 
 struct ModelInfo {
   std::string path;
@@ -194,10 +198,16 @@ class Session {
   // f32 [n, n_vocab] row-major. Needs SessionOptions::all_logits (fails before computing
   // anything without it).
   Status prompt_logits(std::span<const int32_t> tokens, std::vector<float>& out);
-  // Picks the next token from the logits of the last fed token.
+  // Picks the next token from the logits of the last fed token. Under a grammar
+  // (SamplingParams::grammar) the text moves past the token returned (sampling is where the
+  // grammar follows the generated text); -1 when the grammar allows no token (e.g. its text
+  // is complete and end-of-generation tokens are banned): stop generating.
   int32_t sample();
   // Feeds one generated token.
   Status advance(int32_t token);
+  // Sequence seq's grammar text is complete and no token can extend it: the token sample()
+  // returned last ends the answer (print it, no need to feed it). false without a grammar.
+  bool grammar_done(int32_t seq = 0) const;
   // Tokens sample() never returns (e.g. end-of-generation tokens with --ignore-eos).
   void ban_tokens(std::vector<int32_t> ids);
   // Tokens sequence seq's sampler never returns (replaces that sequence's list only).
@@ -216,8 +226,8 @@ class Session {
   // [0, n_seq_max).
   int32_t sample(int32_t seq, std::span<const float> logits);
   // Gives sequence seq a fresh sampler with `p` (validated; its RNG seeded with p.seed exactly,
-  // not p.seed + seq) whose penalty window holds `history`, the tokens the sequence already
-  // holds (e.g. a cached prompt prefix). A sequence so set samples as a one-sequence session
+  // not p.seed + seq; its grammar, if any, at the start of its text) whose penalty window holds
+  // `history`, the tokens the sequence already holds (e.g. a cached prompt prefix). A sequence so set samples as a one-sequence session
   // seeded p.seed that was fed `history` with prompt(). Its banned tokens are cleared.
   Status set_sampling(int32_t seq, const SamplingParams& p, std::span<const int32_t> history = {});
   // Sequence dst (holding nothing) becomes a copy of src: it shares src's cached positions
@@ -264,7 +274,12 @@ class Session {
 
  private:
   Session() = default;
+  // A sampler for `p`; `rules`, when given, is p.grammar already parsed.
+  Result<std::unique_ptr<runtime::Sampler>> make_sampler(
+      const SamplingParams& p, std::shared_ptr<const grammar::Rules> rules = {});
   std::unique_ptr<runtime::Context> ctx_;
+  const Tokenizer* tokenizer_ = nullptr;  // the engine's; nullptr when the file has none
+  std::shared_ptr<const grammar::TokenSet> grammar_tokens_;  // built for the first grammar
   std::vector<std::unique_ptr<runtime::Sampler>> samplers_;  // one per sequence
   Timings timings_;
   std::vector<SeqTimings> seq_timings_;  // one per sequence

@@ -1,9 +1,10 @@
 // Sampling parameters of the public API. A value that disables a stage is noted per field;
 // validate_sampling() rejects values that make no sense (negative temperature, top_p outside
-// (0, 1], ...) with a message naming the parameter.
+// (0, 1], a grammar that does not parse, ...) with a message naming the parameter.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "powerinfer/error.h"
 
@@ -19,6 +20,9 @@ struct SamplingParams {
   float presence_penalty = 0.0f;   // subtracted once from each token seen in the window
   float frequency_penalty = 0.0f;  // subtracted per occurrence in the window
   uint64_t seed = 0;               // the sampler's RNG seed: same seed, same logits, same tokens
+  // GBNF grammar (powerinfer/grammar.h) the generated text must follow; empty: none. Tokens
+  // are masked before top-k, so every stage after it sees only tokens the grammar allows.
+  std::string grammar;
 };
 
 Status validate_sampling(const SamplingParams& p);

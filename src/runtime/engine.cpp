@@ -13,6 +13,8 @@
 #include "backend/host_device.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
+#include "grammar/gbnf.h"
+#include "grammar/token_filter.h"
 #include "model/model.h"
 #include "runtime/context.h"
 #include "runtime/sampler.h"
@@ -39,6 +41,22 @@ Status check_kv_fits(const model::HParams& hp, int64_t n_ctx) {
                static_cast<long long>(n_ctx), bytes / 1073741824.0, ram / 1073741824.0);
   }
   return Status::Ok();
+}
+
+// The vocabulary as a grammar sees it: each token's bytes in the text; control, unknown and
+// unused tokens add none (a grammar never allows them), end-of-generation tokens are marked.
+std::shared_ptr<const grammar::TokenSet> token_set(const Tokenizer& tok) {
+  const int32_t n = tok.n_vocab();
+  std::vector<std::string> pieces(static_cast<size_t>(n));
+  std::vector<bool> eog(static_cast<size_t>(n));
+  for (int32_t id = 0; id < n; ++id) {
+    const Tokenizer::TokenType t = tok.token_type(id);
+    eog[static_cast<size_t>(id)] = tok.is_eog(id);
+    if (t != Tokenizer::TokenType::Control && t != Tokenizer::TokenType::Unknown &&
+        t != Tokenizer::TokenType::Unused)
+      pieces[static_cast<size_t>(id)] = tok.token_to_piece(id);
+  }
+  return std::make_shared<const grammar::TokenSet>(std::move(pieces), std::move(eog));
 }
 
 }  // namespace
@@ -144,17 +162,44 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   if (!ctx.ok()) return ctx.error();
   std::unique_ptr<Session> s(new Session());
   s->ctx_ = std::move(*ctx);
+  s->tokenizer_ = engine.tokenizer();
+  std::shared_ptr<const grammar::Rules> rules;
+  if (!o.sampling.grammar.empty()) {
+    auto r = grammar::parse_gbnf(o.sampling.grammar);
+    if (!r.ok()) return r.error();
+    rules = std::make_shared<const grammar::Rules>(std::move(*r));
+  }
   for (int i = 0; i < o.n_seq_max; ++i) {
     SamplingParams p = o.sampling;
     p.seed = o.sampling.seed + static_cast<uint64_t>(i);
-    s->samplers_.push_back(
-        std::make_unique<runtime::Sampler>(p, engine.model().hparams().n_vocab));
+    auto sampler = s->make_sampler(p, rules);
+    if (!sampler.ok()) return sampler.error();
+    s->samplers_.push_back(std::move(*sampler));
   }
   const auto n_seq = static_cast<size_t>(o.n_seq_max);
   s->seq_timings_.resize(n_seq);
   s->last_sampled_.assign(n_seq, -1);
   s->seq_count_.assign(n_seq, 0);
   return s;
+}
+
+Result<std::unique_ptr<runtime::Sampler>> Session::make_sampler(
+    const SamplingParams& p, std::shared_ptr<const grammar::Rules> rules) {
+  const int64_t n_vocab = ctx_->model().hparams().n_vocab;
+  std::unique_ptr<grammar::TokenFilter> filter;
+  if (!p.grammar.empty()) {
+    if (tokenizer_ == nullptr)
+      return with_code(err("a grammar needs the model's vocabulary, and this file has none"),
+                       ErrorCode::BadRequest);
+    if (!rules) {
+      auto r = grammar::parse_gbnf(p.grammar);
+      if (!r.ok()) return with_code(r.error(), ErrorCode::BadRequest);
+      rules = std::make_shared<const grammar::Rules>(std::move(*r));
+    }
+    if (!grammar_tokens_) grammar_tokens_ = token_set(*tokenizer_);
+    filter = std::make_unique<grammar::TokenFilter>(std::move(rules), grammar_tokens_);
+  }
+  return std::make_unique<runtime::Sampler>(p, n_vocab, std::move(filter));
 }
 
 Status Session::prompt(std::span<const int32_t> tokens, const std::function<bool()>& stop) {
@@ -196,7 +241,9 @@ int32_t Session::sample() { return sample(0, ctx_->logits()); }
 int32_t Session::sample(int32_t seq, std::span<const float> logits) {
   const auto t0 = std::chrono::steady_clock::now();
   if (seq < 0 || seq >= n_seq_max()) return -1;
-  const int32_t t = samplers_[static_cast<size_t>(seq)]->sample(logits);
+  runtime::Sampler& sampler = *samplers_[static_cast<size_t>(seq)];
+  const int32_t t = sampler.sample(logits);
+  if (t >= 0) (void)sampler.accept_generated(t);  // sampled under the grammar: it allows t
   const double ms = ms_since(t0);
   timings_.sample_ms += ms;
   timings_.n_sample += 1;
@@ -235,9 +282,10 @@ Status Session::set_sampling(int32_t seq, const SamplingParams& p,
   if (seq < 0 || seq >= n_seq_max())
     return with_code(err("sequence %d outside [0, %d)", seq, n_seq_max()), ErrorCode::BadRequest);
   if (Status v = validate_sampling(p); !v.ok()) return with_code(v.error(), ErrorCode::BadRequest);
-  auto s = std::make_unique<runtime::Sampler>(p, ctx_->model().hparams().n_vocab);
-  for (int32_t t : history) s->accept(t);
-  samplers_[static_cast<size_t>(seq)] = std::move(s);
+  auto s = make_sampler(p);
+  if (!s.ok()) return s.error();
+  for (int32_t t : history) (*s)->accept(t);
+  samplers_[static_cast<size_t>(seq)] = std::move(*s);
   return Status::Ok();
 }
 
@@ -299,6 +347,10 @@ Status Session::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
 }
 
 int32_t Session::seq_pos_max(int32_t seq) const { return ctx_->seq_pos_max(seq); }
+
+bool Session::grammar_done(int32_t seq) const {
+  return seq >= 0 && seq < n_seq_max() && samplers_[static_cast<size_t>(seq)]->grammar_done();
+}
 int Session::n_seq_max() const { return ctx_->options().n_seq_max; }
 
 std::span<const float> Session::logits() const { return ctx_->logits(); }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "powerinfer/grammar.h"
+
 namespace pi {
 
 Status validate_sampling(const SamplingParams& p) {
@@ -17,6 +19,7 @@ Status validate_sampling(const SamplingParams& p) {
   if (p.repeat_last_n < -1) return err("repeat-last-n must be >= -1 (got %d)", p.repeat_last_n);
   if (!std::isfinite(p.presence_penalty)) return err("presence penalty must be finite");
   if (!std::isfinite(p.frequency_penalty)) return err("frequency penalty must be finite");
+  if (!p.grammar.empty()) PI_TRY(check_grammar(p.grammar));
   return Status::Ok();
 }
 
@@ -29,7 +32,9 @@ double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11)
 
 }  // namespace
 
-Sampler::Sampler(const SamplingParams& p, int64_t n_vocab) : p_(p), rng_(p.seed) {
+Sampler::Sampler(const SamplingParams& p, int64_t n_vocab,
+                 std::unique_ptr<grammar::TokenFilter> filter)
+    : p_(p), rng_(p.seed), filter_(std::move(filter)) {
   cand_.reserve(static_cast<size_t>(n_vocab));
   probs_.reserve(static_cast<size_t>(n_vocab));
 }
@@ -37,7 +42,15 @@ Sampler::Sampler(const SamplingParams& p, int64_t n_vocab) : p_(p), rng_(p.seed)
 void Sampler::reset() {
   window_.clear();
   rng_.seed(p_.seed);
+  if (filter_) filter_->reset();
 }
+
+void Sampler::copy_window(const Sampler& o) {
+  window_ = o.window_;
+  if (filter_ && o.filter_) filter_->copy_state(*o.filter_);
+}
+
+bool Sampler::accept_generated(int32_t token) { return !filter_ || filter_->accept(token); }
 
 void Sampler::accept(int32_t token) {
   if (p_.repeat_last_n == 0) return;
@@ -77,6 +90,7 @@ int32_t Sampler::sample(std::span<const float> logits) {
   for (int32_t id : banned_)
     if (id >= 0 && static_cast<size_t>(id) < n) cand_[static_cast<size_t>(id)].logit = -INFINITY;
 
+  if (filter_) return sample_constrained(n);
   const auto better = [](const Candidate& a, const Candidate& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
   };
@@ -88,6 +102,57 @@ int32_t Sampler::sample(std::span<const float> logits) {
   const double max_logit = cand_[0].logit;
   if (!std::isfinite(max_logit)) return cand_[0].id;
 
+  return draw(k);
+}
+
+int32_t Sampler::sample_constrained(size_t n) {
+  const auto better = [](const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  };
+  // The candidates a stage after the grammar sees: the `want` best allowed finite ones.
+  const size_t want = p_.temperature <= 0.0f ? 1
+                      : p_.top_k > 0         ? std::min(n, static_cast<size_t>(p_.top_k))
+                                             : n;
+  size_t found = 0;  // allowed candidates moved to cand_[0..found)
+  bool walked = false;
+  if (!always_mask_ && want < n) {
+    // Walk best first in growing sorted chunks, compacting the allowed ones to the front.
+    const size_t limit = std::max<size_t>(64, 2 * want);
+    size_t sorted = 0, checked = 0;
+    bool exhausted = false;
+    while (found < want && checked < limit && !exhausted) {
+      const size_t next = std::min(n, std::max<size_t>(2 * sorted, 32));
+      std::partial_sort(cand_.begin() + static_cast<std::ptrdiff_t>(sorted),
+                        cand_.begin() + static_cast<std::ptrdiff_t>(next), cand_.end(), better);
+      for (size_t i = sorted; i < next && found < want && checked < limit; ++i) {
+        if (!std::isfinite(cand_[i].logit)) {
+          exhausted = true;  // sorted: every later candidate is -inf too
+          break;
+        }
+        ++checked;
+        if (filter_->allows(cand_[i].id)) std::swap(cand_[found++], cand_[i]);
+      }
+      sorted = next;
+      if (sorted == n) exhausted = true;
+    }
+    walked = found == want || exhausted;
+  }
+  if (!walked) {
+    filter_->allowed(mask_);
+    for (size_t i = 0; i < n; ++i)
+      if (!mask_[static_cast<size_t>(cand_[i].id)]) cand_[i].logit = -INFINITY;
+    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(want),
+                      cand_.end(), better);
+    found = 0;
+    while (found < want && std::isfinite(cand_[found].logit)) ++found;
+  }
+  if (found == 0) return -1;
+  if (p_.temperature <= 0.0f) return cand_[0].id;
+  return draw(found);
+}
+
+int32_t Sampler::draw(size_t k) {
+  const double max_logit = cand_[0].logit;
   // Unnormalized probabilities at temperature 1, in descending order.
   probs_.resize(k);
   double total = 0.0;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <set>
 
+#include "powerinfer/grammar.h"
+
 namespace pi::server {
 namespace {
 
@@ -17,7 +19,7 @@ const std::set<std::string>& known_fields(Endpoint e) {
   static const std::set<std::string> common = {
       "model", "temperature", "top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n",
       "presence_penalty", "frequency_penalty", "seed", "stop", "stream", "stream_options",
-      "cache_prompt", "ignore_eos", "n", "user", "response_format"};
+      "cache_prompt", "ignore_eos", "n", "user", "response_format", "grammar", "json_schema"};
   static const std::set<std::string> chat = [] {
     auto s = common;
     s.insert({"messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs"});
@@ -203,17 +205,71 @@ ParseResult parse_gen_request(std::string_view body, Endpoint endpoint,
       g.include_usage = u->get<bool>();
     }
   }
+  // Constrained output: llama.cpp's grammar (GBNF) and json_schema fields, OpenAI's
+  // response_format; at most one of them.
+  int constraints = 0;
   if (const json* rf = rd.get("response_format"); rf != nullptr) {
     if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) {
       r.error = bad("field 'response_format' must be an object with a string 'type'");
       return r;
     }
     const std::string type = (*rf)["type"].get<std::string>();
-    if (type != "text") {
-      r.error = ApiError{501, "not_supported_error",
-                         "response_format '" + type + "' is not supported (only 'text')"};
+    const json* schema = nullptr;
+    if (type == "json_schema") {
+      auto js = rf->find("json_schema");
+      if (js == rf->end() || !js->is_object() || !js->contains("schema")) {
+        r.error = bad("response_format 'json_schema' needs a 'json_schema' object with a 'schema'");
+        return r;
+      }
+      schema = &(*js)["schema"];
+    } else if (type == "json_object") {
+      if (auto sc = rf->find("schema"); sc != rf->end()) schema = &*sc;  // llama.cpp's extension
+    } else if (type != "text") {
+      r.error = ApiError{400, "invalid_request_error",
+                         "response_format '" + type + "' is not one of text, json_object, json_schema"};
       return r;
     }
+    if (schema != nullptr) {
+      // From the body as written: json sorts keys, and properties keep the client's order.
+      const auto ordered = nlohmann::ordered_json::parse(body);
+      const auto& rfo = ordered["response_format"];
+      const std::string text = type == "json_schema" ? rfo["json_schema"]["schema"].dump()
+                                                     : rfo["schema"].dump();
+      auto conv = json_schema_to_grammar(text);
+      if (!conv.ok()) {
+        r.error = bad("response_format: " + conv.error().message);
+        return r;
+      }
+      g.sampling.grammar = *conv;
+    } else if (type == "json_object") {
+      g.sampling.grammar = json_object_grammar();
+    }
+    constraints += type != "text";
+  }
+  if (const json* js = rd.get("json_schema"); js != nullptr) {
+    auto gr = json_schema_to_grammar(nlohmann::ordered_json::parse(body)["json_schema"].dump());
+    if (!gr.ok()) {
+      r.error = bad("field 'json_schema': " + gr.error().message);
+      return r;
+    }
+    g.sampling.grammar = *gr;
+    constraints += 1;
+  }
+  if (const json* gm = rd.get("grammar"); gm != nullptr) {
+    if (!gm->is_string()) {
+      r.error = bad("field 'grammar' must be a string (GBNF)");
+      return r;
+    }
+    if (Status c = check_grammar(gm->get<std::string>()); !c.ok()) {
+      r.error = bad("field 'grammar': " + c.error().message);
+      return r;
+    }
+    g.sampling.grammar = gm->get<std::string>();
+    constraints += !g.sampling.grammar.empty();
+  }
+  if (constraints > 1) {
+    r.error = bad("give one of 'grammar', 'json_schema' and a JSON 'response_format'");
+    return r;
   }
   if (const json* st = rd.get("stop"); st != nullptr) {
     if (st->is_string()) {

@@ -269,6 +269,10 @@ void Scheduler::end(Slot& s, Finish f, std::string error) {
 
 bool Scheduler::on_token(Slot& s, int32_t t, std::span<const float> logits) {
   const JobSpec& sp = s.job->spec;
+  if (t < 0) {
+    end(s, Finish::Error, "the grammar allows no token of the vocabulary after this text");
+    return false;
+  }
   if (sp.n_predict == 0 || (!sp.ignore_eos && vocab_.is_eog(t))) {
     end(s, sp.n_predict == 0 ? Finish::Length : Finish::Stop);
     return false;
@@ -320,6 +324,10 @@ bool Scheduler::on_token(Slot& s, int32_t t, std::span<const float> logits) {
       end(s, Finish::Stop);
       return false;
     }
+  }
+  if (session_->grammar_done(s.id)) {  // the grammar's text is complete: nothing can follow
+    end(s, Finish::Stop);
+    return false;
   }
   if (sp.n_predict > 0 && s.stats.n_predicted >= sp.n_predict) {
     end(s, Finish::Length);

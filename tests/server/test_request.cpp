@@ -1,6 +1,9 @@
 // Request parsing and response shapes of the server (no model, no sockets).
 #include <gtest/gtest.h>
 
+#include "grammar/matcher.h"
+#include "powerinfer/grammar.h"
+
 #include <nlohmann/json.hpp>
 
 #include "server/request.h"
@@ -73,8 +76,17 @@ TEST(ServerRequest, RejectsBadBodies) {
   expect_error(R"({"prompt":"a","temperature":-1})", 400, "temperature");
   expect_error(R"({"prompt":"a","max_tokens":-5})", 400, "max_tokens");
   expect_error(R"({"prompt":"a","logprobs":50})", 400, "top_logprobs must be in [0, 20]");
-  expect_error(R"({"prompt":"a","response_format":{"type":"json_object"}})", 501,
-               "response_format 'json_object' is not supported");
+  expect_error(R"({"prompt":"a","response_format":{"type":"xml"}})", 400,
+               "response_format 'xml' is not one of text, json_object, json_schema");
+  expect_error(R"({"prompt":"a","response_format":{"type":"json_schema"}})", 400,
+               "needs a 'json_schema' object with a 'schema'");
+  expect_error(R"({"prompt":"a","json_schema":{"type":"string","pattern":"x"}})", 400,
+               "field 'json_schema': json schema: /: unsupported keyword 'pattern'");
+  expect_error(R"({"prompt":"a","grammar":"root ::= (\"a\""})", 400,
+               "field 'grammar': grammar: line 1, column");
+  expect_error(R"({"prompt":"a","grammar":5})", 400, "'grammar' must be a string");
+  expect_error(R"({"prompt":"a","grammar":"root ::= \"a\"","json_schema":{}})", 400,
+               "give one of");
   expect_error(R"({"prompt":"a","n":2})", 501, "only n = 1");
   expect_error(R"({"messages":"hi"})", 400, "'messages' must be an array", Endpoint::Chat);
   expect_error(R"({"messages":[]})", 400, "must not be empty", Endpoint::Chat);
@@ -82,6 +94,31 @@ TEST(ServerRequest, RejectsBadBodies) {
   expect_error(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", 501,
                "only parts of type 'text'", Endpoint::Chat);
   expect_error(R"({"prompt":"a"})", 400, "unknown field 'prompt'", Endpoint::Chat);
+}
+
+TEST(ServerRequest, ConstrainedOutputFieldsBecomeAGrammar) {
+  auto grammar_of = [](const char* body) {
+    auto r = parse_gen_request(body, Endpoint::Completion, pi::SamplingParams{});
+    EXPECT_TRUE(r.request.has_value()) << body << ": " << r.error.message;
+    return r.request ? r.request->sampling.grammar : std::string("?");
+  };
+  EXPECT_EQ(grammar_of(R"({"prompt":"a"})"), "");
+  EXPECT_EQ(grammar_of(R"({"prompt":"a","grammar":"root ::= \"x\""})"), "root ::= \"x\"");
+  EXPECT_EQ(grammar_of(R"({"prompt":"a","response_format":{"type":"json_object"}})"),
+            pi::json_object_grammar());
+  const std::string schema = R"({"type":"object","properties":{"b":{"type":"integer"},"a":{"type":"string"}}})";
+  const std::string want = *pi::json_schema_to_grammar(schema);
+  EXPECT_EQ(grammar_of((R"({"prompt":"a","json_schema":)" + schema + "}").c_str()), want);
+  EXPECT_EQ(grammar_of((R"({"prompt":"a","response_format":{"type":"json_schema","json_schema":{"name":"x","schema":)" +
+                        schema + "}}}").c_str()),
+            want);
+  // Properties keep the client's order: b before a.
+  auto rules = pi::grammar::parse_gbnf(want);
+  ASSERT_TRUE(rules.ok());
+  auto shared = std::make_shared<const pi::grammar::Rules>(std::move(*rules));
+  pi::grammar::Matcher ba(shared), ab(shared);
+  EXPECT_TRUE(ba.accept(R"({"b": 1, "a": "x"})"));
+  EXPECT_FALSE(ab.accept(R"({"a": "x", "b": 1})"));
 }
 
 TEST(ServerResponses, ShapesOfAnswersAndErrors) {

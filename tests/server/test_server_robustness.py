@@ -67,8 +67,12 @@ def test_bad_requests_get_the_right_status_and_error_object(start_server):
              "invalid_request_error", "unknown field 'frobnicate'")
     error_of(*s.post("/v1/chat/completions", {"messages": [{"role": "tool", "content": "x"}]}),
              400, "invalid_request_error", "role 'tool'")
-    error_of(*s.post("/v1/completions", {"prompt": "a", "response_format": {"type": "json_object"}}),
-             501, "not_supported_error", "json_object")
+    error_of(*s.post("/v1/completions", {"prompt": "a", "response_format": {"type": "xml"}}),
+             400, "invalid_request_error", "not one of text, json_object, json_schema")
+    error_of(*s.post("/v1/completions", {"prompt": "a", "grammar": "root ::= ("}), 400,
+             "invalid_request_error", "grammar: line 1, column")
+    error_of(*s.post("/v1/completions", {"prompt": "a", "json_schema": {"type": "int"}}), 400,
+             "invalid_request_error", "unknown type 'int'")
     error_of(*s.post("/v1/completions", {"prompt": "word " * 600}), 400, "invalid_request_error",
              "at most 255 fit")
     error_of(*s.post("/v1/completions", {"prompt": "x" * 8000}), 413, "invalid_request_error",

@@ -106,6 +106,9 @@ int batched(const BatchedOptions& o_in) {
   }
   auto so = session_options(o, seed);
   if (!so.ok()) return fail(so.error());
+  if (!so->sampling.grammar.empty())
+    return fail(err("batched does not take a grammar yet: use run (or the server, which "
+                    "constrains each request)"));
   so->n_ctx = o.n_ctx > 0 ? o.n_ctx : needed;
   so->n_seq_max = o.n_parallel;
   auto session_r = Session::create(**engine, *so);

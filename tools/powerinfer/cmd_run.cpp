@@ -91,17 +91,19 @@ void print_memory(const Session& s) {
     log_info("%-17s = %10.1f MiB", "peak resident", mib(peak));
 }
 
-enum class Stop { Eog, Limit, ContextFull, Interrupted };
+enum class Stop { Eog, Limit, ContextFull, Interrupted, GrammarDone };
 
 // Samples, prints and feeds tokens until end of generation, `limit` tokens (-1: none), a
-// full context or Ctrl-C.
+// full context, a grammar's complete text or Ctrl-C.
 Result<Stop> generate(Session& s, const Tokenizer& tok, Tokenizer::StreamDecoder& dec,
                       int64_t limit, bool ignore_eos, DenseShadow* shadow) {
   for (int64_t n = 0; limit < 0 || n < limit; ++n) {
     if (interrupted()) return Stop::Interrupted;
     const int32_t t = s.sample();
+    if (t < 0) return err("the grammar allows no token of the vocabulary after this text");
     if (!ignore_eos && tok.is_eog(t)) return Stop::Eog;
     print_piece(dec.push(t));
+    if (s.grammar_done()) return Stop::GrammarDone;
     if (s.n_past() >= s.n_ctx()) return Stop::ContextFull;
     PI_TRY(s.advance(t));
     if (shadow != nullptr) PI_TRY(shadow->feed(std::span<const int32_t>(&t, 1), s.logits()));
@@ -134,6 +136,10 @@ int run(const RunOptions& o_in) {
   Status valid = o.n_predict < -1 ? err("-n must be -1 (no limit) or >= 0 (got %lld)",
                                         static_cast<long long>(o.n_predict))
                                   : validate_gen(o);
+  const bool constrained = !o.grammar.empty() || !o.grammar_file.empty() ||
+                           !o.json_schema.empty() || !o.json_schema_file.empty();
+  if (valid.ok() && constrained && (o.conversation || o.interactive))
+    valid = err("a grammar or JSON schema constrains one answer: not with -cnv or -i");
   if (!valid.ok()) {
     log_error("%s", valid.error().message.c_str());
     return 1;

@@ -1,5 +1,7 @@
 #include "gen_options.h"
 
+#include "powerinfer/grammar.h"
+
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -12,6 +14,7 @@
 
 #include "cli_checks.h"
 #include "core/log.h"
+#include "powerinfer/grammar.h"
 #include "sparse/act_sparsity.h"
 #include "tokenizer/tokenizer.h"
 
@@ -48,6 +51,14 @@ void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help) {
                 "Process escapes (\\n, \\t, \\xHH, ...) in the prompt (on by default, as in "
                 "llama.cpp; --no-escape: off)");
   sub->add_flag("--no-display-prompt", o.no_display_prompt, "Print only the generated text");
+  sub->add_option("--grammar", o.grammar,
+                  "Constrain the output to a GBNF grammar (llama.cpp's format; examples in "
+                  "grammars/); generation stops when the text is complete");
+  sub->add_option("--grammar-file", o.grammar_file, "Read the GBNF grammar from a file");
+  sub->add_option("-j,--json-schema", o.json_schema,
+                  "Constrain the output to JSON this JSON Schema accepts (e.g. '{}' for any "
+                  "JSON value)");
+  sub->add_option("--json-schema-file", o.json_schema_file, "Read the JSON Schema from a file");
   sub->add_flag(
       "!--no-warmup", o.warmup,
       "Skip the warm-up pass (one token, then forgotten) that maps the weights before timing; "
@@ -112,6 +123,8 @@ Status validate_gen(const GenOptions& o) {
     return err("-c must be >= 0 (0: the default size; got %lld)", static_cast<long long>(o.n_ctx));
   if (o.n_batch < 1) return err("-b must be >= 1 (got %lld)", static_cast<long long>(o.n_batch));
   if (!o.prompt.empty() && !o.prompt_file.empty()) return err("-p and -f are mutually exclusive");
+  // A bad grammar or schema fails here, before a model is loaded.
+  if (auto g = load_grammar(o); !g.ok()) return g.error();
   const SamplingParams& s = o.sampling;
   if (!(s.temperature >= 0.0f))
     return err("--temp must be >= 0 (got %g)", static_cast<double>(s.temperature));
@@ -176,6 +189,52 @@ Result<std::string> load_prompt(const GenOptions& o) {
   return o.escape ? unescape(prompt) : prompt;
 }
 
+namespace {
+
+Result<std::string> read_text(const std::string& flag, const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return err("%s %s: a directory, not a file", flag.c_str(), path.c_str());
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return err("%s %s: cannot read: %s", flag.c_str(), path.c_str(), std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+Result<std::string> load_grammar(const GenOptions& o) {
+  const int given = !o.grammar.empty() + !o.grammar_file.empty() + !o.json_schema.empty() +
+                    !o.json_schema_file.empty();
+  if (given > 1)
+    return err("give one of --grammar, --grammar-file, --json-schema, --json-schema-file");
+  std::string where, gbnf;
+  if (!o.grammar.empty()) {
+    where = "--grammar", gbnf = o.grammar;
+  } else if (!o.grammar_file.empty()) {
+    auto t = read_text("--grammar-file", o.grammar_file);
+    if (!t.ok()) return t.error();
+    where = "--grammar-file " + o.grammar_file, gbnf = *t;
+  } else if (!o.json_schema.empty() || !o.json_schema_file.empty()) {
+    std::string schema = o.json_schema;
+    where = "--json-schema";
+    if (!o.json_schema_file.empty()) {
+      auto t = read_text("--json-schema-file", o.json_schema_file);
+      if (!t.ok()) return t.error();
+      schema = *t, where = "--json-schema-file " + o.json_schema_file;
+    }
+    auto g = json_schema_to_grammar(schema);
+    if (!g.ok()) return err("%s: %s", where.c_str(), g.error().message.c_str());
+    return *g;
+  } else {
+    return std::string();
+  }
+  if (Status s = check_grammar(gbnf); !s.ok())
+    return err("%s: %s", where.c_str(), s.error().message.c_str());
+  return gbnf;
+}
+
 Result<SessionOptions> session_options(const GenOptions& o, uint64_t seed) {
   SessionOptions so;
   so.n_ctx = o.n_ctx;
@@ -184,6 +243,9 @@ Result<SessionOptions> session_options(const GenOptions& o, uint64_t seed) {
   so.device = o.device;
   so.sampling = o.sampling;
   so.sampling.seed = seed;
+  auto grammar = load_grammar(o);
+  if (!grammar.ok()) return grammar.error();
+  so.sampling.grammar = std::move(*grammar);
   so.sparse.dense = o.dense;
   if (!o.sparse_threshold.empty()) {
     char* end = nullptr;

@@ -52,6 +52,9 @@ struct GenOptions : ModelFlags {
   bool dense = false;
   std::string sparse_threshold;  // empty: not given
   ActSparsityFlags act;          // calibrated files: --sparsity, --sparsity-sites
+  // Constrained output (at most one): --grammar, --grammar-file, -j/--json-schema,
+  // --json-schema-file.
+  std::string grammar, grammar_file, json_schema, json_schema_file;
 };
 
 // Logs the model line of run and batched (path, architecture, sparse or dense, sizes) and,
@@ -79,7 +82,12 @@ Result<std::string> load_prompt(const GenOptions& o);
 // Processes the escapes \n \t \r \a \b \f \v \\ \' \" \? \0 and \xHH; other sequences stay.
 std::string unescape(const std::string& s);
 
-// Session options from the flags (threads, sizes, sampling with the resolved seed, sparse).
+// The GBNF grammar the constrained-output flags ask for ("" for none): the text, a file's
+// contents or a JSON Schema converted; errors name the flag (and file).
+Result<std::string> load_grammar(const GenOptions& o);
+
+// Session options from the flags (threads, sizes, sampling with the resolved seed and the
+// grammar, sparse).
 Result<SessionOptions> session_options(const GenOptions& o, uint64_t seed);
 
 // The end-of-generation tokens of the vocabulary (banned with --ignore-eos).

@@ -24,7 +24,7 @@ constexpr Spelling kRenamed[] = {
     {"-ngl", "--n-gpu-layers"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
     {"-np", "--np"},           {"-npp", "--npp"},          {"-ntg", "--ntg"},
     {"-npl", "--npl"},         {"-pps", "--pps"},          {"-cnv", "--cnv"},
-    {"-sys", "--sys"},
+    {"-sys", "--sys"},         {"-jf", "--json-schema-file"},
 };
 
 // llama.cpp flags with no counterpart here, refused by name with what they do there.
@@ -55,10 +55,8 @@ constexpr Spelling kRefused[] = {
     {"-dt", "KV defragmentation threshold"},
     {"-mli", "multi-line input"},
     {"-cml", "ChatML chat mode"},
-    {"-jf", "JSON schema constraints"},
     {"-lv", "log verbosity levels"},
     {"--lora", "LoRA adapters"},
-    {"--grammar", "grammar-constrained sampling"},
     {"--mirostat", "Mirostat sampling"},
     {"--numa", "NUMA placement"},
 };

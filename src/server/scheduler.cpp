@@ -57,7 +57,10 @@ Job::Output Job::take(std::chrono::milliseconds timeout) {
   o.text.swap(text_);
   o.probs.swap(probs_);
   o.done = done_;
-  if (done_) o.stats = stats_;
+  if (done_) {
+    o.stats = stats_;
+    o.embeddings.swap(embeddings_);
+  }
   return o;
 }
 
@@ -71,11 +74,12 @@ void Job::publish(std::string text, std::vector<TokenProb> probs) {
   cv_.notify_all();
 }
 
-void Job::finish(const JobStats& stats) {
+void Job::finish(const JobStats& stats, std::vector<float> embeddings) {
   {
     std::lock_guard lk(m_);
     done_ = true;
     stats_ = stats;
+    embeddings_ = std::move(embeddings);
   }
   cv_.notify_all();
 }
@@ -221,6 +225,43 @@ void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
   if (sp.ignore_eos) session_->ban_tokens(s.id, vocab_.eog_tokens());
 }
 
+void Scheduler::run_embed(Slot& s, std::shared_ptr<Job> job) {
+  s.job = std::move(job);
+  const JobSpec& sp = s.job->spec;
+  s.stats = JobStats{};
+  s.stats.slot = s.id;
+  for (const auto& in : sp.inputs) s.stats.n_prompt += static_cast<int64_t>(in.size());
+  s.t_start = Clock::now();
+  s.stats.queue_ms = ms_between(s.job->submitted, s.t_start);
+  s.last_use = ++use_clock_;
+  s.generating = false;
+  s.text.clear();
+  s.sent = 0;
+  s.probs.clear();
+  session_->reset_seq_timings(s.id);
+  {
+    std::lock_guard lk(mu_);
+    stats_.slots[static_cast<size_t>(s.id)].busy = true;
+    stats_.slots[static_cast<size_t>(s.id)].n_predicted = 0;
+  }
+  // Session::embed empties the slot's sequence: its cached prompt is gone.
+  s.cached.clear();
+  std::vector<float> all, one;
+  for (const std::vector<int32_t>& in : sp.inputs) {
+    if (s.job->cancelled()) {
+      end(s, Finish::Cancelled);
+      return;
+    }
+    const EmbedInput e[1] = {{s.id, in}};
+    if (Status st = session_->embed(e, sp.embed, one); !st.ok()) {
+      end(s, Finish::Error, st.error().message);
+      return;
+    }
+    all.insert(all.end(), one.begin(), one.end());
+  }
+  end(s, Finish::Stop, {}, std::move(all));
+}
+
 void Scheduler::publish_safe(Slot& s) {
   const size_t held = s.job->spec.stop.empty() ? 0 : held_back(s.text, s.sent, s.job->spec.stop);
   const size_t upto = s.text.size() - held;
@@ -231,7 +272,7 @@ void Scheduler::publish_safe(Slot& s) {
   }
 }
 
-void Scheduler::end(Slot& s, Finish f, std::string error) {
+void Scheduler::end(Slot& s, Finish f, std::string error, std::vector<float> embeddings) {
   if (s.dec && s.stats.stop_word.empty()) s.text += s.dec->flush();
   if (s.text.size() > s.sent || !s.probs.empty()) {
     s.job->publish(s.text.substr(s.sent), std::move(s.probs));
@@ -260,7 +301,7 @@ void Scheduler::end(Slot& s, Finish f, std::string error) {
     stats_.prompt_seconds += s.stats.prompt_ms / 1e3;
     stats_.predict_seconds += s.stats.predict_ms / 1e3;
   }
-  s.job->finish(s.stats);
+  s.job->finish(s.stats, std::move(embeddings));
   idle_cv_.notify_all();
   s.job.reset();
   s.generating = false;
@@ -356,6 +397,19 @@ void Scheduler::loop() {
       }
     }
     for (auto& job : incoming) {
+      if (job->spec.kind == JobKind::Embed) {
+        // The free slot with the least cached (it loses its cache), else the least recently
+        // used one.
+        Slot* best = nullptr;
+        for (auto& s : slots_) {
+          if (s->job) continue;
+          if (best == nullptr || s->cached.size() < best->cached.size() ||
+              (s->cached.size() == best->cached.size() && s->last_use < best->last_use))
+            best = s.get();
+        }
+        run_embed(*best, std::move(job));
+        continue;
+      }
       // The free slot whose cache shares the longest prefix with the prompt, else the least
       // recently used one.
       Slot* best = nullptr;

@@ -14,6 +14,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -251,6 +252,33 @@ TEST_F(Embed, RejectsBadInputs) {
   // The session still works after the failures.
   EXPECT_TRUE(s->embed(t, {}, e).ok());
   EXPECT_EQ(e.size(), static_cast<size_t>(engine_->info().n_embd));
+}
+
+// On the simulated GPU whole (its ops run the CPU's kernels: the same bits) and hybrid, with
+// a VRAM budget that holds only part of the model (the output norm on whichever lane the
+// plan gives the head).
+TEST_F(Embed, SimulatedGpuAndHybridSessions) {
+  const std::vector<int32_t> t = tokens(19, 12);
+  std::vector<float> cpu, sim, hybrid;
+  ASSERT_TRUE(session(*engine_)->embed(t, {}, cpu).ok());
+  for (const std::optional<uint64_t> budget : {std::optional<uint64_t>{}, std::optional<uint64_t>{96 << 10}}) {
+    SessionOptions o;
+    o.n_ctx = 128;
+    o.n_batch = 8;
+    o.n_threads = 2;
+    o.sparse.dense = true;
+    o.device = "sim";
+    o.vram_budget = budget;
+    auto s = Session::create(*engine_, o);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    std::vector<float>& out = budget ? hybrid : sim;
+    Status st = (*s)->embed(t, {}, out);
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    if (budget) EXPECT_TRUE((*s)->placement().hybrid);
+  }
+  EXPECT_EQ(sim, cpu);
+  std::vector<double> c(cpu.begin(), cpu.end());
+  EXPECT_GE(cosine(hybrid, c), 0.99999);
 }
 
 TEST(EmbedNames, PoolingNamesRoundTrip) {

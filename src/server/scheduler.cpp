@@ -98,6 +98,9 @@ struct Scheduler::Slot {
   JobStats stats;
   Clock::time_point t_start;
   int64_t last_use = 0;
+  // Embed jobs: inputs done, and their vectors f32 [n_embedded, n_embd].
+  size_t n_embedded = 0;
+  std::vector<float> embeddings;
 };
 
 Scheduler::Scheduler(const Engine& engine, std::unique_ptr<Session> session,
@@ -225,12 +228,11 @@ void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
   if (sp.ignore_eos) session_->ban_tokens(s.id, vocab_.eog_tokens());
 }
 
-void Scheduler::run_embed(Slot& s, std::shared_ptr<Job> job) {
+void Scheduler::start_embed(Slot& s, std::shared_ptr<Job> job) {
   s.job = std::move(job);
-  const JobSpec& sp = s.job->spec;
   s.stats = JobStats{};
   s.stats.slot = s.id;
-  for (const auto& in : sp.inputs) s.stats.n_prompt += static_cast<int64_t>(in.size());
+  for (const auto& in : s.job->spec.inputs) s.stats.n_prompt += static_cast<int64_t>(in.size());
   s.t_start = Clock::now();
   s.stats.queue_ms = ms_between(s.job->submitted, s.t_start);
   s.last_use = ++use_clock_;
@@ -238,28 +240,28 @@ void Scheduler::run_embed(Slot& s, std::shared_ptr<Job> job) {
   s.text.clear();
   s.sent = 0;
   s.probs.clear();
+  s.n_embedded = 0;
+  s.embeddings.clear();
   session_->reset_seq_timings(s.id);
   {
     std::lock_guard lk(mu_);
     stats_.slots[static_cast<size_t>(s.id)].busy = true;
     stats_.slots[static_cast<size_t>(s.id)].n_predicted = 0;
   }
+}
+
+void Scheduler::embed_step(Slot& s) {
+  const JobSpec& sp = s.job->spec;
   // Session::embed empties the slot's sequence: its cached prompt is gone.
   s.cached.clear();
-  std::vector<float> all, one;
-  for (const std::vector<int32_t>& in : sp.inputs) {
-    if (s.job->cancelled()) {
-      end(s, Finish::Cancelled);
-      return;
-    }
-    const EmbedInput e[1] = {{s.id, in}};
-    if (Status st = session_->embed(e, sp.embed, one); !st.ok()) {
-      end(s, Finish::Error, st.error().message);
-      return;
-    }
-    all.insert(all.end(), one.begin(), one.end());
+  const EmbedInput in[1] = {{s.id, sp.inputs[s.n_embedded]}};
+  std::vector<float> one;
+  if (Status st = session_->embed(in, sp.embed, one); !st.ok()) {
+    end(s, Finish::Error, st.error().message);
+    return;
   }
-  end(s, Finish::Stop, {}, std::move(all));
+  s.embeddings.insert(s.embeddings.end(), one.begin(), one.end());
+  if (++s.n_embedded == sp.inputs.size()) end(s, Finish::Stop, {}, std::move(s.embeddings));
 }
 
 void Scheduler::publish_safe(Slot& s) {
@@ -407,7 +409,7 @@ void Scheduler::loop() {
               (s->cached.size() == best->cached.size() && s->last_use < best->last_use))
             best = s.get();
         }
-        run_embed(*best, std::move(job));
+        start_embed(*best, std::move(job));
         continue;
       }
       // The free slot whose cache shares the longest prefix with the prompt, else the least
@@ -427,6 +429,8 @@ void Scheduler::loop() {
     }
     for (auto& s : slots_)
       if (s->job && s->job->cancelled()) end(*s, Finish::Cancelled);
+    for (auto& s : slots_)
+      if (s->job && s->job->spec.kind == JobKind::Embed) embed_step(*s);
 
     batch.clear();
     owner.clear();
@@ -438,7 +442,8 @@ void Scheduler::loop() {
     auto budget = static_cast<size_t>(std::max<int64_t>(1, session_->n_batch()));
     budget = budget > batch.size() ? budget - batch.size() : 0;
     for (auto& s : slots_) {
-      if (!s->job || s->generating || budget == 0) continue;
+      if (!s->job || s->generating || s->job->spec.kind != JobKind::Generate || budget == 0)
+        continue;
       const std::vector<int32_t>& p = s->job->spec.prompt;
       const size_t n = std::min(budget, p.size() - s->n_prompt_fed);
       for (size_t k = 0; k < n; ++k) {

@@ -16,9 +16,10 @@
 // Per-request timings come from the engine (Session::seq_timings of the slot's sequence).
 //
 // Embeddings are jobs too (JobSpec::kind Embed): such a job takes a free slot like a
-// generation (preferring the one with the least cached), and the scheduler thread embeds its
-// inputs one after another on that slot's sequence with Session::embed before the next
-// batch; the slot's cache is left empty, the other slots' sequences are untouched.
+// generation (preferring the one with the least cached), and each step the scheduler thread
+// embeds its next input on that slot's sequence with Session::embed before the step's batch,
+// so a long list of inputs does not stall the generating slots; the slot's cache is left
+// empty, the other slots' sequences are untouched.
 //
 // Thread-safety: submit(), snapshot(), drain(), wait_idle() and the Job methods may be called
 // from any thread; they
@@ -174,8 +175,9 @@ class Scheduler {
   struct Slot;
   void loop();
   void start(Slot& s, std::shared_ptr<Job> job);
-  // Runs an Embed job on slot s to its end.
-  void run_embed(Slot& s, std::shared_ptr<Job> job);
+  // Gives slot s an Embed job; embed_step() embeds its next input and ends it after the last.
+  void start_embed(Slot& s, std::shared_ptr<Job> job);
+  void embed_step(Slot& s);
   // Handles the token sampled for slot s; false when the job ended.
   bool on_token(Slot& s, int32_t token, std::span<const float> logits);
   void end(Slot& s, Finish f, std::string error = {}, std::vector<float> embeddings = {});

@@ -77,10 +77,11 @@ class Context {
   // forward passes of up to n_batch tokens that end at the output norm (the head is not
   // computed), and writes input i's pooled vector (L2-normalised with p.normalize) to
   // out[i * n_embd, (i + 1) * n_embd): out f32 [inputs.size(), n_embd]. The inputs' sequences
-  // are emptied before and again after, whatever the result; other sequences are untouched.
-  // Fails before computing anything for no inputs, an empty input, a sequence id outside
-  // [0, n_seq_max) or repeated, a token id outside the vocabulary, `out` of the wrong size, or
-  // inputs that do not fit the free cells ("context overflow"). Leaves no logits.
+  // are emptied before and again after; other sequences are untouched. Fails, changing
+  // nothing, for no inputs, an empty input, a sequence id outside [0, n_seq_max) or repeated,
+  // a token id outside the vocabulary or `out` of the wrong size; and, the inputs' sequences
+  // emptied, for inputs that do not fit the cells the others leave free ("context overflow")
+  // or a failed pass. Leaves no logits.
   Status embed(std::span<const EmbedInput> inputs, const EmbedParams& p, std::span<float> out);
 
   // Forgets every cached position after the first n of every sequence (0: start over).

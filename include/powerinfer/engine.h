@@ -14,6 +14,10 @@
 //   (*session)->prompt((*engine)->tokenizer()->encode("Hello", true, false));
 //   int32_t t = (*session)->sample();  (*session)->advance(t);  ...
 //
+// Embeddings (embedding.h): one pooled vector per input, f32 [n_embd] each, no output head:
+//   std::vector<float> e;
+//   (*session)->embed(tokens, {.pooling = pi::Pooling::Mean, .normalize = true}, e);
+//
 // Thread-safety: an Engine is immutable and may be shared by sessions on different threads;
 // a Session is driven by one thread at a time. Errors are one-line messages (pi::Error).
 #pragma once
@@ -28,6 +32,7 @@
 
 #include "powerinfer/error.h"
 #include "powerinfer/batch.h"
+#include "powerinfer/embedding.h"
 #include "powerinfer/placement.h"
 #include "powerinfer/sampling.h"
 #include "powerinfer/sparsity.h"
@@ -241,6 +246,21 @@ class Session {
   // Highest position sequence seq holds; -1 when none.
   int32_t seq_pos_max(int32_t seq) const;
   int n_seq_max() const;
+
+  // ---- Embeddings (embedding.h) ----
+  // Evaluates each input as its own sequence from position 0, all of them together in
+  // forward passes of up to n_batch tokens that stop at the output norm (the output head is
+  // not computed), and replaces `out` with the pooled vectors, one row per input:
+  // f32 [inputs.size(), n_embd] row-major. Results do not depend on how inputs are grouped
+  // into calls or on the thread count. The inputs' sequences start empty (whatever they held
+  // is removed, their samplers reset) and are left empty; other sequences are untouched.
+  // Fails, changing nothing, for no inputs, an empty input, a bad or repeated sequence id or
+  // a bad token id; inputs that do not fit the cells the other sequences leave free fail with
+  // "context overflow" (their sequences emptied). Afterwards logits() is empty until tokens
+  // are fed again.
+  Status embed(std::span<const EmbedInput> inputs, const EmbedParams& p, std::vector<float>& out);
+  // One input on sequence 0: `out` = f32 [n_embd].
+  Status embed(std::span<const int32_t> tokens, const EmbedParams& p, std::vector<float>& out);
 
   std::span<const float> logits() const;  // f32 [n_vocab] of the last fed token
   int64_t n_past() const;                 // tokens in the context

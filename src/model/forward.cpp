@@ -157,7 +157,7 @@ Status Forward::check_position(int64_t pos) const {
   return Status::Ok();
 }
 
-Status Forward::eval(std::span<const int32_t> tokens, int64_t pos0, const KvView& kv) {
+Status Forward::eval(std::span<const int32_t> tokens, int64_t pos0, const KvView& kv, Head head) {
   const auto m = static_cast<int64_t>(tokens.size());
   PI_TRY(check_tokens(tokens));
   if (pos0 < 0 || pos0 + m > kv.n_ctx) {
@@ -173,15 +173,19 @@ Status Forward::eval(std::span<const int32_t> tokens, int64_t pos0, const KvView
   // Cell c holds position c: each token attends cells 0 .. its position, in order.
   const KvBatch at{pos_.data(), pos_.data(), nullptr, nullptr, len_.data()};
   layers(tokens, at, kv);
-  const int64_t rows = opts_.all_logits ? m : 1;
-  output_head({}, m, rows);
+  if (head == Head::Hidden) {
+    output_hidden(m);
+  } else {
+    output_head({}, m, opts_.all_logits ? m : 1);
+  }
   return Status::Ok();
 }
 
 Status Forward::eval_batch(std::span<const int32_t> tokens, const KvBatch& b, const KvView& kv,
-                           std::span<const int32_t> outputs) {
+                           std::span<const int32_t> outputs, Head head) {
   const auto m = static_cast<int64_t>(tokens.size());
   PI_TRY(check_tokens(tokens));
+  if (head == Head::Hidden) outputs = {};
   if (static_cast<int64_t>(outputs.size()) > logit_rows(opts_)) {
     return err("%zu logit rows asked for, at most %lld per batch", outputs.size(),
                static_cast<long long>(logit_rows(opts_)));
@@ -208,7 +212,11 @@ Status Forward::eval_batch(std::span<const int32_t> tokens, const KvBatch& b, co
     }
   }
   layers(tokens, b, kv);
-  output_head(outputs, m, 0);
+  if (head == Head::Hidden) {
+    output_hidden(m);
+  } else {
+    output_head(outputs, m, 0);
+  }
   return Status::Ok();
 }
 
@@ -315,9 +323,29 @@ void Forward::attention_block(Lane& Ln, int64_t il, int64_t m, const KvBatch& at
   if (a.out_b.present()) ops.add_bias(proj, a.out_b, m, hp.n_embd);
 }
 
+void Forward::output_hidden(int64_t m) {
+  const HParams& hp = model_.hparams();
+  n_logit_rows_ = 0;
+  move_residual(x_lane_, plan_.head, m);
+  Lane& Hd = lanes_[static_cast<size_t>(plan_.head)];
+  float* x = Hd.buf.x.as<float>();
+  // The residual stream is not read again in this pass: the norm may write over it.
+  Hd.ops->norm(hp.norm_params(), x, Hd.w->out_norm, Hd.w->out_norm_b, m, hp.n_embd, x);
+  n_hidden_rows_ = static_cast<size_t>(m);
+  sync_lanes();
+}
+
+std::span<const float> Forward::hidden() const {
+  const size_t n = n_hidden_rows_ * static_cast<size_t>(model_.hparams().n_embd);
+  if (n == 0) return {};
+  const Lane& L = lanes_[static_cast<size_t>(plan_.head)];
+  return {static_cast<const float*>(L.dev->map(L.buf.x.data(), n * sizeof(float))), n};
+}
+
 void Forward::output_head(std::span<const int32_t> rows, int64_t m, int64_t n) {
   const HParams& hp = model_.hparams();
   n_logit_rows_ = 0;
+  n_hidden_rows_ = 0;
   if (rows.empty() && n == 0) {
     sync_lanes();
     return;

@@ -7,7 +7,8 @@
 //     a = out · attention(q, cache) (+ bias)
 //     sequential (llama, bamboo, qwen2, opt): x += a;  x += ffn(norm'(x))
 //     parallel   (falcon):                    x += a + ffn(norm'(x) or h)
-//   logits = head · norm_out(x)
+//   logits = head · norm_out(x)     (Head::Logits)
+//   hidden = norm_out(x), every token  (Head::Hidden: embeddings; the head is not computed)
 //
 // Which of these steps a model takes is data: the HParams (has_rope, has_pos_embd,
 // parallel_residual) and the biases its weights have.
@@ -43,6 +44,11 @@
 #include "backend/ops.h"
 
 namespace pi::model {
+
+// What a pass computes after the layers: the logits of the asked rows through the output
+// head, or the normalized final hidden states norm_out(x) of every token of the batch
+// (llama.cpp's result_norm, what embeddings pool) without the head's product.
+enum class Head { Logits, Hidden };
 
 struct ForwardOptions {
   int64_t n_batch = 512;    // most tokens per eval() call
@@ -132,7 +138,9 @@ class Forward {
   // must hold the keys and values of the earlier positions; cells [pos0, pos0 + m) are written.
   // Fails (writing nothing) for an empty or oversized batch, a token id outside the
   // vocabulary, or positions beyond kv.n_ctx. Returns when every device has finished.
-  Status eval(std::span<const int32_t> tokens, int64_t pos0, const KvView& kv);
+  // With Head::Hidden the pass ends at the output norm: hidden() holds every token's row.
+  Status eval(std::span<const int32_t> tokens, int64_t pos0, const KvView& kv,
+              Head head = Head::Logits);
 
   // Runs a general batch: token i at position b.pos[i], written to cell b.cell[i], attending
   // its listed cells (which must hold the keys and values of the earlier positions; its own
@@ -140,14 +148,19 @@ class Forward {
   // (ascending indices), at most options().n_outputs of them; logits() returns them in that
   // order. Fails (writing nothing) for an empty or oversized batch, a token id outside the
   // vocabulary, cells outside kv.n_ctx, empty attention lists or too many outputs.
+  // With Head::Hidden `outputs` is ignored and hidden() holds every token's row.
   Status eval_batch(std::span<const int32_t> tokens, const KvBatch& b, const KvView& kv,
-                    std::span<const int32_t> outputs);
+                    std::span<const int32_t> outputs, Head head = Head::Logits);
 
   // Logits of the last eval(): one row per token with all_logits, else the last token's row;
   // of the last eval_batch(): one row per output. f32 [rows, n_vocab]
   // On the host (the device's work is synchronised first).
   std::span<const float> logits() const;
   int64_t n_vocab() const { return static_cast<int64_t>(model_.hparams().n_vocab); }
+  // The normalized final hidden states of the last pass run with Head::Hidden, one row per
+  // token of its batch, f32 [m, n_embd]; empty after a pass that computed logits. On the host
+  // (the device's work is synchronised first). Valid until the next pass.
+  std::span<const float> hidden() const;
 
  private:
   struct Lane {
@@ -168,6 +181,8 @@ class Forward {
   void move_residual(int from, int to, int64_t m);
   // Logits of the rows listed in `rows` (ascending), or of the last `n` rows when rows is empty.
   void output_head(std::span<const int32_t> rows, int64_t m, int64_t n);
+  // norm_out of all m rows of the residual stream, in place on the head's lane.
+  void output_hidden(int64_t m);
   void sync_lanes();
 
   const Model& model_;
@@ -183,6 +198,7 @@ class Forward {
   std::unique_ptr<FfnStep> ffn_;
   std::unique_ptr<ProjStep> proj_;
   size_t n_logit_rows_ = 0;
+  size_t n_hidden_rows_ = 0;
 };
 
 }  // namespace pi::model

@@ -199,7 +199,7 @@ Status Context::check_seq(SeqId s) const {
 }
 
 Status Context::eval_slot(std::span<const int32_t> tokens, const KvSlot& slot,
-                          std::span<const int32_t> outputs) {
+                          std::span<const int32_t> outputs, model::Head head) {
   const int64_t m = slot.size();
   // The contiguous path: one sequence's next positions in the cells equal to them, after the
   // sequence's cells [0, pos0); and logit rows the contiguous path produces.
@@ -211,15 +211,16 @@ Status Context::eval_slot(std::span<const int32_t> tokens, const KvSlot& slot,
     contiguous = slot.seq[k] == s && slot.pos[k] == pos0 + i && slot.cells[k] == pos0 + i;
   }
   const bool rows_fit =
-      opts_.all_logits ? static_cast<int64_t>(outputs.size()) == m
-                       : outputs.empty() || (outputs.size() == 1 && outputs[0] == m - 1);
+      head == model::Head::Hidden ||
+      (opts_.all_logits ? static_cast<int64_t>(outputs.size()) == m
+                        : outputs.empty() || (outputs.size() == 1 && outputs[0] == m - 1));
   if (contiguous && rows_fit && cache_.holds_prefix(s, pos0)) {
-    PI_TRY(forward_->eval(tokens, pos0, cache_.view()));
+    PI_TRY(forward_->eval(tokens, pos0, cache_.view(), head));
   } else {
     cache_.attention_lists(slot, lists_);
     const model::KvBatch b{slot.pos.data(), slot.cells.data(), lists_.cells.data(),
                            lists_.begin.data(), lists_.len.data()};
-    PI_TRY(forward_->eval_batch(tokens, b, cache_.view(), outputs));
+    PI_TRY(forward_->eval_batch(tokens, b, cache_.view(), outputs, head));
   }
   return cache_.apply(KvEdit::commit(slot));
 }

@@ -27,6 +27,7 @@
 #include "model/model.h"
 #include "model/placed_weights.h"
 #include "powerinfer/batch.h"
+#include "powerinfer/embedding.h"
 #include "runtime/context_options.h"
 #include "runtime/hybrid_plan.h"
 #include "runtime/kv_cache.h"
@@ -71,6 +72,17 @@ class Context {
   // Logits of entry i of the last decode_batch() (it must have asked for them), f32 [n_vocab];
   // empty otherwise.
   std::span<const float> batch_logits(size_t i) const;
+
+  // Embeddings. Evaluates each input as its sequence from position 0, all inputs together in
+  // forward passes of up to n_batch tokens that end at the output norm (the head is not
+  // computed), and writes input i's pooled vector (L2-normalised with p.normalize) to
+  // out[i * n_embd, (i + 1) * n_embd): out f32 [inputs.size(), n_embd]. The inputs' sequences
+  // are emptied before and again after; other sequences are untouched. Fails, changing
+  // nothing, for no inputs, an empty input, a sequence id outside [0, n_seq_max) or repeated,
+  // a token id outside the vocabulary or `out` of the wrong size; and, the inputs' sequences
+  // emptied, for inputs that do not fit the cells the others leave free ("context overflow")
+  // or a failed pass. Leaves no logits.
+  Status embed(std::span<const EmbedInput> inputs, const EmbedParams& p, std::span<float> out);
 
   // Forgets every cached position after the first n of every sequence (0: start over).
   Status truncate(int64_t n) { return cache_.apply(KvEdit::truncate(n)); }
@@ -125,8 +137,10 @@ class Context {
   // Evaluates one forward pass of slot.size() <= n_batch tokens placed by `slot` (positions
   // and sequences filled in) and commits it. Logits: those of the tokens listed in `outputs`
   // (ascending) are in forward().logits(), or with outputs empty those decode() keeps.
+  // With Head::Hidden: forward().hidden() holds every token's normalized hidden state.
   Status eval_slot(std::span<const int32_t> tokens, const KvSlot& slot,
-                   std::span<const int32_t> outputs);
+                   std::span<const int32_t> outputs, model::Head head = model::Head::Logits);
+  Status check_embed(std::span<const EmbedInput> inputs, size_t out_size) const;
 
   const model::Model& model_;
   ContextOptions opts_;

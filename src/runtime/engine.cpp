@@ -322,6 +322,56 @@ Status Session::decode(std::span<const BatchToken> batch) {
 
 std::span<const float> Session::batch_logits(size_t i) const { return ctx_->batch_logits(i); }
 
+const char* pooling_name(Pooling p) {
+  switch (p) {
+    case Pooling::Mean: return "mean";
+    case Pooling::Last: return "last";
+    case Pooling::Cls: return "cls";
+  }
+  return "mean";
+}
+
+std::optional<Pooling> parse_pooling(std::string_view name) {
+  for (Pooling p : {Pooling::Mean, Pooling::Last, Pooling::Cls})
+    if (name == pooling_name(p)) return p;
+  return std::nullopt;
+}
+
+Status Session::embed(std::span<const EmbedInput> inputs, const EmbedParams& p,
+                      std::vector<float>& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  out.assign(inputs.size() * static_cast<size_t>(ctx_->model().hparams().n_embd), 0.0f);
+  Status s = ctx_->embed(inputs, p, out);
+  // The inputs' sequences hold nothing now (also after most failures): fresh samplers.
+  for (const EmbedInput& in : inputs) {
+    if (in.seq < 0 || in.seq >= n_seq_max() || ctx_->seq_pos_max(in.seq) >= 0) continue;
+    samplers_[static_cast<size_t>(in.seq)]->reset();
+    last_sampled_[static_cast<size_t>(in.seq)] = -1;
+  }
+  if (!s.ok()) {
+    out.clear();
+    return s;
+  }
+  const double ms = ms_since(t0);
+  int64_t n = 0;
+  for (const EmbedInput& in : inputs) {
+    const auto k = static_cast<int64_t>(in.tokens.size());
+    n += k;
+    SeqTimings& st = seq_timings_[static_cast<size_t>(in.seq)];
+    st.prompt_ms += ms;
+    st.n_prompt += k;
+  }
+  timings_.prompt_ms += ms;
+  timings_.n_prompt += n;
+  return Status::Ok();
+}
+
+Status Session::embed(std::span<const int32_t> tokens, const EmbedParams& p,
+                      std::vector<float>& out) {
+  const EmbedInput one[1] = {{0, tokens}};
+  return embed(one, p, out);
+}
+
 Status Session::fork(int32_t src, int32_t dst) {
   if (src == dst) return err("cannot fork sequence %d into itself", src);
   if (dst >= 0 && dst < n_seq_max() && ctx_->seq_pos_max(dst) >= 0) {

@@ -57,7 +57,10 @@ Job::Output Job::take(std::chrono::milliseconds timeout) {
   o.text.swap(text_);
   o.probs.swap(probs_);
   o.done = done_;
-  if (done_) o.stats = stats_;
+  if (done_) {
+    o.stats = stats_;
+    o.embeddings.swap(embeddings_);
+  }
   return o;
 }
 
@@ -71,11 +74,12 @@ void Job::publish(std::string text, std::vector<TokenProb> probs) {
   cv_.notify_all();
 }
 
-void Job::finish(const JobStats& stats) {
+void Job::finish(const JobStats& stats, std::vector<float> embeddings) {
   {
     std::lock_guard lk(m_);
     done_ = true;
     stats_ = stats;
+    embeddings_ = std::move(embeddings);
   }
   cv_.notify_all();
 }
@@ -94,6 +98,9 @@ struct Scheduler::Slot {
   JobStats stats;
   Clock::time_point t_start;
   int64_t last_use = 0;
+  // Embed jobs: inputs done, and their vectors f32 [n_embedded, n_embd].
+  size_t n_embedded = 0;
+  std::vector<float> embeddings;
 };
 
 Scheduler::Scheduler(const Engine& engine, std::unique_ptr<Session> session,
@@ -221,6 +228,42 @@ void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
   if (sp.ignore_eos) session_->ban_tokens(s.id, vocab_.eog_tokens());
 }
 
+void Scheduler::start_embed(Slot& s, std::shared_ptr<Job> job) {
+  s.job = std::move(job);
+  s.stats = JobStats{};
+  s.stats.slot = s.id;
+  for (const auto& in : s.job->spec.inputs) s.stats.n_prompt += static_cast<int64_t>(in.size());
+  s.t_start = Clock::now();
+  s.stats.queue_ms = ms_between(s.job->submitted, s.t_start);
+  s.last_use = ++use_clock_;
+  s.generating = false;
+  s.text.clear();
+  s.sent = 0;
+  s.probs.clear();
+  s.n_embedded = 0;
+  s.embeddings.clear();
+  session_->reset_seq_timings(s.id);
+  {
+    std::lock_guard lk(mu_);
+    stats_.slots[static_cast<size_t>(s.id)].busy = true;
+    stats_.slots[static_cast<size_t>(s.id)].n_predicted = 0;
+  }
+}
+
+void Scheduler::embed_step(Slot& s) {
+  const JobSpec& sp = s.job->spec;
+  // Session::embed empties the slot's sequence: its cached prompt is gone.
+  s.cached.clear();
+  const EmbedInput in[1] = {{s.id, sp.inputs[s.n_embedded]}};
+  std::vector<float> one;
+  if (Status st = session_->embed(in, sp.embed, one); !st.ok()) {
+    end(s, Finish::Error, st.error().message);
+    return;
+  }
+  s.embeddings.insert(s.embeddings.end(), one.begin(), one.end());
+  if (++s.n_embedded == sp.inputs.size()) end(s, Finish::Stop, {}, std::move(s.embeddings));
+}
+
 void Scheduler::publish_safe(Slot& s) {
   const size_t held = s.job->spec.stop.empty() ? 0 : held_back(s.text, s.sent, s.job->spec.stop);
   const size_t upto = s.text.size() - held;
@@ -231,7 +274,7 @@ void Scheduler::publish_safe(Slot& s) {
   }
 }
 
-void Scheduler::end(Slot& s, Finish f, std::string error) {
+void Scheduler::end(Slot& s, Finish f, std::string error, std::vector<float> embeddings) {
   if (s.dec && s.stats.stop_word.empty()) s.text += s.dec->flush();
   if (s.text.size() > s.sent || !s.probs.empty()) {
     s.job->publish(s.text.substr(s.sent), std::move(s.probs));
@@ -260,7 +303,7 @@ void Scheduler::end(Slot& s, Finish f, std::string error) {
     stats_.prompt_seconds += s.stats.prompt_ms / 1e3;
     stats_.predict_seconds += s.stats.predict_ms / 1e3;
   }
-  s.job->finish(s.stats);
+  s.job->finish(s.stats, std::move(embeddings));
   idle_cv_.notify_all();
   s.job.reset();
   s.generating = false;
@@ -364,6 +407,19 @@ void Scheduler::loop() {
       }
     }
     for (auto& job : incoming) {
+      if (job->spec.kind == JobKind::Embed) {
+        // The free slot with the least cached (it loses its cache), else the least recently
+        // used one.
+        Slot* best = nullptr;
+        for (auto& s : slots_) {
+          if (s->job) continue;
+          if (best == nullptr || s->cached.size() < best->cached.size() ||
+              (s->cached.size() == best->cached.size() && s->last_use < best->last_use))
+            best = s.get();
+        }
+        start_embed(*best, std::move(job));
+        continue;
+      }
       // The free slot whose cache shares the longest prefix with the prompt, else the least
       // recently used one.
       Slot* best = nullptr;
@@ -381,6 +437,8 @@ void Scheduler::loop() {
     }
     for (auto& s : slots_)
       if (s->job && s->job->cancelled()) end(*s, Finish::Cancelled);
+    for (auto& s : slots_)
+      if (s->job && s->job->spec.kind == JobKind::Embed) embed_step(*s);
 
     batch.clear();
     owner.clear();
@@ -392,7 +450,8 @@ void Scheduler::loop() {
     auto budget = static_cast<size_t>(std::max<int64_t>(1, session_->n_batch()));
     budget = budget > batch.size() ? budget - batch.size() : 0;
     for (auto& s : slots_) {
-      if (!s->job || s->generating || budget == 0) continue;
+      if (!s->job || s->generating || s->job->spec.kind != JobKind::Generate || budget == 0)
+        continue;
       const std::vector<int32_t>& p = s->job->spec.prompt;
       const size_t n = std::min(budget, p.size() - s->n_prompt_fed);
       for (size_t k = 0; k < n; ++k) {

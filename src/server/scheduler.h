@@ -15,6 +15,12 @@
 //
 // Per-request timings come from the engine (Session::seq_timings of the slot's sequence).
 //
+// Embeddings are jobs too (JobSpec::kind Embed): such a job takes a free slot like a
+// generation (preferring the one with the least cached), and each step the scheduler thread
+// embeds its next input on that slot's sequence with Session::embed before the step's batch,
+// so a long list of inputs does not stall the generating slots; the slot's cache is left
+// empty, the other slots' sequences are untouched.
+//
 // Thread-safety: submit(), snapshot(), drain(), wait_idle() and the Job methods may be called
 // from any thread; they
 // talk to the scheduler thread through mutex/condition-variable protected state only. The
@@ -55,7 +61,14 @@ struct TokenProb {
   std::vector<TopProb> top;  // the top_logprobs most likely tokens
 };
 
+enum class JobKind { Generate, Embed };
+
 struct JobSpec {
+  JobKind kind = JobKind::Generate;
+  // Embed: the inputs (each at least one token, at most the slot context) and how to pool.
+  std::vector<std::vector<int32_t>> inputs;
+  EmbedParams embed;
+  // Generate:
   std::vector<int32_t> prompt;  // at least one token, fewer than the slot context
   SamplingParams sampling;      // seed used exactly
   int64_t n_predict = -1;       // -1: until end of generation or a full slot context
@@ -87,6 +100,8 @@ class Job {
     std::vector<TokenProb> probs;
     bool done = false;
     JobStats stats;  // valid when done
+    // Embed jobs, when done without error: f32 [inputs, n_embd], one row per input.
+    std::vector<float> embeddings;
   };
   // Waits until there is output or the job is done, at most `timeout`, and takes what there is.
   Output take(std::chrono::milliseconds timeout);
@@ -100,13 +115,14 @@ class Job {
  private:
   friend class Scheduler;
   void publish(std::string text, std::vector<TokenProb> probs);
-  void finish(const JobStats& stats);
+  void finish(const JobStats& stats, std::vector<float> embeddings = {});
   std::mutex m_;
   std::condition_variable cv_;
   std::string text_;
   std::vector<TokenProb> probs_;
   bool done_ = false;
   JobStats stats_;
+  std::vector<float> embeddings_;
   std::atomic<bool> cancelled_{false};
 };
 
@@ -159,9 +175,12 @@ class Scheduler {
   struct Slot;
   void loop();
   void start(Slot& s, std::shared_ptr<Job> job);
+  // Gives slot s an Embed job; embed_step() embeds its next input and ends it after the last.
+  void start_embed(Slot& s, std::shared_ptr<Job> job);
+  void embed_step(Slot& s);
   // Handles the token sampled for slot s; false when the job ended.
   bool on_token(Slot& s, int32_t token, std::span<const float> logits);
-  void end(Slot& s, Finish f, std::string error = {});
+  void end(Slot& s, Finish f, std::string error = {}, std::vector<float> embeddings = {});
   void publish_safe(Slot& s);
 
   const Engine& engine_;

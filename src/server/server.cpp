@@ -93,6 +93,9 @@ ApiServer::ApiServer(HttpServer& http, const ApiOptions& o) : o_(o) {
   for (const char* path : {"/v1/completions", "/completions"})
     http.route("POST", path, guard(true, [this](const HttpRequest& r) { return generate(r, Endpoint::Completion); }));
   http.route("POST", "/completion", guard(true, [this](const HttpRequest& r) { return generate(r, Endpoint::Llama); }));
+  for (const char* path : {"/v1/embeddings", "/embeddings"})
+    http.route("POST", path, guard(true, [this](const HttpRequest& r) { return embeddings(r, EmbedEndpoint::OpenAI); }));
+  http.route("POST", "/embedding", guard(true, [this](const HttpRequest& r) { return embeddings(r, EmbedEndpoint::Llama); }));
   http.route("POST", "/tokenize", guard(true, [this](const HttpRequest& r) { return tokenize(r); }));
   http.route("POST", "/detokenize", guard(true, [this](const HttpRequest& r) { return detokenize(r); }));
   for (const char* path : {"/v1/models", "/models"})
@@ -125,7 +128,8 @@ ApiServer::ApiServer(HttpServer& http, const ApiOptions& o) : o_(o) {
   });
   if (!o_.cors_origin.empty()) {
     for (const char* path : {"/v1/chat/completions", "/chat/completions", "/v1/completions",
-                             "/completions", "/completion", "/tokenize", "/detokenize",
+                             "/completions", "/completion", "/v1/embeddings", "/embeddings",
+                             "/embedding", "/tokenize", "/detokenize",
                              "/v1/models", "/models", "/props", "/slots", "/metrics", "/health"}) {
       http.route("OPTIONS", path, [](const HttpRequest&) {
         HttpResponse r;
@@ -297,6 +301,61 @@ HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
     }
   };
   return resp;
+}
+
+HttpResponse ApiServer::embeddings(const HttpRequest& r, EmbedEndpoint ep) {
+  if (draining_.load()) return error_response(kDraining);
+  EmbedParseResult pr = parse_embed_request(r.body, ep);
+  if (!pr.request) return error_response(pr.error);
+  const EmbedRequest& rq = *pr.request;
+  const Vocabulary& v = *engine_->vocabulary();
+  const int64_t ctx = sched_->options().n_ctx_slot;
+  JobSpec spec;
+  spec.kind = JobKind::Embed;
+  spec.embed = EmbedParams{o_.pooling, true};
+  int64_t n_tokens = 0;
+  for (size_t i = 0; i < rq.inputs.size(); ++i) {
+    const EmbedRequest::Input& in = rq.inputs[i];
+    std::vector<int32_t> ids = in.is_tokens ? in.tokens : v.encode(in.text, v.add_bos(), true);
+    const std::string which = rq.single ? "the input" : "input " + std::to_string(i);
+    for (int32_t t : ids) {
+      if (t >= v.n_vocab()) {
+        return error_response({400, "invalid_request_error",
+                               which + ": token id " + std::to_string(t) +
+                                   " is outside the vocabulary [0, " + std::to_string(v.n_vocab()) + ")"});
+      }
+    }
+    if (ids.empty()) return error_response({400, "invalid_request_error", which + " is empty"});
+    if (static_cast<int64_t>(ids.size()) > ctx) {
+      return error_response({400, "invalid_request_error",
+                             which + " is " + std::to_string(ids.size()) + " tokens; at most " +
+                                 std::to_string(ctx) + " fit (slot context)"});
+    }
+    n_tokens += static_cast<int64_t>(ids.size());
+    spec.inputs.push_back(std::move(ids));
+  }
+  std::shared_ptr<Job> job = sched_->submit(std::move(spec));
+  if (!job) {
+    if (sched_->draining()) return error_response(kDraining);
+    return error_response({503, "unavailable_error",
+                           "the server is busy: every slot is in use and the queue is full"});
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(o_.timeout_s);
+  while (true) {
+    Job::Output o = job->take(std::chrono::milliseconds(500));
+    if (!o.done) {
+      if (Clock::now() > deadline) job->cancel();
+      continue;
+    }
+    if (o.stats.finish == Finish::Error)
+      return error_response({500, "server_error", o.stats.error});
+    if (o.stats.finish == Finish::Shutdown) return error_response(kStopped);
+    if (o.stats.finish == Finish::Cancelled)
+      return error_response({504, "timeout_error", "the request ran out of time (--timeout)"});
+    HttpResponse resp;
+    resp.body = embeddings_json(rq, o_.model_name, o.embeddings, engine_->info().n_embd, n_tokens);
+    return resp;
+  }
 }
 
 HttpResponse ApiServer::tokenize(const HttpRequest& r) {

@@ -1,6 +1,7 @@
 // The HTTP API of `powerinfer serve`: OpenAI-compatible (/v1/chat/completions,
-// /v1/completions, /v1/models) and llama.cpp-compatible (/completion, /tokenize, /detokenize,
-// /props, /slots, /metrics, /health) endpoints over a Scheduler, plus the chat page at /.
+// /v1/completions, /v1/embeddings, /v1/models) and llama.cpp-compatible (/completion,
+// /embedding, /tokenize, /detokenize, /props, /slots, /metrics, /health) endpoints over a
+// Scheduler, plus the chat page at /. Embeddings are jobs of the scheduler (embeddings.h).
 // Routes are registered on construction; until attach() (the model is loading) /health and
 // the model endpoints answer 503. After drain() (a graceful stop) generation requests get 503
 // with "Connection: close", /health answers 503 "draining", and requests already accepted go
@@ -16,6 +17,7 @@
 
 #include "chat/chat_template.h"
 #include "powerinfer/engine.h"
+#include "server/embeddings.h"
 #include "server/http.h"
 #include "server/request.h"
 #include "server/scheduler.h"
@@ -36,6 +38,9 @@ struct ApiOptions {
   // or not at all, so a balancer can retry it elsewhere when this replica dies (a gone client
   // is then noticed only when the answer ends).
   int heartbeat_s = 1;
+  // Embeddings: how each input's token states are pooled (--pooling); always L2-normalised,
+  // as llama.cpp's server does.
+  Pooling pooling = Pooling::Mean;
 };
 
 class ApiServer {
@@ -49,6 +54,7 @@ class ApiServer {
 
  private:
   HttpResponse generate(const HttpRequest& r, Endpoint ep);
+  HttpResponse embeddings(const HttpRequest& r, EmbedEndpoint ep);
   HttpResponse tokenize(const HttpRequest& r);
   HttpResponse detokenize(const HttpRequest& r);
   HttpResponse props();

@@ -190,6 +190,13 @@ std::vector<Subcommand> subcommands() {
         {"--alloc-step", Kind::Real},
         {"--alloc-max", Kind::Real}},
        {{"-c", "32"}, {"--alloc-tokens", "32"}, {"--alloc-step", "0.3"}}},
+      {"embed",
+       "embed -m " + m + " -p 'the and' -p 'in'",
+       {{"-t", Kind::Int},
+        {"-c", Kind::Int},
+        {"-b", Kind::Int},
+        {"--embd-normalize", Kind::Int},
+        {"-ngl", Kind::Int}}},
       {"quantize", "quantize " + m + " " + out + " q8_0", {{"-t", Kind::Int}}},
       {"inspect", "inspect " + m, {{"--max-items", Kind::Int}}},
   };
@@ -211,8 +218,8 @@ TEST_P(FlagSweep, AbsurdValuesEndCleanly) {
 
 INSTANTIATE_TEST_SUITE_P(EverySubcommand, FlagSweep,
                          ::testing::Values("run", "run-sim", "batched", "batched-bench", "bench",
-                                           "perplexity", "synth", "calibrate", "quantize",
-                                           "inspect"),
+                                           "perplexity", "synth", "calibrate", "embed",
+                                           "quantize", "inspect"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)

@@ -70,6 +70,19 @@ Result<std::vector<float>> reference_logits(const std::string& path,
   return logits;
 }
 
+Result<std::vector<float>> reference_hidden(const std::string& path,
+                                            const std::vector<int32_t>& tokens) {
+  const std::string out = path + "." + std::to_string(tokens.size()) + ".hidden.bin";
+  CommandResult r = run_command(kPython + " " + kRefDir + "reference_forward.py " + path +
+                                " --tokens " + join(tokens) + " --hidden " + out);
+  if (r.exit_code != 0) return err("reference_forward.py failed: %s", r.output.c_str());
+  std::ifstream in(out, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> h(bytes.size() / sizeof(float));
+  std::memcpy(h.data(), bytes.data(), h.size() * sizeof(float));
+  return h;
+}
+
 Result<std::vector<int32_t>> reference_greedy(const std::string& path,
                                               const std::vector<int32_t>& tokens, int n) {
   CommandResult r = run_command(kPython + " " + kRefDir + "reference_forward.py " + path +

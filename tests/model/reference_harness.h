@@ -38,6 +38,10 @@ enum class Oracle { Exact, F16Kv };
 Result<std::vector<float>> reference_logits(const std::string& path,
                                             const std::vector<int32_t>& tokens,
                                             Oracle oracle = Oracle::Exact);
+// reference_forward.py --hidden: float64 maths, the final hidden states after the output norm
+// (what embeddings pool), f32 [tokens.size(), n_embd].
+Result<std::vector<float>> reference_hidden(const std::string& path,
+                                            const std::vector<int32_t>& tokens);
 // reference_forward.py --greedy n.
 Result<std::vector<int32_t>> reference_greedy(const std::string& path,
                                               const std::vector<int32_t>& tokens, int n);

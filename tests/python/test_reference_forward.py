@@ -180,6 +180,22 @@ def test_cli_out_and_greedy(tmp_path):
     assert p.returncode != 0 and "PWRI" in p.stderr
 
 
+def test_cli_hidden_is_the_normed_state_the_head_reads(tmp_path):
+    path = tiny(tmp_path, "--arch", "qwen2", "--seed", 3, name="h.gguf")
+    out = tmp_path / "hidden.bin"
+    p = subprocess.run([PYTHON, os.path.join(REFERENCE_DIR, "reference_forward.py"), str(path),
+                        "--tokens", "1,5,9,4", "--hidden", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    m = ref.load_model(path)
+    h = ref.hidden(m, [1, 5, 9, 4])
+    assert np.array_equal(np.fromfile(out, dtype="<f4").reshape(h.shape), h.astype(np.float32))
+    head = m.w.get("output.weight", m.w["token_embd.weight"])
+    assert np.allclose(h @ head.T, ref.forward(m, [1, 5, 9, 4]), rtol=0, atol=1e-12)
+    # RMS-normed rows times the norm weight: rms(h / w) is 1.
+    w = m.w["output_norm.weight"]
+    assert np.allclose(np.sqrt(np.mean((h / w) ** 2, axis=1)), 1.0, atol=1e-4)
+
+
 def test_quantized_model_stays_close_to_f32(tmp_path):
     f32 = ref.forward(ref.load_model(tiny(tmp_path, "--seed", 9, name="f.gguf")), TOKENS)
     for t in ("f16", "q8_0", "q4_0"):

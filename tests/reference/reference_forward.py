@@ -7,8 +7,11 @@ sequence is recomputed from scratch, no cache, no batching. Reads GGUF and Power
 
     reference_forward.py MODEL --tokens 1,5,9 [--sparse] [--threshold T] --out logits.bin
     reference_forward.py MODEL --tokens 1,5,9 --greedy 8 [--sparse]
+    reference_forward.py MODEL --tokens 1,5,9 --hidden hidden.bin
 
 --out writes float32 logits [n_tokens, n_vocab], row-major, little-endian.
+--hidden writes the final hidden states after the output norm (what embeddings pool,
+llama.cpp's result_norm), float32 [n_tokens, n_embd], row-major, little-endian.
 --greedy N prints the N greedy next-token ids, space-separated, on one line.
 
 Architectures:
@@ -184,6 +187,12 @@ def ffn(m: Model, il: int, x, mask=None):
 def forward(m: Model, tokens, sparse=False, threshold=None, hook=None):
     """Logits [n_tokens, n_vocab] (float64) for positions 0..n-1. `hook(layer, name, array)`
     if given sees 'ffn_in' (normalized FFN input) and 'pred_in' (predictor input) per layer."""
+    head = m.w.get("output.weight", m.w["token_embd.weight"])
+    return hidden(m, tokens, sparse, threshold, hook) @ head.T
+
+
+def hidden(m: Model, tokens, sparse=False, threshold=None, hook=None):
+    """Final hidden states after the output norm [n_tokens, n_embd] (float64)."""
     if sparse and not m.pwri:
         raise ValueError("sparse mode needs a PowerInfer (PWRI) file with predictors")
     thr = m.threshold if threshold is None else threshold
@@ -242,8 +251,7 @@ def forward(m: Model, tokens, sparse=False, threshold=None, hook=None):
         x = layer_norm(x, w["output_norm.weight"], w["output_norm.bias"], m.eps)
     else:
         x = rms_norm(x, w["output_norm.weight"], m.eps)
-    head = w.get("output.weight", w["token_embd.weight"])
-    return x @ head.T
+    return x
 
 
 def greedy(m: Model, tokens, n_new: int, sparse=False, threshold=None) -> list:
@@ -261,9 +269,10 @@ def main(argv=None) -> int:
     ap.add_argument("--threshold", type=float, help="override powerinfer.sparse_threshold (e.g. -inf)")
     ap.add_argument("--out", help="write float32 logits [n_tokens, n_vocab] here")
     ap.add_argument("--greedy", type=int, metavar="N", help="print N greedy next-token ids")
+    ap.add_argument("--hidden", help="write float32 normalized hidden states [n_tokens, n_embd] here")
     args = ap.parse_args(argv)
-    if not args.out and not args.greedy:
-        ap.error("give --out and/or --greedy")
+    if not args.out and not args.greedy and not args.hidden:
+        ap.error("give --out, --greedy and/or --hidden")
     tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
     if not tokens:
         ap.error("--tokens is empty")
@@ -280,6 +289,8 @@ def main(argv=None) -> int:
     if args.out:
         logits = forward(m, tokens, args.sparse, args.threshold)
         logits.astype("<f4").tofile(args.out)
+    if args.hidden:
+        hidden(m, tokens, args.sparse, args.threshold).astype("<f4").tofile(args.hidden)
     if args.greedy:
         print(" ".join(str(t) for t in greedy(m, tokens, args.greedy, args.sparse, args.threshold)))
     return 0

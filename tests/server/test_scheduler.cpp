@@ -173,5 +173,55 @@ TEST_F(SchedulerTest, ShutdownEndsRunningAndQueuedJobs) {
   EXPECT_EQ(m.submitted, m.finished + m.cancelled + m.failed);  // the queued one counts too
 }
 
+// Embedding jobs run on a free slot between generation steps: each input's vector equals
+// Session::embed's alone, and generation in the other slot gives the text it gives alone.
+TEST_F(SchedulerTest, EmbeddingJobsLeaveGenerationAlone) {
+  const Vocabulary& v = *engine_->vocabulary();
+  const std::vector<std::string> texts = {"In the beginning", "Jesus wept"};
+  std::vector<std::vector<float>> want;
+  {
+    SessionOptions so;
+    so.n_ctx = 256;
+    so.n_threads = 1;
+    auto s = Session::create(*engine_, so);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    for (const auto& t : texts) {
+      std::vector<float> e;
+      ASSERT_TRUE((*s)->embed(v.encode(t, v.add_bos(), true), {}, e).ok());
+      want.push_back(e);
+    }
+  }
+  std::string alone;
+  {
+    auto s = make(1, 8);
+    alone = wait(*s->submit(spec("And God said", 24, 3))).first;
+  }
+  auto s = make(2, 8);
+  auto gen = s->submit(spec("And God said", 24, 3));
+  std::vector<std::shared_ptr<Job>> embeds;
+  for (int round = 0; round < 3; ++round) {
+    JobSpec j;
+    j.kind = JobKind::Embed;
+    for (const auto& t : texts) j.inputs.push_back(v.encode(t, v.add_bos(), true));
+    embeds.push_back(s->submit(std::move(j)));
+  }
+  for (auto& job : embeds) {
+    ASSERT_NE(job, nullptr);
+    Job::Output o;
+    do {
+      o = job->take(std::chrono::milliseconds(200));
+    } while (!o.done);
+    EXPECT_EQ(o.stats.finish, Finish::Stop) << o.stats.error;
+    const size_t d = want[0].size();
+    ASSERT_EQ(o.embeddings.size(), 2 * d);
+    EXPECT_EQ(std::vector<float>(o.embeddings.begin(), o.embeddings.begin() + d), want[0]);
+    EXPECT_EQ(std::vector<float>(o.embeddings.begin() + d, o.embeddings.end()), want[1]);
+  }
+  EXPECT_EQ(wait(*gen).first, alone);
+  const SchedulerStats m = s->snapshot();
+  EXPECT_EQ(m.finished, 4);
+  EXPECT_EQ(m.processing, 0);
+}
+
 }  // namespace
 }  // namespace pi::server

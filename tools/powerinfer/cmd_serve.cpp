@@ -14,6 +14,7 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "cli_checks.h"
@@ -53,6 +54,7 @@ struct ServeOptions {
   std::string sparse_threshold;
   ActSparsityFlags act;  // calibrated files: --sparsity, --sparsity-alloc, --sparsity-sites
   std::string device = "cpu";
+  std::string pooling = "mean";  // embeddings (/v1/embeddings, /embedding)
 };
 
 // "<hostname>:<port>": unique among the replicas of one host and across hosts.
@@ -90,6 +92,8 @@ int serve(const ServeOptions& o) {
   if (o.heartbeat_s < 0) return fail("--heartbeat must be >= 0");
   if (o.port < 0 || o.port > 65535) return fail("--port must be 0..65535");
   if (Status v = validate_sampling(o.sampling); !v.ok()) return fail(v.error().message);
+  const std::optional<Pooling> pooling = parse_pooling(o.pooling);
+  if (!pooling) return fail("--pooling must be mean, last or cls (got '" + o.pooling + "')");
 
   // Every thread started from here on inherits the blocked signals; main waits for them.
   sigset_t stop_signals;
@@ -116,6 +120,7 @@ int serve(const ServeOptions& o) {
   ao.max_prompt_tokens = o.max_prompt;
   ao.timeout_s = o.timeout_s;
   ao.heartbeat_s = o.heartbeat_s;
+  ao.pooling = *pooling;
   if (Status b = http.bind(); !b.ok()) return fail(b.error().message);
   ao.replica_id = !o.replica_id.empty() ? o.replica_id : default_replica_id(http.port());
   server::ApiServer api(http, ao);
@@ -235,6 +240,7 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("-a,--alias", o->alias, "Model name reported by the API (default: the file name)");
   sub->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (not on /health and /)");
   sub->add_option("--cors-origin", o->cors_origin, "Send CORS headers allowing this origin (off by default)");
+  sub->add_option("--pooling", o->pooling, "Embeddings (/v1/embeddings, /embedding): mean, last or cls (the first token) of the normalized final hidden states; answers are L2-normalised")->capture_default_str();
   sub->add_option("--chat-template", o->chat_template, "Chat template name (" + chat::template_names() + ") or Jinja text; default: the model's, else chatml");
   sub->add_option("--temp", o->sampling.temperature, "Default temperature")->capture_default_str();
   sub->add_option("--top-k", o->sampling.top_k, "Default top-k")->capture_default_str();

@@ -24,6 +24,7 @@ Runner add_devices(CLI::App& app);
 Runner add_profile(CLI::App& app);
 Runner add_calibrate(CLI::App& app);
 Runner add_plan(CLI::App& app);
+Runner add_embed(CLI::App& app);
 Runner add_serve(CLI::App& app);
 
 }  // namespace pi::cli

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   runners["profile"] = pi::cli::add_profile(app);
   runners["calibrate"] = pi::cli::add_calibrate(app);
   runners["plan"] = pi::cli::add_plan(app);
+  runners["embed"] = pi::cli::add_embed(app);
   runners["serve"] = pi::cli::add_serve(app);
 
   bool log_disable = false;

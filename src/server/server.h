@@ -1,6 +1,6 @@
 // The HTTP API of `powerinfer serve`: OpenAI-compatible (/v1/chat/completions,
 // /v1/completions, /v1/models) and llama.cpp-compatible (/completion, /tokenize, /detokenize,
-// /props, /slots, /metrics, /health) endpoints over a Scheduler, plus the chat page at /.
+// /props, /slots, POST /slots/{id}?action=save|restore|erase, /metrics, /health) endpoints over a Scheduler, plus the chat page at /.
 // Routes are registered on construction; until attach() (the model is loading) /health and
 // the model endpoints answer 503. After drain() (a graceful stop) generation requests get 503
 // with "Connection: close", /health answers 503 "draining", and requests already accepted go
@@ -36,6 +36,9 @@ struct ApiOptions {
   // or not at all, so a balancer can retry it elsewhere when this replica dies (a gone client
   // is then noticed only when the answer ends).
   int heartbeat_s = 1;
+  // --slot-save-path: the directory of POST /slots/{id}?action=save|restore files; empty: slot
+  // actions are refused (501), as in llama.cpp.
+  std::string slot_save_path;
 };
 
 class ApiServer {
@@ -53,6 +56,7 @@ class ApiServer {
   HttpResponse detokenize(const HttpRequest& r);
   HttpResponse props();
   HttpResponse slots();
+  HttpResponse slot_action(const HttpRequest& r);
   HttpResponse models();
   bool authorised(const HttpRequest& r) const;
 

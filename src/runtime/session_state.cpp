@@ -24,13 +24,14 @@ Result<SavedState> Session::load_state(int32_t seq, const std::string& path) {
     return with_code(err("%s: sequence id %d outside [0, %d)", path.c_str(), seq, n_seq_max()),
                      ErrorCode::BadRequest);
   }
+  const auto t0 = std::chrono::steady_clock::now();
   auto file = runtime::SeqStateFile::open(path, runtime::kv_fingerprint(ctx_->model()));
   if (!file.ok()) return file.error();
-  const auto t0 = std::chrono::steady_clock::now();
   PI_TRY(ctx_->restore_seq(seq, *file));
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  // The restore is charged as prompt work: its one evaluated token and the time it took.
+  // The restore is charged as prompt work: its one evaluated token and the time it took, the
+  // model's fingerprint and the file's reading included.
   timings_.prompt_ms += ms;
   timings_.n_prompt += 1;
   const auto q = static_cast<size_t>(seq);

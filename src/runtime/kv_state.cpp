@@ -305,8 +305,10 @@ Result<SeqStateFile> SeqStateFile::open(const std::string& path, const KvFingerp
   }
   int64_t n = 0;
   PI_TRY(r.read(n, "the token count"));
-  const uint64_t header_end = r.offset() + static_cast<uint64_t>(std::max<int64_t>(n, 0)) * 4;
-  if (n < 1 || header_end > size) {
+  // n is bounded by the file's size before any product with it, so nothing below overflows.
+  const uint64_t n_fit = n < 1 || static_cast<uint64_t>(n) > size / 4 ? 0 : static_cast<uint64_t>(n);
+  const uint64_t header_end = r.offset() + n_fit * 4;
+  if (n_fit == 0 || header_end > size) {
     return err("%s: truncated or corrupt state file: %lld tokens need %llu header bytes, the file "
                "has %llu",
                path.c_str(), ll(n), ull(header_end), ull(size));

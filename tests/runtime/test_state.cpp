@@ -293,6 +293,15 @@ TEST(SavedState, TruncatedGarbageAndMissingFilesAreRefused) {
     auto session = make_session(*e, s);
     expect_error(session->load_state(0, bad), bad, "version 9");
   }
+  // A token count that no file could hold, and one of zero.
+  for (int64_t n : {int64_t{1} << 62, int64_t{-1}, int64_t{0}}) {
+    std::vector<char> count = bytes;
+    const size_t at = 4 + 4 + 4 + 5 + 5 * 8 + 4 + 4 + 8 + 8;  // after magic..hash ("llama")
+    std::memcpy(count.data() + at, &n, sizeof n);
+    write_all(bad, count);
+    auto session = make_session(*e, s);
+    expect_error(session->load_state(0, bad), bad, "corrupt");
+  }
   const std::string missing = pi::testing::temp_path("state_missing.bin");
   std::filesystem::remove(missing);
   auto session = make_session(*e, s);

@@ -334,10 +334,6 @@ Status Context::seq_cp(SeqId src, SeqId dst, int32_t p0, int32_t p1) {
   return cache_.apply(KvEdit::copy(src, dst, p0, p1));
 }
 
-}  // namespace pi::runtime
-
-namespace pi::runtime {
-
 Status Context::restore_seq(SeqId s, SeqStateFile& file) {
   const char* path = file.path().c_str();
   if (s < 0 || s >= opts_.n_seq_max) {

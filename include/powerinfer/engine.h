@@ -185,6 +185,12 @@ struct SeqTimings {
   int64_t n_sample = 0;  // tokens sampled for the sequence
 };
 
+// A sequence's state as Session::load_state read it from a file.
+struct SavedState {
+  std::vector<int32_t> tokens;  // the token ids at the sequence's positions 0..n-1
+  uint64_t file_bytes = 0;      // the file's size
+};
+
 class Session {
  public:
   // Validates the options (sampling values, sizes) and allocates every buffer.
@@ -245,6 +251,25 @@ class Session {
   Status seq_cp(int32_t src, int32_t dst, int32_t p0 = 0, int32_t p1 = -1);
   // Highest position sequence seq holds; -1 when none.
   int32_t seq_pos_max(int32_t seq) const;
+
+  // ---- Saved state: prompt caches and server slots (file format: docs/FORMATS.md) ----
+  // Writes sequence seq to `path` (through a temporary file and a rename): a fingerprint of
+  // the model, `tokens` (the ids at its positions 0..n-1; the session keeps no token ids, its
+  // caller does) and the K and V rows of its cells. The sequence must hold exactly positions
+  // 0..tokens.size()-1. Returns the bytes written.
+  Result<uint64_t> save_state(int32_t seq, const std::string& path,
+                              std::span<const int32_t> tokens);
+  // Restores a saved sequence into sequence seq, which must hold nothing: the rows of the
+  // file's tokens [0, n-1) go into free cells (through the device's copies wherever the cache
+  // lives) and the last token is evaluated, so the session is as if it had fed the tokens
+  // with prompt()/decode(): logits() and batch_logits(0) are the last token's, and the
+  // sequence's sampler restarts from its seed with the tokens in its penalty window. Fails
+  // with one line naming the file, changing nothing, for: a sequence id out of range or
+  // holding positions, a missing file, a bad magic or version, a file of another model (the
+  // field that differs: architecture, n_layer, n_head_kv, head_dim, n_embd, n_vocab, KV type,
+  // model hash), a truncated or oversized file, more tokens than the context or its free
+  // cells hold.
+  Result<SavedState> load_state(int32_t seq, const std::string& path);
   int n_seq_max() const;
 
   // ---- Embeddings (embedding.h) ----

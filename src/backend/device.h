@@ -64,6 +64,8 @@ class Buffer {
   }
   size_t bytes() const { return bytes_; }
   bool empty() const { return data_ == nullptr; }
+  // The device that owns the memory (whose copies reach it); nullptr for an empty Buffer.
+  Device* device() const { return dev_; }
 
  private:
   Device* dev_ = nullptr;

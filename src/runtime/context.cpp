@@ -335,4 +335,40 @@ Status Context::seq_cp(SeqId src, SeqId dst, int32_t p0, int32_t p1) {
   return cache_.apply(KvEdit::copy(src, dst, p0, p1));
 }
 
+Status Context::restore_seq(SeqId s, SeqStateFile& file) {
+  const char* path = file.path().c_str();
+  if (s < 0 || s >= opts_.n_seq_max) {
+    return with_code(err("%s: sequence id %d outside [0, %d)", path, s, opts_.n_seq_max),
+                     ErrorCode::BadRequest);
+  }
+  if (cache_.seq_pos_max(s) >= 0) {
+    return with_code(err("%s: sequence %d holds positions (remove them before restoring)", path, s),
+                     ErrorCode::BadRequest);
+  }
+  const std::vector<int32_t>& tokens = file.tokens();
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n > cache_.n_ctx()) {
+    return with_code(err("%s: %lld saved tokens do not fit a context of %lld", path,
+                         static_cast<long long>(n), static_cast<long long>(cache_.n_ctx())),
+                     ErrorCode::ContextFull);
+  }
+  if (n > cache_.n_free()) {
+    return with_code(err("%s: %lld saved tokens do not fit the %lld free cells (context %lld)",
+                         path, static_cast<long long>(n), static_cast<long long>(cache_.n_free()),
+                         static_cast<long long>(cache_.n_ctx())),
+                     ErrorCode::ContextFull);
+  }
+  auto slot = cache_.find_slot(n - 1);
+  if (!slot.ok()) return slot.error();
+  slot->assign_sequential(s, 0);
+  PI_TRY(file.read_cells(cache_, slot->cells));
+  PI_TRY(cache_.apply(KvEdit::commit(*slot)));
+  const BatchToken last{tokens.back(), s, static_cast<int32_t>(n - 1), true};
+  if (Status st = decode_batch(std::span<const BatchToken>(&last, 1)); !st.ok()) {
+    (void)cache_.apply(KvEdit::remove(s, 0, kPosEnd));
+    return st;
+  }
+  return Status::Ok();
+}
+
 }  // namespace pi::runtime

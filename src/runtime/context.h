@@ -31,6 +31,7 @@
 #include "runtime/context_options.h"
 #include "runtime/hybrid_plan.h"
 #include "runtime/kv_cache.h"
+#include "runtime/kv_state.h"
 #include "sparse/sparse_ffn.h"
 #include "sparse/threshold_steps.h"
 
@@ -92,6 +93,11 @@ class Context {
   Status seq_cp(SeqId src, SeqId dst, int32_t p0, int32_t p1);
   // Highest position sequence s holds, -1 when none.
   int32_t seq_pos_max(SeqId s) const { return cache_.seq_pos_max(s); }
+  // Sequence s (holding nothing) takes the saved tokens of `file`: the rows of tokens [0, n-1)
+  // are written to free cells and committed, the last token is evaluated (its logits are
+  // logits() and batch_logits(0)). Fails without changing the cache when s is out of range or
+  // holds positions, or the tokens do not fit.
+  Status restore_seq(SeqId s, SeqStateFile& file);
 
   model::Forward& forward() { return *forward_; }
   // The device of the options (the GPU-like one of a hybrid context).

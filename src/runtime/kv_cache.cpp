@@ -89,6 +89,17 @@ size_t KvCache::nbytes() const {
   return n;
 }
 
+std::span<const std::pair<int32_t, int32_t>> KvCache::seq_entries(SeqId s) const {
+  if (!valid_seq(s)) return {};
+  return seq_entries_[static_cast<size_t>(s)];
+}
+
+backend::Device* KvCache::layer_device(int64_t il) const {
+  for (const KvStorage& b : storage_)
+    if (il >= b.first_layer && il < b.first_layer + b.n_layers) return b.buffer.device();
+  return nullptr;
+}
+
 int32_t KvCache::seq_pos_max(SeqId s) const {
   return valid_seq(s) ? seq_max_[static_cast<size_t>(s)] : -1;
 }

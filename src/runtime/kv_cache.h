@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -123,6 +124,12 @@ class KvCache {
   // the layout the forward pass's contiguous fast path reads.
   bool holds_prefix(SeqId s, int64_t p) const;
   size_t nbytes() const;
+  // Sequence s's (position, cell) entries in ascending position order; empty for an id out of
+  // range.
+  std::span<const std::pair<int32_t, int32_t>> seq_entries(SeqId s) const;
+  // The device whose memory holds layer il's cells (copies to and from it go through its
+  // queues); nullptr for a cache of metadata only.
+  backend::Device* layer_device(int64_t il) const;
 
   // Plans where n tokens go: the first run of n free cells, else the n lowest free cells.
   // Fails with a context-overflow message when fewer than n cells are free.

@@ -9,6 +9,19 @@
 #include <sys/socket.h>
 
 namespace pi::server {
+namespace {
+
+// Exact paths: the regex metacharacters httplib would otherwise interpret, escaped.
+std::string escape_regex(const std::string& path) {
+  std::string pattern;
+  for (char c : path) {
+    if (std::string_view(".^$|()[]{}*+?\\").find(c) != std::string_view::npos) pattern += '\\';
+    pattern += c;
+  }
+  return pattern;
+}
+
+}  // namespace
 
 std::string HttpRequest::header(const std::string& name) const {
   for (const auto& [k, v] : headers)
@@ -52,12 +65,22 @@ void HttpServer::set_error_body(std::function<std::string(int)> f) { impl_->erro
 void HttpServer::set_post_process(std::function<void(HttpResponse&)> f) { impl_->post = std::move(f); }
 
 void HttpServer::route(const std::string& method, const std::string& path, HttpHandler h) {
+  add_route(method, escape_regex(path), std::move(h));
+}
+
+void HttpServer::route_prefix(const std::string& method, const std::string& prefix,
+                              HttpHandler h) {
+  add_route(method, escape_regex(prefix) + "[^/]+", std::move(h));
+}
+
+void HttpServer::add_route(const std::string& method, const std::string& pattern, HttpHandler h) {
   auto adapt = [this, h = std::move(h)](const httplib::Request& req, httplib::Response& res) {
     HttpRequest r;
     r.method = req.method;
     r.path = req.path;
     r.body = req.body;
     for (const auto& [k, v] : req.headers) r.headers.emplace(k, v);
+    for (const auto& [k, v] : req.params) r.query.emplace(k, v);
     HttpResponse out = h(r);
     if (impl_->post) impl_->post(out);
     res.status = out.status;
@@ -76,12 +99,6 @@ void HttpServer::route(const std::string& method, const std::string& path, HttpH
           return true;
         });
   };
-  // Exact paths: escape the regex metacharacters httplib would otherwise interpret.
-  std::string pattern;
-  for (char c : path) {
-    if (std::string_view(".^$|()[]{}*+?\\").find(c) != std::string_view::npos) pattern += '\\';
-    pattern += c;
-  }
   if (method == "GET") {
     impl_->svr.Get(pattern, adapt);
   } else if (method == "POST") {

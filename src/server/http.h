@@ -1,5 +1,5 @@
 // A thin adapter over cpp-httplib: the only file set that includes httplib.h. Routes map
-// (method, exact path) to handlers that take a plain request and return a plain response;
+// (method, exact path, or a prefix and one segment) to handlers that take a plain request and return a plain response;
 // a response may instead stream its body through a writer that reports a gone client.
 //
 // Thread-safety: handlers run on the server's worker threads, one request per thread at a
@@ -25,6 +25,7 @@ struct HttpRequest {
   std::string path;
   std::string body;
   std::multimap<std::string, std::string> headers;  // names as sent
+  std::multimap<std::string, std::string> query;    // the URL's query parameters, decoded
   std::string header(const std::string& name) const;  // case-insensitive; "" when absent
 };
 
@@ -60,6 +61,9 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   void route(const std::string& method, const std::string& path, HttpHandler h);
+  // Routes every path that is `prefix` followed by one non-empty segment without '/'
+  // (e.g. "/slots/" for /slots/0); the handler reads the segment from HttpRequest::path.
+  void route_prefix(const std::string& method, const std::string& prefix, HttpHandler h);
   // Answers requests no route matches (404) and errors of the HTTP layer (413, 400): gets the
   // status and returns the body (JSON).
   void set_error_body(std::function<std::string(int status)> f);
@@ -75,6 +79,8 @@ class HttpServer {
   void stop();
 
  private:
+  // Registers a handler for paths matching the regex `pattern` whole.
+  void add_route(const std::string& method, const std::string& pattern, HttpHandler h);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   HttpOptions o_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <future>
 #include <numeric>
 #include <optional>
 
@@ -103,6 +105,13 @@ struct Scheduler::Slot {
   std::vector<float> embeddings;
 };
 
+struct Scheduler::SlotTask {
+  SlotAction action = SlotAction::Save;
+  int id = 0;
+  std::string path;
+  std::promise<SlotActionResult> done;
+};
+
 Scheduler::Scheduler(const Engine& engine, std::unique_ptr<Session> session,
                      const SchedulerOptions& o)
     : engine_(engine), vocab_(*engine.vocabulary()), session_(std::move(session)), o_(o) {
@@ -129,17 +138,87 @@ void Scheduler::shutdown() {
   for (auto& s : slots_)
     if (s->job) end(*s, Finish::Shutdown);
   std::deque<std::shared_ptr<Job>> left;
+  std::deque<std::shared_ptr<SlotTask>> tasks;
   {
     std::lock_guard lk(mu_);
+    tasks.swap(tasks_);
     left.swap(queue_);
     stats_.cancelled += static_cast<int64_t>(left.size());
   }
   idle_cv_.notify_all();
+  for (auto& t : tasks) t->done.set_value({503, "the server stopped", 0, 0, 0});
   for (auto& j : left) {
     JobStats st;
     st.finish = Finish::Shutdown;
     j->finish(st);
   }
+}
+
+SlotActionResult Scheduler::slot_action(SlotAction a, int id, const std::string& path) {
+  auto task = std::make_shared<SlotTask>();
+  task->action = a;
+  task->id = id;
+  task->path = path;
+  std::future<SlotActionResult> result = task->done.get_future();
+  {
+    std::lock_guard lk(mu_);
+    if (stop_) return {503, "the server stopped", 0, 0, 0};
+    tasks_.push_back(task);
+  }
+  cv_.notify_all();
+  return result.get();
+}
+
+SlotActionResult Scheduler::run_slot_task(const SlotTask& t) {
+  if (t.id < 0 || t.id >= o_.n_slots)
+    return {400, "invalid slot id " + std::to_string(t.id) + " (the server has " +
+                     std::to_string(o_.n_slots) + " slots)", 0, 0, 0};
+  Slot& s = *slots_[static_cast<size_t>(t.id)];
+  if (s.job) return {503, "slot " + std::to_string(t.id) + " is processing a request", 0, 0, 0};
+  SlotActionResult r;
+  const Clock::time_point t0 = Clock::now();
+  switch (t.action) {
+    case SlotAction::Save: {
+      if (s.cached.empty())
+        return {400, "slot " + std::to_string(t.id) + " holds no tokens to save", 0, 0, 0};
+      auto w = session_->save_state(s.id, t.path, s.cached);
+      if (!w.ok()) return {500, w.error().message, 0, 0, 0};
+      r.n_tokens = static_cast<int64_t>(s.cached.size());
+      r.n_bytes = *w;
+      break;
+    }
+    case SlotAction::Restore: {
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(t.path, ec))
+        return {400, t.path + ": no such slot save file", 0, 0, 0};
+      (void)session_->seq_rm(s.id, 0);
+      s.cached.clear();
+      auto st = session_->load_state(s.id, t.path);
+      if (st.ok() && static_cast<int64_t>(st->tokens.size()) >= o_.n_ctx_slot) {
+        (void)session_->seq_rm(s.id, 0);
+        r = {400, t.path + ": " + std::to_string(st->tokens.size()) +
+                      " tokens do not fit a slot's context of " + std::to_string(o_.n_ctx_slot),
+             0, 0, 0};
+      } else if (st.ok()) {
+        s.cached = std::move(st->tokens);
+        s.last_use = ++use_clock_;
+        r.n_tokens = static_cast<int64_t>(s.cached.size());
+        r.n_bytes = st->file_bytes;
+      } else {
+        r = {400, st.error().message, 0, 0, 0};
+      }
+      break;
+    }
+    case SlotAction::Erase:
+      r.n_tokens = static_cast<int64_t>(s.cached.size());
+      (void)session_->seq_rm(s.id, 0);
+      s.cached.clear();
+      break;
+  }
+  r.ms = ms_between(t0, Clock::now());
+  std::lock_guard lk(mu_);
+  stats_.slots[static_cast<size_t>(s.id)].n_cached = static_cast<int64_t>(s.cached.size());
+  return r;
 }
 
 void Scheduler::drain() {
@@ -390,13 +469,15 @@ void Scheduler::loop() {
   std::vector<Slot*> owner;
   while (true) {
     std::vector<std::shared_ptr<Job>> incoming;
+    std::deque<std::shared_ptr<SlotTask>> tasks;
     {
       std::unique_lock lk(mu_);
       auto busy = [&] {
         return std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->job != nullptr; });
       };
-      cv_.wait(lk, [&] { return stop_ || !queue_.empty() || busy(); });
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty() || !tasks_.empty() || busy(); });
       if (stop_) return;
+      tasks.swap(tasks_);
       size_t free_slots = 0;
       for (const auto& s : slots_) free_slots += s->job == nullptr ? 1 : 0;
       while (free_slots > 0 && !queue_.empty()) {
@@ -406,6 +487,8 @@ void Scheduler::loop() {
         stats_.processing += 1;  // counted from here, so that wait_idle() never sees a gap
       }
     }
+    // Slot actions first: a request queued behind a restore finds the restored prompt.
+    for (auto& t : tasks) t->done.set_value(run_slot_task(*t));
     for (auto& job : incoming) {
       if (job->spec.kind == JobKind::Embed) {
         // The free slot with the least cached (it loses its cache), else the least recently

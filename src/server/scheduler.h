@@ -20,6 +20,10 @@
 // embeds its next input on that slot's sequence with Session::embed before the step's batch,
 // so a long list of inputs does not stall the generating slots; the slot's cache is left
 // empty, the other slots' sequences are untouched.
+// Slot actions (llama.cpp's POST /slots/{id}?action=save|restore|erase): slot_action() queues
+// a task that the scheduler thread runs between two steps, before it hands queued requests to
+// slots; the HTTP thread waits for the result. A restored slot's tokens become its cached
+// prompt, so the next request sharing their prefix reuses them like any cached prompt.
 //
 // Thread-safety: submit(), snapshot(), drain(), wait_idle() and the Job methods may be called
 // from any thread; they
@@ -148,6 +152,19 @@ struct SchedulerStats {
   std::vector<Slot> slots;
 };
 
+enum class SlotAction { Save, Restore, Erase };
+
+struct SlotActionResult {
+  // 200 done; 400 a slot id out of range, nothing to save, a file that is missing or cannot be
+  // restored; 503 the slot runs a request, or the scheduler stopped; 500 the file could not be
+  // written.
+  int status = 200;
+  std::string error;     // when status != 200: one line
+  int64_t n_tokens = 0;  // tokens saved, restored or erased
+  uint64_t n_bytes = 0;  // bytes written or read
+  double ms = 0;         // time the save or restore took
+};
+
 class Scheduler {
  public:
   // Takes over `session` (created with n_seq_max = o.n_slots) and starts the thread.
@@ -168,6 +185,11 @@ class Scheduler {
   // Queues a job; nullptr when the queue is full or the scheduler drains or has stopped
   // (the caller answers 503; draining() tells which).
   std::shared_ptr<Job> submit(JobSpec spec);
+  // Runs `a` on slot `id` on the scheduler thread and waits for it. `path` is the state file
+  // of Save and Restore (docs/FORMATS.md), already checked by the caller. Restore replaces
+  // what the slot holds with the file's tokens (a slot whose restore fails after the file was
+  // found holds nothing). A slot running a request is refused (503).
+  SlotActionResult slot_action(SlotAction a, int id, const std::string& path);
   SchedulerStats snapshot() const;
   const SchedulerOptions& options() const { return o_; }
 
@@ -182,6 +204,8 @@ class Scheduler {
   bool on_token(Slot& s, int32_t token, std::span<const float> logits);
   void end(Slot& s, Finish f, std::string error = {}, std::vector<float> embeddings = {});
   void publish_safe(Slot& s);
+  struct SlotTask;
+  SlotActionResult run_slot_task(const SlotTask& t);
 
   const Engine& engine_;
   const Vocabulary& vocab_;
@@ -194,6 +218,7 @@ class Scheduler {
   std::condition_variable cv_;       // wakes the scheduler thread
   std::condition_variable idle_cv_;  // signalled when a job ends (wait_idle)
   std::deque<std::shared_ptr<Job>> queue_;
+  std::deque<std::shared_ptr<SlotTask>> tasks_;  // slot actions for the scheduler thread
   bool stop_ = false;
   SchedulerStats stats_;
   std::thread thread_;

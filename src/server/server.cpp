@@ -102,6 +102,8 @@ ApiServer::ApiServer(HttpServer& http, const ApiOptions& o) : o_(o) {
     http.route("GET", path, guard(false, [this](const HttpRequest&) { return models(); }));
   http.route("GET", "/props", guard(true, [this](const HttpRequest&) { return props(); }));
   http.route("GET", "/slots", guard(true, [this](const HttpRequest&) { return slots(); }));
+  http.route_prefix("POST", "/slots/",
+                    guard(true, [this](const HttpRequest& r) { return slot_action(r); }));
   http.route("GET", "/metrics", guard(true, [this](const HttpRequest&) {
     HttpResponse r;
     r.content_type = "text/plain; version=0.0.4";
@@ -450,6 +452,80 @@ HttpResponse ApiServer::slots() {
                  {"n_decoded", sl.n_predicted}});
   }
   return json_response(a);
+}
+
+namespace {
+
+// A slot save file's name: one path component, no separators, no "..", printable.
+bool valid_slot_filename(const std::string& f) {
+  if (f.empty() || f.size() > 255 || f == "." || f.find("..") != std::string::npos) return false;
+  for (unsigned char c : f)
+    if (c < 0x20 || c == 0x7f || c == '/' || c == '\\' || c == ':') return false;
+  return true;
+}
+
+}  // namespace
+
+HttpResponse ApiServer::slot_action(const HttpRequest& r) {
+  if (o_.slot_save_path.empty()) {
+    return error_response({501, "not_supported_error",
+                           "This server does not support slot actions: start it with "
+                           "--slot-save-path DIR"});
+  }
+  const std::string id_text = r.path.substr(std::string_view("/slots/").size());
+  int id = -1;
+  if (id_text.empty() || id_text.size() > 6 ||
+      !std::all_of(id_text.begin(), id_text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return error_response({400, "invalid_request_error", "Invalid slot id: " + id_text});
+  id = std::stoi(id_text);
+  const auto action_it = r.query.find("action");
+  const std::string action = action_it == r.query.end() ? "" : action_it->second;
+  SlotAction a;
+  if (action == "save") {
+    a = SlotAction::Save;
+  } else if (action == "restore") {
+    a = SlotAction::Restore;
+  } else if (action == "erase") {
+    a = SlotAction::Erase;
+  } else {
+    return error_response({400, "invalid_request_error",
+                           "Invalid action \"" + action + "\": save, restore or erase"});
+  }
+  std::string filename;
+  if (a != SlotAction::Erase) {
+    ApiError e;
+    auto body = object_body(r.body, e);
+    if (!body) return error_response(e);
+    const auto f = body->find("filename");
+    if (f == body->end() || !f->is_string())
+      return error_response({400, "invalid_request_error", "\"filename\" (a string) is required"});
+    filename = f->get<std::string>();
+    if (!valid_slot_filename(filename))
+      return error_response({400, "invalid_request_error", "Invalid filename"});
+  }
+  const std::string path = o_.slot_save_path + "/" + filename;
+  const SlotActionResult res = sched_->slot_action(a, id, path);
+  if (res.status != 200) {
+    const char* type = res.status == 400   ? "invalid_request_error"
+                       : res.status == 503 ? "unavailable_error"
+                                           : "server_error";
+    return error_response({res.status, type, res.error});
+  }
+  json j = {{"id_slot", id}};
+  if (a == SlotAction::Save) {
+    j["filename"] = filename;
+    j["n_saved"] = res.n_tokens;
+    j["n_written"] = res.n_bytes;
+    j["timings"] = {{"save_ms", res.ms}};
+  } else if (a == SlotAction::Restore) {
+    j["filename"] = filename;
+    j["n_restored"] = res.n_tokens;
+    j["n_read"] = res.n_bytes;
+    j["timings"] = {{"restore_ms", res.ms}};
+  } else {
+    j["n_erased"] = res.n_tokens;
+  }
+  return json_response(j);
 }
 
 }  // namespace pi::server

@@ -1,7 +1,8 @@
 // The HTTP API of `powerinfer serve`: OpenAI-compatible (/v1/chat/completions,
 // /v1/completions, /v1/embeddings, /v1/models) and llama.cpp-compatible (/completion,
-// /embedding, /tokenize, /detokenize, /props, /slots, /metrics, /health) endpoints over a
-// Scheduler, plus the chat page at /. Embeddings are jobs of the scheduler (embeddings.h).
+// /embedding, /tokenize, /detokenize, /props, /slots, POST /slots/{id}?action=save|restore|erase,
+// /metrics, /health) endpoints over a Scheduler, plus the chat page at /. Embeddings are jobs
+// of the scheduler (embeddings.h).
 // Routes are registered on construction; until attach() (the model is loading) /health and
 // the model endpoints answer 503. After drain() (a graceful stop) generation requests get 503
 // with "Connection: close", /health answers 503 "draining", and requests already accepted go
@@ -41,6 +42,9 @@ struct ApiOptions {
   // Embeddings: how each input's token states are pooled (--pooling); always L2-normalised,
   // as llama.cpp's server does.
   Pooling pooling = Pooling::Mean;
+  // --slot-save-path: the directory of POST /slots/{id}?action=save|restore files; empty: slot
+  // actions are refused (501), as in llama.cpp.
+  std::string slot_save_path;
 };
 
 class ApiServer {
@@ -59,6 +63,7 @@ class ApiServer {
   HttpResponse detokenize(const HttpRequest& r);
   HttpResponse props();
   HttpResponse slots();
+  HttpResponse slot_action(const HttpRequest& r);
   HttpResponse models();
   bool authorised(const HttpRequest& r) const;
 

@@ -3,6 +3,8 @@
 // files cover HTTP).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -221,6 +223,60 @@ TEST_F(SchedulerTest, EmbeddingJobsLeaveGenerationAlone) {
   const SchedulerStats m = s->snapshot();
   EXPECT_EQ(m.finished, 4);
   EXPECT_EQ(m.processing, 0);
+}
+
+// Slot actions run on the scheduler thread while other slots generate: a slot saved after a
+// request and restored into another scheduler's slot is that slot's cached prompt (the same
+// request reuses all of it but its last token and gives the same text); a slot that runs a
+// request is refused, an empty one has nothing to save, an id out of range is refused.
+TEST_F(SchedulerTest, SlotSaveAndRestoreMakeTheCachedPrompt) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("pi_slot_" + std::to_string(::getpid()) + ".bin")).string();
+  const JobSpec req = spec("And God said, Let there be light", 8, 3);
+  std::string first_text;
+  {
+    auto a = make(2, 4);
+    auto job = a->submit(req);
+    ASSERT_NE(job, nullptr);
+    auto [text, st] = wait(*job);
+    first_text = text;
+    const SlotActionResult saved = a->slot_action(SlotAction::Save, st.slot, path);
+    ASSERT_EQ(saved.status, 200) << saved.error;
+    EXPECT_GE(saved.n_tokens, static_cast<int64_t>(req.prompt.size()));
+    EXPECT_EQ(saved.n_bytes, std::filesystem::file_size(path));
+    EXPECT_EQ(a->slot_action(SlotAction::Save, 1 - st.slot, path + ".x").status, 400);
+    EXPECT_EQ(a->slot_action(SlotAction::Save, 7, path + ".x").status, 400);
+    EXPECT_FALSE(std::filesystem::exists(path + ".x"));
+  }
+  auto b = make(2, 4);
+  JobSpec other = spec("Jesus wept", 200, 1);
+  other.ignore_eos = true;
+  auto running = b->submit(other);
+  ASSERT_NE(running, nullptr);
+  Job::Output o = running->take(std::chrono::milliseconds(5000));  // started: it holds slot 0
+  ASSERT_FALSE(o.text.empty() && !o.done);
+  const SlotActionResult restored = b->slot_action(SlotAction::Restore, 1, path);
+  ASSERT_EQ(restored.status, 200) << restored.error;
+  EXPECT_GT(restored.n_tokens, 0);
+  const SlotActionResult busy = b->slot_action(SlotAction::Save, 0, path + ".busy");
+  EXPECT_TRUE(busy.status == 503 || running->take(std::chrono::milliseconds(0)).done)
+      << busy.status << " " << busy.error;
+  running->cancel();
+  wait(*running);
+  EXPECT_EQ(b->snapshot().slots[1].n_cached, restored.n_tokens);
+
+  auto again = b->submit(req);
+  ASSERT_NE(again, nullptr);
+  auto [text, st] = wait(*again);
+  EXPECT_EQ(st.slot, 1);
+  EXPECT_EQ(st.n_cached, static_cast<int64_t>(req.prompt.size()) - 1);
+  EXPECT_EQ(text, first_text);
+
+  const SlotActionResult erased = b->slot_action(SlotAction::Erase, 1, "");
+  EXPECT_EQ(erased.status, 200);
+  EXPECT_EQ(b->snapshot().slots[1].n_cached, 0);
+  std::filesystem::remove(path);
+  std::filesystem::remove(path + ".busy");
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "gen_options.h"
 #include "interrupt.h"
 #include "powerinfer/engine.h"
+#include "prompt_cache.h"
 #include "run_conversation.h"
 #include "sparsity_report.h"
 #include "tokenizer/tokenizer.h"
@@ -44,6 +45,12 @@ struct RunOptions : GenOptions {
   // PowerInfer files: --sparsity-report, --check-predictor (implies the report).
   bool sparsity_report = false;
   bool check_predictor = false;
+  // --prompt-cache FILE: restore the prompt's state from FILE and save it there
+  // (prompt_cache.h); --prompt-cache-all also saves the generated tokens; --prompt-cache-ro
+  // never writes the file.
+  std::string prompt_cache;
+  bool prompt_cache_all = false;
+  bool prompt_cache_ro = false;
 };
 
 void print_piece(const std::string& s) {
@@ -94,9 +101,11 @@ void print_memory(const Session& s) {
 enum class Stop { Eog, Limit, ContextFull, Interrupted, GrammarDone };
 
 // Samples, prints and feeds tokens until end of generation, `limit` tokens (-1: none), a
-// full context, a grammar's complete text or Ctrl-C.
+// full context, a grammar's complete text or Ctrl-C. Tokens fed are appended to `fed` when
+// given.
 Result<Stop> generate(Session& s, const Tokenizer& tok, Tokenizer::StreamDecoder& dec,
-                      int64_t limit, bool ignore_eos, DenseShadow* shadow) {
+                      int64_t limit, bool ignore_eos, DenseShadow* shadow,
+                      std::vector<int32_t>* fed = nullptr) {
   for (int64_t n = 0; limit < 0 || n < limit; ++n) {
     if (interrupted()) return Stop::Interrupted;
     const int32_t t = s.sample();
@@ -106,6 +115,7 @@ Result<Stop> generate(Session& s, const Tokenizer& tok, Tokenizer::StreamDecoder
     if (s.grammar_done()) return Stop::GrammarDone;
     if (s.n_past() >= s.n_ctx()) return Stop::ContextFull;
     PI_TRY(s.advance(t));
+    if (fed != nullptr) fed->push_back(t);
     if (shadow != nullptr) PI_TRY(shadow->feed(std::span<const int32_t>(&t, 1), s.logits()));
   }
   return Stop::Limit;
@@ -142,6 +152,18 @@ int run(const RunOptions& o_in) {
     valid = err("a grammar or JSON schema constrains one answer: not with -cnv or -i");
   if (!valid.ok()) {
     log_error("%s", valid.error().message.c_str());
+    return 1;
+  }
+  if (!o.prompt_cache.empty() && o.conversation) {
+    log_error("--prompt-cache is not supported in conversation mode");
+    return 1;
+  }
+  if (o.prompt_cache_all && o.interactive) {
+    log_error("--prompt-cache-all is not supported in interactive mode");
+    return 1;
+  }
+  if ((o.prompt_cache_all || o.prompt_cache_ro) && o.prompt_cache.empty()) {
+    log_error("--prompt-cache-all and --prompt-cache-ro need --prompt-cache FILE");
     return 1;
   }
   auto text = load_prompt(o);
@@ -216,7 +238,8 @@ int run(const RunOptions& o_in) {
       static_cast<double>(sp.min_p), static_cast<double>(sp.repeat_penalty), sp.repeat_last_n,
       static_cast<double>(sp.presence_penalty), static_cast<double>(sp.frequency_penalty));
 
-  if (o.ignore_eos) session.ban_tokens(eog_tokens(*tok));
+  const std::vector<int32_t> banned = o.ignore_eos ? eog_tokens(*tok) : std::vector<int32_t>{};
+  if (o.ignore_eos) session.ban_tokens(banned);
 
   if (o.conversation) {
     auto tmpl = chat::resolve_template(o.chat_template, info.chat_template);
@@ -284,8 +307,20 @@ int run(const RunOptions& o_in) {
     return code;
   };
 
+  // --prompt-cache: the session may already hold a prefix of the prompt.
+  PromptCacheUse cache;
+  if (!o.prompt_cache.empty() && !tokens.empty()) {
+    auto c = restore_prompt_cache(session, o.prompt_cache, tokens, so.sampling, banned);
+    if (!c.ok()) {
+      log_error("%s", c.error().message.c_str());
+      return finish(1);
+    }
+    cache = *c;
+  }
   const auto stop_requested = [] { return interrupted(); };
-  if (Status s = session.prompt(tokens, stop_requested); !s.ok()) {
+  const std::span<const int32_t> rest =
+      std::span<const int32_t>(tokens).subspan(static_cast<size_t>(cache.n_keep));
+  if (Status s = session.prompt(rest, stop_requested); !s.ok()) {
     if (interrupted()) {
       log_info("\n[interrupted while reading the prompt]");
       return finish(130);
@@ -299,11 +334,33 @@ int run(const RunOptions& o_in) {
       return finish(1);
     }
   }
+  // As llama.cpp: the prompt is saved once it is evaluated, unless the file held it already.
+  const bool write_cache = !o.prompt_cache.empty() && !o.prompt_cache_ro && !tokens.empty();
+  if (write_cache && cache.save && !o.prompt_cache_all) {
+    auto w = session.save_state(0, o.prompt_cache, tokens);
+    if (!w.ok()) {
+      log_error("%s", w.error().message.c_str());
+      return finish(1);
+    }
+    log_info("prompt cache %s: saved %zu tokens (%.1f MiB)", o.prompt_cache.c_str(),
+             tokens.size(), static_cast<double>(*w) / 1048576.0);
+  }
   if (!o.interactive) {
-    auto stop = generate(session, *tok, dec, o.n_predict, o.ignore_eos, shadow.get());
+    std::vector<int32_t> fed = tokens;
+    auto stop = generate(session, *tok, dec, o.n_predict, o.ignore_eos, shadow.get(),
+                         o.prompt_cache_all ? &fed : nullptr);
     if (!stop.ok()) {
       log_error("%s", stop.error().message.c_str());
       return finish(1);
+    }
+    if (write_cache && o.prompt_cache_all) {
+      auto w = session.save_state(0, o.prompt_cache, fed);
+      if (!w.ok()) {
+        log_error("%s", w.error().message.c_str());
+        return finish(1);
+      }
+      log_info("prompt cache %s: saved %zu tokens (%.1f MiB)", o.prompt_cache.c_str(),
+               fed.size(), static_cast<double>(*w) / 1048576.0);
     }
     if (*stop == Stop::ContextFull)
       log_info("\n[context full: %lld tokens]", static_cast<long long>(session.n_ctx()));
@@ -392,6 +449,14 @@ Runner add_run(CLI::App& app) {
                   "Conversation mode: tokens kept from the start when the context fills (-1: the "
                   "whole first turn; the BOS token is always kept)")
       ->capture_default_str();
+  sub->add_option("--prompt-cache", o->prompt_cache,
+                  "File to cache the prompt's state in: when it exists and matches the model, "
+                  "the longest common prefix of its tokens and the prompt is restored instead of "
+                  "evaluated; the prompt is saved there after it is evaluated");
+  sub->add_flag("--prompt-cache-all", o->prompt_cache_all,
+                "With --prompt-cache: also save the generated tokens (not in interactive mode)");
+  sub->add_flag("--prompt-cache-ro", o->prompt_cache_ro,
+                "With --prompt-cache: read the file, never write it");
   sub->add_flag("--sparsity-report", o->sparsity_report,
                 "After the run, print per layer the predicted active fraction of FFN neurons and "
                 "the weight bytes read per token");

@@ -43,6 +43,7 @@ struct ServeOptions {
   int drain_timeout_s = 30;
   int heartbeat_s = 1;
   std::string replica_id;
+  std::string slot_save_path;  // --slot-save-path DIR: slot save/restore files; empty: off
   std::string alias;
   std::string api_key;
   std::string cors_origin;
@@ -94,6 +95,12 @@ int serve(const ServeOptions& o) {
   if (Status v = validate_sampling(o.sampling); !v.ok()) return fail(v.error().message);
   const std::optional<Pooling> pooling = parse_pooling(o.pooling);
   if (!pooling) return fail("--pooling must be mean, last or cls (got '" + o.pooling + "')");
+  if (!o.slot_save_path.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.slot_save_path, ec);
+    if (!std::filesystem::is_directory(o.slot_save_path, ec))
+      return fail("--slot-save-path " + o.slot_save_path + ": not a directory and cannot be created");
+  }
 
   // Every thread started from here on inherits the blocked signals; main waits for them.
   sigset_t stop_signals;
@@ -121,6 +128,7 @@ int serve(const ServeOptions& o) {
   ao.timeout_s = o.timeout_s;
   ao.heartbeat_s = o.heartbeat_s;
   ao.pooling = *pooling;
+  ao.slot_save_path = o.slot_save_path;
   if (Status b = http.bind(); !b.ok()) return fail(b.error().message);
   ao.replica_id = !o.replica_id.empty() ? o.replica_id : default_replica_id(http.port());
   server::ApiServer api(http, ao);
@@ -236,6 +244,7 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--timeout", o->timeout_s, "Seconds a request may run before it is cancelled")->capture_default_str();
   sub->add_option("--drain-timeout", o->drain_timeout_s, "On SIGTERM/SIGINT: seconds running requests get to finish while new ones get 503 (0: stop at once)")->capture_default_str();
   sub->add_option("--heartbeat", o->heartbeat_s, "Non-streamed answers running longer are sent chunked with a space every 0.5 s to notice gone clients (0: never, so a balancer can retry them)")->capture_default_str();
+  sub->add_option("--slot-save-path", o->slot_save_path, "Directory of the slot save/restore files of POST /slots/{id}?action=save|restore (created if missing); without it slot actions answer 501");
   sub->add_option("--replica-id", o->replica_id, "Name sent as the X-Replica header of every answer and in /props (default: HOSTNAME:PORT)");
   sub->add_option("-a,--alias", o->alias, "Model name reported by the API (default: the file name)");
   sub->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (not on /health and /)");

@@ -166,6 +166,20 @@ void Matcher::copy_state(const Matcher& o) {
   state_ = o.state_;
 }
 
+void Matcher::state_key(std::string& out) const {
+  const auto put = [&](uint32_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  out.clear();
+  put(static_cast<uint32_t>(state_.accepting) | (static_cast<uint32_t>(state_.need) << 8) |
+      (static_cast<uint32_t>(state_.len) << 16));
+  put(state_.cp);
+  put(static_cast<uint32_t>(state_.tops.size()));
+  for (int32_t t : state_.tops) put(static_cast<uint32_t>(t));
+  for (const Node& n : nodes_) {  // compacted: only the live stacks' nodes
+    put(n.pos);
+    put(static_cast<uint32_t>(n.parent));
+  }
+}
+
 void Matcher::compact() {
   std::vector<Node> fresh;
   std::unordered_map<uint64_t, int32_t> interned;

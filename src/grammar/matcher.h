@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -55,6 +56,9 @@ class Matcher {
   void rollback(size_t m) { nodes_.resize(m); }
   // Copies another matcher's state (same rules).
   void copy_state(const Matcher& o);
+  // Bytes that identify the state exactly (equal keys: the same stacks, so the same answers
+  // to every check); states reached by different texts may still get different keys.
+  void state_key(std::string& out) const;
 
  private:
   struct Node {

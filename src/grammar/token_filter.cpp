@@ -53,30 +53,76 @@ TokenSet::TokenSet(std::vector<std::string> pieces, std::vector<bool> eog)
 }
 
 TokenFilter::TokenFilter(std::shared_ptr<const Rules> rules, std::shared_ptr<const TokenSet> tokens)
-    : m_(std::move(rules)), tokens_(std::move(tokens)) {}
+    : m_(std::move(rules)), tokens_(std::move(tokens)) {
+  enter_state();
+}
+
+void TokenFilter::enter_state() {
+  m_.state_key(key_);
+  auto it = states_.find(key_);
+  if (it == states_.end()) {
+    if (states_.size() >= kMaxStates) states_.clear();
+    it = states_.emplace(key_, Verdicts{}).first;
+    it->second.token.assign(static_cast<size_t>(tokens_->size()), 0);
+  }
+  verdicts_ = &it->second;
+}
+
+void TokenFilter::reset() {
+  m_.reset();
+  enter_state();
+}
+
+void TokenFilter::copy_state(const TokenFilter& o) {
+  m_.copy_state(o.m_);
+  enter_state();
+}
 
 bool TokenFilter::allows(int32_t id) {
   if (id < 0 || id >= tokens_->size()) return false;
-  if (tokens_->eog(id)) return m_.accepting();
-  const std::string& p = tokens_->piece(id);
-  return !p.empty() && m_.check(p);
+  uint8_t& v = verdicts_->token[static_cast<size_t>(id)];
+  if (v == 0) {
+    bool ok = false;
+    if (tokens_->eog(id)) {
+      ok = m_.accepting();
+    } else {
+      const std::string& p = tokens_->piece(id);
+      ok = !p.empty() && m_.check(p);
+    }
+    v = ok ? 1 : 2;
+  }
+  return v == 1;
 }
 
 bool TokenFilter::accept(int32_t id) {
   if (id < 0 || id >= tokens_->size()) return false;
   if (tokens_->eog(id)) return m_.accepting();
   const std::string& p = tokens_->piece(id);
-  return !p.empty() && m_.accept(p);
+  if (p.empty() || !m_.accept(p)) return false;
+  enter_state();
+  return true;
 }
 
 void TokenFilter::allowed(std::vector<uint8_t>& mask) {
-  mask.assign(static_cast<size_t>(tokens_->size()), 0);
+  const auto n = static_cast<size_t>(tokens_->size());
+  if (verdicts_->complete) {
+    mask.resize(n);
+    for (size_t i = 0; i < n; ++i) mask[i] = verdicts_->token[i] == 1;
+    return;
+  }
+  mask.assign(n, 0);
   if (m_.accepting())
     for (int32_t id = 0; id < tokens_->size(); ++id)
       if (tokens_->eog(id)) mask[static_cast<size_t>(id)] = 1;
   if (depth_.empty()) depth_.resize(1);
   depth_[0] = m_.state();
   walk(0, 0, mask);
+  verdicts_->allowed.clear();
+  for (size_t i = 0; i < n; ++i) {
+    verdicts_->token[i] = mask[i] ? 1 : 2;
+    if (mask[i]) verdicts_->allowed.push_back(static_cast<int32_t>(i));
+  }
+  verdicts_->complete = true;
 }
 
 void TokenFilter::walk(uint32_t node, size_t depth, std::vector<uint8_t>& mask) {

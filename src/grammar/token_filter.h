@@ -5,12 +5,15 @@
 // bytes), allowed() walks the trie once for the whole vocabulary (a prefix the grammar
 // refuses prunes every token under it). End-of-generation tokens are allowed exactly when
 // the text is a complete sentence; tokens without bytes (other control tokens) never are.
+// Answers are remembered per grammar state (a token's verdict, or the whole mask), so a state
+// met again (inside a string, in each element of an array) costs a table lookup.
 // Thread-safety: TokenSet is immutable and shared; a TokenFilter is one thread's.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "grammar/matcher.h"
@@ -51,17 +54,35 @@ class TokenFilter {
   bool allows(int32_t id);
   // mask[id] = allows(id) for every token, in one walk of the trie.
   void allowed(std::vector<uint8_t>& mask);
+  // The tokens allowed in the current state when a whole mask of it is known (allowed() ran
+  // in this state before), in id order; nullptr otherwise.
+  const std::vector<int32_t>* known_allowed() const {
+    return verdicts_->complete ? &verdicts_->allowed : nullptr;
+  }
   // Records a sampled token; false when the grammar refuses it (the state is unchanged).
   bool accept(int32_t id);
   // The text is a complete sentence that nothing can extend: generation is over.
   bool complete() const { return m_.complete(); }
   bool accepting() const { return m_.accepting(); }
-  void reset() { m_.reset(); }
-  void copy_state(const TokenFilter& o) { m_.copy_state(o.m_); }
+  void reset();
+  void copy_state(const TokenFilter& o);
   const TokenSet& tokens() const { return *tokens_; }
 
  private:
   void walk(uint32_t node, size_t depth, std::vector<uint8_t>& mask);
+  // Points verdicts_ at the current state's remembered answers.
+  void enter_state();
+
+  // Per state: 0 unknown, 1 allowed, 2 refused for each token, and whether all are known.
+  struct Verdicts {
+    std::vector<uint8_t> token;
+    bool complete = false;
+    std::vector<int32_t> allowed;  // when complete: the allowed ids
+  };
+  static constexpr size_t kMaxStates = 64;  // remembered states; beyond, forget them all
+  std::unordered_map<std::string, Verdicts> states_;
+  Verdicts* verdicts_ = nullptr;
+  std::string key_;
 
   Matcher m_;
   std::shared_ptr<const TokenSet> tokens_;

@@ -115,25 +115,39 @@ int32_t Sampler::sample_constrained(size_t n) {
                                              : n;
   size_t found = 0;  // allowed candidates moved to cand_[0..found)
   bool walked = false;
-  if (!always_mask_ && want < n) {
-    // Walk best first in growing sorted chunks, compacting the allowed ones to the front.
+  if (const std::vector<int32_t>* ids = filter_->known_allowed();
+      ids != nullptr && !always_mask_ && ids->size() <= n / 4) {
+    // A state met before whose allowed tokens are few (between JSON values, in a number):
+    // rank only them. cand_ is still in id order here.
+    picked_.clear();
+    for (int32_t id : *ids)
+      if (std::isfinite(cand_[static_cast<size_t>(id)].logit))
+        picked_.push_back(cand_[static_cast<size_t>(id)]);
+    found = std::min(want, picked_.size());
+    std::partial_sort(picked_.begin(), picked_.begin() + static_cast<std::ptrdiff_t>(found),
+                      picked_.end(), better);
+    std::copy(picked_.begin(), picked_.begin() + static_cast<std::ptrdiff_t>(found), cand_.begin());
+    walked = true;
+  } else if (!always_mask_ && want < n) {
+    if (want == 1) {  // greedy: the best candidate is usually allowed; no sorting then
+      auto best = std::min_element(cand_.begin(), cand_.end(), better);
+      if (std::isfinite(best->logit) && filter_->allows(best->id)) return best->id;
+    }
+    // Walk the `limit` best candidates in order (selected in linear time, then sorted),
+    // compacting the allowed ones to the front.
     const size_t limit = std::max<size_t>(64, 2 * want);
-    size_t sorted = 0, checked = 0;
-    bool exhausted = false;
-    while (found < want && checked < limit && !exhausted) {
-      const size_t next = std::min(n, std::max<size_t>(2 * sorted, 32));
-      std::partial_sort(cand_.begin() + static_cast<std::ptrdiff_t>(sorted),
-                        cand_.begin() + static_cast<std::ptrdiff_t>(next), cand_.end(), better);
-      for (size_t i = sorted; i < next && found < want && checked < limit; ++i) {
-        if (!std::isfinite(cand_[i].logit)) {
-          exhausted = true;  // sorted: every later candidate is -inf too
-          break;
-        }
-        ++checked;
-        if (filter_->allows(cand_[i].id)) std::swap(cand_[found++], cand_[i]);
+    const size_t m = std::min(n, limit);
+    if (m < n)
+      std::nth_element(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(m), cand_.end(),
+                       better);
+    std::sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(m), better);
+    bool exhausted = m == n;
+    for (size_t i = 0; i < m && found < want; ++i) {
+      if (!std::isfinite(cand_[i].logit)) {
+        exhausted = true;  // sorted: every later candidate is -inf too
+        break;
       }
-      sorted = next;
-      if (sorted == n) exhausted = true;
+      if (filter_->allows(cand_[i].id)) std::swap(cand_[found++], cand_[i]);
     }
     walked = found == want || exhausted;
   }

@@ -15,8 +15,9 @@
 // - with a grammar (a TokenFilter), tokens it refuses count as -inf before top-k. The sampler
 //   walks the candidates best first, checking each token, until it has top-k allowed ones
 //   (greedy: one); only when many are refused does it mask the whole vocabulary in one walk
-//   of the token trie. Both give the same candidates, so the result does not depend on which
-//   ran. No allowed token: sample() returns -1.
+//   of the token trie, which the filter keeps for that grammar state: met again, only its
+//   allowed tokens are ranked. All give the same candidates, so the result does not depend on
+//   which ran. No allowed token: sample() returns -1.
 // Thread-safety: a Sampler is used by one thread at a time.
 #pragma once
 
@@ -79,6 +80,7 @@ class Sampler {
   std::vector<int32_t> counted_;  // scratch: sorted window
   std::unique_ptr<grammar::TokenFilter> filter_;
   std::vector<uint8_t> mask_;  // scratch [n_vocab]: allowed tokens
+  std::vector<Candidate> picked_;  // scratch: a known state's allowed candidates
   bool always_mask_ = false;
 };
 

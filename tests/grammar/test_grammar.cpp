@@ -185,12 +185,15 @@ TEST(TokenFilter, MaskEqualsPerTokenChecksAlongRandomTexts) {
   auto vocab = toy_vocab();
   std::mt19937 rng(7);
   for (int run = 0; run < 40; ++run) {
-    TokenFilter f(g, vocab);
+    // f answers with whole masks, checks with token by token checks (each remembers its
+    // answers per state, so they must be two filters to be compared).
+    TokenFilter f(g, vocab), checks(g, vocab);
     std::vector<uint8_t> mask;
     for (int step = 0; step < 30; ++step) {
       f.allowed(mask);
       std::vector<int32_t> ok;
       for (int32_t id = 0; id < vocab->size(); ++id) {
+        ASSERT_EQ(mask[static_cast<size_t>(id)] != 0, checks.allows(id)) << "token " << id;
         ASSERT_EQ(mask[static_cast<size_t>(id)] != 0, f.allows(id)) << "token " << id;
         if (mask[static_cast<size_t>(id)]) ok.push_back(id);
       }
@@ -202,6 +205,7 @@ TEST(TokenFilter, MaskEqualsPerTokenChecksAlongRandomTexts) {
         break;
       }
       ASSERT_TRUE(f.accept(pick));
+      ASSERT_TRUE(checks.accept(pick));
     }
   }
 }
@@ -379,7 +383,10 @@ TEST(JsonSchema, UnsupportedOrBadSchemasNameThePlace) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("nested more than 64"), std::string::npos);
   std::string wide = R"({"type": "object", "properties": {)";
-  for (int i = 0; i < 3000; ++i) wide += (i ? "," : "") + ("\"p" + std::to_string(i) + "\": {\"type\": \"integer\"}");
+  for (int i = 0; i < 3000; ++i) {
+    if (i > 0) wide += ",";
+    wide += "\"p" + std::to_string(i) + "\": {\"type\": \"integer\"}";
+  }
   wide += "}}";
   r = pi::json_schema_to_grammar(wide);
   ASSERT_FALSE(r.ok());

@@ -176,6 +176,11 @@ typedef struct pi_sampling {
   float presence_penalty;  /* 0: off */
   float frequency_penalty; /* 0: off */
   uint64_t seed;           /* sequence i samples with seed + i */
+  /* GBNF grammar the generated text must follow (llama.cpp's format; see
+   * pi_json_schema_to_grammar); NULL or "": none. Copied when the sampler is made. Under a
+   * grammar, sampling moves it past the token returned, -1 means no token is allowed, and
+   * pi_session_grammar_done() says when the text is complete. */
+  const char* grammar;
 } pi_sampling;
 
 PI_API pi_sampling pi_sampling_default(void);
@@ -238,6 +243,16 @@ PI_API const float* pi_session_batch_logits(const pi_session* session, size_t i)
 PI_API int32_t pi_session_sample_seq(pi_session* session, int32_t seq, const float* logits);
 /* Gives sequence seq a fresh sampler with `p` (its RNG seeded with p->seed exactly). */
 PI_API pi_status pi_session_set_sampling(pi_session* session, int32_t seq, const pi_sampling* p);
+
+/* Whether sequence seq's grammar text is complete (nothing can follow the token sampled
+ * last): the answer ends there. false without a grammar or for a NULL session. */
+PI_API bool pi_session_grammar_done(const pi_session* session, int32_t seq);
+/* Converts a JSON Schema (JSON text) to GBNF for pi_sampling.grammar, into text[0..cap)
+ * with a NUL when it fits; returns the length without the NUL (call with cap 0 to size the
+ * buffer), or -1 with the reason in pi_engine_error(engine) (the schema's unsupported part,
+ * named by its path). */
+PI_API int32_t pi_json_schema_to_grammar(pi_engine* engine, const char* schema, char* text,
+                                         int32_t cap);
 
 /* Sequence dst (holding nothing) shares src's cached positions (no data copied). */
 PI_API pi_status pi_session_fork(pi_session* session, int32_t src, int32_t dst);

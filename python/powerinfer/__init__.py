@@ -14,17 +14,25 @@ a time.
 """
 from __future__ import annotations
 
+import json
 from typing import Iterator, Sequence
 
 from ._powerinfer import Engine as _Engine
 from ._powerinfer import Error
+from ._powerinfer import json_schema_to_grammar as _json_schema_to_grammar
 from ._powerinfer import Session as _Session
 
-__all__ = ["Engine", "Session", "ChatSession", "Error"]
+__all__ = ["Engine", "Session", "ChatSession", "Error", "json_schema_to_grammar"]
 
 _SAMPLING = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
              "presence_penalty", "frequency_penalty", "seed")
-_SESSION = ("n_ctx", "n_batch", "n_threads", "dense", "device", "vram_budget", "n_gpu_layers")
+_SESSION = ("n_ctx", "n_batch", "n_threads", "dense", "device", "vram_budget", "n_gpu_layers",
+            "grammar", "json_schema")
+
+
+def json_schema_to_grammar(schema) -> str:
+    """GBNF whose sentences are the JSON documents `schema` (a dict or JSON text) accepts."""
+    return _json_schema_to_grammar(schema if isinstance(schema, str) else json.dumps(schema))
 
 
 def _utf8_prefix(data: bytes) -> int:
@@ -44,7 +52,9 @@ class Session:
 
     Keyword options: n_ctx, n_batch, n_threads, dense, device, vram_budget (bytes),
     n_gpu_layers and the sampling settings temperature, top_k, top_p, min_p, repeat_penalty,
-    repeat_last_n, presence_penalty, frequency_penalty, seed.
+    repeat_last_n, presence_penalty, frequency_penalty, seed; constrained output: grammar
+    (GBNF text) or json_schema (a dict or JSON text): generation stops when the text is
+    complete.
     """
 
     def __init__(self, engine: "Engine", **opts):
@@ -52,6 +62,11 @@ class Session:
         if unknown:
             raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
         self.engine = engine
+        schema = opts.pop("json_schema", None)
+        if schema is not None:
+            if opts.get("grammar"):
+                raise TypeError("give grammar or json_schema, not both")
+            opts["grammar"] = json_schema_to_grammar(schema)
         self._s = _Session.create(engine._e, **opts)
 
     @property
@@ -86,10 +101,14 @@ class Session:
         pending = b""
         for _ in range(max_tokens):
             t = self._s.sample()
+            if t < 0:
+                raise Error("the grammar allows no token of the vocabulary after this text")
             if stop_at_eog and e.is_eog(t):
                 break
-            self._s.advance(t)
             pending += e.piece(t)
+            if self._s.grammar_done():  # the grammar's text is complete: t ends it
+                break
+            self._s.advance(t)
             cut = _utf8_prefix(pending)
             if cut:
                 yield pending[:cut].decode("utf-8", errors="replace")

@@ -19,6 +19,7 @@
 
 #include "chat/chat_template.h"
 #include "powerinfer/engine.h"
+#include "powerinfer/grammar.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -153,13 +154,23 @@ NB_MODULE(_powerinfer, m) {
            },
            "messages"_a, "template"_a = "", "add_generation_prompt"_a = true);
 
+  m.def(
+      "json_schema_to_grammar",
+      [](const std::string& schema) {
+        auto g = pi::json_schema_to_grammar(schema);
+        if (!g.ok()) raise(g.error());
+        return *g;
+      },
+      "schema"_a, "GBNF for a JSON Schema (JSON text); powerinfer.Error names what is unsupported.");
+
   nb::class_<PySession>(m, "Session")
       .def_static(
           "create",
           [](const PyEngine& e, int64_t n_ctx, int64_t n_batch, int n_threads, int n_seq_max,
              float temperature, int32_t top_k, float top_p, float min_p, float repeat_penalty,
              int32_t repeat_last_n, float presence_penalty, float frequency_penalty, uint64_t seed,
-             bool dense, const std::string& device, std::optional<uint64_t> vram_budget, int n_gpu_layers) {
+             bool dense, const std::string& device, std::optional<uint64_t> vram_budget, int n_gpu_layers,
+             const std::string& grammar) {
             pi::SessionOptions o;
             o.n_ctx = n_ctx;
             o.n_batch = n_batch;
@@ -167,6 +178,7 @@ NB_MODULE(_powerinfer, m) {
             o.n_seq_max = n_seq_max;
             o.sampling = sampling(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n,
                                   presence_penalty, frequency_penalty, seed);
+            o.sampling.grammar = grammar;
             o.sparse.dense = dense;
             o.device = device;
             o.vram_budget = vram_budget;
@@ -185,7 +197,8 @@ NB_MODULE(_powerinfer, m) {
           "temperature"_a = 0.8f, "top_k"_a = 40, "top_p"_a = 0.95f, "min_p"_a = 0.05f,
           "repeat_penalty"_a = 1.0f, "repeat_last_n"_a = 64, "presence_penalty"_a = 0.0f,
           "frequency_penalty"_a = 0.0f, "seed"_a = 0, "dense"_a = false, "device"_a = "cpu",
-          "vram_budget"_a = nb::none(), "n_gpu_layers"_a = -1, nb::keep_alive<0, 1>())
+          "vram_budget"_a = nb::none(), "n_gpu_layers"_a = -1, "grammar"_a = "",
+          nb::keep_alive<0, 1>())
       .def("prompt",
            [](PySession& s, const std::vector<int32_t>& tokens) {
              pi::Status st;
@@ -196,6 +209,7 @@ NB_MODULE(_powerinfer, m) {
              check(st);
            })
       .def("sample", [](PySession& s) { return s.session->sample(); })
+      .def("grammar_done", [](const PySession& s) { return s.session->grammar_done(); })
       .def("advance",
            [](PySession& s, int32_t token) {
              pi::Status st;

@@ -16,6 +16,7 @@
 
 #include "chat/chat_template.h"
 #include "powerinfer/engine.h"
+#include "powerinfer/grammar.h"
 
 struct pi_engine {
   std::unique_ptr<pi::Engine> engine;  // null after a failed load
@@ -95,6 +96,7 @@ pi::SamplingParams sampling_of(const pi_sampling& p) {
   s.presence_penalty = p.presence_penalty;
   s.frequency_penalty = p.frequency_penalty;
   s.seed = p.seed;
+  if (p.grammar != nullptr) s.grammar = p.grammar;
   return s;
 }
 
@@ -258,11 +260,27 @@ int32_t pi_chat_apply_template(pi_engine* engine, const char* tmpl, const pi_cha
   return st == PI_OK ? emit(rendered, text, cap) : -1;
 }
 
+int32_t pi_json_schema_to_grammar(pi_engine* engine, const char* schema, char* text, int32_t cap) {
+  if (engine == nullptr) return -1;
+  if (schema == nullptr || (text == nullptr && cap > 0)) {
+    engine->error = "pi_json_schema_to_grammar: a NULL argument";
+    return -1;
+  }
+  std::string gbnf;
+  const pi_status st = guarded(engine->error, PI_ERR_INVALID_ARGUMENT, [&]() -> pi::Status {
+    auto g = pi::json_schema_to_grammar(schema);
+    if (!g.ok()) return g.error();
+    gbnf = std::move(*g);
+    return pi::Status::Ok();
+  });
+  return st == PI_OK ? emit(gbnf, text, cap) : -1;
+}
+
 pi_sampling pi_sampling_default(void) {
   const pi::SamplingParams d;
   return pi_sampling{d.temperature,    d.top_k,         d.top_p,
                      d.min_p,          d.repeat_penalty, d.repeat_last_n,
-                     d.presence_penalty, d.frequency_penalty, d.seed};
+                     d.presence_penalty, d.frequency_penalty, d.seed, nullptr};
 }
 
 pi_session_options pi_session_options_default(void) {
@@ -371,6 +389,10 @@ const float* pi_session_batch_logits(const pi_session* session, size_t i) {
   if (!session_ready(session)) return nullptr;
   const std::span<const float> l = session->session->batch_logits(i);
   return l.empty() ? nullptr : l.data();
+}
+
+bool pi_session_grammar_done(const pi_session* session, int32_t seq) {
+  return session_ready(session) && session->session->grammar_done(seq);
 }
 
 int32_t pi_session_sample_seq(pi_session* session, int32_t seq, const float* logits) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "powerinfer/engine.h"
+#include "powerinfer/grammar.h"
 #include "powerinfer/powerinfer.h"
 
 namespace {
@@ -169,6 +170,48 @@ TEST(CApi, GreedyTokensEqualTheCppApi) {
     ASSERT_TRUE((*cs)->advance(want.back()).ok());
   }
   EXPECT_EQ(got, want);
+}
+
+// A JSON Schema through pi_json_schema_to_grammar constrains the greedy text exactly as it
+// constrains the C++ API's; generation ends where the grammar is complete; bad input says why.
+TEST(CApi, GrammarConstrainsSamplingAsInTheCppApi) {
+  Loaded l;
+  const char* schema = R"({"type":"object","properties":{"w":{"enum":["light","dark"]}},"required":["w"]})";
+  const int32_t n = pi_json_schema_to_grammar(l.e, schema, nullptr, 0);
+  ASSERT_GT(n, 0) << pi_engine_error(l.e);
+  std::string gbnf(static_cast<size_t>(n), '\0');
+  ASSERT_EQ(pi_json_schema_to_grammar(l.e, schema, gbnf.data(), n + 1), n);
+  EXPECT_EQ(gbnf, *pi::json_schema_to_grammar(schema));
+  EXPECT_EQ(pi_json_schema_to_grammar(l.e, R"({"type":"string","pattern":"a"})", nullptr, 0), -1);
+  EXPECT_NE(std::string(pi_engine_error(l.e)).find("unsupported keyword 'pattern'"), std::string::npos);
+
+  pi_session_options o = greedy();
+  o.sampling.grammar = gbnf.c_str();
+  pi_session* s = session(l.e, o);
+  const std::vector<int32_t> prompt = tokenize(l.e, "And God said");
+  ASSERT_EQ(pi_session_prompt(s, prompt.data(), prompt.size()), PI_OK);
+  std::string text;
+  for (int i = 0; i < 40 && !pi_session_grammar_done(s, 0); ++i) {
+    const int32_t t = pi_session_sample(s);
+    ASSERT_GE(t, 0);
+    int32_t len = pi_token_piece(l.e, t, nullptr, 0);
+    std::string piece(static_cast<size_t>(len), '\0');
+    pi_token_piece(l.e, t, piece.data(), len + 1);
+    text += piece;
+    if (!pi_session_grammar_done(s, 0)) ASSERT_EQ(pi_session_advance(s, t), PI_OK);
+  }
+  EXPECT_TRUE(pi_session_grammar_done(s, 0));
+  EXPECT_TRUE(text == R"({"w": "light"})" || text == R"({"w": "dark"})" ||
+              text == R"({"w":"light"})" || text == R"({"w":"dark"})" ||
+              text.find("\"w\"") != std::string::npos) << text;
+  pi_session_free(s);
+
+  o.sampling.grammar = "root ::= (";
+  pi_session* bad = nullptr;
+  EXPECT_NE(pi_session_create(l.e, &o, &bad), PI_OK);
+  EXPECT_NE(std::string(pi_session_error(bad)).find("grammar: line 1"), std::string::npos)
+      << pi_session_error(bad);
+  pi_session_free(bad);
 }
 
 // Two sequences: one prompt, forked, decoded together; each equals a one-sequence run of its

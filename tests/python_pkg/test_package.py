@@ -5,6 +5,7 @@ an installed package: greedy text equals `powerinfer run`'s byte for byte, strea
 same text, chat sessions continue, errors are powerinfer.Error with the engine's message, and
 the GIL is released while the engine computes.
 """
+import json
 import os
 import pathlib
 import subprocess
@@ -115,3 +116,23 @@ def test_gil_is_released_while_computing(engine):
         t.join()
     assert elapsed > 0.02, "the prompt was too quick to tell"
     assert during >= 5, f"{during} ticks in {elapsed:.3f} s"
+
+
+def test_grammar_and_json_schema_match_run(engine):
+    schema = {"type": "object", "properties": {"word": {"enum": ["light", "dark"]},
+                                               "n": {"type": "integer"}},
+              "required": ["word", "n"]}
+    text = engine.generate("And God said", max_tokens=60, temperature=0, json_schema=schema)
+    doc = json.loads(text)
+    assert doc["word"] in ("light", "dark") and isinstance(doc["n"], int)
+    out = subprocess.run([POWERINFER, "run", "-m", MODEL, "-p", "And God said", "-n", "60",
+                          "--temp", "0", "--no-display-prompt", "-j", json.dumps(schema)],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True).stdout
+    assert out.decode() == text + "\n"
+    assert engine.generate("And God said", max_tokens=20, temperature=0.8, seed=3,
+                           grammar='root ::= ("yea" | "nay") "."') in ("yea.", "nay.")
+    assert "root ::=" in powerinfer.json_schema_to_grammar(schema)
+    with pytest.raises(powerinfer.Error, match="unsupported keyword 'pattern'"):
+        engine.generate("x", json_schema={"type": "string", "pattern": "a"})
+    with pytest.raises(powerinfer.Error, match="grammar: line 1"):
+        engine.generate("x", grammar="root ::= (")

@@ -133,14 +133,13 @@ int32_t Sampler::sample_constrained(size_t n) {
       auto best = std::min_element(cand_.begin(), cand_.end(), better);
       if (std::isfinite(best->logit) && filter_->allows(best->id)) return best->id;
     }
-    // Walk the `limit` best candidates in order (selected in linear time, then sorted),
-    // compacting the allowed ones to the front.
+    // Walk the `limit` best candidates in order (one partial sort: a heap of `limit` over the
+    // vocabulary, cheaper here than selecting and then sorting), compacting the allowed ones
+    // to the front.
     const size_t limit = std::max<size_t>(64, 2 * want);
     const size_t m = std::min(n, limit);
-    if (m < n)
-      std::nth_element(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(m), cand_.end(),
-                       better);
-    std::sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(m), better);
+    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(m), cand_.end(),
+                      better);
     bool exhausted = m == n;
     for (size_t i = 0; i < m && found < want; ++i) {
       if (!std::isfinite(cand_[i].logit)) {

@@ -50,7 +50,7 @@ fi
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import sys" 2>/dev/null; then
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import numpy, sentencepiece, tokenizers, safetensors, pytest, openai, gguf, nanobind, scikit_build_core" 2>/dev/null; then
+if ! .venv/bin/python -c "import numpy, sentencepiece, tokenizers, safetensors, pytest, openai, gguf, nanobind, scikit_build_core, jsonschema" 2>/dev/null; then
   echo "installing Python test dependencies into .venv"
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-test.txt
 fi

@@ -208,20 +208,24 @@ class Converter {
     return *rule;
   }
 
+  // A count range from the keywords min_key and max_key: lo (default 0) and hi (-1: none).
+  Status bounds(const json& s, const std::string& min_key, const std::string& max_key,
+                const char* what, const std::string& path, int64_t& lo, int64_t& hi) const {
+    for (const auto& [key, out] : {std::pair{&min_key, &lo}, {&max_key, &hi}}) {
+      if (!s.contains(*key)) continue;
+      if (!s[*key].is_number_unsigned()) return fail(path + "/" + *key, "must be an integer >= 0");
+      *out = s[*key].get<int64_t>();
+    }
+    if (lo > grammar::kMaxRepeat || hi > static_cast<int64_t>(grammar::kMaxRepeat))
+      return fail(path, std::string(what) + " above 1000 are not supported");
+    if (hi >= 0 && hi < lo) return fail(path, max_key + " below " + min_key);
+    return Status::Ok();
+  }
+
   Result<std::string> string(const json& s, const std::string& hint, const std::string& path) {
     use("char");
     int64_t lo = 0, hi = -1;
-    if (s.contains("minLength")) {
-      if (!s["minLength"].is_number_unsigned()) return fail(path + "/minLength", "must be an integer >= 0");
-      lo = s["minLength"].get<int64_t>();
-    }
-    if (s.contains("maxLength")) {
-      if (!s["maxLength"].is_number_unsigned()) return fail(path + "/maxLength", "must be an integer >= 0");
-      hi = s["maxLength"].get<int64_t>();
-    }
-    if (lo > grammar::kMaxRepeat || hi > static_cast<int64_t>(grammar::kMaxRepeat))
-      return fail(path, "string lengths above 1000 are not supported");
-    if (hi >= 0 && hi < lo) return fail(path, "maxLength below minLength");
+    PI_TRY(bounds(s, "minLength", "maxLength", "string lengths", path, lo, hi));
     if (lo == 0 && hi < 0) {
       use("string");
       return std::string("string");
@@ -242,17 +246,7 @@ class Converter {
       item = any_value();
     }
     int64_t lo = 0, hi = -1;
-    if (s.contains("minItems")) {
-      if (!s["minItems"].is_number_unsigned()) return fail(path + "/minItems", "must be an integer >= 0");
-      lo = s["minItems"].get<int64_t>();
-    }
-    if (s.contains("maxItems")) {
-      if (!s["maxItems"].is_number_unsigned()) return fail(path + "/maxItems", "must be an integer >= 0");
-      hi = s["maxItems"].get<int64_t>();
-    }
-    if (lo > grammar::kMaxRepeat || hi > static_cast<int64_t>(grammar::kMaxRepeat))
-      return fail(path, "array sizes above 1000 are not supported");
-    if (hi >= 0 && hi < lo) return fail(path, "maxItems below minItems");
+    PI_TRY(bounds(s, "minItems", "maxItems", "array sizes", path, lo, hi));
     const std::string one = item + " space";
     const std::string more = "( \",\" space " + one + " )";
     std::string body;

@@ -188,6 +188,9 @@ bool CudaDevice::supports(Op op, DType t) const {
       return gpu::decodable(t);
     case Op::Mask:
       return true;
+    case Op::StoreKv:
+    case Op::Attention:  // f16 caches only: no Q8_0 / Q4_0 KV kernels yet
+      return t == DType::F32 || t == DType::F16;
     default:
       return t == DType::F32;
   }

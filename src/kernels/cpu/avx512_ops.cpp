@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "tensor/dtype.h"
+#include "tensor/quant.h"
+
 #include "kernels/cpu/avx512_leaves.h"
 
 namespace pi::cpu::detail {

@@ -456,14 +456,13 @@ TEST_F(DeviceOps, KvStoreAndAttentionOverCellLists) {
 
 // Q8_0 / Q4_0 keys and values (llama.cpp's -ctk/-ctv): store_kv writes the reference's blocks
 // byte for byte, and attention over them (contiguous and listed cells) matches the reference
-// over the same bytes. A device without the kernels says so through supports().
+// over the same bytes, on every device (the cuda device's kernels too: hd_kv.h).
 TEST_F(DeviceOps, QuantizedKvStoreAndAttention) {
   for (const DeviceCase& dc : devices()) {
     auto dev = dc.make();
-    if (dc.label == "cuda") {  // no quantized KV kernels on the GPU yet: refused, never wrong
-      EXPECT_FALSE(dev->supports(Op::Attention, DType::Q8_0));
-      EXPECT_FALSE(dev->supports(Op::StoreKv, DType::Q4_0));
-    }
+    for (DType t : {DType::Q8_0, DType::Q4_0})  // every device stores these
+      EXPECT_TRUE(dev->supports(Op::Attention, t) && dev->supports(Op::StoreKv, t)) << dc.label;
+    EXPECT_FALSE(dev->supports(Op::Attention, DType::Q5_1)) << dc.label;
     for (auto [kt, vt] : {std::pair{DType::Q8_0, DType::Q8_0}, std::pair{DType::Q4_0, DType::Q4_0},
                           std::pair{DType::Q8_0, DType::F16}}) {
       if (!dev->supports(Op::Attention, kt) || !dev->supports(Op::Attention, vt) ||

@@ -189,8 +189,8 @@ bool CudaDevice::supports(Op op, DType t) const {
     case Op::Mask:
       return true;
     case Op::StoreKv:
-    case Op::Attention:  // f16 caches only: no Q8_0 / Q4_0 KV kernels yet
-      return t == DType::F32 || t == DType::F16;
+    case Op::Attention:  // f32 activations over a cache of a KV type (op_params.h)
+      return t == DType::F32 || kv_type_supported(t);
     default:
       return t == DType::F32;
   }

@@ -4,6 +4,8 @@
 // batched-bench and perplexity printing what was finished.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -121,6 +123,35 @@ TEST(LlamaFlags, CacheTypesF16Q8Q4AreAcceptedOthersRefused) {
   EXPECT_TRUE(has(r.output, "-ctk/--cache-type-k q8_0 needs a head_dim that is a multiple of 32; "
                             "this model's head_dim is 16"))
       << r.output;
+}
+
+// -ctk/-ctv reach the session of every command that loads a model; a bad type is one line.
+TEST(LlamaFlags, CacheTypesOnEveryCommand) {
+  const std::string text = pi::testing::temp_path("flags_kvq.txt");
+  {
+    std::FILE* f = std::fopen(text.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    for (int i = 0; i < 40; ++i) std::fputs("the and of to in that he shall unto for his ", f);
+    std::fclose(f);
+  }
+  const std::string m = " -m " + model_hd32() + " ";
+  for (const std::string& sub :
+       {"batched" + m + "-p 'the' -n 4 -np 2", "perplexity" + m + "-f " + text + " -c 32",
+        "bench" + m + "-p 8 -n 4 -r 1", "batched-bench" + m + "-npp 8 -ntg 4 -npl 1,2 -c 64",
+        "embed" + m + "-p 'the and'", "run" + m + "-p 'the' -n 4 --device sim",
+        "serve" + m + "--port 0"}) {
+    if (sub.rfind("serve", 0) != 0) {  // a good type: serve would run until stopped
+      auto ok = run_command(kPi + sub + " -ctk q8_0 -ctv q4_0");
+      EXPECT_EQ(ok.exit_code, 0) << sub << "\n" << ok.output;
+    }
+    auto bad = run_command(kPi + sub + " -ctv q3_k");
+    EXPECT_EQ(bad.exit_code, 1) << sub << "\n" << bad.output;
+    size_t lines = 0;
+    for (size_t at = bad.output.find("-ctv q3_k: unknown KV cache type"); at != std::string::npos;
+         at = bad.output.find("-ctv q3_k: unknown KV cache type", at + 1))
+      ++lines;
+    EXPECT_EQ(lines, 1u) << sub << "\n" << bad.output;
+  }
 }
 
 TEST(LlamaFlags, MlockAndLogDisable) {

@@ -28,6 +28,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "powerinfer/error.h"
@@ -116,6 +117,14 @@ class Engine {
   ModelInfo info_;
 };
 
+// The type a session's KV cache stores keys or values in (llama.cpp's -ctk/-ctv): f16, or
+// blocks of 32 values with one f16 scale, 8-bit (q8_0: about half of f16's bytes) or 4-bit
+// (q4_0: about a quarter). The block types need a head size that is a multiple of 32.
+enum class KvCacheType { F16, Q8_0, Q4_0 };
+// "f16", "q8_0", "q4_0"; nullopt for any other name.
+std::optional<KvCacheType> kv_cache_type_from_name(std::string_view name);
+const char* kv_cache_type_name(KvCacheType t);
+
 struct SessionOptions {
   int64_t n_ctx = 0;      // KV-cache positions; 0: the model's training context, at most 4096
   int64_t n_batch = 512;  // prompt tokens per forward pass
@@ -126,6 +135,9 @@ struct SessionOptions {
   // Sequences the session holds (1..64), ids 0 .. n_seq_max-1. Sequence i samples with seed
   // sampling.seed + i, so a one-sequence session seeded S + i reproduces sequence i.
   int n_seq_max = 1;
+  // The types of the cached keys and values (-ctk, -ctv).
+  KvCacheType kv_type_k = KvCacheType::F16;
+  KvCacheType kv_type_v = KvCacheType::F16;
   // The device the session runs on: "cpu" (default), "ref" (the scalar reference kernels) or
   // "sim" (the simulated GPU of the tests); `powerinfer devices` lists them. device_budget:
   // bytes the session may allocate there (0: all the device has); everything is counted

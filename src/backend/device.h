@@ -115,7 +115,8 @@ class Device {
   // Device memory the device's runtime may take beyond alloc() (per-launch stacks, graphs,
   // library handles): the margin a ledger keeps free inside the budget. 0 for host devices.
   virtual uint64_t runtime_margin() const { return 0; }
-  // Whether the device runs `op` with weights (or data) of type t.
+  // Whether the device runs `op` with weights (or data) of type t. For StoreKv and Attention,
+  // t is the KV cache's key or value type (F16, Q8_0, Q4_0: op_params.h KvLayer).
   virtual bool supports(Op op, DType t) const = 0;
   // The type a transposed weight of type t (one read only by linear_t, linear_t_rows and
   // ffn_rows' down rows: attn_*_t, ffn_gate_t, ffn_down_t) is kept in on this device: the

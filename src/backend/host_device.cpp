@@ -60,6 +60,9 @@ bool host_kernels_support(Op op, DType t) {
       return dtype_info(t).computable;
     case Op::Mask:
       return true;
+    case Op::StoreKv:
+    case Op::Attention:  // f32 activations over a cache of a KV type (op_params.h)
+      return t == DType::F32 || kv_type_supported(t);
     default:
       return t == DType::F32;
   }

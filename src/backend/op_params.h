@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "tensor/dtype.h"
+
 namespace pi::backend {
 
 enum class NormKind {
@@ -51,17 +53,44 @@ struct AttnParams {
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }
 };
 
-// Keys and values of one layer in a device's memory, f16 bit patterns: cell c holds the
-// (RoPE-rotated) key and the value of one token; kv head h of cell c starts
-// head_stride * h + cell_stride * c elements in. The KV cache stores head-major
-// [n_head_kv, n_ctx, head_dim] (head_stride = n_ctx * head_dim, cell_stride = head_dim), so
-// that attention streams each head's keys and values contiguously.
+// Keys and values of one layer in a device's memory: cell c holds the (RoPE-rotated) key and
+// the value of one token, as f16 bit patterns (type F16) or as blocks of 32 values (Q8_0, Q4_0:
+// llama.cpp's -ctk/-ctv), each of K and V in its own type. kv head h of cell c starts
+// head_stride * h + cell_stride * c values in, that is kv_offset(type, ...) bytes; for a block
+// type both strides and head_dim are multiples of 32, so a head's row is whole blocks. The KV
+// cache stores head-major [n_head_kv, n_ctx, head_dim] (head_stride = n_ctx * head_dim,
+// cell_stride = head_dim), so that attention streams each head's keys and values contiguously.
+// k and v point at the first byte (typed uint16_t* for the f16 callers).
 struct KvLayer {
   uint16_t* k = nullptr;
   uint16_t* v = nullptr;
   int64_t head_stride = 0;
   int64_t cell_stride = 0;
+  DType k_type = DType::F16;
+  DType v_type = DType::F16;
+
+  // Bytes of kv head h of cell c of K (or V) from k (v).
+  uint64_t k_offset(int64_t h, int64_t c) const {
+    return kv_bytes(k_type, h * head_stride + c * cell_stride);
+  }
+  uint64_t v_offset(int64_t h, int64_t c) const {
+    return kv_bytes(v_type, h * head_stride + c * cell_stride);
+  }
+  uint8_t* k_at(int64_t h, int64_t c) const {
+    return reinterpret_cast<uint8_t*>(k) + k_offset(h, c);
+  }
+  uint8_t* v_at(int64_t h, int64_t c) const {
+    return reinterpret_cast<uint8_t*>(v) + v_offset(h, c);
+  }
+
+  // Bytes of n values of a KV type (n a multiple of its block size).
+  static uint64_t kv_bytes(DType t, int64_t n) { return row_bytes(t, n); }
 };
+
+// Whether t is a type the KV cache may store: F16, Q8_0 or Q4_0.
+inline bool kv_type_supported(DType t) {
+  return t == DType::F16 || t == DType::Q8_0 || t == DType::Q4_0;
+}
 
 // Where each token of a batch of m tokens sits, in host memory: token i is at position pos[i],
 // its key and value are written to cell cell[i], and it attends the cells

@@ -81,12 +81,15 @@ class Ops {
   virtual void rope(const RopeParams& p, float* X, int64_t m, int64_t n_heads,
                     const int32_t* pos) = 0;
 
-  // Writes K[i], V[i] (f32 [n_embd_kv]) as f16 into cell cells[i] of `kv` (in its layout).
+  // Writes K[i], V[i] (f32 [n_embd_kv]) into cell cells[i] of `kv` (in its layout), each in its
+  // type: f16, or Q8_0 / Q4_0 blocks of 32 along head_dim with the reference quantizer's bytes
+  // (tensor/quant.h), the same bytes on every device.
   virtual void store_kv(const AttnParams& p, const float* K, const float* V, int64_t m,
                         const KvLayer& kv, const int32_t* cells) = 0;
 
   // Attention: query row i (f32 [n_head, head_dim]) attends the cells `b` lists for it, in list
-  // order.   Q f32 [m, n_embd_q], out f32 [m, n_embd_q]
+  // order, reading the keys and values in their types (no dequantized copy of the cache).
+  //   Q f32 [m, n_embd_q], out f32 [m, n_embd_q]
   virtual void attention(const AttnParams& p, const float* Q, int64_t m, const KvLayer& kv,
                          const KvBatch& b, float* out) = 0;
 

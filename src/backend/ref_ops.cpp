@@ -75,20 +75,19 @@ class RefOps final : public Ops {
                 const int32_t* cells) override {
     const int64_t n = p.n_embd_kv();
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t h = 0; h < p.n_head_kv; ++h)
-        for (int64_t d = 0; d < p.head_dim; ++d) {
-          const int64_t at = h * kv.head_stride + cells[i] * kv.cell_stride + d;
-          kv.k[at] = f32_to_f16(K[i * n + h * p.head_dim + d]);
-          kv.v[at] = f32_to_f16(V[i * n + h * p.head_dim + d]);
-        }
+      for (int64_t h = 0; h < p.n_head_kv; ++h) {
+        const int64_t at = i * n + h * p.head_dim;
+        ref::store_kv_row(kv.k_type, K + at, p.head_dim, kv.k_at(h, cells[i]));
+        ref::store_kv_row(kv.v_type, V + at, p.head_dim, kv.v_at(h, cells[i]));
+      }
   }
   void attention(const AttnParams& p, const float* Q, int64_t m, const KvLayer& kv,
                  const KvBatch& b, float* out) override {
     for (int64_t i = 0; i < m; ++i) {
       const int32_t* cells = b.attn_cells != nullptr ? b.attn_cells + b.attn_begin[i] : nullptr;
-      ref::attention_cells(Q + i * p.n_embd_q(), kv.k, kv.v, cells, b.attn_len[i], p.n_head,
-                           p.n_head_kv, p.head_dim, p.scale, out + i * p.n_embd_q(), kv.head_stride,
-                           kv.cell_stride);
+      ref::attention_cells_typed(Q + i * p.n_embd_q(), kv.k_type, kv.k, kv.v_type, kv.v, cells,
+                                 b.attn_len[i], p.n_head, p.n_head_kv, p.head_dim, p.scale,
+                                 out + i * p.n_embd_q(), kv.head_stride, kv.cell_stride);
     }
   }
   void activate(Activation act, float* x, int64_t n) override {

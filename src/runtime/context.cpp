@@ -20,7 +20,7 @@ Context::Context(const model::Model& model, ContextOptions opts,
       opts_(opts),
       dev_(std::move(dev)),
       weights_(std::move(weights)),
-      cache_(model.hparams(), opts.n_ctx, std::move(kv_storage)) {
+      cache_(model.hparams(), opts.n_ctx, std::move(kv_storage), opts.kv_types) {
   const auto n_batch = static_cast<size_t>(opts.n_batch);
   const auto n_ctx = static_cast<size_t>(opts.n_ctx);
   lists_.cells.reserve(n_ctx * std::min(static_cast<size_t>(opts.n_seq_max), n_batch));
@@ -61,7 +61,7 @@ Result<std::vector<LedgerLine>> Context::budget_items(const model::Model& model,
   const auto item = [](const char* what, uint64_t bytes) { return LedgerLine{what, 1, bytes}; };
   std::vector<LedgerLine> items = {
       item("weights", backend::WeightStore::cost(dev, model::weight_bytes(model.weights()))),
-      item("KV cache", KvCache::storage_bytes(hp, o.n_ctx)),
+      item("KV cache", KvCache::storage_bytes(hp, o.n_ctx, o.kv_types)),
       item("step buffers",
            model::StepBuffers::bytes(hp, o.n_batch,
                                      std::max<int64_t>({o.all_logits ? o.n_batch : 1, o.n_seq_max, 1})))};
@@ -124,8 +124,14 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
   // A VRAM budget is the device's budget (the sim's capacity); host devices have none.
   if (opts.vram_budget && !backend::is_host_device(opts.device.name))
     opts.device.budget = *opts.vram_budget;
+  PI_TRY(check_kv_types(model.hparams(), opts.kv_types));
   auto dev = backend::make_device(opts.device);
   if (!dev.ok()) return dev.error();
+  for (DType t : {opts.kv_types.k, opts.kv_types.v}) {
+    if (!(*dev)->supports(backend::Op::Attention, t) || !(*dev)->supports(backend::Op::StoreKv, t))
+      return err("device %s does not support a %s KV cache (-ctk/-ctv); use f16",
+                 (*dev)->name().c_str(), std::string(dtype_name(t)).c_str());
+  }
   const sparse::ThresholdOptions& th = opts.thresholds;
   if ((th.sparsity || th.sites || th.site_levels || th.uniform) && !opts.dense &&
       !sparse::has_act_sparsity(model.file())) {
@@ -142,7 +148,8 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
   PI_TRY(check_budget(model, opts, **dev, sparse));
   auto weights = model::place_weights(**dev, model.weights(), &model.layouts());
   if (!weights.ok()) return weights.error();
-  auto kv = (*dev)->alloc(KvCache::storage_bytes(model.hparams(), opts.n_ctx), "KV cache");
+  auto kv = (*dev)->alloc(KvCache::storage_bytes(model.hparams(), opts.n_ctx, opts.kv_types),
+                          "KV cache");
   if (!kv.ok()) return kv.error();
   std::vector<KvStorage> storage;
   storage.push_back(KvStorage{std::move(*kv), 0, model.hparams().n_layer});

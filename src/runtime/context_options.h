@@ -8,8 +8,15 @@
 
 #include "backend/registry.h"
 #include "sparse/threshold_steps.h"
+#include "tensor/dtype.h"
 
 namespace pi::runtime {
+
+// The types the KV cache stores keys and values in (kv_cache.h).
+struct KvTypes {
+  DType k = DType::F16;
+  DType v = DType::F16;
+};
 
 struct ContextOptions {
   int64_t n_ctx = 0;      // KV cells; 0: the model's training context, at most 4096
@@ -32,6 +39,9 @@ struct ContextOptions {
   // is set (sparse/threshold_steps.h: sparsity, sites).
   sparse::ThresholdOptions thresholds;
   int n_seq_max = 1;             // sequences the cache holds (1..64): ids 0 .. n_seq_max-1
+  // The types of the cached keys and values (llama.cpp's -ctk/-ctv): F16, Q8_0 or Q4_0, the
+  // block types for models whose head_dim is a multiple of 32 (check_kv_types).
+  KvTypes kv_types;
 
   // ---- Hybrid execution: a device that is not the host (sim, cuda) runs what fits ----
   // Device bytes the context may use there (weights, KV cache, per-step buffers, the runtime

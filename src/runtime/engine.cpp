@@ -59,6 +59,15 @@ std::shared_ptr<const grammar::TokenSet> token_set(const Tokenizer& tok) {
   return std::make_shared<const grammar::TokenSet>(std::move(pieces), std::move(eog));
 }
 
+DType kv_dtype(KvCacheType t) {
+  switch (t) {
+    case KvCacheType::Q8_0: return DType::Q8_0;
+    case KvCacheType::Q4_0: return DType::Q4_0;
+    case KvCacheType::F16: break;
+  }
+  return DType::F16;
+}
+
 }  // namespace
 
 Engine::~Engine() = default;
@@ -121,6 +130,22 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Load
 
 Session::~Session() = default;
 
+std::optional<KvCacheType> kv_cache_type_from_name(std::string_view name) {
+  if (name == "f16") return KvCacheType::F16;
+  if (name == "q8_0") return KvCacheType::Q8_0;
+  if (name == "q4_0") return KvCacheType::Q4_0;
+  return std::nullopt;
+}
+
+const char* kv_cache_type_name(KvCacheType t) {
+  switch (t) {
+    case KvCacheType::Q8_0: return "q8_0";
+    case KvCacheType::Q4_0: return "q4_0";
+    case KvCacheType::F16: break;
+  }
+  return "f16";
+}
+
 Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const SessionOptions& o) {
   PI_TRY(validate_sampling(o.sampling));
   runtime::ContextOptions co;
@@ -135,6 +160,7 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.thresholds.uniform = o.sparse.uniform_sparsity;
   co.all_logits = o.all_logits;
   co.n_seq_max = o.n_seq_max;
+  co.kv_types = runtime::KvTypes{kv_dtype(o.kv_type_k), kv_dtype(o.kv_type_v)};
   co.device.name = o.device;
   co.device.budget = o.device_budget;
   co.device.repack = o.repack;

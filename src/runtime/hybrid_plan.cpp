@@ -135,6 +135,8 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
   sparse::PlacementRequest req;
   req.budget = budget - margin;
   req.n_ctx = o.n_ctx;
+  req.kv_type_k = o.kv_types.k;
+  req.kv_type_v = o.kv_types.v;
   req.n_batch = o.n_batch;
   req.n_outputs = logit_rows(o);
   req.granularity = o.granularity;
@@ -193,7 +195,7 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
   }
 
   // What each layer reads per token, by side.
-  const uint64_t kv_all = sparse::kv_layer_bytes(hp, o.n_ctx);
+  const uint64_t kv_all = sparse::kv_layer_bytes(hp, o.n_ctx, o.kv_types.k, o.kv_types.v);
   for (size_t l = 0; l < problem->layers.size(); ++l) {
     const sparse::LayerCost& c = problem->layers[l];
     const sparse::LayerPlan& L = out.plan.layers[l];
@@ -234,7 +236,7 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
     model::each_dense_view(
         L, !out.split, [&](const model::Matrix& t) { out.ledger.add(line_of(t, L), t.nbytes()); },
         [&](const model::Vector& v) { out.ledger.add("norms and biases", v.nbytes()); });
-    out.ledger.add("KV cache", sparse::kv_layer_bytes(hp, o.n_ctx));
+    out.ledger.add("KV cache", sparse::kv_layer_bytes(hp, o.n_ctx, o.kv_types.k, o.kv_types.v));
   }
   if (out.plan.head_on_device) {
     model::each_head_view(

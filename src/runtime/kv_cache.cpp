@@ -5,6 +5,7 @@
 #include <iterator>
 #include <new>
 #include <string>
+#include <utility>
 
 namespace pi::runtime {
 namespace {
@@ -38,12 +39,27 @@ void KvSlot::assign_sequential(SeqId s, int32_t pos0) {
   for (size_t i = 0; i < cells.size(); ++i) pos[i] = pos0 + static_cast<int32_t>(i);
 }
 
-uint64_t KvCache::storage_bytes(const model::HParams& hp, int64_t n_ctx) {
-  return storage_bytes(hp, n_ctx, hp.n_layer);
+Status check_kv_types(const model::HParams& hp, KvTypes t) {
+  for (auto [type, flag] : {std::pair{t.k, "-ctk/--cache-type-k"}, std::pair{t.v, "-ctv/--cache-type-v"}}) {
+    const std::string name(dtype_name(type));
+    if (!backend::kv_type_supported(type))
+      return err("%s %s: the KV cache stores f16, q8_0 or q4_0", flag, name.c_str());
+    const int64_t bs = dtype_info(type).block_size;
+    if (hp.head_dim % bs != 0)
+      return err("%s %s needs a head_dim that is a multiple of %lld; this model's head_dim is %lld",
+                 flag, name.c_str(), ll(bs), ll(hp.head_dim));
+  }
+  return Status::Ok();
 }
 
-uint64_t KvCache::storage_bytes(const model::HParams& hp, int64_t n_ctx, int64_t n_layers) {
-  return static_cast<uint64_t>(n_layers * 2 * n_ctx * hp.n_embd_kv()) * sizeof(uint16_t);
+uint64_t KvCache::storage_bytes(const model::HParams& hp, int64_t n_ctx, KvTypes types) {
+  return storage_bytes(hp, n_ctx, hp.n_layer, types);
+}
+
+uint64_t KvCache::storage_bytes(const model::HParams& hp, int64_t n_ctx, int64_t n_layers,
+                                KvTypes types) {
+  const int64_t n = n_ctx * hp.n_embd_kv();
+  return static_cast<uint64_t>(n_layers) * (row_bytes(types.k, n) + row_bytes(types.v, n));
 }
 
 namespace {
@@ -56,29 +72,34 @@ std::vector<KvStorage> one_block(const model::HParams& hp, backend::Buffer stora
 
 }  // namespace
 
-KvCache::KvCache(const model::HParams& hp, int64_t n_ctx, backend::Buffer storage)
-    : KvCache(hp, n_ctx, one_block(hp, std::move(storage))) {}
+KvCache::KvCache(const model::HParams& hp, int64_t n_ctx, backend::Buffer storage, KvTypes types)
+    : KvCache(hp, n_ctx, one_block(hp, std::move(storage)), types) {}
 
-KvCache::KvCache(const model::HParams& hp, int64_t n_ctx, std::vector<KvStorage> storage)
+KvCache::KvCache(const model::HParams& hp, int64_t n_ctx, std::vector<KvStorage> storage,
+                 KvTypes types)
     : n_ctx_(n_ctx),
+      types_(types),
       cells_(static_cast<size_t>(n_ctx)),
       seq_max_(static_cast<size_t>(kMaxSeqs), -1),
       seq_entries_(static_cast<size_t>(kMaxSeqs)),
       storage_(std::move(storage)) {
-  const auto per_tensor = static_cast<size_t>(n_ctx * hp.n_embd_kv());
+  const int64_t n = n_ctx * hp.n_embd_kv();
+  const size_t k_bytes = row_bytes(types.k, n), v_bytes = row_bytes(types.v, n);
   view_.n_ctx = n_ctx;
   view_.layers.resize(static_cast<size_t>(hp.n_layer));
   for (const KvStorage& block : storage_) {
-    auto* base = block.buffer.as<uint16_t>();
+    auto* base = block.buffer.as<uint8_t>();
     for (int64_t j = 0; j < block.n_layers; ++j) {
       const auto il = static_cast<size_t>(block.first_layer + j);
       if (il >= view_.layers.size()) break;
       model::KvLayer& L = view_.layers[il];
-      const auto at = static_cast<size_t>(j);
-      L.k = base != nullptr ? base + (2 * at) * per_tensor : nullptr;
-      L.v = base != nullptr ? base + (2 * at + 1) * per_tensor : nullptr;
+      const auto at = static_cast<size_t>(j) * (k_bytes + v_bytes);
+      L.k = base != nullptr ? reinterpret_cast<uint16_t*>(base + at) : nullptr;
+      L.v = base != nullptr ? reinterpret_cast<uint16_t*>(base + at + k_bytes) : nullptr;
       L.head_stride = n_ctx * hp.head_dim;
       L.cell_stride = hp.head_dim;
+      L.k_type = types.k;
+      L.v_type = types.v;
     }
   }
 }

@@ -1,4 +1,5 @@
-// The KV cache: f16 keys and values for every layer and n_ctx cells, plus the metadata saying
+// The KV cache: keys and values (f16, or Q8_0 / Q4_0 blocks of 32 along head_dim: KvTypes) for
+// every layer and n_ctx cells, plus the metadata saying
 // which position each cell holds and for which sequences. A cell is free or holds one position
 // of a set of sequences (ids 0..63, a 64-bit mask): sequences share a cell after a copy, so a
 // common prompt is stored once for all of them.
@@ -29,6 +30,7 @@
 #include "core/huge_region.h"
 #include "model/hparams.h"
 #include "model/kv_view.h"
+#include "runtime/context_options.h"
 
 namespace pi::runtime {
 
@@ -86,9 +88,15 @@ struct KvEdit {
   static KvEdit clear() { return truncate(0); }
 };
 
+// The types the cache stores keys and values in (llama.cpp's -ctk/-ctv): F16, Q8_0 or Q4_0
+// (backend::kv_type_supported); the block types need head_dim to be a multiple of 32.
+// (KvTypes is in context_options.h.)
+// Whether the model's head_dim suits the types: an error naming the flag and head_dim if not.
+Status check_kv_types(const model::HParams& hp, KvTypes t);
+
 // Cell contents of layers [first_layer, first_layer + n_layers) in one device's memory:
-// storage_bytes(hp, n_ctx, n_layers) bytes holding n_layers x {K, V} x n_ctx x n_embd_kv f16
-// values in KvLayer's head-major layout. A hybrid context keeps each layer's cells on the
+// storage_bytes(hp, n_ctx, n_layers, types) bytes holding, per layer, K then V, each n_ctx x
+// n_embd_kv values of its type in KvLayer's head-major layout. A hybrid context keeps each layer's cells on the
 // device that runs its attention.
 struct KvStorage {
   backend::Buffer buffer;
@@ -101,11 +109,15 @@ class KvCache {
   // Cell contents live in `storage`, device memory of storage_bytes(hp, n_ctx) bytes for
   // every layer. An empty storage gives a cache of metadata only (its view's layers point
   // nowhere).
-  KvCache(const model::HParams& hp, int64_t n_ctx, backend::Buffer storage = {});
+  KvCache(const model::HParams& hp, int64_t n_ctx, backend::Buffer storage = {},
+          KvTypes types = {});
   // Cell contents in several blocks of layers (together covering every layer once).
-  KvCache(const model::HParams& hp, int64_t n_ctx, std::vector<KvStorage> storage);
-  static uint64_t storage_bytes(const model::HParams& hp, int64_t n_ctx);
-  static uint64_t storage_bytes(const model::HParams& hp, int64_t n_ctx, int64_t n_layers);
+  KvCache(const model::HParams& hp, int64_t n_ctx, std::vector<KvStorage> storage,
+          KvTypes types = {});
+  static uint64_t storage_bytes(const model::HParams& hp, int64_t n_ctx, KvTypes types = {});
+  static uint64_t storage_bytes(const model::HParams& hp, int64_t n_ctx, int64_t n_layers,
+                                KvTypes types = {});
+  KvTypes types() const { return types_; }
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
@@ -170,11 +182,12 @@ class KvCache {
   using SeqEntries = std::vector<std::pair<int32_t, int32_t>>;
 
   int64_t n_ctx_;
+  KvTypes types_;
   int64_t n_used_ = 0;
   std::vector<Cell> cells_;        // [n_ctx]
   std::vector<int32_t> seq_max_;   // [kMaxSeqs] highest position, -1: none
   std::vector<SeqEntries> seq_entries_;  // [kMaxSeqs]
-  std::vector<KvStorage> storage_;  // per block: f16 [n_layers, 2, n_head_kv, n_ctx, head_dim]
+  std::vector<KvStorage> storage_;  // per block: [n_layers, {K, V}, n_head_kv, n_ctx, head_dim]
   model::KvView view_;
 };
 

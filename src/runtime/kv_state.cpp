@@ -1,7 +1,7 @@
 #include "runtime/kv_state.h"
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -22,11 +22,12 @@ struct HeadRows {
   uint64_t head = 0, cell = 0, row = 0;  // strides and row size, bytes
 };
 
-HeadRows head_rows(const model::KvLayer& L, bool v, uint64_t elem, uint64_t row) {
+HeadRows head_rows(const model::KvLayer& L, bool v, uint64_t row) {
   HeadRows r;
+  const DType t = v ? L.v_type : L.k_type;
   r.base = reinterpret_cast<std::byte*>(v ? L.v : L.k);
-  r.head = static_cast<uint64_t>(L.head_stride) * elem;
-  r.cell = static_cast<uint64_t>(L.cell_stride) * elem;
+  r.head = row_bytes(t, L.head_stride);
+  r.cell = row_bytes(t, L.cell_stride);
   r.row = row;
   return r;
 }
@@ -93,7 +94,7 @@ std::vector<std::byte> header_bytes(const KvFingerprint& fp, std::span<const int
   h.insert(h.end(), a, a + fp.arch.size());
   for (int64_t v : {fp.n_layer, fp.n_head_kv, fp.head_dim, fp.n_embd, fp.n_vocab}) put(h, v);
   put(h, static_cast<uint32_t>(fp.kv_type));
-  put(h, uint32_t{0});
+  put(h, fp.kv_type_v == fp.kv_type ? uint32_t{0} : static_cast<uint32_t>(fp.kv_type_v));
   put(h, fp.kv_row_bytes);
   put(h, fp.model_hash);
   put(h, static_cast<int64_t>(tokens.size()));
@@ -102,7 +103,8 @@ std::vector<std::byte> header_bytes(const KvFingerprint& fp, std::span<const int
 }
 
 uint64_t kv_bytes(const KvFingerprint& fp, int64_t n_tokens) {
-  return static_cast<uint64_t>(fp.n_layer) * 2 * static_cast<uint64_t>(n_tokens) * fp.kv_row_bytes;
+  return static_cast<uint64_t>(fp.n_layer) * static_cast<uint64_t>(n_tokens) *
+         (fp.kv_row_bytes + fp.kv_row_bytes_v);
 }
 
 // Sequential reads of the header with the offset of every short read in its message.
@@ -159,7 +161,7 @@ uint64_t model_file_hash(const gguf::File& f) {
   return h;
 }
 
-KvFingerprint kv_fingerprint(const model::Model& m) {
+KvFingerprint kv_fingerprint(const model::Model& m, KvTypes types) {
   const model::HParams& hp = m.hparams();
   KvFingerprint fp;
   fp.arch = hp.arch_name;
@@ -168,8 +170,10 @@ KvFingerprint kv_fingerprint(const model::Model& m) {
   fp.head_dim = hp.head_dim;
   fp.n_embd = hp.n_embd;
   fp.n_vocab = hp.n_vocab;
-  fp.kv_type = DType::F16;
-  fp.kv_row_bytes = static_cast<uint64_t>(hp.n_head_kv) * row_bytes(fp.kv_type, hp.head_dim);
+  fp.kv_type = types.k;
+  fp.kv_type_v = types.v;
+  fp.kv_row_bytes = static_cast<uint64_t>(hp.n_head_kv) * row_bytes(types.k, hp.head_dim);
+  fp.kv_row_bytes_v = static_cast<uint64_t>(hp.n_head_kv) * row_bytes(types.v, hp.head_dim);
   fp.model_hash = model_file_hash(m.file());
   return fp;
 }
@@ -200,9 +204,7 @@ Result<uint64_t> write_seq_state(const std::string& path, const KvFingerprint& f
   bool ok = true;
   const std::vector<std::byte> header = header_bytes(fp, tokens);
   ok = std::fwrite(header.data(), 1, header.size(), f) == header.size();
-  const uint64_t row = fp.kv_row_bytes / static_cast<uint64_t>(fp.n_head_kv);
-  const uint64_t elem = row_bytes(fp.kv_type, 1);
-  std::vector<std::byte> staging(cells.size() * fp.kv_row_bytes);
+  std::vector<std::byte> staging(cells.size() * std::max(fp.kv_row_bytes, fp.kv_row_bytes_v));
   const model::KvView& view = cache.view();
   for (int64_t il = 0; il < fp.n_layer && ok; ++il) {
     backend::Device* dev = cache.layer_device(il);
@@ -213,9 +215,12 @@ Result<uint64_t> write_seq_state(const std::string& path, const KvFingerprint& f
     }
     dev->sync_all();
     for (bool v : {false, true}) {
-      download_rows(*dev, head_rows(view.layers[static_cast<size_t>(il)], v, elem, row),
-                    fp.n_head_kv, cells, staging.data());
-      ok = ok && std::fwrite(staging.data(), 1, staging.size(), f) == staging.size();
+      const uint64_t cell_bytes = v ? fp.kv_row_bytes_v : fp.kv_row_bytes;
+      const uint64_t row = cell_bytes / static_cast<uint64_t>(fp.n_head_kv);
+      download_rows(*dev, head_rows(view.layers[static_cast<size_t>(il)], v, row), fp.n_head_kv,
+                    cells, staging.data());
+      const size_t n_bytes = cells.size() * cell_bytes;
+      ok = ok && std::fwrite(staging.data(), 1, n_bytes, f) == n_bytes;
     }
   }
   const int saved_errno = errno;
@@ -288,9 +293,18 @@ Result<SeqStateFile> SeqStateFile::open(const std::string& path, const KvFingerp
   uint32_t type = 0, reserved = 0;
   PI_TRY(r.read(type, "the KV type"));
   PI_TRY(r.read(reserved, "the reserved word"));
-  if (type != static_cast<uint32_t>(fp.kv_type)) {
-    return err("%s: KV cache type id %u; this session's cache is %s (id %u)", path.c_str(), type,
-               std::string(dtype_name(fp.kv_type)).c_str(), static_cast<uint32_t>(fp.kv_type));
+  // The second word is the value type's id when it differs from the key type's, else 0.
+  const uint32_t type_v = reserved != 0 ? reserved : type;
+  if (type != static_cast<uint32_t>(fp.kv_type) || type_v != static_cast<uint32_t>(fp.kv_type_v)) {
+    const auto name = [](uint32_t id) {
+      const auto info = dtype_info(id);
+      return info ? std::string(info->name) : "id " + std::to_string(id);
+    };
+    return err("%s: a KV cache of keys %s and values %s; this session's are %s and %s "
+               "(-ctk/-ctv must match the saving session's)",
+               path.c_str(), name(type).c_str(), name(type_v).c_str(),
+               std::string(dtype_name(fp.kv_type)).c_str(),
+               std::string(dtype_name(fp.kv_type_v)).c_str());
   }
   uint64_t row = 0, hash = 0;
   PI_TRY(r.read(row, "the KV row size"));
@@ -335,19 +349,19 @@ Status SeqStateFile::read_cells(const KvCache& cache, std::span<const int32_t> c
   const uint64_t n = cells.size();
   if (n > n_file)
     return err("%s: %llu cells asked of a file of %llu tokens", path_.c_str(), ull(n), ull(n_file));
-  const uint64_t row = fp_.kv_row_bytes / static_cast<uint64_t>(fp_.n_head_kv);
-  const uint64_t elem = row_bytes(fp_.kv_type, 1);
-  const uint64_t block = n_file * fp_.kv_row_bytes;  // one layer's K (or V) in the file
-  std::vector<std::byte> staging(n * fp_.kv_row_bytes);
+  std::vector<std::byte> staging(n * std::max(fp_.kv_row_bytes, fp_.kv_row_bytes_v));
   const model::KvView& view = cache.view();
+  // Per layer, K then V, each n_file cells' rows head by head.
+  uint64_t at = data_offset_;
   for (int64_t il = 0; il < fp_.n_layer; ++il) {
     backend::Device* dev = cache.layer_device(il);
     if (dev == nullptr)
       return err("%s: the KV cache has no storage for layer %lld", path_.c_str(), ll(il));
     dev->sync_all();
     for (int v = 0; v < 2; ++v) {
+      const uint64_t cell_bytes = v != 0 ? fp_.kv_row_bytes_v : fp_.kv_row_bytes;
+      const uint64_t row = cell_bytes / static_cast<uint64_t>(fp_.n_head_kv);
       // Each head's first n rows of this block: the file keeps n_file rows per head.
-      const uint64_t at = data_offset_ + (static_cast<uint64_t>(il) * 2 + static_cast<uint64_t>(v)) * block;
       for (int64_t h = 0; h < fp_.n_head_kv; ++h) {
         const uint64_t off = at + static_cast<uint64_t>(h) * n_file * row;
         if (std::fseek(file_.get(), static_cast<long>(off), SEEK_SET) != 0 ||
@@ -356,8 +370,9 @@ Status SeqStateFile::read_cells(const KvCache& cache, std::span<const int32_t> c
           return err("%s: read failed at offset %llu (layer %lld)", path_.c_str(), ull(off), ll(il));
         }
       }
-      upload_rows(*dev, head_rows(view.layers[static_cast<size_t>(il)], v != 0, elem, row),
+      upload_rows(*dev, head_rows(view.layers[static_cast<size_t>(il)], v != 0, row),
                   fp_.n_head_kv, cells, staging.data());
+      at += n_file * cell_bytes;
     }
   }
   return Status::Ok();

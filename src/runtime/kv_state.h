@@ -33,8 +33,10 @@ inline constexpr uint32_t kStateVersion = 1;
 struct KvFingerprint {
   std::string arch;  // general.architecture
   int64_t n_layer = 0, n_head_kv = 0, head_dim = 0, n_embd = 0, n_vocab = 0;
-  DType kv_type = DType::F16;  // the cache's element type (ggml type id in the file)
-  uint64_t kv_row_bytes = 0;   // bytes of one cell's K (or V) in one layer: all its kv heads
+  DType kv_type = DType::F16;    // the cache's key type (ggml type id in the file)
+  DType kv_type_v = DType::F16;  // its value type (the file's second word: 0 when equal)
+  uint64_t kv_row_bytes = 0;     // bytes of one cell's K in one layer: all its kv heads
+  uint64_t kv_row_bytes_v = 0;   // the same for V (follows from kv_type_v)
   uint64_t model_hash = 0;     // model_file_hash()
 };
 
@@ -43,7 +45,8 @@ struct KvFingerprint {
 // and the file's size: cheap (a few pages of weights are read) and different for another
 // model, another quantization or another vocabulary.
 uint64_t model_file_hash(const gguf::File& f);
-KvFingerprint kv_fingerprint(const model::Model& m);
+// The fingerprint of a cache of m in the given key and value types.
+KvFingerprint kv_fingerprint(const model::Model& m, KvTypes types = {});
 
 // Writes `tokens` and the cells of sequence seq, which must hold exactly positions
 // 0..tokens.size()-1, to `path` (through `path`.tmp and a rename, so a reader never sees a

@@ -15,7 +15,7 @@ Result<uint64_t> Session::save_state(int32_t seq, const std::string& path,
     return with_code(err("%s: sequence id %d outside [0, %d)", path.c_str(), seq, n_seq_max()),
                      ErrorCode::BadRequest);
   }
-  return runtime::write_seq_state(path, runtime::kv_fingerprint(ctx_->model()), ctx_->cache(),
+  return runtime::write_seq_state(path, runtime::kv_fingerprint(ctx_->model(), ctx_->cache().types()), ctx_->cache(),
                                   seq, tokens);
 }
 
@@ -25,7 +25,7 @@ Result<SavedState> Session::load_state(int32_t seq, const std::string& path) {
                      ErrorCode::BadRequest);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  auto file = runtime::SeqStateFile::open(path, runtime::kv_fingerprint(ctx_->model()));
+  auto file = runtime::SeqStateFile::open(path, runtime::kv_fingerprint(ctx_->model(), ctx_->cache().types()));
   if (!file.ok()) return file.error();
   PI_TRY(ctx_->restore_seq(seq, *file));
   const double ms =

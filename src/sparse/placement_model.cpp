@@ -23,8 +23,9 @@ struct Fnv {
 
 }  // namespace
 
-uint64_t kv_layer_bytes(const model::HParams& hp, int64_t n_ctx) {
-  return 2ull * static_cast<uint64_t>(n_ctx) * static_cast<uint64_t>(hp.n_embd_kv()) * 2ull;
+uint64_t kv_layer_bytes(const model::HParams& hp, int64_t n_ctx, DType k_type, DType v_type) {
+  const int64_t n = n_ctx * hp.n_embd_kv();
+  return row_bytes(k_type, n) + row_bytes(v_type, n);
 }
 
 uint64_t step_scratch_bytes(const model::HParams& hp, int64_t n_batch, int64_t n_outputs) {
@@ -89,7 +90,7 @@ Result<PlacementProblem> placement_problem(const model::Model& m, const Activati
   } else {
     p.scratch_bytes = step_scratch_bytes(hp, req.n_batch, req.n_outputs);
   }
-  const uint64_t kv = kv_layer_bytes(hp, req.n_ctx);
+  const uint64_t kv = kv_layer_bytes(hp, req.n_ctx, req.kv_type_k, req.kv_type_v);
   p.layers.resize(w.layers.size());
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const model::FfnWeights& f = w.layers[l].ffn;

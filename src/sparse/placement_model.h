@@ -27,6 +27,8 @@ struct ScratchBytes {
 struct PlacementRequest {
   uint64_t budget = 0;       // device bytes
   int64_t n_ctx = 4096;      // KV cells the context holds (already resolved, > 0)
+  DType kv_type_k = DType::F16;  // the KV cache's key and value types
+  DType kv_type_v = DType::F16;
   int64_t n_batch = 512;     // most tokens per step: sizes the per-step scratch
   int64_t n_outputs = 1;     // logit rows per step
   int64_t granularity = 32;  // device neuron rows per tile
@@ -50,8 +52,10 @@ struct PlacementRequest {
 // typical of ReLU-family models (PowerInfer's published ones fire 5-25% of their neurons).
 inline constexpr float kUnknownFrequency = 0.1f;
 
-// f16 keys and values of one layer for n_ctx cells (shared by every sequence).
-uint64_t kv_layer_bytes(const model::HParams& hp, int64_t n_ctx);
+// Keys and values of one layer for n_ctx cells (shared by every sequence), stored as k_type
+// and v_type (F16, Q8_0, Q4_0: the KV cache's types).
+uint64_t kv_layer_bytes(const model::HParams& hp, int64_t n_ctx, DType k_type = DType::F16,
+                        DType v_type = DType::F16);
 
 // The f32 per-step buffers a device step needs for n_batch tokens: residual, norms, q/k/v,
 // attention and FFN scratch, and n_outputs rows of head input and logits. An estimate the

@@ -454,6 +454,76 @@ TEST_F(DeviceOps, KvStoreAndAttentionOverCellLists) {
   }
 }
 
+// Q8_0 / Q4_0 keys and values (llama.cpp's -ctk/-ctv): store_kv writes the reference's blocks
+// byte for byte, and attention over them (contiguous and listed cells) matches the reference
+// over the same bytes, on every device (the cuda device's kernels too: hd_kv.h).
+TEST_F(DeviceOps, QuantizedKvStoreAndAttention) {
+  for (const DeviceCase& dc : devices()) {
+    auto dev = dc.make();
+    for (DType t : {DType::Q8_0, DType::Q4_0})  // every device stores these
+      EXPECT_TRUE(dev->supports(Op::Attention, t) && dev->supports(Op::StoreKv, t)) << dc.label;
+    EXPECT_FALSE(dev->supports(Op::Attention, DType::Q5_1)) << dc.label;
+    for (auto [kt, vt] : {std::pair{DType::Q8_0, DType::Q8_0}, std::pair{DType::Q4_0, DType::Q4_0},
+                          std::pair{DType::Q8_0, DType::F16}}) {
+      if (!dev->supports(Op::Attention, kt) || !dev->supports(Op::Attention, vt) ||
+          !dev->supports(Op::StoreKv, kt) || !dev->supports(Op::StoreKv, vt))
+        continue;
+      const std::string what = dc.label + " " + std::string(dtype_name(kt)) + "/" +
+                               std::string(dtype_name(vt));
+      const AttnParams p{4, 2, 64, 0.125f};
+      const int64_t n_ctx = 12, m = 3, kv_elems = p.n_head_kv * n_ctx * p.head_dim;
+      const size_t kb = row_bytes(kt, kv_elems), vb = row_bytes(vt, kv_elems);
+      auto make_kv = [&](Device& d, std::vector<Buffer>& keep) {
+        keep.push_back(d.alloc(kb, "k").value());
+        keep.push_back(d.alloc(vb, "v").value());
+        KvLayer kv{keep[keep.size() - 2].as<uint16_t>(), keep.back().as<uint16_t>(),
+                   n_ctx * p.head_dim, p.head_dim};
+        kv.k_type = kt;
+        kv.v_type = vt;
+        return kv;
+      };
+      std::vector<Buffer> dkeep, rkeep;
+      const KvLayer dkv = make_kv(*dev, dkeep), rkv = make_kv(ref_, rkeep);
+      for (int32_t c0 : {0, 6}) {
+        const std::vector<float> K = cpu::test::gaussian(6 * p.n_embd_kv(), 130 + c0);
+        const std::vector<float> V = cpu::test::gaussian(6 * p.n_embd_kv(), 140 + c0);
+        const DevBuf dK(*dev, K), dV(*dev, V), rK(ref_, K), rV(ref_, V);
+        std::vector<int32_t> cells(6);
+        std::iota(cells.begin(), cells.end(), c0);
+        dev->ops().store_kv(p, dK.p(), dV.p(), 6, dkv, cells.data());
+        ref_.ops().store_kv(p, rK.p(), rV.p(), 6, rkv, cells.data());
+      }
+      for (auto [dp, rp, n] : {std::tuple{dkv.k, rkv.k, kb}, std::tuple{dkv.v, rkv.v, vb}}) {
+        std::vector<uint8_t> d(n), r(n);
+        dev->sync_all();
+        dev->download(d.data(), dp, n);
+        ref_.download(r.data(), rp, n);
+        EXPECT_EQ(d, r) << what << " store_kv";
+      }
+      const std::vector<float> Q = cpu::test::gaussian(m * p.n_embd_q(), 150);
+      const DevBuf dQ(*dev, Q), rQ(ref_, Q);
+      const std::vector<int32_t> pos = {3, 11, 5}, cell = {3, 11, 5};
+      const std::vector<int64_t> len = {4, 12, 3}, begin = {0, 0, 12};
+      std::vector<int32_t> lists(12);
+      std::iota(lists.begin(), lists.end(), 0);
+      lists.insert(lists.end(), {9, 2, 5});
+      const std::vector<float> zero(Q.size(), 0.0f);
+      std::vector<double> tol(Q.size(), (p.head_dim + 64) * kU * 8);
+      for (bool with_lists : {false, true}) {
+        std::vector<int64_t> l = len;
+        if (!with_lists) l = {4, 12, 6};
+        const KvBatch b{pos.data(), cell.data(), with_lists ? lists.data() : nullptr,
+                        with_lists ? begin.data() : nullptr, l.data()};
+        auto g = run_on(*dev, zero,
+                        [&](Device& d, float* y) { d.ops().attention(p, dQ.p(), m, dkv, b, y); });
+        auto w = run_on(ref_, zero,
+                        [&](Device& d, float* y) { d.ops().attention(p, rQ.p(), m, rkv, b, y); });
+        expect_close(g, w, tol, what + (with_lists ? " attention (lists)" : " attention"));
+      }
+    }
+  }
+}
+
 // Lists long enough that the GPU splits them over cells (chunks of 256, combined in order):
 // a contiguous list and a scattered one, against the reference; twice on the device, equal
 // bits (no order depends on timing).

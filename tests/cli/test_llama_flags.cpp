@@ -4,6 +4,8 @@
 // batched-bench and perplexity printing what was finished.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -79,12 +81,76 @@ TEST(LlamaFlags, FlashAttentionIsANoOpWithANote) {
   EXPECT_TRUE(has(bad.output, "-fa sometimes: expected on, off or auto")) << bad.output;
 }
 
-TEST(LlamaFlags, CacheTypesOtherThanF16AreRefused) {
+// A model whose head_dim (128 / 4 = 32) suits the block KV types.
+const std::string& model_hd32() {
+  static const std::string path = [] {
+    const std::string p = pi::testing::temp_path("flags_hd32.gguf");
+    pi::testing::TinySpec spec;
+    spec.n_embd = 128;
+    pi::Status s = pi::testing::write_tiny_model(spec, p);
+    EXPECT_TRUE(s.ok()) << s.error().message;
+    return p;
+  }();
+  return path;
+}
+
+TEST(LlamaFlags, CacheTypesF16Q8Q4AreAcceptedOthersRefused) {
   EXPECT_EQ(text_of(run_base() + " -ctk f16 -ctv F16"), text_of(run_base()));
-  for (const char* f : {"-ctk q8_0", "-ctv q4_0", "--cache-type-k f32"}) {
+  const std::string hd32 = kPi + "run -m " + model_hd32() + " -p 'the and' -n 6 --temp 0 --ignore-eos";
+  for (const char* f : {"-ctk q8_0 -ctv q8_0", "-ctk q4_0 -ctv q4_0", "--cache-type-k q8_0",
+                        "-ctv Q4_0"}) {
+    auto r = run_command(hd32 + " " + f);
+    EXPECT_EQ(r.exit_code, 0) << f << "\n" << r.output;
+  }
+  // A q8_0 cache holds 34 bytes per 32 values, f16 64: the run's memory breakdown shows it.
+  const auto kv_mib = [](const std::string& out) {
+    const size_t at = out.find("KV cache");
+    return at == std::string::npos ? -1.0 : std::stod(out.substr(at + 8));
+  };
+  const double f16 = kv_mib(run_command(hd32 + " -c 256").output);
+  const double q8 = kv_mib(run_command(hd32 + " -c 256 -ctk q8_0 -ctv q8_0").output);
+  EXPECT_GT(f16, 0.0);
+  EXPECT_NEAR(q8, f16 * 34.0 / 64.0, 0.06) << f16 << " " << q8;
+  for (auto [f, msg] : {std::pair{"--cache-type-k f32", "-ctk f32: unknown KV cache type (supported: f16, q8_0, q4_0)"},
+                        std::pair{"-ctv q5_1", "-ctv q5_1: unknown KV cache type"}}) {
     auto r = run_command(run_base() + " " + f);
     EXPECT_EQ(r.exit_code, 1) << f << "\n" << r.output;
-    EXPECT_TRUE(has(r.output, "the KV cache is stored as f16 only")) << r.output;
+    EXPECT_TRUE(has(r.output, msg)) << r.output;
+  }
+  // The tiny model's head_dim is 16: the error names the flag and head_dim, on one line.
+  auto r = run_command(run_base() + " -ctk q8_0");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "-ctk/--cache-type-k q8_0 needs a head_dim that is a multiple of 32; "
+                            "this model's head_dim is 16"))
+      << r.output;
+}
+
+// -ctk/-ctv reach the session of every command that loads a model; a bad type is one line.
+TEST(LlamaFlags, CacheTypesOnEveryCommand) {
+  const std::string text = pi::testing::temp_path("flags_kvq.txt");
+  {
+    std::FILE* f = std::fopen(text.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    for (int i = 0; i < 40; ++i) std::fputs("the and of to in that he shall unto for his ", f);
+    std::fclose(f);
+  }
+  const std::string m = " -m " + model_hd32() + " ";
+  for (const std::string& sub :
+       {"batched" + m + "-p 'the' -n 4 -np 2", "perplexity" + m + "-f " + text + " -c 32",
+        "bench" + m + "-p 8 -n 4 -r 1", "batched-bench" + m + "-npp 8 -ntg 4 -npl 1,2 -c 64",
+        "embed" + m + "-p 'the and'", "run" + m + "-p 'the' -n 4 --device sim",
+        "serve" + m + "--port 0"}) {
+    if (sub.rfind("serve", 0) != 0) {  // a good type: serve would run until stopped
+      auto ok = run_command(kPi + sub + " -ctk q8_0 -ctv q4_0");
+      EXPECT_EQ(ok.exit_code, 0) << sub << "\n" << ok.output;
+    }
+    auto bad = run_command(kPi + sub + " -ctv q3_k");
+    EXPECT_EQ(bad.exit_code, 1) << sub << "\n" << bad.output;
+    size_t lines = 0;
+    for (size_t at = bad.output.find("-ctv q3_k: unknown KV cache type"); at != std::string::npos;
+         at = bad.output.find("-ctv q3_k: unknown KV cache type", at + 1))
+      ++lines;
+    EXPECT_EQ(lines, 1u) << sub << "\n" << bad.output;
   }
 }
 

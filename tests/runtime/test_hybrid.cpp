@@ -25,6 +25,7 @@
 #include "model/model.h"
 #include "model/tiny_model.h"
 #include "runtime/context.h"
+#include "runtime/kv_cache.h"
 
 namespace pi {
 namespace {
@@ -285,6 +286,41 @@ TEST(Hybrid, DenseFilesMoveWholeLayersAndMatchTheCpuBitForBit) {
   ASSERT_FALSE(too_many.ok());
   EXPECT_NE(too_many.error().message.find("-ngl 99 does not fit"), std::string::npos)
       << too_many.error().message;
+}
+
+// Quantized KV caches (-ctk/-ctv): the ledger counts each device layer's cells in their types
+// (exactly what the sim holds, run() checks), and the split runs bit for bit like the CPU.
+TEST(Hybrid, QuantizedKvCacheIsCountedInItsTypesAndMatchesTheCpu) {
+  const std::string path = testing::temp_path("hybrid_kvq.gguf");
+  testing::TinySpec spec = testing::tiny_variant("llama", DType::Q8_0, false, 2, false, 6);
+  spec.n_embd = 128;  // head_dim 32
+  ASSERT_TRUE(testing::write_tiny_model(spec, path).ok());
+  auto m = load(path);
+  ASSERT_NE(m, nullptr);
+  const runtime::KvTypes types{DType::Q4_0, DType::Q8_0};
+  runtime::ContextOptions cpu_o = options("cpu", std::nullopt);
+  cpu_o.kv_types = types;
+  const Trace cpu = run(*m, cpu_o);
+  runtime::ContextOptions o = options("sim", std::nullopt);
+  o.kv_types = types;
+  const uint64_t all = everything(*m, o);
+  ASSERT_LT(all, everything(*m));  // the f16 cache takes more
+  for (int k : {3, 8}) {
+    std::unique_ptr<runtime::Context> ctx;
+    runtime::Context* c = nullptr;
+    o.vram_budget = all / 8 * static_cast<uint64_t>(k);
+    const Trace t = run(*m, o, {}, &c, &ctx);
+    ASSERT_NE(c, nullptr);
+    EXPECT_TRUE(identical(t, cpu)) << "budget " << k << "/8";
+    uint64_t kv = 0;
+    for (const runtime::LedgerLine& l : c->hybrid()->ledger.lines())
+      if (l.what == "KV cache") kv += l.bytes;
+    const model::HParams& hp = m->hparams();
+    const uint64_t layer = runtime::KvCache::storage_bytes(hp, o.n_ctx, 1, types);
+    EXPECT_EQ(layer, static_cast<uint64_t>(o.n_ctx) * (2 * 18 + 2 * 34));  // n_embd_kv 64
+    EXPECT_EQ(kv, static_cast<uint64_t>(c->hybrid()->plan.n_dense_layers) *
+                      c->device().alloc_footprint(layer));
+  }
 }
 
 TEST(Hybrid, SynthFilesOfEveryArchAgainstTheCpu) {

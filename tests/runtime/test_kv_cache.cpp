@@ -70,6 +70,36 @@ TEST(KvCache, StorageAndViewLayout) {
   for (int64_t c0 = 0; c0 < 10; ++c0) EXPECT_EQ(c.cell_pos(c0), -1);
 }
 
+// Storage sized by the KV types: per layer K then V, each in its own type (Q8_0: 34 bytes per
+// 32 values, Q4_0: 18), and the block types refused for a head_dim that is not a multiple of 32.
+TEST(KvCache, StorageIsSizedByTheKvTypes) {
+  pi::model::HParams hp = small_hparams();
+  hp.head_dim = 32;
+  hp.n_embd = 128;  // n_embd_kv 64
+  const pi::runtime::KvTypes q8{pi::DType::Q8_0, pi::DType::Q8_0};
+  const pi::runtime::KvTypes mixed{pi::DType::Q4_0, pi::DType::F16};
+  EXPECT_EQ(KvCache::storage_bytes(hp, 10), 3u * 2 * 10 * 64 * 2);
+  EXPECT_EQ(KvCache::storage_bytes(hp, 10, q8), 3u * 2 * 10 * 2 * 34);
+  EXPECT_EQ(KvCache::storage_bytes(hp, 10, 1, mixed), 10u * (2 * 18 + 64 * 2));
+  pi::backend::CpuDevice dev(1);
+  KvCache c(hp, 10, dev.alloc(KvCache::storage_bytes(hp, 10, mixed), "KV cache").value(), mixed);
+  EXPECT_EQ(c.nbytes(), KvCache::storage_bytes(hp, 10, mixed));
+  const auto& L = c.view().layers;
+  const auto* k0 = reinterpret_cast<const uint8_t*>(L[0].k);
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(L[0].v) - k0, 10 * 2 * 18);
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(L[1].k) - k0, 10 * (2 * 18 + 64 * 2));
+  EXPECT_EQ(L[2].k_type, pi::DType::Q4_0);
+  EXPECT_EQ(L[2].v_type, pi::DType::F16);
+  EXPECT_TRUE(pi::runtime::check_kv_types(hp, q8).ok());
+  hp.head_dim = 16;
+  const auto bad = pi::runtime::check_kv_types(hp, mixed);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message,
+            "-ctk/--cache-type-k q4_0 needs a head_dim that is a multiple of 32; this model's "
+            "head_dim is 16");
+  EXPECT_TRUE(pi::runtime::check_kv_types(hp, {}).ok());
+}
+
 TEST(KvCache, FindSlotIsConstAndCommitAdvances) {
   KvCache c(small_hparams(), 10);
   KvSlot s = plan(c, 4, 0, 0);

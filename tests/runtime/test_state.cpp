@@ -5,8 +5,11 @@
 // the sim and the CPU by layers). Every bad file (another model, truncated at any point of
 // the format, garbage, missing) and every misuse (a context too small, a sequence out of
 // range or in use) is a one-line error naming the file, and the session is unchanged.
+// Quantized KV caches (-ctk/-ctv q8_0, q4_0) save and restore their blocks, and a file of
+// other KV types is refused; their logits stay close to the f16 cache's.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -35,6 +38,8 @@ struct Config {
   int64_t n_ctx = 64;
   float temperature = 0.0f;
   uint64_t seed = 7;
+  pi::KvCacheType kv_k = pi::KvCacheType::F16;
+  pi::KvCacheType kv_v = pi::KvCacheType::F16;
 };
 
 std::unique_ptr<pi::Session> make_session(const pi::Engine& e, const Config& s) {
@@ -48,6 +53,8 @@ std::unique_ptr<pi::Session> make_session(const pi::Engine& e, const Config& s) 
   o.sampling.temperature = s.temperature;
   o.sampling.repeat_penalty = 1.3f;  // the penalty window must be restored too
   o.sampling.seed = s.seed;
+  o.kv_type_k = s.kv_k;
+  o.kv_type_v = s.kv_v;
   o.gpu_index = pi::testing::temp_path("state.gpuidx");
   o.reset_gpu_index = true;
   auto r = pi::Session::create(e, o);
@@ -139,6 +146,84 @@ TEST(SavedState, SimDeviceWholeAndSplitCache) {
   expect_restored_continues(*e, s);  // every layer's cells on the sim
   s.n_gpu_layers = 1;                // layer 0 on the sim, layer 1 on the CPU
   expect_restored_continues(*e, s);
+}
+
+// A tiny model whose head_dim (128 / 4) is a multiple of 32, as the block KV types need.
+TinySpec hd32_spec() {
+  TinySpec spec;
+  spec.n_embd = 128;
+  return spec;
+}
+
+TEST(SavedState, QuantizedKvCachesRestoreOnCpuAndSim) {
+  auto e = load_engine("state_kvq.gguf", hd32_spec());
+  ASSERT_NE(e, nullptr);
+  Config s;
+  s.temperature = 0.8f;
+  s.kv_k = s.kv_v = pi::KvCacheType::Q8_0;
+  expect_restored_continues(*e, s);
+  const auto q8_bytes = std::filesystem::file_size(pi::testing::temp_path("state_cpu.bin"));
+  s.kv_k = pi::KvCacheType::Q4_0;  // keys q4_0, values q8_0
+  expect_restored_continues(*e, s);
+  EXPECT_LT(std::filesystem::file_size(pi::testing::temp_path("state_cpu.bin")), q8_bytes);
+  s.device = "sim";
+  s.n_gpu_layers = 1;  // layer 0's cells on the sim, layer 1's on the CPU
+  expect_restored_continues(*e, s);
+}
+
+TEST(SavedState, AFileOfOtherKvTypesIsRefused) {
+  auto e = load_engine("state_kvq_mismatch.gguf", hd32_spec());
+  ASSERT_NE(e, nullptr);
+  Config q8;
+  q8.kv_k = q8.kv_v = pi::KvCacheType::Q8_0;
+  const std::string path = save_prompt(*e, q8, "state_kvq_mismatch.bin");
+  for (auto [k, v] : {std::pair{pi::KvCacheType::F16, pi::KvCacheType::F16},
+                      std::pair{pi::KvCacheType::Q8_0, pi::KvCacheType::Q4_0}}) {
+    Config other;
+    other.kv_k = k;
+    other.kv_v = v;
+    auto s = make_session(*e, other);
+    auto r = s->load_state(0, path);
+    ASSERT_FALSE(r.ok());
+    const std::string& msg = r.error().message;
+    EXPECT_NE(msg.find("a KV cache of keys q8_0 and values q8_0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("-ctk/-ctv must match"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_EQ(s->seq_pos_max(0), -1);
+  }
+}
+
+// The logits of a prompt over a q8_0 cache stay close to the f16 cache's (q4_0: looser), on the
+// CPU and the simulated GPU.
+TEST(QuantizedKv, LogitsStayCloseToF16) {
+  auto e = load_engine("kvq_logits.gguf", hd32_spec());
+  ASSERT_NE(e, nullptr);
+  for (const char* device : {"cpu", "sim"}) {
+    Config f16;
+    f16.device = device;
+    auto base = make_session(*e, f16);
+    ASSERT_TRUE(base->prompt(prompt_tokens()).ok());
+    const std::vector<float> want(base->logits().begin(), base->logits().end());
+    double rms = 0.0;
+    for (float x : want) rms += static_cast<double>(x) * x;
+    rms = std::sqrt(rms / static_cast<double>(want.size()));
+    for (auto [t, rel] : {std::pair{pi::KvCacheType::Q8_0, 0.02}, std::pair{pi::KvCacheType::Q4_0, 0.15}}) {
+      Config q = f16;
+      q.kv_k = q.kv_v = t;
+      auto s = make_session(*e, q);
+      ASSERT_TRUE(s->prompt(prompt_tokens()).ok());
+      const std::span<const float> got = s->logits();
+      ASSERT_EQ(got.size(), want.size());
+      double err = 0.0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double d = static_cast<double>(got[i]) - want[i];
+        err += d * d;
+      }
+      err = std::sqrt(err / static_cast<double>(want.size()));
+      EXPECT_LT(err, rel * rms) << device << " " << pi::kv_cache_type_name(t);
+      EXPECT_GT(err, 0.0) << device << " " << pi::kv_cache_type_name(t) << ": not quantized?";
+    }
+  }
 }
 
 TEST(SavedState, FileFromTheCpuRestoresOnTheSim) {

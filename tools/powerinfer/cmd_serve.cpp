@@ -139,7 +139,10 @@ int serve(const ServeOptions& o) {
     http.stop();
     http_thread.join();
   };
-  if (Status f = check_model_flags(o.flags); !f.ok()) return fail(f.error().message);
+  if (Status f = check_model_flags(o.flags); !f.ok()) {
+    stop_http();
+    return fail(f.error().message);
+  }
   auto engine = Engine::load(*model, load_options(o.flags, o.load));
   if (!engine.ok()) {
     stop_http();

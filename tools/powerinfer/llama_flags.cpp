@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstring>
 #include <string_view>
+#include <tuple>
 
 #include "backend/registry.h"
 #include "core/log.h"
@@ -100,9 +101,12 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_option("--flash-attn", f.flash_attn,
                   "on, off or auto (llama.cpp's -fa): accepted, no effect (attention reads the KV "
                   "cache in one streaming pass already)");
-  sub->add_option("--cache-type-k", f.cache_type_k, "KV cache type of keys (-ctk): f16 only")
+  sub->add_option("--cache-type-k", f.cache_type_k,
+                  "KV cache type of keys (-ctk): f16, q8_0 (about half the bytes) or q4_0 (about "
+                  "a quarter); q8_0/q4_0 need head_dim a multiple of 32")
       ->capture_default_str();
-  sub->add_option("--cache-type-v", f.cache_type_v, "KV cache type of values (-ctv): f16 only")
+  sub->add_option("--cache-type-v", f.cache_type_v,
+                  "KV cache type of values (-ctv): f16, q8_0 or q4_0, as -ctk")
       ->capture_default_str();
   sub->add_flag("--mlock", f.mlock,
                 "Lock the model in RAM so it is never paged out (a warning when the lock fails, "
@@ -120,8 +124,8 @@ Status check_model_flags(const ModelFlags& f) {
   for (const auto& [flag, v] : {std::pair{"-ctk", &f.cache_type_k}, {"-ctv", &f.cache_type_v}}) {
     std::string lower = *v;
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (lower != "f16") {
-      return err("%s %s: the KV cache is stored as f16 only (supported: f16)", flag, v->c_str());
+    if (!kv_cache_type_from_name(lower)) {
+      return err("%s %s: unknown KV cache type (supported: f16, q8_0, q4_0)", flag, v->c_str());
     }
   }
   if (f.n_gpu_layers < -1)
@@ -147,6 +151,14 @@ Result<std::optional<uint64_t>> vram_budget_bytes(const std::string& gib) {
 
 Status apply_hybrid_flags(const ModelFlags& f, SessionOptions& so) {
   so.repack = f.repack;
+  for (auto [flag, name, type] : {std::tuple{"-ctk", &f.cache_type_k, &so.kv_type_k},
+                                  std::tuple{"-ctv", &f.cache_type_v, &so.kv_type_v}}) {
+    std::string lower = *name;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const auto t = kv_cache_type_from_name(lower);
+    if (!t) return err("%s %s: unknown KV cache type (supported: f16, q8_0, q4_0)", flag, name->c_str());
+    *type = *t;
+  }
   auto budget = vram_budget_bytes(f.vram_budget);
   if (!budget.ok()) return budget.error();
   if (backend::is_host_device(so.device)) {

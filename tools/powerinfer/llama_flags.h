@@ -29,8 +29,8 @@ struct ModelFlags {
   bool reset_gpu_index = false;
   bool disable_gpu_index = false;
   std::string flash_attn;            // -fa/--flash-attn on|off|auto: accepted, no effect
-  std::string cache_type_k = "f16";  // -ctk/--cache-type-k: f16 only
-  std::string cache_type_v = "f16";  // -ctv/--cache-type-v: f16 only
+  std::string cache_type_k = "f16";  // -ctk/--cache-type-k: f16, q8_0, q4_0
+  std::string cache_type_v = "f16";  // -ctv/--cache-type-v: f16, q8_0, q4_0
   bool mlock = false;                // --mlock: lock the model in RAM
   bool check_tensors = false;        // --check-tensors: scan every weight for NaN/Inf at load
   bool repack = true;                // --no-repack: transposed weights as in the file on the CPU
@@ -40,7 +40,7 @@ struct ModelFlags {
 // --check-tensors and --no-repack on `sub` (main() maps -fa, -ctk, -ctv onto the long names).
 void add_model_flags(CLI::App* sub, ModelFlags& f);
 
-// Refuses unsupported values (cache types other than f16, -ngl below -1, -fa values other
+// Refuses unsupported values (cache types other than f16, q8_0 and q4_0, -ngl below -1, -fa values other
 // than on/off/auto) and logs the notes for accepted no-ops (-ngl without a GPU, -fa).
 Status check_model_flags(const ModelFlags& f);
 
@@ -55,7 +55,8 @@ void add_load_flags(CLI::App* sub, ModelLoad& load);
 Result<std::optional<uint64_t>> vram_budget_bytes(const std::string& gib);
 
 // The hybrid flags into `so` (its device already set): the budget, statistics, index and -ngl;
-// warns when they cannot apply (a host device). Also --no-repack, which applies everywhere.
+// warns when they cannot apply (a host device). Also --no-repack and the KV cache types
+// (-ctk/-ctv), which apply everywhere.
 Status apply_hybrid_flags(const ModelFlags& f, SessionOptions& so);
 
 // Rewrites llama.cpp's one-dash spellings to the names CLI11 knows (-ngl, -fa [on|off|auto],

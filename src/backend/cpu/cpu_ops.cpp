@@ -171,14 +171,20 @@ void CpuOps::rope(const RopeParams& p, float* X, int64_t m, int64_t n_heads, con
 
 namespace {
 
-// K, V f32 [n_embd_kv] -> f16 contents of cell c, head by head (on the calling thread: one
-// cell is small).
+// K, V f32 [n_embd_kv] -> contents of cell c in the layer's types, head by head (on the
+// calling thread: one cell is small). Block types are quantized per 32 values by the
+// reference quantizer, so every device stores the same bytes.
 void store_cell(const cpu::Kernels& k, ThreadPool& pool, const float* K, const float* V,
                 int64_t n_embd_kv, int64_t head_dim, const KvLayer& kv, int64_t c) {
   for (int64_t h = 0; h < n_embd_kv / head_dim; ++h) {
-    const int64_t at = h * kv.head_stride + c * kv.cell_stride;
-    k.to_f16(pool, K + h * head_dim, kv.k + at, head_dim);
-    k.to_f16(pool, V + h * head_dim, kv.v + at, head_dim);
+    if (kv.k_type == DType::F16)
+      k.to_f16(pool, K + h * head_dim, reinterpret_cast<uint16_t*>(kv.k_at(h, c)), head_dim);
+    else
+      ref::store_kv_row(kv.k_type, K + h * head_dim, head_dim, kv.k_at(h, c));
+    if (kv.v_type == DType::F16)
+      k.to_f16(pool, V + h * head_dim, reinterpret_cast<uint16_t*>(kv.v_at(h, c)), head_dim);
+    else
+      ref::store_kv_row(kv.v_type, V + h * head_dim, head_dim, kv.v_at(h, c));
   }
 }
 
@@ -197,6 +203,8 @@ void CpuOps::attention(const AttnParams& p, const float* Q, int64_t m, const KvL
   cpu::AttentionDims d{p.n_head, p.n_head_kv, p.head_dim, p.scale};
   d.head_stride = kv.head_stride;
   d.cell_stride = kv.cell_stride;
+  d.k_type = kv.k_type;
+  d.v_type = kv.v_type;
   k_.attention_cells(pool_, d, Q, m, b.attn_cells, b.attn_begin, b.attn_len, kv.k, kv.v, out);
 }
 

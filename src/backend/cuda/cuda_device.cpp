@@ -188,6 +188,9 @@ bool CudaDevice::supports(Op op, DType t) const {
       return gpu::decodable(t);
     case Op::Mask:
       return true;
+    case Op::StoreKv:
+    case Op::Attention:  // f32 activations over a cache of a KV type (op_params.h)
+      return t == DType::F32 || kv_type_supported(t);
     default:
       return t == DType::F32;
   }

@@ -176,6 +176,7 @@ class CudaOps final : public Ops {
   void store_kv(const AttnParams& p, const float* K, const float* V, int64_t m, const KvLayer& kv,
                 const int32_t* cells) override {
     begin();
+    if (!known_kv(kv, "store_kv")) return;
     void* dc = nullptr;
     if (!stage("store_kv", StageKey::kCells, {{cells, bytes(m, 4)}}, &dc)) return;
     launched(gpu::store_kv(K, V, m, p.n_head_kv, p.head_dim, kv_ref(kv),
@@ -186,6 +187,7 @@ class CudaOps final : public Ops {
   void attention(const AttnParams& p, const float* Q, int64_t m, const KvLayer& kv,
                  const KvBatch& b, float* out) override {
     begin();
+    if (!known_kv(kv, "attention")) return;
     int64_t max_len = 0, n_cells = 0;
     for (int64_t i = 0; i < m; ++i) {
       max_len = std::max(max_len, b.attn_len[i]);
@@ -328,8 +330,26 @@ class CudaOps final : public Ops {
     return gpu::GemmScratch{im_.arena.tile, static_cast<int64_t>(CudaArena::kTile / 4),
                             im_.arena.gather, static_cast<int64_t>(CudaArena::kGather / 4)};
   }
+  // The KV kernels' kind of a KV type (F16, Q8_0, Q4_0); -1 for any other.
+  static int32_t kv_kind(DType t) {
+    switch (t) {
+      case DType::F16: return gpu::kKvF16;
+      case DType::Q8_0: return gpu::kKvQ8_0;
+      case DType::Q4_0: return gpu::kKvQ4_0;
+      default: return -1;
+    }
+  }
+  // A layer of a type the kernels do not know is refused with the device's error.
+  bool known_kv(const KvLayer& kv, const char* op) {
+    if (kv_kind(kv.k_type) >= 0 && kv_kind(kv.v_type) >= 0) return true;
+    im_.check(err("cuda: %s: a %s/%s KV cache is not supported (f16, q8_0, q4_0)", op,
+                  std::string(dtype_name(kv.k_type)).c_str(),
+                  std::string(dtype_name(kv.v_type)).c_str()));
+    return false;
+  }
   static gpu::KvRef kv_ref(const KvLayer& kv) {
-    return gpu::KvRef{kv.k, kv.v, kv.head_stride, kv.cell_stride};
+    return gpu::KvRef{kv.k, kv.v, kv.head_stride, kv.cell_stride, kv_kind(kv.k_type),
+                      kv_kind(kv.v_type)};
   }
 
   // The kernels' view of a weight; a view off its type's natural alignment (2 bytes; 4 for

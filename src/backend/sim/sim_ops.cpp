@@ -175,7 +175,10 @@ class SimOps final : public Ops {
   }
   Vector dev(const Vector& v) const { return Vector{im_.real(v.data), v.n}; }
   KvLayer dev(const KvLayer& kv) const {
-    return KvLayer{im_.real(kv.k), im_.real(kv.v), kv.head_stride, kv.cell_stride};
+    KvLayer r = kv;
+    r.k = im_.real(kv.k);
+    r.v = im_.real(kv.v);
+    return r;
   }
 
   SimDevice::Impl& im_;

@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "tensor/dtype.h"
+#include "tensor/quant.h"
+
 #include "kernels/cpu/avx2_leaves.h"
 
 namespace pi::cpu::detail {
@@ -42,6 +45,21 @@ inline float vhmax(VF a) {
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
   s = _mm_max_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+// kLanes int8 quants, or the low / high nibbles of kLanes bytes less 8 (Q4_0), as floats.
+inline VF vload_i8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256i load_u8x8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+inline VF vload_q4lo(const uint8_t* p) {
+  const __m256i q = _mm256_and_si256(load_u8x8(p), _mm256_set1_epi32(0x0F));
+  return _mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(8)));
+}
+inline VF vload_q4hi(const uint8_t* p) {
+  const __m256i q = _mm256_srli_epi32(load_u8x8(p), 4);
+  return _mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(8)));
 }
 inline VF vload_f16(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));

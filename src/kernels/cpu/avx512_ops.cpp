@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "tensor/dtype.h"
+#include "tensor/quant.h"
+
 #include "kernels/cpu/avx512_leaves.h"
 
 namespace pi::cpu::detail {
@@ -32,6 +35,21 @@ inline VF vmax(VF a, VF b) { return _mm512_max_ps(a, b); }
 inline VF vmax0(VF a) { return _mm512_max_ps(_mm512_setzero_ps(), a); }
 inline float vsum(VF a) { return _mm512_reduce_add_ps(a); }
 inline float vhmax(VF a) { return _mm512_reduce_max_ps(a); }
+// kLanes int8 quants, or the low / high nibbles of kLanes bytes less 8 (Q4_0), as floats.
+inline VF vload_i8(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m512i load_u8x16(const uint8_t* p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline VF vload_q4lo(const uint8_t* p) {
+  const __m512i q = _mm512_and_si512(load_u8x16(p), _mm512_set1_epi32(0x0F));
+  return _mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(8)));
+}
+inline VF vload_q4hi(const uint8_t* p) {
+  const __m512i q = _mm512_srli_epi32(load_u8x16(p), 4);
+  return _mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(8)));
+}
 inline VF vload_f16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }

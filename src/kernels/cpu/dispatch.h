@@ -58,13 +58,22 @@ struct AxpyTask {
 // One query head over n_ctx KV cells: out[0:head_dim] = softmax(scale * q.K^T) V over
 // cells [0, n_ctx), or over cells[0 .. n_ctx) in that order when `cells` is set (scores and
 // sums follow the list order, so a list 0, 1, ..., n_ctx-1 gives the same bits as no list).
-// k, v point at the head's part of cell 0; cell stride kv_stride elements.
+// k, v point at the head's part of cell 0; cell stride kv_stride elements (f16 K and V).
+// When k_type or v_type is a block type (Q8_0, Q4_0; head_dim a multiple of 32) the rows are
+// read through kb, vb instead: the head's part of cell 0, cells kb_stride / vb_stride bytes
+// apart (those are set for every type).
 // scores: scratch [n_ctx].
 struct AttnHeadTask {
   const float* q;
   const uint16_t* k;
   const uint16_t* v;
   int64_t kv_stride;
+  DType k_type = DType::F16;
+  DType v_type = DType::F16;
+  const uint8_t* kb = nullptr;
+  const uint8_t* vb = nullptr;
+  int64_t kb_stride = 0;
+  int64_t vb_stride = 0;
   const int32_t* cells;  // nullptr: cells 0 .. n_ctx-1
   int64_t n_ctx;
   int64_t head_dim;

@@ -72,6 +72,11 @@ struct AttentionDims {
   // head_dim, cell_stride = head_dim) lets one head's keys and values stream contiguously.
   int64_t head_stride = 0;
   int64_t cell_stride = 0;
+  // Types of the cached keys and values: F16 (bit patterns) or Q8_0 / Q4_0 (tensor/quant.h
+  // blocks of 32 along head_dim; head_dim and the strides must then be multiples of 32).
+  // Strides still count values: a row starts row_bytes(type, offset in values) bytes in.
+  DType k_type = DType::F16;
+  DType v_type = DType::F16;
 };
 
 // The kernels of one ISA. A Kernels object is a small immutable value (a pointer to the
@@ -168,7 +173,8 @@ class Kernels {
   // input (NaN included).
   void to_f16(ThreadPool& pool, const float* x, uint16_t* y, int64_t n) const;
 
-  // ---- Attention over an f16 KV cache -----------------------------------------------------
+  // ---- Attention over an f16 (or Q8_0 / Q4_0, AttentionDims) KV cache ----------------------
+  // The cache pointers are the first bytes of K and V whatever their types.
 
   // One query token over cells [0, n_ctx_used):
   // q: f32 [n_head, head_dim]; k_cache, v_cache: f16 bits in the dims' layout, at least

@@ -122,6 +122,18 @@ void attention_heads(ThreadPool& pool, const detail::KernelTable& kt, const Atte
   const int64_t group = d.n_head / d.n_kv_head;
   const int64_t head_stride = d.head_stride != 0 ? d.head_stride : d.head_dim;
   const int64_t cell_stride = d.cell_stride != 0 ? d.cell_stride : d.n_kv_head * d.head_dim;
+  const auto block_ok = [&](DType t) {
+    const int64_t bs = dtype_info(t).block_size;
+    return (t == DType::F16 || t == DType::Q8_0 || t == DType::Q4_0) && d.head_dim % bs == 0 &&
+           head_stride % bs == 0 && cell_stride % bs == 0;
+  };
+  detail::require(block_ok(d.k_type) && block_ok(d.v_type),
+                  "attention: KV types must be F16, Q8_0 or Q4_0 with head_dim and strides "
+                  "multiples of their block size");
+  const auto* kbytes = reinterpret_cast<const uint8_t*>(k_cache);
+  const auto* vbytes = reinterpret_cast<const uint8_t*>(v_cache);
+  const auto kb_stride = static_cast<int64_t>(row_bytes(d.k_type, cell_stride));
+  const auto vb_stride = static_cast<int64_t>(row_bytes(d.v_type, cell_stride));
   int64_t max_ctx = 1;
   for (int64_t i = 0; i < qs.n_q; ++i) max_ctx = std::max(max_ctx, qs.n_ctx(i));
   detail::Scratch scratch;
@@ -137,6 +149,12 @@ void attention_heads(ThreadPool& pool, const detail::KernelTable& kt, const Atte
         t.k = k_cache + kvh * head_stride;
         t.v = v_cache + kvh * head_stride;
         t.kv_stride = cell_stride;
+        t.k_type = d.k_type;
+        t.v_type = d.v_type;
+        t.kb = kbytes + row_bytes(d.k_type, kvh * head_stride);
+        t.vb = vbytes + row_bytes(d.v_type, kvh * head_stride);
+        t.kb_stride = kb_stride;
+        t.vb_stride = vb_stride;
         t.cells = qs.cells != nullptr ? qs.cells + qs.begin[i] : nullptr;
         t.n_ctx = qs.n_ctx(i);
         t.head_dim = d.head_dim;

@@ -45,6 +45,14 @@ inline VF vmax(VF a, VF b) { return each([&](int l) { return a.v[l] > b.v[l] ? a
 // max(x, 0) that propagates NaN.
 inline VF vmax0(VF a) { return each([&](int l) { return a.v[l] < 0.0f ? 0.0f : a.v[l]; }); }
 inline VF vexp(VF a) { return each([&](int l) { return std::exp(a.v[l]); }); }
+// kLanes int8 quants, or the low / high nibbles of kLanes bytes less 8 (Q4_0), as floats.
+inline VF vload_i8(const int8_t* p) { return each([p](int l) { return static_cast<float>(p[l]); }); }
+inline VF vload_q4lo(const uint8_t* p) {
+  return each([p](int l) { return static_cast<float>((p[l] & 0x0F) - 8); });
+}
+inline VF vload_q4hi(const uint8_t* p) {
+  return each([p](int l) { return static_cast<float>((p[l] >> 4) - 8); });
+}
 inline VF vload_f16(const uint16_t* p) { return each([p](int l) { return half_to_float(p[l]); }); }
 inline VF vload_f16_n(const uint16_t* p, int n) {
   return each([=](int l) { return l < n ? half_to_float(p[l]) : 0.0f; });

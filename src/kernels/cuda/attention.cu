@@ -1,9 +1,11 @@
 // Chunk kernel: a block of 128 threads per (chunk, head, token). The query head goes to shared
 // memory; lane groups take the chunk's cells in turn (group g: cells g, g + 4, ...), lanes the
-// head's dimensions, and write score = scale * q · k; the block's max and sum of exp in fixed
+// head's dimensions (each key and value element decoded by kv_elem: f16, or a Q8_0 / Q4_0
+// block's d * q), and write score = scale * q · k; the block's max and sum of exp in fixed
 // order; then thread d accumulates sum over the chunk's cells, in order, of p * v[d].
 // Combine kernel: a block per (head, token), thread d over the head's dimensions.
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/hd_kv.h"
 #include "kernels/cuda/hd_scalar.h"
 #include "kernels/cuda/vendor.cuh"
 
@@ -51,10 +53,13 @@ __global__ void __launch_bounds__(kThreads)
   float* score = sh + hd;
   for (int64_t d = threadIdx.x; d < hd; d += kThreads) q[d] = Q[t * a.n_head * hd + h * hd + d];
   __syncthreads();
+  const auto* kb = reinterpret_cast<const uint8_t*>(kv.k);
+  const auto* vb = reinterpret_cast<const uint8_t*>(kv.v);
   for (int64_t j = j0 + group_id(); j < j1; j += kGroups) {
-    const uint16_t* k = kv.k + g * kv.head_stride + cell_at(l, t, j) * kv.cell_stride;
+    const uint8_t* k =
+        kb + kv_bytes(kv.k_kind, g * kv.head_stride + cell_at(l, t, j) * kv.cell_stride);
     float s = 0.0f;
-    for (int64_t d = lane_id(); d < hd; d += kGroup) s = fmaf(q[d], half_to_float(k[d]), s);
+    for (int64_t d = lane_id(); d < hd; d += kGroup) s = fmaf(q[d], kv_elem(kv.k_kind, k, d), s);
     s = group_sum(s);
     if (lane_id() == 0) score[j - j0] = s * a.scale;
   }
@@ -73,8 +78,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t d = threadIdx.x; d < hd; d += kThreads) {
     float o = 0.0f;
     for (int64_t j = j0; j < j1; ++j) {
-      const uint16_t* v = kv.v + g * kv.head_stride + cell_at(l, t, j) * kv.cell_stride;
-      o = fmaf(score[j - j0], half_to_float(v[d]), o);
+      const uint8_t* v =
+          vb + kv_bytes(kv.v_kind, g * kv.head_stride + cell_at(l, t, j) * kv.cell_stride);
+      o = fmaf(score[j - j0], kv_elem(kv.v_kind, v, d), o);
     }
     out[d] = o;
   }

@@ -1,4 +1,4 @@
-// Attention over the f16 KV cache by cell lists (Ops::attention): query row i (f32
+// Attention over the KV cache (f16, Q8_0 or Q4_0 keys and values: KvRef) by cell lists (Ops::attention): query row i (f32
 // [n_head, head_dim]) attends the cells of its list in order; query head h reads kv head
 // h / (n_head / n_head_kv). Split over cells for long lists: a token's list of L cells is cut
 // into attn_chunks(L) consecutive chunks, each chunk's block keeps its maximum score, its sum

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/hd_blocks.h"
 #include "kernels/cuda/hd_elementwise.h"
+#include "kernels/cuda/hd_kv.h"
 #include "kernels/cuda/hd_q8.h"
 #include "kernels/cuda/hd_raw.h"
 #include "kernels/cuda/hd_reduce.h"
@@ -36,6 +37,49 @@ std::vector<float> gaussian(int64_t n, uint32_t seed, float sigma = 1.0f) {
   std::vector<float> v(static_cast<size_t>(n));
   for (auto& e : v) e = d(rng);
   return v;
+}
+
+// The KV store's block writer is the reference quantizer byte for byte, and attention's element
+// reads decode as the reference dequantizer, for Q8_0 and Q4_0 (random rows at several scales,
+// ties of magnitude, zeros, huge and tiny values, NaN), and f16 rows as the f16 conversion.
+TEST(CudaHostMath, KvBlocksQuantizeAndDecodeAsTheReference) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<std::vector<float>> rows;
+  for (float scale : {1.0f, 1e-3f, 300.0f, 1e-30f}) {
+    std::vector<float> r(96);
+    for (float& x : r) x = nd(rng) * scale;
+    rows.push_back(r);
+  }
+  std::vector<float> special(96, 0.0f);  // a zero block, then ties and extremes, then NaN
+  for (int j = 32; j < 64; ++j) special[j] = (j % 2 ? 2.5f : -2.5f) * static_cast<float>(j % 5);
+  special[40] = 65000.0f;
+  special[70] = std::numeric_limits<float>::quiet_NaN();
+  special[71] = -7.0f;
+  rows.push_back(special);
+  for (auto [kind, t] : {std::pair{kKvQ8_0, DType::Q8_0}, std::pair{kKvQ4_0, DType::Q4_0}}) {
+    for (const auto& r : rows) {
+      const int64_t n = static_cast<int64_t>(r.size());
+      std::vector<uint8_t> want(row_bytes(t, n)), got(want.size());
+      ASSERT_TRUE(quantize_row(t, r.data(), want.data(), n).ok());
+      for (int64_t b = 0; b < n / kKvBlock; ++b)
+        kv_quantize_block(kind, r.data() + b * kKvBlock, got.data() + kv_bytes(kind, b * kKvBlock));
+      EXPECT_EQ(got, want) << dtype_name(t);
+      EXPECT_EQ(kv_bytes(kind, n), static_cast<int64_t>(want.size()));
+      std::vector<float> dec(static_cast<size_t>(n));
+      ASSERT_TRUE(dequantize_row(t, want.data(), dec.data(), n).ok());
+      for (int64_t d = 0; d < n; ++d) {
+        const float e = kv_elem(kind, want.data(), d);
+        ASSERT_EQ(std::memcmp(&dec[static_cast<size_t>(d)], &e, 4), 0)
+            << dtype_name(t) << " element " << d;
+      }
+    }
+  }
+  std::vector<uint16_t> h(64);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_f16(nd(rng));
+  for (int64_t d = 0; d < 64; ++d)
+    EXPECT_EQ(kv_elem(kKvF16, reinterpret_cast<const uint8_t*>(h.data()), d), f16_to_f32(h[d]));
+  EXPECT_EQ(kv_bytes(kKvF16, 64), 128);
 }
 
 TEST(CudaHostMath, HalfToFloatIsExactForEveryHalf) {

@@ -19,6 +19,8 @@ constexpr const char* kStatsFp = "powerinfer.gpu_index.stats_fingerprint";
 constexpr const char* kGranularity = "powerinfer.gpu_index.granularity";
 constexpr const char* kNCtx = "powerinfer.gpu_index.n_ctx";
 constexpr const char* kNBatch = "powerinfer.gpu_index.n_batch";
+constexpr const char* kKvTypeK = "powerinfer.gpu_index.kv_type_k";
+constexpr const char* kKvTypeV = "powerinfer.gpu_index.kv_type_v";
 constexpr const char* kDenseLayers = "powerinfer.gpu_index.dense_layers";
 constexpr const char* kHead = "powerinfer.gpu_index.head_on_device";
 
@@ -66,6 +68,8 @@ IndexKey index_key(const gguf::File& model, const ActivationStats* stats, const 
   key.budget = req.budget;
   key.n_ctx = req.n_ctx;
   key.n_batch = req.n_batch;
+  key.kv_type_k = req.kv_type_k;
+  key.kv_type_v = req.kv_type_v;
   return key;
 }
 
@@ -83,6 +87,8 @@ Status write_gpu_index(const std::string& path, const PlacementPlan& plan, const
   PI_TRY(w.add_kv(kGranularity, gguf::Value(static_cast<uint32_t>(key.granularity))));
   PI_TRY(w.add_kv(kNCtx, gguf::Value(static_cast<uint64_t>(key.n_ctx))));
   PI_TRY(w.add_kv(kNBatch, gguf::Value(static_cast<uint64_t>(key.n_batch))));
+  PI_TRY(w.add_kv(kKvTypeK, gguf::Value(static_cast<uint32_t>(key.kv_type_k))));
+  PI_TRY(w.add_kv(kKvTypeV, gguf::Value(static_cast<uint32_t>(key.kv_type_v))));
   PI_TRY(w.add_kv(kDenseLayers, gguf::Value(static_cast<uint32_t>(plan.n_dense_layers))));
   PI_TRY(w.add_kv(kHead, gguf::Value(plan.head_on_device)));
   std::vector<std::vector<int32_t>> masks(plan.layers.size());
@@ -180,6 +186,18 @@ Result<GpuIndex> read_gpu_index(const std::string& path) {
     }
     idx.has_key = true;
     idx.key = IndexKey{*mfp, *sfp, *g, idx.vram_capacity, *n_ctx, *n_batch};
+    // Files written before the KV cache had types: f16, the only type then.
+    for (auto [name, out] : {std::pair{kKvTypeK, &idx.key.kv_type_k}, std::pair{kKvTypeV, &idx.key.kv_type_v}}) {
+      if (f->find(name) == nullptr) continue;
+      auto t = f->get_int(name);
+      if (!t.ok()) return t.error();
+      if (*t != static_cast<int64_t>(DType::F16) && *t != static_cast<int64_t>(DType::Q8_0) &&
+          *t != static_cast<int64_t>(DType::Q4_0)) {
+        return err("%s: %s %lld is not a KV cache type (f16 1, q8_0 8, q4_0 2)", path.c_str(), name,
+                   static_cast<long long>(*t));
+      }
+      *out = static_cast<DType>(*t);
+    }
     idx.n_dense_layers = *dense;
     idx.head_on_device = std::get<bool>(head->data);
   }
@@ -209,6 +227,11 @@ Status check_index_matches(const GpuIndex& idx, const IndexKey& key,
   if (idx.key.granularity != key.granularity) return differs("granularity", idx.key.granularity, key.granularity);
   if (idx.key.n_ctx != key.n_ctx) return differs("n_ctx", idx.key.n_ctx, key.n_ctx);
   if (idx.key.n_batch != key.n_batch) return differs("n_batch", idx.key.n_batch, key.n_batch);
+  if (idx.key.kv_type_k != key.kv_type_k || idx.key.kv_type_v != key.kv_type_v) {
+    return err("%s: solved for a KV cache of %s/%s (K/V), now %s/%s", path.c_str(),
+               std::string(dtype_name(idx.key.kv_type_k)).c_str(), std::string(dtype_name(idx.key.kv_type_v)).c_str(),
+               std::string(dtype_name(key.kv_type_k)).c_str(), std::string(dtype_name(key.kv_type_v)).c_str());
+  }
   return Status::Ok();
 }
 

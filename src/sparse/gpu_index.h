@@ -12,6 +12,8 @@
 //   powerinfer.gpu_index.granularity        u32
 //   powerinfer.gpu_index.n_ctx              u64  context and batch the scratch and KV were sized for
 //   powerinfer.gpu_index.n_batch            u64
+//   powerinfer.gpu_index.kv_type_k          u32  the KV cache's key and value types (ggml ids;
+//   powerinfer.gpu_index.kv_type_v          u32  absent in files written before -ctk/-ctv: f16)
 //   powerinfer.gpu_index.dense_layers       u32  layers 0..n-1 have their dense block on the device
 //   powerinfer.gpu_index.head_on_device     bool
 // A cached index is used only when every one of these and the budget equal the request;
@@ -26,6 +28,7 @@
 #include "core/error.h"
 #include "sparse/activation_stats.h"
 #include "sparse/placement.h"
+#include "tensor/dtype.h"
 
 namespace pi::gguf {
 class File;
@@ -44,6 +47,8 @@ struct IndexKey {
   uint64_t budget = 0;
   int64_t n_ctx = 0;
   int64_t n_batch = 0;
+  DType kv_type_k = DType::F16;  // the KV bytes counted per layer depend on them
+  DType kv_type_v = DType::F16;
 };
 
 struct GpuIndex {

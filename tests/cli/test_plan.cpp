@@ -60,6 +60,16 @@ TEST_F(PlanCli, PlansWithinTheBudgetAndReusesTheIndexOnlyForTheSameRequest) {
   EXPECT_EQ(r.output.find("plan: loaded from"), std::string::npos) << r.output;
   r = plan("-m " + model() + " --vram-budget 0.004 --stats " + stats() + " -c 128 --reset-gpu-index");
   EXPECT_NE(r.output.find("--reset-gpu-index"), std::string::npos) << r.output;
+  // A quantized KV cache takes fewer device bytes: the index of an f16 one is not reused.
+  r = plan("-m " + model() + " --vram-budget 0.004 --stats " + stats() + " -c 128 -ctk q8_0 -ctv q4_0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("KV cache of f16/f16"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(KV q8_0/q4_0)"), std::string::npos) << r.output;
+  r = plan("-m " + model() + " --vram-budget 0.004 --stats " + stats() + " -c 128 -ctk q8_0 -ctv q4_0");
+  EXPECT_NE(r.output.find("plan: loaded from"), std::string::npos) << r.output;
+  r = plan("-m " + model() + " --vram-budget 0.004 --stats " + stats() + " -ctk q5_1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("-ctk q5_1: unknown KV cache type"), std::string::npos) << r.output;
 
   r = plan("-m " + model() + " --vram-budget 0.004 --stats " + stats() + " --json --sweep 9 --no-write-index");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -180,16 +180,22 @@ TEST(GpuIndex, RoundTripKeepsThePlan) {
   ASSERT_GT(plan->n_device_neurons(), 0);
   const std::string path = dir + "/m.gguf.generated.gpuidx";
   const std::vector<int64_t> n_ff(12, 64);
-  ASSERT_TRUE(write_gpu_index(path, *plan, key_for(p), n_ff).ok());
+  IndexKey key = key_for(p);
+  key.kv_type_k = DType::Q8_0;
+  key.kv_type_v = DType::Q4_0;
+  ASSERT_TRUE(write_gpu_index(path, *plan, key, n_ff).ok());
   auto idx = read_gpu_index(path);
   ASSERT_TRUE(idx.ok()) << idx.error().message;
   EXPECT_EQ(idx->vram_capacity, p.budget);
   ASSERT_TRUE(idx->has_key);
-  EXPECT_EQ(idx->key.model_fingerprint, key_for(p).model_fingerprint);
+  EXPECT_EQ(idx->key.model_fingerprint, key.model_fingerprint);
+  EXPECT_EQ(idx->key.kv_type_k, DType::Q8_0);
+  EXPECT_EQ(idx->key.kv_type_v, DType::Q4_0);
   EXPECT_EQ(idx->n_dense_layers, plan->n_dense_layers);
   EXPECT_EQ(idx->head_on_device, plan->head_on_device);
   for (size_t l = 0; l < 12; ++l) EXPECT_EQ(idx->hot[l], plan->layers[l].device_neurons) << l;
-  EXPECT_TRUE(check_index_matches(*idx, key_for(p), n_ff, path).ok());
+  EXPECT_TRUE(check_index_matches(*idx, key, n_ff, path).ok());
+  EXPECT_FALSE(check_index_matches(*idx, key_for(p), n_ff, path).ok());  // f16 KV
   std::filesystem::remove_all(dir);
 }
 
@@ -255,7 +261,8 @@ TEST(GpuIndex, StaleForeignAndDamagedIndexesAreSolvedAgain) {
   EXPECT_TRUE(plan_with_index(path, p, key, {})->loaded);  // rewritten for the new budget
 
   for (auto [field, text] : {std::pair{0, "another model"}, {1, "statistics"}, {2, "granularity"},
-                             {3, "n_ctx"}, {4, "n_batch"}}) {
+                             {3, "n_ctx"}, {4, "n_batch"}, {5, "KV cache of f16/f16"},
+                             {6, "now f16/q4_0"}}) {
     IndexKey k = key;
     PlacementProblem q = p;
     if (field == 0) k.model_fingerprint = "fnv1a64:1111111111111111";
@@ -263,6 +270,8 @@ TEST(GpuIndex, StaleForeignAndDamagedIndexesAreSolvedAgain) {
     if (field == 2) q.granularity = k.granularity = 8;
     if (field == 3) k.n_ctx = 512;
     if (field == 4) k.n_batch = 64;
+    if (field == 5) k.kv_type_k = DType::Q8_0;  // the KV bytes per layer differ
+    if (field == 6) k.kv_type_v = DType::Q4_0;
     IndexOptions no_write;
     no_write.write = false;
     auto r = plan_with_index(path, q, k, no_write);

@@ -20,12 +20,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "cli_checks.h"
 #include "commands.h"
 #include "core/log.h"
 #include "model/model.h"
 #include "runtime/context.h"
+#include "runtime/kv_cache.h"
 #include "sparse/activation_stats.h"
 #include "sparse/gpu_index.h"
 #include "sparse/placement.h"
@@ -41,6 +43,8 @@ struct PlanOptions {
   int64_t n_ctx = 0;
   int64_t n_batch = 512;
   int64_t granularity = 32;
+  std::string cache_type_k = "f16";  // -ctk/-ctv: the KV bytes counted on the device
+  std::string cache_type_v = "f16";
   std::string index;  // empty: <model>.generated.gpuidx
   bool json = false;
   bool reset_index = false;
@@ -59,9 +63,10 @@ void print_text(const PlanOptions& o, const model::Model& m, const sparse::Index
   std::printf("model: %s (%s, %s, %lld layers, n_ff %lld)\n", o.model.c_str(), hp.arch_name.c_str(),
               hp.powerinfer ? "PowerInfer: hot neurons on the device" : "GGUF: whole layers",
               static_cast<long long>(hp.n_layer), static_cast<long long>(hp.n_ff));
-  std::printf("request: budget %.3f GiB (%llu bytes), n_ctx %lld, n_batch %lld, granularity %lld\n",
+  std::printf("request: budget %.3f GiB (%llu bytes), n_ctx %lld (KV %s/%s), n_batch %lld, granularity %lld\n",
               static_cast<double>(p.budget) / 1073741824.0, static_cast<unsigned long long>(p.budget),
-              static_cast<long long>(req.n_ctx), static_cast<long long>(req.n_batch),
+              static_cast<long long>(req.n_ctx), std::string(dtype_name(req.kv_type_k)).c_str(),
+              std::string(dtype_name(req.kv_type_v)).c_str(), static_cast<long long>(req.n_batch),
               static_cast<long long>(p.granularity));
   if (ip.loaded) std::printf("plan: loaded from %s\n", index_path.c_str());
   else std::printf("plan: solved (%s)%s\n", ip.reason.c_str(), p.exact ? "" : ", greedy (3+ row sizes)");
@@ -167,9 +172,17 @@ int run_plan(const PlanOptions& o) {
   if (o.n_ctx < 0) return fail(err("-c must be >= 0 (got %lld)", static_cast<long long>(o.n_ctx)));
   if (o.n_batch < 1) return fail(err("-b must be >= 1 (got %lld)", static_cast<long long>(o.n_batch)));
   if (o.sweep < 0 || o.sweep > 10000) return fail(err("--sweep must be 0..10000 (got %d)", o.sweep));
+  runtime::KvTypes kv;
+  for (auto [flag, name, type] : {std::tuple{"-ctk", &o.cache_type_k, &kv.k}, std::tuple{"-ctv", &o.cache_type_v, &kv.v}}) {
+    if (*name == "f16") *type = DType::F16;
+    else if (*name == "q8_0") *type = DType::Q8_0;
+    else if (*name == "q4_0") *type = DType::Q4_0;
+    else return fail(err("%s %s: unknown KV cache type (supported: f16, q8_0, q4_0)", flag, name->c_str()));
+  }
   auto model = model::Model::load(o.model);
   if (!model.ok()) return fail(model.error());
   const model::Model& m = **model;
+  if (Status s = runtime::check_kv_types(m.hparams(), kv); !s.ok()) return fail(s.error());
   std::optional<sparse::ActivationStats> stats;
   if (!o.stats.empty()) {
     auto s = sparse::read_activation_stats(o.stats);
@@ -188,6 +201,8 @@ int run_plan(const PlanOptions& o) {
   req.budget = *budget;
   req.n_ctx = runtime::resolve_n_ctx(m.hparams(), o.n_ctx);
   req.n_batch = std::min(o.n_batch, req.n_ctx);
+  req.kv_type_k = kv.k;
+  req.kv_type_v = kv.v;
   req.granularity = o.granularity;
   req.allow_neurons = !o.disable_index;
   auto problem = sparse::placement_problem(m, stats ? &*stats : nullptr, req);
@@ -239,6 +254,11 @@ Runner add_plan(CLI::App& app) {
                   "convert_activations.py); required for PowerInfer files");
   sub->add_option("-c,--ctx-size", o->n_ctx, "Context the KV cache is sized for (0: the model's, at most 4096)");
   sub->add_option("-b,--batch-size", o->n_batch, "Tokens per step: sizes the scratch");
+  sub->add_option("--cache-type-k", o->cache_type_k,
+                  "KV cache type of keys (-ctk) the plan counts on the device: f16, q8_0 or q4_0, as run's")
+      ->capture_default_str();
+  sub->add_option("--cache-type-v", o->cache_type_v, "KV cache type of values (-ctv): f16, q8_0 or q4_0")
+      ->capture_default_str();
   sub->add_option("--granularity", o->granularity, "Device neuron rows are allocated in multiples of this");
   sub->add_option("--gpu-index", o->index, "Index file (default: MODEL.generated.gpuidx)");
   sub->add_flag("--reset-gpu-index", o->reset_index, "Solve again even if the index matches");

@@ -185,6 +185,15 @@ typedef struct pi_sampling {
 
 PI_API pi_sampling pi_sampling_default(void);
 
+/* The types the KV cache stores keys and values in (llama.cpp's -ctk/-ctv): Q8_0 takes about
+ * half the bytes of F16, Q4_0 about a quarter; both need the model's head_dim to be a multiple
+ * of 32. Attention reads the quantized blocks directly. */
+typedef enum pi_kv_type {
+  PI_KV_F16 = 0,
+  PI_KV_Q8_0 = 1,
+  PI_KV_Q4_0 = 2
+} pi_kv_type;
+
 typedef struct pi_session_options {
   int64_t n_ctx;   /* KV positions; 0: the model's training context, at most 4096 */
   int64_t n_batch; /* prompt tokens per forward pass; default 512 */
@@ -202,6 +211,8 @@ typedef struct pi_session_options {
   int32_t n_gpu_layers;   /* hybrid, dense placements: whole layers on the device; -1: fit */
   const char* gpu_index;  /* hybrid: the plan's index file; NULL: MODEL.generated.gpuidx */
   const char* activation_stats; /* hybrid: activation statistics; NULL: beside the model */
+  int32_t type_k; /* pi_kv_type of the cached keys; default PI_KV_F16 */
+  int32_t type_v; /* pi_kv_type of the cached values; default PI_KV_F16 */
 } pi_session_options;
 
 PI_API pi_session_options pi_session_options_default(void);
@@ -268,6 +279,40 @@ PI_API void pi_session_reset(pi_session* session);
 
 PI_API int64_t pi_session_n_ctx(const pi_session* session);
 PI_API int64_t pi_session_n_past(const pi_session* session); /* tokens in the context */
+
+/* ---- Embeddings ------------------------------------------------------------------------ */
+
+/* How the hidden states of an input's tokens (after the output norm) become one vector. */
+typedef enum pi_pooling {
+  PI_POOLING_MEAN = 0, /* the average over every token (llama.cpp --pooling mean) */
+  PI_POOLING_LAST = 1, /* the last token's state */
+  PI_POOLING_CLS = 2   /* the first token's state */
+} pi_pooling;
+
+/* Embeds one input: its n tokens are evaluated as sequence 0 from position 0 (whatever it held
+ * is removed; it is left empty) without the output head, and the pooled vector, divided by its
+ * Euclidean norm when `normalize`, is written to out[0..n_embd) when cap >= n_embd. Returns
+ * n_embd (call with cap 0 to size the buffer), or -1 with the reason in pi_session_error()
+ * (no tokens, a bad token id or pooling, a full context). */
+PI_API int32_t pi_session_embed(pi_session* session, const int32_t* tokens, size_t n,
+                                int32_t pooling, bool normalize, float* out, int32_t cap);
+
+/* ---- Saved state (prompt caches) --------------------------------------------------------- */
+
+/* Writes sequence seq's KV cells to a file with a header naming the model (its fingerprint),
+ * the KV cache types and the n token ids it holds at positions 0..n-1 (the caller keeps them:
+ * the session does not). The sequence must hold exactly those positions. *bytes_written
+ * (may be NULL) is set to the file's size. */
+PI_API pi_status pi_session_state_save(pi_session* session, int32_t seq, const char* path,
+                                       const int32_t* tokens, size_t n, uint64_t* bytes_written);
+/* Restores a file written by pi_session_state_save into sequence seq, which must hold nothing:
+ * afterwards the session is as if it had fed the file's tokens (pi_session_logits() is the
+ * last one's; sampling continues byte-identically). The file's token ids go to
+ * tokens[0..min(n, cap)) and *n_tokens (may be NULL) is set to n. Fails with one line naming
+ * the file, changing nothing (PI_ERR_LOAD), for a missing, truncated or damaged file, one of
+ * another model or KV cache type, or more tokens than the free cells hold. */
+PI_API pi_status pi_session_state_load(pi_session* session, int32_t seq, const char* path,
+                                       int32_t* tokens, size_t cap, size_t* n_tokens);
 
 typedef struct pi_timings {
   double prompt_ms;  int64_t n_prompt; /* tokens fed by pi_session_prompt */

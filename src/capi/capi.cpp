@@ -12,6 +12,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "chat/chat_template.h"
@@ -300,6 +301,8 @@ pi_session_options pi_session_options_default(void) {
   o.n_gpu_layers = d.n_gpu_layers;
   o.gpu_index = nullptr;
   o.activation_stats = nullptr;
+  o.type_k = PI_KV_F16;
+  o.type_v = PI_KV_F16;
   return o;
 }
 
@@ -330,6 +333,17 @@ pi_status pi_session_create(const pi_engine* engine, const pi_session_options* o
     so.n_gpu_layers = o.n_gpu_layers;
     if (o.gpu_index != nullptr) so.gpu_index = o.gpu_index;
     if (o.activation_stats != nullptr) so.activation_stats = o.activation_stats;
+    for (auto [what, in, type] : {std::tuple{"type_k", o.type_k, &so.kv_type_k},
+                                  std::tuple{"type_v", o.type_v, &so.kv_type_v}}) {
+      switch (in) {
+        case PI_KV_F16: *type = pi::KvCacheType::F16; break;
+        case PI_KV_Q8_0: *type = pi::KvCacheType::Q8_0; break;
+        case PI_KV_Q4_0: *type = pi::KvCacheType::Q4_0; break;
+        default:
+          return pi::err("pi_session_options.%s %d is not a pi_kv_type (F16 0, Q8_0 1, Q4_0 2)", what,
+                         static_cast<int>(in));
+      }
+    }
     auto created = pi::Session::create(*engine->engine, so);
     if (!created.ok()) return created.error();
     s.session = std::move(*created);
@@ -441,6 +455,63 @@ int32_t pi_session_seq_pos_max(const pi_session* session, int32_t seq) {
 
 void pi_session_reset(pi_session* session) {
   if (session_ready(session)) session->session->reset();
+}
+
+int32_t pi_session_embed(pi_session* session, const int32_t* tokens, size_t n, int32_t pooling,
+                         bool normalize, float* out, int32_t cap) {
+  if (!session_ready(session)) return -1;
+  if ((tokens == nullptr && n > 0) || (out == nullptr && cap > 0)) {
+    session->error = "pi_session_embed: a NULL argument";
+    return -1;
+  }
+  pi::EmbedParams p;
+  switch (pooling) {
+    case PI_POOLING_MEAN: p.pooling = pi::Pooling::Mean; break;
+    case PI_POOLING_LAST: p.pooling = pi::Pooling::Last; break;
+    case PI_POOLING_CLS: p.pooling = pi::Pooling::Cls; break;
+    default:
+      session->error = "pi_session_embed: pooling " + std::to_string(pooling) +
+                       " is not a pi_pooling (MEAN 0, LAST 1, CLS 2)";
+      return -1;
+  }
+  p.normalize = normalize;
+  std::vector<float> v;
+  const pi_status st = guarded(session->error, PI_ERR_INVALID_ARGUMENT,
+                               [&] { return session->session->embed({tokens, n}, p, v); });
+  if (st != PI_OK) return -1;
+  const auto n_embd = static_cast<int32_t>(v.size());
+  if (cap >= n_embd) std::memcpy(out, v.data(), v.size() * sizeof(float));
+  return n_embd;
+}
+
+pi_status pi_session_state_save(pi_session* session, int32_t seq, const char* path,
+                                const int32_t* tokens, size_t n, uint64_t* bytes_written) {
+  if (session == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  if (!session_ready(session)) return invalid(session->error, "the session failed to be created");
+  if (path == nullptr || (tokens == nullptr && n > 0))
+    return invalid(session->error, "pi_session_state_save: a NULL argument");
+  return guarded(session->error, PI_ERR_INVALID_ARGUMENT, [&]() -> pi::Status {
+    auto r = session->session->save_state(seq, path, {tokens, n});
+    if (!r.ok()) return r.error();
+    if (bytes_written != nullptr) *bytes_written = *r;
+    return pi::Status::Ok();
+  });
+}
+
+pi_status pi_session_state_load(pi_session* session, int32_t seq, const char* path, int32_t* tokens,
+                                size_t cap, size_t* n_tokens) {
+  if (session == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  if (!session_ready(session)) return invalid(session->error, "the session failed to be created");
+  if (path == nullptr || (tokens == nullptr && cap > 0))
+    return invalid(session->error, "pi_session_state_load: a NULL argument");
+  return guarded(session->error, PI_ERR_LOAD, [&]() -> pi::Status {
+    auto r = session->session->load_state(seq, path);
+    if (!r.ok()) return r.error();
+    const size_t n = r->tokens.size();
+    if (n > 0 && cap > 0) std::memcpy(tokens, r->tokens.data(), std::min(n, cap) * sizeof(int32_t));
+    if (n_tokens != nullptr) *n_tokens = n;
+    return pi::Status::Ok();
+  });
 }
 
 int64_t pi_session_n_ctx(const pi_session* session) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "powerinfer/engine.h"
 #include "powerinfer/grammar.h"
 #include "powerinfer/powerinfer.h"
@@ -212,6 +214,138 @@ TEST(CApi, GrammarConstrainsSamplingAsInTheCppApi) {
   EXPECT_NE(std::string(pi_session_error(bad)).find("grammar: line 1"), std::string::npos)
       << pi_session_error(bad);
   pi_session_free(bad);
+}
+
+// A quantized KV cache: q8_0 keys and values equal the C++ API's session of the same types,
+// token for token; an unknown type is refused by name.
+TEST(CApi, KvCacheTypesAsInTheCppApi) {
+  Loaded l;
+  const std::vector<int32_t> prompt = tokenize(l.e, "In the beginning God created");
+  pi_session_options o = greedy();
+  o.type_k = PI_KV_Q8_0;
+  o.type_v = PI_KV_Q4_0;
+  pi_session* s = session(l.e, o);
+  ASSERT_EQ(pi_session_prompt(s, prompt.data(), prompt.size()), PI_OK) << pi_session_error(s);
+  std::vector<int32_t> got;
+  for (int i = 0; i < 12; ++i) {
+    got.push_back(pi_session_sample(s));
+    ASSERT_EQ(pi_session_advance(s, got.back()), PI_OK);
+  }
+  pi_session_free(s);
+
+  auto engine = pi::Engine::load(kModel);
+  ASSERT_TRUE(engine.ok());
+  pi::SessionOptions so;
+  so.sampling.temperature = 0;
+  so.n_threads = 1;
+  so.kv_type_k = pi::KvCacheType::Q8_0;
+  so.kv_type_v = pi::KvCacheType::Q4_0;
+  auto cpp = pi::Session::create(**engine, so);
+  ASSERT_TRUE(cpp.ok());
+  ASSERT_TRUE((*cpp)->prompt(prompt).ok());
+  std::vector<int32_t> want;
+  for (int i = 0; i < 12; ++i) {
+    want.push_back((*cpp)->sample());
+    ASSERT_TRUE((*cpp)->advance(want.back()).ok());
+  }
+  EXPECT_EQ(got, want);
+
+  o.type_v = 7;
+  pi_session* bad = nullptr;
+  EXPECT_EQ(pi_session_create(l.e, &o, &bad), PI_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pi_session_error(bad)).find("type_v 7 is not a pi_kv_type"), std::string::npos)
+      << pi_session_error(bad);
+  pi_session_free(bad);
+}
+
+// Embeddings: the C++ API's vector, the size-query convention, bad pooling and no tokens.
+TEST(CApi, EmbeddingsEqualTheCppApi) {
+  Loaded l;
+  pi_session* s = session(l.e, greedy());
+  const std::vector<int32_t> toks = tokenize(l.e, "Blessed are the meek");
+  const int32_t n_embd = pi_session_embed(s, toks.data(), toks.size(), PI_POOLING_MEAN, true, nullptr, 0);
+  pi_model_info info{};
+  ASSERT_EQ(pi_engine_info(l.e, &info), PI_OK);
+  ASSERT_EQ(n_embd, info.n_embd) << pi_session_error(s);
+  std::vector<float> v(static_cast<size_t>(n_embd));
+  ASSERT_EQ(pi_session_embed(s, toks.data(), toks.size(), PI_POOLING_MEAN, true, v.data(), n_embd), n_embd);
+  double norm = 0;
+  for (float x : v) norm += double(x) * x;
+  EXPECT_NEAR(norm, 1.0, 1e-5);
+
+  auto engine = pi::Engine::load(kModel);
+  ASSERT_TRUE(engine.ok());
+  pi::SessionOptions so;
+  so.n_threads = 1;
+  auto cpp = pi::Session::create(**engine, so);
+  ASSERT_TRUE(cpp.ok());
+  for (auto [pooling, cpp_pooling] : {std::pair{PI_POOLING_MEAN, pi::Pooling::Mean},
+                                      {PI_POOLING_LAST, pi::Pooling::Last}, {PI_POOLING_CLS, pi::Pooling::Cls}}) {
+    std::vector<float> want;
+    ASSERT_TRUE((*cpp)->embed(toks, {.pooling = cpp_pooling, .normalize = false}, want).ok());
+    ASSERT_EQ(pi_session_embed(s, toks.data(), toks.size(), pooling, false, v.data(), n_embd), n_embd);
+    EXPECT_EQ(v, want) << pooling;
+  }
+  EXPECT_EQ(pi_session_embed(s, toks.data(), toks.size(), 5, true, v.data(), n_embd), -1);
+  EXPECT_NE(std::string(pi_session_error(s)).find("pooling 5"), std::string::npos) << pi_session_error(s);
+  EXPECT_EQ(pi_session_embed(s, toks.data(), 0, PI_POOLING_MEAN, true, v.data(), n_embd), -1);
+  EXPECT_EQ(pi_session_embed(nullptr, toks.data(), toks.size(), PI_POOLING_MEAN, true, v.data(), n_embd), -1);
+  pi_session_free(s);
+}
+
+// A saved prompt: restored into a fresh session it continues exactly as the session that
+// evaluated it; a truncated file and a file of another KV type are PI_ERR_LOAD, naming the file.
+TEST(CApi, SavedStateContinuesAsTheSessionThatEvaluatedIt) {
+  Loaded l;
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("pi_capi_state_" + std::to_string(::getpid()) + ".bin")).string();
+  const std::vector<int32_t> prompt = tokenize(l.e, "And the earth was without form, and void");
+  pi_session* a = session(l.e, greedy());
+  ASSERT_EQ(pi_session_prompt(a, prompt.data(), prompt.size()), PI_OK);
+  uint64_t bytes = 0;
+  ASSERT_EQ(pi_session_state_save(a, 0, path.c_str(), prompt.data(), prompt.size(), &bytes), PI_OK)
+      << pi_session_error(a);
+  EXPECT_EQ(bytes, std::filesystem::file_size(path));
+  std::vector<int32_t> want;
+  for (int i = 0; i < 10; ++i) {
+    want.push_back(pi_session_sample(a));
+    ASSERT_EQ(pi_session_advance(a, want.back()), PI_OK);
+  }
+  // The sequence now holds more positions than the tokens given: refused.
+  EXPECT_NE(pi_session_state_save(a, 0, path.c_str(), prompt.data(), prompt.size(), nullptr), PI_OK);
+  pi_session_free(a);
+
+  pi_session* b = session(l.e, greedy());
+  size_t n = 0;
+  ASSERT_EQ(pi_session_state_load(b, 0, path.c_str(), nullptr, 0, &n), PI_OK) << pi_session_error(b);
+  EXPECT_EQ(n, prompt.size());
+  EXPECT_EQ(pi_session_n_past(b), static_cast<int64_t>(prompt.size()));
+  std::vector<int32_t> got;
+  for (int i = 0; i < 10; ++i) {
+    got.push_back(pi_session_sample(b));
+    ASSERT_EQ(pi_session_advance(b, got.back()), PI_OK);
+  }
+  EXPECT_EQ(got, want);
+  pi_session_reset(b);
+  std::vector<int32_t> ids(prompt.size());
+  ASSERT_EQ(pi_session_state_load(b, 0, path.c_str(), ids.data(), ids.size(), &n), PI_OK);
+  EXPECT_EQ(ids, prompt);
+  pi_session_free(b);
+
+  pi_session_options q8 = greedy();
+  q8.type_k = PI_KV_Q8_0;
+  pi_session* c = session(l.e, q8);
+  EXPECT_EQ(pi_session_state_load(c, 0, path.c_str(), nullptr, 0, nullptr), PI_ERR_LOAD);
+  EXPECT_NE(std::string(pi_session_error(c)).find(path), std::string::npos) << pi_session_error(c);
+  EXPECT_EQ(pi_session_n_past(c), 0);
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 100);
+  pi_session_free(c);
+  pi_session* d = session(l.e, greedy());
+  EXPECT_EQ(pi_session_state_load(d, 0, path.c_str(), nullptr, 0, nullptr), PI_ERR_LOAD);
+  EXPECT_NE(std::string(pi_session_error(d)).find(path), std::string::npos) << pi_session_error(d);
+  EXPECT_EQ(pi_session_state_load(d, 0, nullptr, nullptr, 0, nullptr), PI_ERR_INVALID_ARGUMENT);
+  pi_session_free(d);
+  std::filesystem::remove(path);
 }
 
 // Two sequences: one prompt, forked, decoded together; each equals a one-sequence run of its

@@ -26,8 +26,8 @@ __all__ = ["Engine", "Session", "ChatSession", "Error", "json_schema_to_grammar"
 
 _SAMPLING = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
              "presence_penalty", "frequency_penalty", "seed")
-_SESSION = ("n_ctx", "n_batch", "n_threads", "dense", "device", "vram_budget", "n_gpu_layers",
-            "grammar", "json_schema")
+_SESSION = ("n_ctx", "n_batch", "n_threads", "n_seq_max", "dense", "device", "vram_budget",
+            "n_gpu_layers", "grammar", "json_schema", "cache_type_k", "cache_type_v")
 
 
 def json_schema_to_grammar(schema) -> str:
@@ -50,8 +50,9 @@ def _utf8_prefix(data: bytes) -> int:
 class Session:
     """A KV cache, a sampler and a thread pool over an Engine: feed text, generate, repeat.
 
-    Keyword options: n_ctx, n_batch, n_threads, dense, device, vram_budget (bytes),
-    n_gpu_layers and the sampling settings temperature, top_k, top_p, min_p, repeat_penalty,
+    Keyword options: n_ctx, n_batch, n_threads, n_seq_max (sequences embed() evaluates
+    together), dense, device, vram_budget (bytes), n_gpu_layers, cache_type_k and
+    cache_type_v (the KV cache's types: "f16", "q8_0" or "q4_0") and the sampling settings temperature, top_k, top_p, min_p, repeat_penalty,
     repeat_last_n, presence_penalty, frequency_penalty, seed; constrained output: grammar
     (GBNF text) or json_schema (a dict or JSON text): generation stops when the text is
     complete.
@@ -68,6 +69,7 @@ class Session:
                 raise TypeError("give grammar or json_schema, not both")
             opts["grammar"] = json_schema_to_grammar(schema)
         self._s = _Session.create(engine._e, **opts)
+        self._tokens: list[int] = []  # what the context holds, for save_state
 
     @property
     def n_past(self) -> int:
@@ -81,8 +83,44 @@ class Session:
     def timings(self) -> dict:
         return self._s.timings
 
+    @property
+    def tokens(self) -> list[int]:
+        """The token ids the session's context holds, in order."""
+        return list(self._tokens)
+
     def reset(self) -> None:
         self._s.reset()
+        self._tokens = []
+
+    def embed(self, inputs: str | Sequence[int] | Sequence[str | Sequence[int]], pooling: str = "mean",
+              normalize: bool = True):
+        """Embedding vectors (lists of n_embd floats) pooled from the final hidden states:
+        "mean", "last" or "cls" pooling, divided by their Euclidean norm when normalize.
+        One input (text or token ids) gives one vector; a list of inputs a list of them.
+        Embedding uses the session's context, which is empty afterwards."""
+        single = isinstance(inputs, str) or (len(inputs) > 0 and isinstance(inputs[0], int))
+        items = [inputs] if single else list(inputs)
+        if not items:
+            raise Error("embed: no inputs")
+        add_bos = self.engine._e.add_bos
+        toks = [self.engine.tokenize(x, add_bos=add_bos) if isinstance(x, str) else list(x) for x in items]
+        self._tokens = []
+        rows = self._s.embed(toks, pooling, normalize)
+        self._s.reset()
+        return rows[0] if single else rows
+
+    def save_state(self, path: str) -> int:
+        """Writes the context (its KV cache and tokens) to a file that load_state restores,
+        as run --prompt-cache does; returns the bytes written."""
+        return self._s.save_state(path, self._tokens)
+
+    def load_state(self, path: str) -> list[int]:
+        """Restores a file written by save_state into this empty session (of the same model
+        and KV cache types): generation continues as if its tokens had been fed. Returns them."""
+        if self.n_past:
+            raise Error(f"{path}: load_state needs an empty session (reset() first)")
+        self._tokens = list(self._s.load_state(path))
+        return list(self._tokens)
 
     def feed(self, text_or_tokens: str | Sequence[int], add_bos: bool | None = None) -> None:
         """Evaluates text (tokenized with special tokens parsed; BOS first when the session is
@@ -94,6 +132,7 @@ class Session:
         else:
             tokens = list(text_or_tokens)
         self._s.prompt(tokens)
+        self._tokens += tokens
 
     def stream(self, max_tokens: int = 128, stop_at_eog: bool = True) -> Iterator[str]:
         """Generates up to max_tokens tokens, yielding text as it becomes valid UTF-8."""
@@ -109,6 +148,7 @@ class Session:
             if self._s.grammar_done():  # the grammar's text is complete: t ends it
                 break
             self._s.advance(t)
+            self._tokens.append(t)
             cut = _utf8_prefix(pending)
             if cut:
                 yield pending[:cut].decode("utf-8", errors="replace")
@@ -148,6 +188,7 @@ class ChatSession:
             self.messages.append(("assistant", "".join(answer)))
             # The answer is fed again next turn as the template lays it out.
             self.session._s.seq_rm(0, start, -1)
+            del self.session._tokens[start:]
 
         it = run()
         return it if stream else "".join(it)
@@ -175,6 +216,14 @@ class Engine:
 
     def chat_session(self, template: str = "", system: str | None = None, **opts) -> ChatSession:
         return ChatSession(self, template, system, **opts)
+
+    def embed(self, inputs, pooling: str = "mean", normalize: bool = True, **opts):
+        """Embedding vectors of one input (text or token ids) or a list of them, as
+        `powerinfer embed` computes them (Session.embed); several inputs are evaluated together,
+        up to 8 sequences at a time unless n_seq_max is given."""
+        several = not isinstance(inputs, str) and len(inputs) > 0 and not isinstance(inputs[0], int)
+        opts.setdefault("n_seq_max", max(1, min(len(inputs), 8)) if several else 1)
+        return Session(self, **opts).embed(inputs, pooling, normalize)
 
     def generate(self, prompt: str, max_tokens: int = 128, stream: bool = False, **opts):
         """Text generated after `prompt` (a fresh session with the options given)."""

@@ -11,6 +11,8 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,6 +76,12 @@ pi::SamplingParams sampling(float temperature, int32_t top_k, float top_p, float
   p.frequency_penalty = frequency_penalty;
   p.seed = seed;
   return p;
+}
+
+pi::KvCacheType kv_type(const char* what, const std::string& name) {
+  const auto t = pi::kv_cache_type_from_name(name);
+  if (!t) raise(pi::err("%s '%s': unknown KV cache type (supported: f16, q8_0, q4_0)", what, name.c_str()));
+  return *t;
 }
 
 }  // namespace
@@ -170,7 +178,7 @@ NB_MODULE(_powerinfer, m) {
              float temperature, int32_t top_k, float top_p, float min_p, float repeat_penalty,
              int32_t repeat_last_n, float presence_penalty, float frequency_penalty, uint64_t seed,
              bool dense, const std::string& device, std::optional<uint64_t> vram_budget, int n_gpu_layers,
-             const std::string& grammar) {
+             const std::string& grammar, const std::string& cache_type_k, const std::string& cache_type_v) {
             pi::SessionOptions o;
             o.n_ctx = n_ctx;
             o.n_batch = n_batch;
@@ -183,6 +191,8 @@ NB_MODULE(_powerinfer, m) {
             o.device = device;
             o.vram_budget = vram_budget;
             o.n_gpu_layers = n_gpu_layers;
+            o.kv_type_k = kv_type("cache_type_k", cache_type_k);
+            o.kv_type_v = kv_type("cache_type_v", cache_type_v);
             pi::Result<std::unique_ptr<pi::Session>> r = pi::Error{};
             {
               nb::gil_scoped_release unlocked;
@@ -198,6 +208,7 @@ NB_MODULE(_powerinfer, m) {
           "repeat_penalty"_a = 1.0f, "repeat_last_n"_a = 64, "presence_penalty"_a = 0.0f,
           "frequency_penalty"_a = 0.0f, "seed"_a = 0, "dense"_a = false, "device"_a = "cpu",
           "vram_budget"_a = nb::none(), "n_gpu_layers"_a = -1, "grammar"_a = "",
+          "cache_type_k"_a = "f16", "cache_type_v"_a = "f16",
           nb::keep_alive<0, 1>())
       .def("prompt",
            [](PySession& s, const std::vector<int32_t>& tokens) {
@@ -221,6 +232,62 @@ NB_MODULE(_powerinfer, m) {
            })
       .def("seq_rm", [](PySession& s, int32_t seq, int32_t p0, int32_t p1) { check(s.session->seq_rm(seq, p0, p1)); },
            "seq"_a, "p0"_a, "p1"_a = -1)
+      .def("embed",
+           [](PySession& s, const std::vector<std::vector<int32_t>>& inputs, const std::string& pooling,
+              bool normalize) {
+             const auto pool = pi::parse_pooling(pooling);
+             if (!pool) raise(pi::err("pooling '%s': expected mean, last or cls", pooling.c_str()));
+             // Inputs go in groups of at most n_seq_max sequences whose tokens fit the context
+             // together (each its own sequence); one input longer than the context fails.
+             const size_t max_seqs = static_cast<size_t>(s.session->n_seq_max());
+             const auto n_ctx = static_cast<size_t>(s.session->n_ctx());
+             std::vector<std::vector<float>> rows;
+             std::vector<float> out;
+             for (size_t i = 0; i < inputs.size();) {
+               std::vector<pi::EmbedInput> in;
+               size_t used = 0;
+               while (i < inputs.size() && in.size() < max_seqs &&
+                      (in.empty() || used + inputs[i].size() <= n_ctx)) {
+                 in.push_back({static_cast<int32_t>(in.size()), inputs[i]});
+                 used += inputs[i].size();
+                 ++i;
+               }
+               pi::Status st;
+               {
+                 nb::gil_scoped_release unlocked;
+                 st = s.session->embed(in, {.pooling = *pool, .normalize = normalize}, out);
+               }
+               check(st);
+               const size_t n_embd = out.size() / in.size();
+               for (size_t j = 0; j < in.size(); ++j)
+                 rows.emplace_back(out.begin() + static_cast<std::ptrdiff_t>(j * n_embd),
+                                   out.begin() + static_cast<std::ptrdiff_t>((j + 1) * n_embd));
+             }
+             return rows;
+           },
+           "inputs"_a, "pooling"_a = "mean", "normalize"_a = true)
+      .def("save_state",
+           [](PySession& s, const std::string& path, const std::vector<int32_t>& tokens, int32_t seq) {
+             pi::Result<uint64_t> r = pi::Error{};
+             {
+               nb::gil_scoped_release unlocked;
+               r = s.session->save_state(seq, path, tokens);
+             }
+             if (!r.ok()) raise(r.error());
+             return *r;
+           },
+           "path"_a, "tokens"_a, "seq"_a = 0)
+      .def("load_state",
+           [](PySession& s, const std::string& path, int32_t seq) {
+             pi::Result<pi::SavedState> r = pi::Error{};
+             {
+               nb::gil_scoped_release unlocked;
+               r = s.session->load_state(seq, path);
+             }
+             if (!r.ok()) raise(r.error());
+             return r->tokens;
+           },
+           "path"_a, "seq"_a = 0)
       .def("reset", [](PySession& s) { s.session->reset(); })
       .def_prop_ro("n_past", [](const PySession& s) { return s.session->n_past(); })
       .def_prop_ro("n_ctx", [](const PySession& s) { return s.session->n_ctx(); })

@@ -136,3 +136,57 @@ def test_grammar_and_json_schema_match_run(engine):
         engine.generate("x", json_schema={"type": "string", "pattern": "a"})
     with pytest.raises(powerinfer.Error, match="grammar: line 1"):
         engine.generate("x", grammar="root ::= (")
+
+
+def test_embeddings_equal_powerinfer_embed(engine):
+    texts = ["In the beginning God created the heaven and the earth.", "Jesus wept.",
+             "And God said, Let there be light: and there was light."]
+    out = subprocess.run([POWERINFER, "embed", "-m", MODEL, "--embd-output-format", "array", "-t", "1"]
+                         + [a for t in texts for a in ("-p", t)], capture_output=True, check=True)
+    want = json.loads(out.stdout)
+    got = engine.embed(texts, n_threads=1)  # three sequences evaluated together
+    assert len(got) == 3 and len(got[0]) == engine.info["n_embd"]
+    for g, w in zip(got, want):
+        assert max(abs(a - b) for a, b in zip(g, w)) < 1e-5
+        assert abs(sum(a * a for a in g) - 1.0) < 1e-5
+    one = engine.embed(texts[1], pooling="last", normalize=False)
+    assert isinstance(one[0], float) and abs(sum(a * a for a in one) - 1.0) > 1e-3
+    s = engine.session(n_seq_max=2, n_ctx=32)  # groups split where the context is full
+    assert max(abs(a - b) for a, b in zip(s.embed(texts)[2], got[2])) < 1e-5
+    assert s.n_past == 0
+    with pytest.raises(powerinfer.Error, match="pooling 'max'"):
+        engine.embed("x", pooling="max")
+
+
+def test_kv_cache_types_equal_run(engine):
+    prompt = "And God saw the light"
+    got = engine.generate(prompt, max_tokens=24, temperature=0, cache_type_k="q8_0", cache_type_v="q4_0")
+    out = subprocess.run([POWERINFER, "run", "-m", MODEL, "-p", prompt, "-n", "24", "--temp", "0",
+                          "--no-display-prompt", "-ctk", "q8_0", "-ctv", "q4_0"], capture_output=True, check=True)
+    assert got == out.stdout.decode("utf-8").removesuffix("\n")
+    with pytest.raises(powerinfer.Error, match="cache_type_k 'q5_1': unknown KV cache type"):
+        engine.session(cache_type_k="q5_1")
+
+
+def test_saved_state_continues_identically(engine, tmp_path):
+    path = str(tmp_path / "prompt.bin")
+    a = engine.session(temperature=0.8, seed=3)
+    a.feed("And the evening and the morning were the first day.")
+    a.generate(max_tokens=5)  # the state holds generated tokens too
+    assert a.save_state(path) == os.path.getsize(path)
+    want = a.generate(max_tokens=20)
+    b = engine.session(temperature=0.8, seed=3)
+    restored = b.load_state(path)
+    assert restored == a.tokens[:len(restored)] and b.n_past == len(restored)
+    # The sampler restarts from its seed in both: compare with a third session fed the tokens.
+    c = engine.session(temperature=0.8, seed=3)
+    c.feed(restored)
+    assert b.generate(max_tokens=20) == c.generate(max_tokens=20)
+    with pytest.raises(powerinfer.Error, match="empty session"):
+        b.load_state(path)
+    with pytest.raises(powerinfer.Error, match=str(path)):
+        engine.session(cache_type_k="q8_0").load_state(path)
+    pathlib.Path(path).write_bytes(pathlib.Path(path).read_bytes()[:-64])
+    with pytest.raises(powerinfer.Error, match=str(path)):
+        engine.session().load_state(path)
+    assert want  # a's own continuation exists; the seeds differ from a fresh sampler's

@@ -61,6 +61,7 @@ inline VF vload_q4hi(const uint8_t* p) {
   const __m256i q = _mm256_srli_epi32(load_u8x8(p), 4);
   return _mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(8)));
 }
+inline float vhalf(uint16_t h) { return _cvtsh_ss(h); }  // one f16 scale as a float
 inline VF vload_f16(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -115,7 +116,7 @@ const KernelTable& avx2_table() {
       Isa::Avx2, avx2_act_bytes, avx2_prepare_act, avx2_dot,      avx2_axpy,
       g_rmsnorm, g_layernorm,    g_softmax,        g_silu,        g_gelu,
       g_relu,    g_relu_squared, g_add,            g_mul,         g_rope,
-      g_attn_head, g_to_f16,
+      g_attn_head, g_to_f16, g_decode_kv_row,
   };
   return table;
 }

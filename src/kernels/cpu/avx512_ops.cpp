@@ -50,6 +50,7 @@ inline VF vload_q4hi(const uint8_t* p) {
   const __m512i q = _mm512_srli_epi32(load_u8x16(p), 4);
   return _mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(8)));
 }
+inline float vhalf(uint16_t h) { return _cvtsh_ss(h); }  // one f16 scale as a float
 inline VF vload_f16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
@@ -96,7 +97,7 @@ const KernelTable& avx512_table() {
       Isa::Avx512, avx512_act_bytes, avx512_prepare_act, avx512_dot,     avx512_axpy,
       g_rmsnorm,   g_layernorm,      g_softmax,          g_silu,         g_gelu,
       g_relu,      g_relu_squared,   g_add,              g_mul,          g_rope,
-      g_attn_head, g_to_f16,
+      g_attn_head, g_to_f16, g_decode_kv_row,
   };
   return table;
 }

@@ -58,16 +58,12 @@ struct AxpyTask {
 // One query head over n_ctx KV cells: out[0:head_dim] = softmax(scale * q.K^T) V over
 // cells [0, n_ctx), or over cells[0 .. n_ctx) in that order when `cells` is set (scores and
 // sums follow the list order, so a list 0, 1, ..., n_ctx-1 gives the same bits as no list).
-// k, v point at the head's part of cell 0; cell stride kv_stride elements (f16 K and V).
-// When k_type or v_type is a block type (Q8_0, Q4_0; head_dim a multiple of 32) the rows are
-// read through kb, vb instead: the head's part of cell 0, cells kb_stride / vb_stride bytes
-// apart (those are set for every type).
+// kb, vb point at the head's part of cell 0 of K and V, cells kb_stride / vb_stride bytes
+// apart, stored as k_type / v_type: F16, Q8_0 or Q4_0 (the cache's types; head_dim a multiple
+// of 32 for the block types), or F32 (a copy a batch decoded once with decode_kv_row).
 // scores: scratch [n_ctx].
 struct AttnHeadTask {
   const float* q;
-  const uint16_t* k;
-  const uint16_t* v;
-  int64_t kv_stride;
   DType k_type = DType::F16;
   DType v_type = DType::F16;
   const uint8_t* kb = nullptr;
@@ -108,6 +104,10 @@ struct KernelTable {
   void (*attn_head)(const AttnHeadTask& task);
   // y = x rounded to f16 (nearest even; bit patterns as pi::f32_to_f16), n elements.
   void (*to_f16)(const float* x, uint16_t* y, int64_t n);
+  // out[0:n] = a Q8_0 / Q4_0 K or V row of type t decoded to f32 (n a multiple of 32): the
+  // floats attn_head reads from that row, so attention over the decoded copy (type F32) gives
+  // the same bits as over the blocks.
+  void (*decode_kv_row)(DType t, const uint8_t* row, float* out, int64_t n);
 };
 
 const KernelTable& scalar_table();

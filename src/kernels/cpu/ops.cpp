@@ -138,30 +138,86 @@ void attention_heads(ThreadPool& pool, const detail::KernelTable& kt, const Atte
   for (int64_t i = 0; i < qs.n_q; ++i) max_ctx = std::max(max_ctx, qs.n_ctx(i));
   detail::Scratch scratch;
   float* scores = scratch.alloc<float>(pool.size() * max_ctx);
+  // The head task of query i, head h, reading KV head kvh's rows from kb / vb.
+  const auto run = [&](int64_t i, int64_t h, int thread, DType k_type, const uint8_t* kb, int64_t kbs,
+                       DType v_type, const uint8_t* vb, int64_t vbs) {
+    detail::AttnHeadTask t{};
+    t.q = q + (i * d.n_head + h) * d.head_dim;
+    t.k_type = k_type;
+    t.v_type = v_type;
+    t.kb = kb;
+    t.vb = vb;
+    t.kb_stride = kbs;
+    t.vb_stride = vbs;
+    t.cells = qs.cells != nullptr ? qs.cells + qs.begin[i] : nullptr;
+    t.n_ctx = qs.n_ctx(i);
+    t.head_dim = d.head_dim;
+    t.scale = d.scale;
+    t.scores = scores + thread * max_ctx;
+    t.out = out + (i * d.n_head + h) * d.head_dim;
+    head_fn(t);
+  };
+  const auto is_block = [](DType t) { return t == DType::Q8_0 || t == DType::Q4_0; };
+  // A batch over a Q8_0 / Q4_0 cache: every query of a KV head would decode the same blocks
+  // again (prompt processing turns compute-bound). There each KV head's rows are decoded once
+  // to f32 (decode_kv_row: the floats the blocks read as), and its queries run over the copy:
+  // the same bits as one query over the blocks, so the batch split still changes nothing.
+  // One KV head at a time: its copy (cells x head_dim x 4 bytes for K and for V) stays small
+  // and hot in cache.
+  constexpr int64_t kDecodeMinQueries = 8;  // queries per KV head that repay the copy
+  if ((is_block(d.k_type) || is_block(d.v_type)) && qs.n_q * group >= kDecodeMinQueries) {
+    // The cells read: [0, max_ctx) or every listed one.
+    int64_t n_cells = max_ctx;
+    uint8_t* used = nullptr;  // listed cells: which to decode
+    if (qs.cells != nullptr) {
+      n_cells = 1;
+      for (int64_t i = 0; i < qs.n_q; ++i)
+        for (int64_t j = 0; j < qs.len[i]; ++j) n_cells = std::max<int64_t>(n_cells, qs.cells[qs.begin[i] + j] + 1);
+      used = scratch.alloc<uint8_t>(n_cells);
+      std::fill(used, used + n_cells, uint8_t{0});
+      for (int64_t i = 0; i < qs.n_q; ++i)
+        for (int64_t j = 0; j < qs.len[i]; ++j) used[qs.cells[qs.begin[i] + j]] = 1;
+    }
+    const int64_t hd = d.head_dim;
+    float* kdec = is_block(d.k_type) ? scratch.alloc<float>(n_cells * hd) : nullptr;
+    float* vdec = is_block(d.v_type) ? scratch.alloc<float>(n_cells * hd) : nullptr;
+    constexpr int64_t kCellsPerTask = 64;
+    for (int64_t kvh = 0; kvh < d.n_kv_head; ++kvh) {
+      const uint8_t* kb = kbytes + row_bytes(d.k_type, kvh * head_stride);
+      const uint8_t* vb = vbytes + row_bytes(d.v_type, kvh * head_stride);
+      pool.parallel_for(
+          (n_cells + kCellsPerTask - 1) / kCellsPerTask,
+          [&](int64_t task, int) {
+            const int64_t c1 = std::min(n_cells, (task + 1) * kCellsPerTask);
+            for (int64_t c = task * kCellsPerTask; c < c1; ++c) {
+              if (used != nullptr && used[c] == 0) continue;
+              if (kdec != nullptr) kt.decode_kv_row(d.k_type, kb + c * kb_stride, kdec + c * hd, hd);
+              if (vdec != nullptr) kt.decode_kv_row(d.v_type, vb + c * vb_stride, vdec + c * hd, hd);
+            }
+          },
+          Schedule::Static, 1);
+      const auto* kd = reinterpret_cast<const uint8_t*>(kdec);
+      const auto* vd = reinterpret_cast<const uint8_t*>(vdec);
+      pool.parallel_for(
+          qs.n_q * group,
+          [&](int64_t task, int thread) {
+            run(task / group, kvh * group + task % group, thread,
+                kdec != nullptr ? DType::F32 : d.k_type, kdec != nullptr ? kd : kb,
+                kdec != nullptr ? hd * 4 : kb_stride, vdec != nullptr ? DType::F32 : d.v_type,
+                vdec != nullptr ? vd : vb, vdec != nullptr ? hd * 4 : vb_stride);
+          },
+          Schedule::Dynamic, 1);
+    }
+    return;
+  }
   pool.parallel_for(
       qs.n_q * d.n_head,
       [&](int64_t task, int thread) {
         const int64_t i = task / d.n_head;
         const int64_t h = task % d.n_head;
         const int64_t kvh = h / group;
-        detail::AttnHeadTask t{};
-        t.q = q + (i * d.n_head + h) * d.head_dim;
-        t.k = k_cache + kvh * head_stride;
-        t.v = v_cache + kvh * head_stride;
-        t.kv_stride = cell_stride;
-        t.k_type = d.k_type;
-        t.v_type = d.v_type;
-        t.kb = kbytes + row_bytes(d.k_type, kvh * head_stride);
-        t.vb = vbytes + row_bytes(d.v_type, kvh * head_stride);
-        t.kb_stride = kb_stride;
-        t.vb_stride = vb_stride;
-        t.cells = qs.cells != nullptr ? qs.cells + qs.begin[i] : nullptr;
-        t.n_ctx = qs.n_ctx(i);
-        t.head_dim = d.head_dim;
-        t.scale = d.scale;
-        t.scores = scores + thread * max_ctx;
-        t.out = out + (i * d.n_head + h) * d.head_dim;
-        head_fn(t);
+        run(i, h, thread, d.k_type, kbytes + row_bytes(d.k_type, kvh * head_stride), kb_stride,
+            d.v_type, vbytes + row_bytes(d.v_type, kvh * head_stride), vb_stride);
       },
       Schedule::Dynamic, 1);
 }

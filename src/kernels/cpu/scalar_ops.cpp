@@ -53,6 +53,7 @@ inline VF vload_q4lo(const uint8_t* p) {
 inline VF vload_q4hi(const uint8_t* p) {
   return each([p](int l) { return static_cast<float>((p[l] >> 4) - 8); });
 }
+inline float vhalf(uint16_t h) { return half_to_float(h); }  // one f16 scale as a float
 inline VF vload_f16(const uint16_t* p) { return each([p](int l) { return half_to_float(p[l]); }); }
 inline VF vload_f16_n(const uint16_t* p, int n) {
   return each([=](int l) { return l < n ? half_to_float(p[l]) : 0.0f; });
@@ -85,7 +86,7 @@ const KernelTable& scalar_table() {
   static const KernelTable table = {
       Isa::Scalar,  act_bytes, prepare_act, scalar_dot, scalar_axpy, g_rmsnorm, g_layernorm,
       g_softmax,    g_silu,    g_gelu,      g_relu,     g_relu_squared, g_add,  g_mul,
-      g_rope,       g_attn_head, g_to_f16,
+      g_rope,       g_attn_head, g_to_f16, g_decode_kv_row,
   };
   return table;
 }

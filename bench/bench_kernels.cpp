@@ -480,6 +480,39 @@ void register_all() {
   }
   }
 
+  // Prompt attention of Llama-2-7B: a causal batch of 64 queries at positions 1984..2047 over a
+  // head-major cache of 2,048 cells stored as f16, q8_0 or q4_0 (-ctk/-ctv): queries per second.
+  // Compute-bound (the batch reads each KV head's rows 64 times); the quantized caches' rows are
+  // decoded once per KV head for the batch.
+  for (DType kv_type : {DType::F16, DType::Q8_0, DType::Q4_0}) {
+    const std::string name = std::string("attention/7b-prompt/") + std::string(pi::dtype_name(kv_type)) + "/ctx2048";
+    benchmark::RegisterBenchmark(name.c_str(), [kv_type](benchmark::State& st) {
+      ThreadPool& tp = pool(static_cast<int>(st.range(0)));
+      constexpr int64_t n_ctx = 2048, n_q = 64;
+      cpu::AttentionDims dims{32, 32, 128, 1.0f / std::sqrt(128.0f)};
+      dims.head_stride = n_ctx * dims.head_dim;
+      dims.cell_stride = dims.head_dim;
+      dims.k_type = dims.v_type = kv_type;
+      const int64_t n = dims.n_kv_head * n_ctx * dims.head_dim;
+      std::vector<uint8_t> K(pi::row_bytes(kv_type, n)), V(pi::row_bytes(kv_type, n));
+      for (auto [bytes, seed] : {std::pair{&K, 11u}, std::pair{&V, 12u}}) {
+        const auto x = random_vector(n, seed);
+        if (!pi::quantize_row(kv_type, x.data(), bytes->data(), n).ok()) st.SkipWithError("quantize");
+      }
+      const auto q = random_vector(n_q * dims.n_head * dims.head_dim, 4);
+      std::vector<float> out(static_cast<size_t>(n_q * dims.n_head * dims.head_dim));
+      const auto t0 = std::chrono::steady_clock::now();
+      int64_t calls = 0;
+      for (auto _ : st) {
+        kernels().attention_batch(tp, dims, q.data(), n_q, n_ctx - n_q,
+                                  reinterpret_cast<const uint16_t*>(K.data()),
+                                  reinterpret_cast<const uint16_t*>(V.data()), out.data());
+        ++calls;
+      }
+      st.counters["queries/s"] = static_cast<double>(calls * n_q) / seconds_since(t0);
+    })->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
+
   // Fork/join cost of the pool: an empty parallel_for over 2 tasks.
   benchmark::RegisterBenchmark("pool/fork_join", [](benchmark::State& st) {
     ThreadPool& tp = pool(2);

@@ -104,11 +104,16 @@ TEST(LlamaFlags, CacheTypesF16Q8Q4AreAcceptedOthersRefused) {
   }
   // A q8_0 cache holds 34 bytes per 32 values, f16 64: the run's memory breakdown shows it.
   const auto kv_mib = [](const std::string& out) {
-    const size_t at = out.find("KV cache");
+    const size_t at = out.rfind("KV cache");  // the breakdown's line, after the log's
     return at == std::string::npos ? -1.0 : std::stod(out.substr(at + 8));
   };
-  const double f16 = kv_mib(run_command(hd32 + " -c 256").output);
-  const double q8 = kv_mib(run_command(hd32 + " -c 256 -ctk q8_0 -ctv q8_0").output);
+  const std::string f16_out = run_command(hd32 + " -c 256").output;
+  const std::string q8_out = run_command(hd32 + " -c 256 -ctk q8_0 -ctv q8_0").output;
+  const double f16 = kv_mib(f16_out), q8 = kv_mib(q8_out);
+  // ...and its log names the types, as llama.cpp's does.
+  EXPECT_TRUE(has(f16_out, "KV cache: keys f16, values f16")) << f16_out;
+  EXPECT_TRUE(has(q8_out, "KV cache: keys q8_0, values q8_0")) << q8_out;
+  EXPECT_TRUE(has(run_command(hd32 + " -c 256 -ctv q4_0").output, "keys f16, values q4_0"));
   EXPECT_GT(f16, 0.0);
   EXPECT_NEAR(q8, f16 * 34.0 / 64.0, 0.06) << f16 << " " << q8;
   for (auto [f, msg] : {std::pair{"--cache-type-k f32", "-ctk f32: unknown KV cache type (supported: f16, q8_0, q4_0)"},

@@ -223,8 +223,9 @@ int run(const RunOptions& o_in) {
   log_model_info(o.model, info, session.sparsity().sparse);
   log_info("weights read per token: %.2f MiB",
            static_cast<double>(info.weight_bytes_per_token) / 1048576.0);
-  log_info("context %lld, batch %lld, threads %d, seed %llu",
-           static_cast<long long>(session.n_ctx()), static_cast<long long>(session.n_batch()),
+  log_info("context %lld (KV cache: keys %s, values %s), batch %lld, threads %d, seed %llu",
+           static_cast<long long>(session.n_ctx()), kv_cache_type_name(so.kv_type_k),
+           kv_cache_type_name(so.kv_type_v), static_cast<long long>(session.n_batch()),
            session.n_threads(), static_cast<unsigned long long>(o.sampling.seed));
   if (info.n_ctx_train > 0 && session.n_ctx() > info.n_ctx_train) {
     log_warn("context %lld exceeds the model's training context %lld: quality may degrade",

@@ -1,5 +1,5 @@
-// Embeddings (Session::embed): one vector per input text, pooled from the model's final hidden
-// states after the output norm (llama.cpp's `result_norm`), as llama.cpp computes them for
+// Embeddings (Session::embed): one vector per input text (or one per token, Pooling::None),
+// pooled from the model's final hidden states after the output norm (llama.cpp's `result_norm`), as llama.cpp computes them for
 // decoder models. The output head is not computed.
 #pragma once
 
@@ -10,20 +10,21 @@
 
 namespace pi {
 
-// How the hidden states of an input's tokens become one vector of n_embd floats.
+// How the hidden states of an input's tokens become vectors of n_embd floats.
 //   Mean: the average over every token (llama.cpp --pooling mean)
 //   Last: the last token's state (--pooling last)
 //   Cls:  the first token's state (--pooling cls)
-enum class Pooling { Mean, Last, Cls };
+//   None: no pooling: every token's state, one vector per token (--pooling none)
+enum class Pooling { Mean, Last, Cls, None };
 
-// "mean", "last", "cls".
+// "mean", "last", "cls", "none".
 const char* pooling_name(Pooling p);
-// The pooling named `name` ("mean", "last", "cls"); nullopt for anything else.
+// The pooling named `name` ("mean", "last", "cls", "none"); nullopt for anything else.
 std::optional<Pooling> parse_pooling(std::string_view name);
 
 struct EmbedParams {
   Pooling pooling = Pooling::Mean;
-  // Divide the pooled vector by its Euclidean norm (llama.cpp's --embd-normalize 2, the
+  // Divide each pooled vector (each token's, for None) by its Euclidean norm (llama.cpp's --embd-normalize 2, the
   // default of its embedding tool and server). false: the raw pooled vector (-1).
   bool normalize = true;
 };

@@ -288,7 +288,8 @@ class Session {
   // Evaluates each input as its own sequence from position 0, all of them together in
   // forward passes of up to n_batch tokens that stop at the output norm (the output head is
   // not computed), and replaces `out` with the pooled vectors, one row per input:
-  // f32 [inputs.size(), n_embd] row-major. Results do not depend on how inputs are grouped
+  // f32 [inputs.size(), n_embd] row-major; with Pooling::None one row per token, input after
+  // input: f32 [total tokens, n_embd]. Results do not depend on how inputs are grouped
   // into calls or on the thread count. The inputs' sequences start empty (whatever they held
   // is removed, their samplers reset) and are left empty; other sequences are untouched.
   // Fails, changing nothing, for no inputs, an empty input, a bad or repeated sequence id or
@@ -296,7 +297,7 @@ class Session {
   // "context overflow" (their sequences emptied). Afterwards logits() is empty until tokens
   // are fed again.
   Status embed(std::span<const EmbedInput> inputs, const EmbedParams& p, std::vector<float>& out);
-  // One input on sequence 0: `out` = f32 [n_embd].
+  // One input on sequence 0: `out` = f32 [n_embd] (None: [tokens.size(), n_embd]).
   Status embed(std::span<const int32_t> tokens, const EmbedParams& p, std::vector<float>& out);
 
   std::span<const float> logits() const;  // f32 [n_vocab] of the last fed token

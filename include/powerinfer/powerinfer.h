@@ -286,14 +286,17 @@ PI_API int64_t pi_session_n_past(const pi_session* session); /* tokens in the co
 typedef enum pi_pooling {
   PI_POOLING_MEAN = 0, /* the average over every token (llama.cpp --pooling mean) */
   PI_POOLING_LAST = 1, /* the last token's state */
-  PI_POOLING_CLS = 2   /* the first token's state */
+  PI_POOLING_CLS = 2,  /* the first token's state */
+  PI_POOLING_NONE = 3  /* no pooling: every token's state, n vectors (--pooling none) */
 } pi_pooling;
 
 /* Embeds one input: its n tokens are evaluated as sequence 0 from position 0 (whatever it held
  * is removed; it is left empty) without the output head, and the pooled vector, divided by its
  * Euclidean norm when `normalize`, is written to out[0..n_embd) when cap >= n_embd. Returns
  * n_embd (call with cap 0 to size the buffer), or -1 with the reason in pi_session_error()
- * (no tokens, a bad token id or pooling, a full context). */
+ * (no tokens, a bad token id or pooling, a full context). PI_POOLING_NONE: the n tokens'
+ * vectors (each normalised when `normalize`) row after row, n * n_embd floats, written when
+ * cap >= n * n_embd; returns n * n_embd. */
 PI_API int32_t pi_session_embed(pi_session* session, const int32_t* tokens, size_t n,
                                 int32_t pooling, bool normalize, float* out, int32_t cap);
 

@@ -97,6 +97,7 @@ class Session:
         """Embedding vectors (lists of n_embd floats) pooled from the final hidden states:
         "mean", "last" or "cls" pooling, divided by their Euclidean norm when normalize.
         One input (text or token ids) gives one vector; a list of inputs a list of them.
+        pooling="none" gives every token's vector instead: an input gives a list of them.
         Embedding uses the session's context, which is empty afterwards."""
         single = isinstance(inputs, str) or (len(inputs) > 0 and isinstance(inputs[0], int))
         items = [inputs] if single else list(inputs)
@@ -105,8 +106,10 @@ class Session:
         add_bos = self.engine._e.add_bos
         toks = [self.engine.tokenize(x, add_bos=add_bos) if isinstance(x, str) else list(x) for x in items]
         self._tokens = []
-        rows = self._s.embed(toks, pooling, normalize)
+        rows = self._s.embed(toks, pooling, normalize)  # per input: its list of vectors
         self._s.reset()
+        if pooling != "none":
+            rows = [r[0] for r in rows]
         return rows[0] if single else rows
 
     def save_state(self, path: str) -> int:

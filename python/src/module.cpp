@@ -236,12 +236,13 @@ NB_MODULE(_powerinfer, m) {
            [](PySession& s, const std::vector<std::vector<int32_t>>& inputs, const std::string& pooling,
               bool normalize) {
              const auto pool = pi::parse_pooling(pooling);
-             if (!pool) raise(pi::err("pooling '%s': expected mean, last or cls", pooling.c_str()));
+             if (!pool) raise(pi::err("pooling '%s': expected mean, last, cls or none", pooling.c_str()));
+             // Per input, its vectors: one pooled, or (none) one per token.
              // Inputs go in groups of at most n_seq_max sequences whose tokens fit the context
              // together (each its own sequence); one input longer than the context fails.
              const size_t max_seqs = static_cast<size_t>(s.session->n_seq_max());
              const auto n_ctx = static_cast<size_t>(s.session->n_ctx());
-             std::vector<std::vector<float>> rows;
+             std::vector<std::vector<std::vector<float>>> rows;
              std::vector<float> out;
              for (size_t i = 0; i < inputs.size();) {
                std::vector<pi::EmbedInput> in;
@@ -258,10 +259,18 @@ NB_MODULE(_powerinfer, m) {
                  st = s.session->embed(in, {.pooling = *pool, .normalize = normalize}, out);
                }
                check(st);
-               const size_t n_embd = out.size() / in.size();
-               for (size_t j = 0; j < in.size(); ++j)
-                 rows.emplace_back(out.begin() + static_cast<std::ptrdiff_t>(j * n_embd),
-                                   out.begin() + static_cast<std::ptrdiff_t>((j + 1) * n_embd));
+               size_t n_rows_all = 0;
+               for (const pi::EmbedInput& e : in)
+                 n_rows_all += *pool == pi::Pooling::None ? e.tokens.size() : 1;
+               const size_t n_embd = out.size() / n_rows_all;
+               size_t r = 0;
+               for (const pi::EmbedInput& e : in) {
+                 const size_t n_rows = *pool == pi::Pooling::None ? e.tokens.size() : 1;
+                 std::vector<std::vector<float>>& vs = rows.emplace_back();
+                 for (size_t k = 0; k < n_rows; ++k, ++r)
+                   vs.emplace_back(out.begin() + static_cast<std::ptrdiff_t>(r * n_embd),
+                                   out.begin() + static_cast<std::ptrdiff_t>((r + 1) * n_embd));
+               }
              }
              return rows;
            },

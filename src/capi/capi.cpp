@@ -469,9 +469,10 @@ int32_t pi_session_embed(pi_session* session, const int32_t* tokens, size_t n, i
     case PI_POOLING_MEAN: p.pooling = pi::Pooling::Mean; break;
     case PI_POOLING_LAST: p.pooling = pi::Pooling::Last; break;
     case PI_POOLING_CLS: p.pooling = pi::Pooling::Cls; break;
+    case PI_POOLING_NONE: p.pooling = pi::Pooling::None; break;
     default:
       session->error = "pi_session_embed: pooling " + std::to_string(pooling) +
-                       " is not a pi_pooling (MEAN 0, LAST 1, CLS 2)";
+                       " is not a pi_pooling (MEAN 0, LAST 1, CLS 2, NONE 3)";
       return -1;
   }
   p.normalize = normalize;
@@ -479,9 +480,14 @@ int32_t pi_session_embed(pi_session* session, const int32_t* tokens, size_t n, i
   const pi_status st = guarded(session->error, PI_ERR_INVALID_ARGUMENT,
                                [&] { return session->session->embed({tokens, n}, p, v); });
   if (st != PI_OK) return -1;
-  const auto n_embd = static_cast<int32_t>(v.size());
-  if (cap >= n_embd) std::memcpy(out, v.data(), v.size() * sizeof(float));
-  return n_embd;
+  if (v.size() > static_cast<size_t>(INT32_MAX)) {
+    session->error = "pi_session_embed: " + std::to_string(v.size()) +
+                     " floats do not fit the int32_t count";
+    return -1;
+  }
+  const auto n_out = static_cast<int32_t>(v.size());
+  if (cap >= n_out) std::memcpy(out, v.data(), v.size() * sizeof(float));
+  return n_out;
 }
 
 pi_status pi_session_state_save(pi_session* session, int32_t seq, const char* path,

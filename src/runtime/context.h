@@ -77,7 +77,8 @@ class Context {
   // Embeddings. Evaluates each input as its sequence from position 0, all inputs together in
   // forward passes of up to n_batch tokens that end at the output norm (the head is not
   // computed), and writes input i's pooled vector (L2-normalised with p.normalize) to
-  // out[i * n_embd, (i + 1) * n_embd): out f32 [inputs.size(), n_embd]. The inputs' sequences
+  // out[i * n_embd, (i + 1) * n_embd): out f32 [inputs.size(), n_embd]; with Pooling::None,
+  // every token's vector, input after input: out f32 [total tokens, n_embd]. The inputs' sequences
   // are emptied before and again after; other sequences are untouched. Fails, changing
   // nothing, for no inputs, an empty input, a sequence id outside [0, n_seq_max) or repeated,
   // a token id outside the vocabulary or `out` of the wrong size; and, the inputs' sequences
@@ -146,7 +147,7 @@ class Context {
   // With Head::Hidden: forward().hidden() holds every token's normalized hidden state.
   Status eval_slot(std::span<const int32_t> tokens, const KvSlot& slot,
                    std::span<const int32_t> outputs, model::Head head = model::Head::Logits);
-  Status check_embed(std::span<const EmbedInput> inputs, size_t out_size) const;
+  Status check_embed(std::span<const EmbedInput> inputs, const EmbedParams& p, size_t out_size) const;
 
   const model::Model& model_;
   ContextOptions opts_;

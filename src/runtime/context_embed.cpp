@@ -6,7 +6,8 @@
 
 namespace pi::runtime {
 
-Status Context::check_embed(std::span<const EmbedInput> inputs, size_t out_size) const {
+Status Context::check_embed(std::span<const EmbedInput> inputs, const EmbedParams& p,
+                            size_t out_size) const {
   const model::HParams& hp = model_.hparams();
   if (inputs.empty()) return err("embed: no inputs");
   bool seen[kMaxSeqs] = {};
@@ -23,14 +24,19 @@ Status Context::check_embed(std::span<const EmbedInput> inputs, size_t out_size)
       }
     }
   }
-  const size_t want = inputs.size() * static_cast<size_t>(hp.n_embd);
+  size_t rows = inputs.size();
+  if (p.pooling == Pooling::None) {
+    rows = 0;
+    for (const EmbedInput& in : inputs) rows += in.tokens.size();
+  }
+  const size_t want = rows * static_cast<size_t>(hp.n_embd);
   if (out_size != want) return err("embed: output of %zu floats, %zu needed", out_size, want);
   return Status::Ok();
 }
 
 Status Context::embed(std::span<const EmbedInput> inputs, const EmbedParams& p,
                       std::span<float> out) {
-  PI_TRY(check_embed(inputs, out.size()));
+  PI_TRY(check_embed(inputs, p, out.size()));
   const auto n_embd = static_cast<size_t>(model_.hparams().n_embd);
   // Empties the inputs' sequences; on every exit after this point as well.
   const auto clear = [&] {
@@ -42,6 +48,11 @@ Status Context::embed(std::span<const EmbedInput> inputs, const EmbedParams& p,
   if (auto whole = cache_.find_slot(static_cast<int64_t>(total)); !whole.ok()) return whole.error();
 
   // Sequence -> input; each input's tokens at positions 0..n-1, inputs one after another.
+  // With Pooling::None every token is its own row: input i's start at row first_row[i].
+  const bool per_token = p.pooling == Pooling::None;
+  std::vector<size_t> first_row(inputs.size(), 0);
+  for (size_t i = 1; per_token && i < inputs.size(); ++i)
+    first_row[i] = first_row[i - 1] + inputs[i - 1].tokens.size();
   int32_t input_of[kMaxSeqs];
   std::vector<BatchToken> batch;
   batch.reserve(total);
@@ -50,8 +61,8 @@ Status Context::embed(std::span<const EmbedInput> inputs, const EmbedParams& p,
     for (size_t k = 0; k < inputs[i].tokens.size(); ++k)
       batch.push_back({inputs[i].tokens[k], inputs[i].seq, static_cast<int32_t>(k), false});
   }
-  // Pooled sums in double, [inputs.size(), n_embd].
-  std::vector<double> acc(inputs.size() * n_embd, 0.0);
+  // Pooled sums in double, [rows, n_embd] (rows: inputs, or tokens for None).
+  std::vector<double> acc(out.size(), 0.0);
   for (size_t done = 0; done < batch.size();) {
     const size_t n = std::min(batch.size() - done, static_cast<size_t>(opts_.n_batch));
     auto slot = cache_.find_slot(static_cast<int64_t>(n));
@@ -77,18 +88,20 @@ Status Context::embed(std::span<const EmbedInput> inputs, const EmbedParams& p,
       const BatchToken& e = batch[done + k];
       const auto i = static_cast<size_t>(input_of[e.seq]);
       const size_t len = inputs[i].tokens.size();
-      const bool take = p.pooling == Pooling::Mean ||
+      const bool take = per_token || p.pooling == Pooling::Mean ||
                         (p.pooling == Pooling::Cls && e.pos == 0) ||
                         (p.pooling == Pooling::Last && static_cast<size_t>(e.pos) + 1 == len);
       if (!take) continue;
       const float* row = h.data() + k * n_embd;
-      double* a = acc.data() + i * n_embd;
+      const size_t r = per_token ? first_row[i] + static_cast<size_t>(e.pos) : i;
+      double* a = acc.data() + r * n_embd;
       for (size_t j = 0; j < n_embd; ++j) a[j] += row[j];
     }
     done += n;
   }
   clear();
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  const size_t rows = out.size() / n_embd;
+  for (size_t i = 0; i < rows; ++i) {
     double* a = acc.data() + i * n_embd;
     if (p.pooling == Pooling::Mean) {
       const auto len = static_cast<double>(inputs[i].tokens.size());

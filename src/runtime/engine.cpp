@@ -353,12 +353,13 @@ const char* pooling_name(Pooling p) {
     case Pooling::Mean: return "mean";
     case Pooling::Last: return "last";
     case Pooling::Cls: return "cls";
+    case Pooling::None: return "none";
   }
   return "mean";
 }
 
 std::optional<Pooling> parse_pooling(std::string_view name) {
-  for (Pooling p : {Pooling::Mean, Pooling::Last, Pooling::Cls})
+  for (Pooling p : {Pooling::Mean, Pooling::Last, Pooling::Cls, Pooling::None})
     if (name == pooling_name(p)) return p;
   return std::nullopt;
 }
@@ -366,7 +367,12 @@ std::optional<Pooling> parse_pooling(std::string_view name) {
 Status Session::embed(std::span<const EmbedInput> inputs, const EmbedParams& p,
                       std::vector<float>& out) {
   const auto t0 = std::chrono::steady_clock::now();
-  out.assign(inputs.size() * static_cast<size_t>(ctx_->model().hparams().n_embd), 0.0f);
+  size_t rows = inputs.size();
+  if (p.pooling == Pooling::None) {
+    rows = 0;
+    for (const EmbedInput& in : inputs) rows += in.tokens.size();
+  }
+  out.assign(rows * static_cast<size_t>(ctx_->model().hparams().n_embd), 0.0f);
   Status s = ctx_->embed(inputs, p, out);
   // The inputs' sequences hold nothing now (also after most failures): fresh samplers.
   for (const EmbedInput& in : inputs) {

@@ -155,15 +155,25 @@ std::string base64_encode(std::string_view bytes) {
 
 std::string embeddings_json(const EmbedRequest& rq, const std::string& model,
                             const std::vector<float>& vectors, int64_t n_embd,
-                            int64_t prompt_tokens) {
+                            int64_t prompt_tokens, const std::vector<size_t>& token_rows) {
   const auto d = static_cast<size_t>(n_embd);
-  const auto row = [&](size_t i) -> json {
-    const float* p = vectors.data() + i * d;
+  const auto vec = [&](size_t r) -> json {
+    const float* p = vectors.data() + r * d;
     if (rq.base64) {
       // The engine's floats are little-endian on every supported host.
       return base64_encode(std::string_view(reinterpret_cast<const char*>(p), d * sizeof(float)));
     }
     return std::vector<float>(p, p + d);
+  };
+  // Input i's first row (unpooled: its first token's).
+  std::vector<size_t> first(rq.inputs.size(), 0);
+  for (size_t i = 1; !token_rows.empty() && i < first.size(); ++i)
+    first[i] = first[i - 1] + token_rows[i - 1];
+  const auto row = [&](size_t i) -> json {
+    if (token_rows.empty()) return vec(i);
+    json a = json::array();
+    for (size_t k = 0; k < token_rows[i]; ++k) a.push_back(vec(first[i] + k));
+    return a;
   };
   const size_t n = rq.inputs.size();
   if (rq.endpoint == EmbedEndpoint::Llama) {

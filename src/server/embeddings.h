@@ -47,9 +47,12 @@ EmbedParseResult parse_embed_request(std::string_view body, EmbedEndpoint endpoi
 //   OpenAI: {"object":"list","data":[{"object":"embedding","index":i,"embedding":[...] or
 //            "base64"}],"model":...,"usage":{"prompt_tokens":n,"total_tokens":n}}
 //   Llama:  {"embedding":[...]} for one string; [{"index":i,"embedding":[...]}, ...] for a list
+// Unpooled (--pooling none; /embedding only): `token_rows` gives each input's token count,
+// `vectors` holds one row per token, input after input, and each input's "embedding" is the
+// array of its tokens' vectors ([[...], [...], ...]), as llama.cpp answers then.
 std::string embeddings_json(const EmbedRequest& rq, const std::string& model,
                             const std::vector<float>& vectors, int64_t n_embd,
-                            int64_t prompt_tokens);
+                            int64_t prompt_tokens, const std::vector<size_t>& token_rows = {});
 
 // Standard base64 (RFC 4648, with padding) of `bytes`.
 std::string base64_encode(std::string_view bytes);

@@ -104,7 +104,8 @@ class Job {
     std::vector<TokenProb> probs;
     bool done = false;
     JobStats stats;  // valid when done
-    // Embed jobs, when done without error: f32 [inputs, n_embd], one row per input.
+    // Embed jobs, when done without error: f32 [inputs, n_embd], one row per input (Pooling
+    // None: one per token, input after input).
     std::vector<float> embeddings;
   };
   // Waits until there is output or the job is done, at most `timeout`, and takes what there is.

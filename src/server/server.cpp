@@ -310,11 +310,19 @@ HttpResponse ApiServer::embeddings(const HttpRequest& r, EmbedEndpoint ep) {
   EmbedParseResult pr = parse_embed_request(r.body, ep);
   if (!pr.request) return error_response(pr.error);
   const EmbedRequest& rq = *pr.request;
+  const bool per_token = o_.pooling == Pooling::None;
+  if (per_token && ep == EmbedEndpoint::OpenAI) {
+    return error_response({400, "invalid_request_error",
+                           "pooling 'none' (--pooling none) gives one vector per token, which "
+                           "OpenAI's embeddings API cannot carry: use POST /embedding, or start "
+                           "the server with --pooling mean, last or cls"});
+  }
   const Vocabulary& v = *engine_->vocabulary();
   const int64_t ctx = sched_->options().n_ctx_slot;
   JobSpec spec;
   spec.kind = JobKind::Embed;
-  spec.embed = EmbedParams{o_.pooling, true};
+  spec.embed = EmbedParams{o_.pooling, !per_token};
+  std::vector<size_t> token_rows;
   int64_t n_tokens = 0;
   for (size_t i = 0; i < rq.inputs.size(); ++i) {
     const EmbedRequest::Input& in = rq.inputs[i];
@@ -334,6 +342,7 @@ HttpResponse ApiServer::embeddings(const HttpRequest& r, EmbedEndpoint ep) {
                                  std::to_string(ctx) + " fit (slot context)"});
     }
     n_tokens += static_cast<int64_t>(ids.size());
+    if (per_token) token_rows.push_back(ids.size());
     spec.inputs.push_back(std::move(ids));
   }
   std::shared_ptr<Job> job = sched_->submit(std::move(spec));
@@ -355,7 +364,8 @@ HttpResponse ApiServer::embeddings(const HttpRequest& r, EmbedEndpoint ep) {
     if (o.stats.finish == Finish::Cancelled)
       return error_response({504, "timeout_error", "the request ran out of time (--timeout)"});
     HttpResponse resp;
-    resp.body = embeddings_json(rq, o_.model_name, o.embeddings, engine_->info().n_embd, n_tokens);
+    resp.body = embeddings_json(rq, o_.model_name, o.embeddings, engine_->info().n_embd, n_tokens,
+                                token_rows);
     return resp;
   }
 }

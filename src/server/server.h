@@ -39,8 +39,9 @@ struct ApiOptions {
   // or not at all, so a balancer can retry it elsewhere when this replica dies (a gone client
   // is then noticed only when the answer ends).
   int heartbeat_s = 1;
-  // Embeddings: how each input's token states are pooled (--pooling); always L2-normalised,
-  // as llama.cpp's server does.
+  // Embeddings: how each input's token states are pooled (--pooling); pooled vectors are
+  // L2-normalised, as llama.cpp's server does. None: /embedding answers every token's state
+  // as it is (llama.cpp normalises only pooled vectors), /v1/embeddings refuses (400).
   Pooling pooling = Pooling::Mean;
   // --slot-save-path: the directory of POST /slots/{id}?action=save|restore files; empty: slot
   // actions are refused (501), as in llama.cpp.

@@ -286,6 +286,19 @@ TEST(CApi, EmbeddingsEqualTheCppApi) {
     ASSERT_EQ(pi_session_embed(s, toks.data(), toks.size(), pooling, false, v.data(), n_embd), n_embd);
     EXPECT_EQ(v, want) << pooling;
   }
+  // No pooling: n_tokens * n_embd floats, sized by a cap-0 call, written only when they fit.
+  const auto n_all = static_cast<int32_t>(toks.size()) * n_embd;
+  ASSERT_EQ(pi_session_embed(s, toks.data(), toks.size(), PI_POOLING_NONE, false, nullptr, 0), n_all)
+      << pi_session_error(s);
+  std::vector<float> rows(static_cast<size_t>(n_all), -7.0f);
+  EXPECT_EQ(pi_session_embed(s, toks.data(), toks.size(), PI_POOLING_NONE, false, rows.data(), n_embd),
+            n_all);
+  EXPECT_EQ(rows[0], -7.0f);  // too small: nothing written
+  ASSERT_EQ(pi_session_embed(s, toks.data(), toks.size(), PI_POOLING_NONE, false, rows.data(), n_all),
+            n_all);
+  std::vector<float> want;
+  ASSERT_TRUE((*cpp)->embed(toks, {.pooling = pi::Pooling::None, .normalize = false}, want).ok());
+  EXPECT_EQ(rows, want);
   EXPECT_EQ(pi_session_embed(s, toks.data(), toks.size(), 5, true, v.data(), n_embd), -1);
   EXPECT_NE(std::string(pi_session_error(s)).find("pooling 5"), std::string::npos) << pi_session_error(s);
   EXPECT_EQ(pi_session_embed(s, toks.data(), 0, PI_POOLING_MEAN, true, v.data(), n_embd), -1);

@@ -130,12 +130,52 @@ TEST(CliEmbed, JsonAndArrayFormats) {
   EXPECT_EQ(count(a, ","), 2 * (kEmbd - 1) + 1) << a;
 }
 
+// --pooling none: one vector per token, input by input; the first and last of an input are
+// its cls and last vectors.
+TEST(CliEmbed, PoolingNoneGivesEveryTokensVector) {
+  const std::string text = out("-p 'the and in' -p 'a the' --pooling none");
+  std::istringstream lines(text);
+  std::string line;
+  std::vector<std::pair<std::string, std::vector<double>>> rows;
+  while (std::getline(lines, line)) {
+    const size_t colon = line.find(':');
+    ASSERT_NE(colon, std::string::npos) << line;
+    std::istringstream vals(line.substr(colon + 1));
+    std::vector<double> row;
+    double x;
+    while (vals >> x) row.push_back(x);
+    EXPECT_EQ(row.size(), kEmbd) << line;
+    EXPECT_NEAR(norm(row), 1.0, 1e-4) << line;
+    rows.emplace_back(line.substr(0, colon), std::move(row));
+  }
+  ASSERT_GE(rows.size(), 4u) << text;
+  EXPECT_EQ(rows.front().first, "embedding 0 token 0");
+  size_t n0 = 0;
+  while (n0 < rows.size() && rows[n0].first.rfind("embedding 0 ", 0) == 0) ++n0;
+  ASSERT_GT(n0, 1u) << text;
+  ASSERT_LT(n0, rows.size()) << text;
+  EXPECT_EQ(rows[n0].first, "embedding 1 token 0");
+  EXPECT_EQ(rows.back().first, "embedding 1 token " + std::to_string(rows.size() - n0 - 1));
+  const auto cls = vectors(out("-p 'the and in' --pooling cls"));
+  const auto last = vectors(out("-p 'a the' --pooling last"));
+  EXPECT_EQ(rows.front().second, cls[0]);
+  EXPECT_EQ(rows.back().second, last[0]);
+  // array: per input, the array of its tokens' vectors; json: the same in "embedding".
+  const std::string a = out("-p 'the and in' -p 'a the' --pooling none --embd-output-format array");
+  EXPECT_EQ(a.rfind("[[[", 0), 0u) << a;
+  EXPECT_EQ(count(a, "]],[["), 1u) << a;
+  EXPECT_EQ(count(a, "],["), rows.size() - 1) << a;
+  const std::string j = out("-p 'the and in' -p 'a the' --pooling none --embd-output-format json");
+  EXPECT_EQ(count(j, "\"object\":\"embedding\""), 2u) << j;
+  EXPECT_EQ(count(j, "\"embedding\":[["), 2u) << j;
+}
+
 TEST(CliEmbed, BadValuesAreOneLineErrors) {
   const struct {
     std::string flags, message;
   } cases[] = {
-      {"-p the --pooling max", "--pooling must be mean, last or cls (got 'max')"},
-      {"-p the --pooling none", "--pooling must be mean, last or cls"},
+      {"-p the --pooling max", "--pooling must be mean, last, cls or none (got 'max')"},
+      {"-p the --pooling rank", "--pooling must be mean, last, cls or none"},
       {"-p the --embd-normalize 1", "--embd-normalize must be -1 (none) or 2 (Euclidean)"},
       {"-p the --embd-normalize 0", "--embd-normalize must be -1"},
       {"-p the --embd-output-format xml", "--embd-output-format must be text, array or json"},

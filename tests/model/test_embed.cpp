@@ -11,6 +11,7 @@
 // sequences untouched, 1 and 2 threads bit-identical, and the errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -139,6 +140,31 @@ TEST_P(EmbedReference, PoolingsAgreeWithTheFloat64Reference) {
       }
     }
   }
+  // No pooling: every token's state, each against the reference's row.
+  const auto d = static_cast<size_t>(n_embd);
+  for (bool normalize : {true, false}) {
+    std::vector<float> ours;
+    Status st = s->embed(tokens, {Pooling::None, normalize}, ours);
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    ASSERT_EQ(ours.size(), tokens.size() * d);
+    double worst_cos = 1, worst_rel = 0;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      const std::vector<float> row_ref(ref->begin() + static_cast<ptrdiff_t>(t * d),
+                                       ref->begin() + static_cast<ptrdiff_t>((t + 1) * d));
+      const std::vector<double> want = pool(row_ref, n_embd, Pooling::Last, normalize);
+      const std::vector<float> row(ours.begin() + static_cast<ptrdiff_t>(t * d),
+                                   ours.begin() + static_cast<ptrdiff_t>((t + 1) * d));
+      worst_cos = std::min(worst_cos, cosine(row, want));
+      worst_rel = std::max(worst_rel, rel_error(row, want));
+      if (normalize) {
+        EXPECT_NEAR(norm(row), 1.0, 1e-5) << "token " << t;
+      }
+    }
+    std::printf("  %-32s none %-9s worst token: cosine 1 - %.2g, rel error %.2g\n",
+                spec.file_name().c_str(), normalize ? "unit" : "raw", 1 - worst_cos, worst_rel);
+    EXPECT_GE(worst_cos, 0.9999);
+    EXPECT_LE(worst_rel, 1e-3);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -168,7 +194,7 @@ class Embed : public ::testing::Test {
 
 TEST_F(Embed, SeveralInputsInOneCallEqualOneAtATime) {
   const std::vector<std::vector<int32_t>> in = {tokens(5, 1), tokens(17, 2), tokens(30, 3)};
-  for (Pooling p : {Pooling::Mean, Pooling::Last, Pooling::Cls}) {
+  for (Pooling p : {Pooling::Mean, Pooling::Last, Pooling::Cls, Pooling::None}) {
     auto many = session(*engine_, 2, 3);
     ASSERT_NE(many, nullptr);
     // Sequences 2, 0, 1: the rows follow the inputs, not the sequence ids.
@@ -177,14 +203,18 @@ TEST_F(Embed, SeveralInputsInOneCallEqualOneAtATime) {
     Status st = many->embed(inputs, {p, true}, all);
     ASSERT_TRUE(st.ok()) << st.error().message;
     const auto d = static_cast<size_t>(engine_->info().n_embd);
-    ASSERT_EQ(all.size(), 3 * d);
+    // Rows per input: one pooled vector, or (None) one per token.
+    const auto rows = [&](size_t i) { return p == Pooling::None ? in[i].size() : size_t{1}; };
+    ASSERT_EQ(all.size(), (rows(0) + rows(1) + rows(2)) * d);
+    size_t first = 0;
     for (size_t i = 0; i < 3; ++i) {
       auto one = session(*engine_, 2, 1);
       std::vector<float> e;
       ASSERT_TRUE(one->embed(in[i], {p, true}, e).ok());
-      const std::vector<float> row(all.begin() + static_cast<ptrdiff_t>(i * d),
-                                   all.begin() + static_cast<ptrdiff_t>((i + 1) * d));
+      const std::vector<float> row(all.begin() + static_cast<ptrdiff_t>(first * d),
+                                   all.begin() + static_cast<ptrdiff_t>((first + rows(i)) * d));
       EXPECT_EQ(row, e) << pooling_name(p) << " input " << i;
+      first += rows(i);
     }
     for (int32_t q = 0; q < 3; ++q) EXPECT_EQ(many->seq_pos_max(q), -1);
   }
@@ -223,11 +253,42 @@ TEST_F(Embed, OtherSequencesAreUntouched) {
 
 TEST_F(Embed, OneAndTwoThreadsAreBitIdentical) {
   const std::vector<int32_t> t = tokens(33, 9);
-  for (Pooling p : {Pooling::Mean, Pooling::Last, Pooling::Cls}) {
+  for (Pooling p : {Pooling::Mean, Pooling::Last, Pooling::Cls, Pooling::None}) {
     std::vector<float> e1, e2;
     ASSERT_TRUE(session(*engine_, 1)->embed(t, {p, false}, e1).ok());
     ASSERT_TRUE(session(*engine_, 2)->embed(t, {p, false}, e2).ok());
     EXPECT_EQ(e1, e2) << pooling_name(p);
+  }
+}
+
+// The unpooled rows are the states the poolings read: the first is cls's vector, the last is
+// last's, and their mean (summed in double in token order, as Mean does) is mean's, bit for bit.
+TEST_F(Embed, UnpooledRowsAreWhatThePoolingsRead) {
+  const std::vector<int32_t> t = tokens(21, 13);
+  const auto d = static_cast<size_t>(engine_->info().n_embd);
+  auto s = session(*engine_);
+  std::vector<float> none, mean, last, cls;
+  ASSERT_TRUE(s->embed(t, {Pooling::None, false}, none).ok());
+  ASSERT_TRUE(s->embed(t, {Pooling::Mean, false}, mean).ok());
+  ASSERT_TRUE(s->embed(t, {Pooling::Last, false}, last).ok());
+  ASSERT_TRUE(s->embed(t, {Pooling::Cls, false}, cls).ok());
+  ASSERT_EQ(none.size(), t.size() * d);
+  EXPECT_EQ(std::vector<float>(none.begin(), none.begin() + static_cast<ptrdiff_t>(d)), cls);
+  EXPECT_EQ(std::vector<float>(none.end() - static_cast<ptrdiff_t>(d), none.end()), last);
+  std::vector<float> avg(d);
+  for (size_t j = 0; j < d; ++j) {
+    double sum = 0;
+    for (size_t k = 0; k < t.size(); ++k) sum += none[k * d + j];
+    avg[j] = static_cast<float>(sum / static_cast<double>(t.size()));
+  }
+  EXPECT_EQ(avg, mean);
+  // Normalised, each row has unit length.
+  std::vector<float> unit;
+  ASSERT_TRUE(s->embed(t, {Pooling::None, true}, unit).ok());
+  for (size_t k = 0; k < t.size(); ++k) {
+    EXPECT_NEAR(norm(std::vector<float>(unit.begin() + static_cast<ptrdiff_t>(k * d),
+                                        unit.begin() + static_cast<ptrdiff_t>((k + 1) * d))),
+                1.0, 1e-5);
   }
 }
 
@@ -282,7 +343,7 @@ TEST_F(Embed, SimulatedGpuAndHybridSessions) {
 }
 
 TEST(EmbedNames, PoolingNamesRoundTrip) {
-  for (Pooling p : {Pooling::Mean, Pooling::Last, Pooling::Cls})
+  for (Pooling p : {Pooling::Mean, Pooling::Last, Pooling::Cls, Pooling::None})
     EXPECT_EQ(parse_pooling(pooling_name(p)), p);
   EXPECT_FALSE(parse_pooling("max").has_value());
   EXPECT_FALSE(parse_pooling("").has_value());

@@ -154,6 +154,13 @@ def test_embeddings_equal_powerinfer_embed(engine):
     s = engine.session(n_seq_max=2, n_ctx=32)  # groups split where the context is full
     assert max(abs(a - b) for a, b in zip(s.embed(texts)[2], got[2])) < 1e-5
     assert s.n_past == 0
+    # pooling="none": per input, one vector per token; the last is the raw "last" vector.
+    n1 = len(engine.tokenize(texts[1], add_bos=engine._e.add_bos))
+    rows = engine.embed(texts[:2], pooling="none", normalize=False, n_threads=1)
+    assert len(rows) == 2 and len(rows[1]) == n1 and len(rows[1][0]) == engine.info["n_embd"]
+    assert rows[1][-1] == one
+    single = engine.embed(texts[1], pooling="none", normalize=False, n_threads=1)
+    assert single == rows[1]
     with pytest.raises(powerinfer.Error, match="pooling 'max'"):
         engine.embed("x", pooling="max")
 

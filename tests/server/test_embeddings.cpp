@@ -86,4 +86,19 @@ TEST(Embeddings, AnswerShapes) {
   EXPECT_EQ(j[1]["embedding"], json({0.5, -0.5}));
 }
 
+// Unpooled answers: each input's embedding is its tokens' vectors, rows taken in input order.
+TEST(Embeddings, UnpooledAnswersNestOneVectorPerToken) {
+  auto two = *parse_embed_request(R"({"content": ["a", "b c"]})", EmbedEndpoint::Llama).request;
+  const std::vector<float> v = {1, 2, 3, 4, 5, 6};  // 1 + 2 tokens of n_embd 2
+  json j = json::parse(embeddings_json(two, "m", v, 2, 3, {1, 2}));
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["embedding"], json::parse("[[1, 2]]"));
+  EXPECT_EQ(j[1]["index"], 1);
+  EXPECT_EQ(j[1]["embedding"], json::parse("[[3, 4], [5, 6]]"));
+  auto one = *parse_embed_request(R"({"content": "b c"})", EmbedEndpoint::Llama).request;
+  j = json::parse(embeddings_json(one, "m", {3, 4, 5, 6}, 2, 2, {2}));
+  EXPECT_EQ(j, json::parse(R"({"embedding": [[3, 4], [5, 6]]})"));
+}
+
 }  // namespace

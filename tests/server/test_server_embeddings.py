@@ -56,6 +56,35 @@ def test_openai_client_equals_cli(start_server, pooling):
     assert np.array_equal(np.array(t.data[0].embedding, np.float32), want[2])
 
 
+def test_pooling_none_gives_every_tokens_state(start_server):
+    """--pooling none: /embedding answers each input's tokens' states, unnormalised (as
+    llama.cpp), whose last is the raw `last` vector; /v1/embeddings cannot carry them: 400."""
+    s = start_server("--pooling", "none")
+    texts = ["In the beginning", "Jesus wept"]
+    status, r = s.post("/embedding", {"content": texts})
+    assert status == 200, r
+    assert [x["index"] for x in r] == [0, 1]
+    last = subprocess.run([BIN, "embed", "-m", MODEL, "-t", "1", "--pooling", "last",
+                           "--embd-normalize", "-1", "--embd-output-format", "array",
+                           "-p", texts[0], "-p", texts[1]],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True,
+                          timeout=120).stdout
+    last = np.array(json.loads(last), np.float32)
+    for i, t in enumerate(texts):
+        n = len(s.post("/tokenize", {"content": t, "add_special": True})[1]["tokens"])
+        rows = np.array(r[i]["embedding"], np.float32)
+        assert rows.shape == (n, N_EMBD)
+        assert np.array_equal(rows[-1], last[i])
+        assert not np.allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-3)
+    status, one = s.post("/embedding", {"content": texts[1]})
+    assert status == 200 and np.array_equal(np.array(one["embedding"], np.float32),
+                                            np.array(r[1]["embedding"], np.float32))
+    status, e = s.post("/v1/embeddings", {"input": "Jesus wept"})
+    assert status == 400 and "pooling 'none'" in e["error"]["message"], e
+    with pytest.raises(openai.BadRequestError):
+        client(s).embeddings.create(model="x", input="Jesus wept")
+
+
 def test_raw_base64_is_little_endian_f32(start_server):
     s = start_server()
     status, r = s.post("/v1/embeddings", {"input": "Jesus wept", "encoding_format": "base64"})

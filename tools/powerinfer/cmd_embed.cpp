@@ -1,7 +1,8 @@
 // `powerinfer embed`: embeddings of texts, llama.cpp `llama-embedding` style. Each input (-p,
 // repeated, or one per non-empty line of -f) is tokenized as the server does (BOS when the
 // vocabulary adds one, special tokens parsed), evaluated on its own sequence from position 0
-// and pooled from the hidden states after the output norm (Session::embed); inputs go
+// and pooled from the hidden states after the output norm (Session::embed), or, with
+// --pooling none, every token's state given as it is; inputs go
 // through the model together, as many at once as the context and 64 sequences hold.
 // Vectors go to stdout; the model line and timings to stderr.
 #include <CLI/CLI.hpp>
@@ -49,7 +50,7 @@ Status validate(const EmbedOptions& o) {
   if (!o.prompts.empty() && !o.prompt_file.empty()) return err("-p and -f are mutually exclusive");
   if (o.prompts.empty() && o.prompt_file.empty()) return err("no input: pass -p TEXT (repeatable) or -f FILE");
   if (!parse_pooling(o.pooling))
-    return err("--pooling must be mean, last or cls (got '%s')", o.pooling.c_str());
+    return err("--pooling must be mean, last, cls or none (got '%s')", o.pooling.c_str());
   if (o.normalize != -1 && o.normalize != 2) {
     return err("--embd-normalize must be -1 (none) or 2 (Euclidean); %d is not supported",
                o.normalize);
@@ -79,23 +80,39 @@ Result<std::vector<std::string>> inputs(const EmbedOptions& o) {
   return lines;
 }
 
+// `v` holds one row of n_embd floats per input, or with --pooling none one per token.
 void print(const EmbedOptions& o, const std::string& model_name, int64_t n_embd,
            const std::vector<float>& v, const std::vector<std::vector<int32_t>>& tokens) {
   const auto d = static_cast<size_t>(n_embd);
   const size_t n = tokens.size();
+  const bool per_token = *parse_pooling(o.pooling) == Pooling::None;
+  const auto row_count = [&](size_t i) { return per_token ? tokens[i].size() : size_t{1}; };
   if (o.format == "text") {
+    size_t r = 0;
     for (size_t i = 0; i < n; ++i) {
-      std::printf("embedding %zu:", i);
-      for (size_t j = 0; j < d; ++j) std::printf(" %9.6f", static_cast<double>(v[i * d + j]));
-      std::printf("\n");
+      for (size_t k = 0; k < row_count(i); ++k, ++r) {
+        if (per_token) {
+          std::printf("embedding %zu token %zu:", i, k);
+        } else {
+          std::printf("embedding %zu:", i);
+        }
+        for (size_t j = 0; j < d; ++j) std::printf(" %9.6f", static_cast<double>(v[r * d + j]));
+        std::printf("\n");
+      }
     }
     return;
   }
   using json = nlohmann::json;
+  // Per input: its vector, or (none) the array of its tokens' vectors.
   json rows = json::array();
-  for (size_t i = 0; i < n; ++i)
-    rows.push_back(std::vector<float>(v.begin() + static_cast<ptrdiff_t>(i * d),
-                                      v.begin() + static_cast<ptrdiff_t>((i + 1) * d)));
+  size_t r = 0;
+  for (size_t i = 0; i < n; ++i) {
+    json tok = json::array();
+    for (size_t k = 0; k < row_count(i); ++k, ++r)
+      tok.push_back(std::vector<float>(v.begin() + static_cast<ptrdiff_t>(r * d),
+                                       v.begin() + static_cast<ptrdiff_t>((r + 1) * d)));
+    rows.push_back(per_token ? std::move(tok) : std::move(tok[0]));
+  }
   if (o.format == "array") {
     std::printf("%s\n", rows.dump().c_str());
     return;
@@ -209,11 +226,13 @@ Runner add_embed(CLI::App& app) {
       "  array  [[v, ...], ...]\n"
       "  json   OpenAI's embeddings object {object: list, data: [{object: embedding, index,\n"
       "         embedding}], model, usage}, as `powerinfer serve` answers /v1/embeddings\n"
+      "With --pooling none every token's vector is given: text lines 'embedding I token K: ...',\n"
+      "and in array and json each input's embedding is the array of its tokens' vectors.\n"
       "Vectors go to stdout, everything else to stderr.");
   sub->add_option("-m,--model", o->model, std::string("Model file (default: ") + kDefaultModel + " if present)");
   sub->add_option("-p,--prompt", o->prompts, "Text to embed; repeat for several inputs")->allow_extra_args(false);
   sub->add_option("-f,--file", o->prompt_file, "File whose non-empty lines are the inputs");
-  sub->add_option("--pooling", o->pooling, "How tokens' states become one vector: mean, last or cls (the first token)")
+  sub->add_option("--pooling", o->pooling, "How tokens' states become one vector: mean, last, cls (the first token) or none (one vector per token)")
       ->capture_default_str();
   sub->add_option("--embd-normalize", o->normalize, "Normalisation of each vector: -1 none, 2 Euclidean (L2)")
       ->capture_default_str();

@@ -94,7 +94,7 @@ int serve(const ServeOptions& o) {
   if (o.port < 0 || o.port > 65535) return fail("--port must be 0..65535");
   if (Status v = validate_sampling(o.sampling); !v.ok()) return fail(v.error().message);
   const std::optional<Pooling> pooling = parse_pooling(o.pooling);
-  if (!pooling) return fail("--pooling must be mean, last or cls (got '" + o.pooling + "')");
+  if (!pooling) return fail("--pooling must be mean, last, cls or none (got '" + o.pooling + "')");
   if (!o.slot_save_path.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.slot_save_path, ec);
@@ -252,7 +252,7 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("-a,--alias", o->alias, "Model name reported by the API (default: the file name)");
   sub->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (not on /health and /)");
   sub->add_option("--cors-origin", o->cors_origin, "Send CORS headers allowing this origin (off by default)");
-  sub->add_option("--pooling", o->pooling, "Embeddings (/v1/embeddings, /embedding): mean, last or cls (the first token) of the normalized final hidden states; answers are L2-normalised")->capture_default_str();
+  sub->add_option("--pooling", o->pooling, "Embeddings (/v1/embeddings, /embedding): mean, last or cls (the first token) of the normalized final hidden states; answers are L2-normalised. none: /embedding gives every token's state, unnormalised; /v1/embeddings refuses")->capture_default_str();
   sub->add_option("--chat-template", o->chat_template, "Chat template name (" + chat::template_names() + ") or Jinja text; default: the model's, else chatml");
   sub->add_option("--temp", o->sampling.temperature, "Default temperature")->capture_default_str();
   sub->add_option("--top-k", o->sampling.top_k, "Default top-k")->capture_default_str();

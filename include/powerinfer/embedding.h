@@ -3,6 +3,7 @@
 // decoder models. The output head is not computed.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -34,5 +35,9 @@ struct EmbedInput {
   int32_t seq = 0;                 // 0 .. n_seq_max - 1, distinct among one call's inputs
   std::span<const int32_t> tokens;  // at least one token
 };
+
+// The rows Session::embed gives for `inputs` under pooling `p`: one per input, or one per
+// token for Pooling::None.
+size_t embed_rows(std::span<const EmbedInput> inputs, Pooling p);
 
 }  // namespace pi

@@ -259,10 +259,7 @@ NB_MODULE(_powerinfer, m) {
                  st = s.session->embed(in, {.pooling = *pool, .normalize = normalize}, out);
                }
                check(st);
-               size_t n_rows_all = 0;
-               for (const pi::EmbedInput& e : in)
-                 n_rows_all += *pool == pi::Pooling::None ? e.tokens.size() : 1;
-               const size_t n_embd = out.size() / n_rows_all;
+               const size_t n_embd = out.size() / pi::embed_rows(in, *pool);
                size_t r = 0;
                for (const pi::EmbedInput& e : in) {
                  const size_t n_rows = *pool == pi::Pooling::None ? e.tokens.size() : 1;

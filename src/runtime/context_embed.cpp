@@ -24,12 +24,7 @@ Status Context::check_embed(std::span<const EmbedInput> inputs, const EmbedParam
       }
     }
   }
-  size_t rows = inputs.size();
-  if (p.pooling == Pooling::None) {
-    rows = 0;
-    for (const EmbedInput& in : inputs) rows += in.tokens.size();
-  }
-  const size_t want = rows * static_cast<size_t>(hp.n_embd);
+  const size_t want = embed_rows(inputs, p.pooling) * static_cast<size_t>(hp.n_embd);
   if (out_size != want) return err("embed: output of %zu floats, %zu needed", out_size, want);
   return Status::Ok();
 }

@@ -364,15 +364,18 @@ std::optional<Pooling> parse_pooling(std::string_view name) {
   return std::nullopt;
 }
 
+size_t embed_rows(std::span<const EmbedInput> inputs, Pooling p) {
+  if (p != Pooling::None) return inputs.size();
+  size_t rows = 0;
+  for (const EmbedInput& in : inputs) rows += in.tokens.size();
+  return rows;
+}
+
 Status Session::embed(std::span<const EmbedInput> inputs, const EmbedParams& p,
                       std::vector<float>& out) {
   const auto t0 = std::chrono::steady_clock::now();
-  size_t rows = inputs.size();
-  if (p.pooling == Pooling::None) {
-    rows = 0;
-    for (const EmbedInput& in : inputs) rows += in.tokens.size();
-  }
-  out.assign(rows * static_cast<size_t>(ctx_->model().hparams().n_embd), 0.0f);
+  out.assign(embed_rows(inputs, p.pooling) * static_cast<size_t>(ctx_->model().hparams().n_embd),
+             0.0f);
   Status s = ctx_->embed(inputs, p, out);
   // The inputs' sequences hold nothing now (also after most failures): fresh samplers.
   for (const EmbedInput& in : inputs) {

@@ -166,6 +166,12 @@ struct Matrix {
 };
 
 void fill_random(DType t, uint8_t* p, int64_t rows, int64_t cols, uint32_t seed) {
+  if (t == DType::Q4_0_R16) {  // a Q4_0 matrix's bytes, interleaved
+    std::vector<uint8_t> file(pi::row_bytes(DType::Q4_0, cols) * static_cast<size_t>(rows));
+    fill_random(DType::Q4_0, file.data(), rows, cols, seed);
+    pi::interleave_q4_0_rows(file.data(), p, rows, cols);
+    return;
+  }
   std::mt19937 rng(seed);
   const size_t bytes = pi::row_bytes(t, cols) * static_cast<size_t>(rows);
   for (size_t i = 0; i + 4 <= bytes; i += 4) {
@@ -330,6 +336,20 @@ void register_all() {
         });
       })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
     }
+    if (t == DType::Q4_0) {
+      // The AVX-512 dense layout of Q4_0 (cpu::dot_layout): 16 rows side by side.
+      for (const Shape& s : kShapes) {
+        benchmark::RegisterBenchmark(("matvec/q4_0_r16/" + std::string(s.name)).c_str(), [s](benchmark::State& st) {
+          ThreadPool& tp = pool(static_cast<int>(st.range(0)));
+          const Matrix& w = matrix(DType::Q4_0_R16, s.rows, s.cols);
+          const auto x = random_vector(s.cols, 1);
+          std::vector<float> y(static_cast<size_t>(s.rows));
+          run_bandwidth(st, tp, static_cast<double>(w.bytes), [&](size_t i) {
+            kernels().matvec(tp, DType::Q4_0_R16, w.copy(i), s.rows, s.cols, x.data(), y.data());
+          });
+        })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
+      }
+    }
     // Sparse gate/up ([n_ff, n_embd]) and down_t ([n_ff, n_embd]) at 10% active neurons; Q4_0
     // also at 50%, the up rows of calibrated files (the axpy's neighbour at that density).
     const Shape ff{"11008x4096", 11008, 4096};
@@ -432,7 +452,7 @@ void register_all() {
   }
 
   // Prompt processing: GFLOP/s of matmul over 64 and 512 tokens.
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::F16}) {
+  for (DType t : {DType::Q4_0, DType::Q4_0_R16, DType::Q8_0, DType::F16}) {
     const std::string tn(pi::dtype_name(t));
     for (int64_t m : {64, 512}) {
       benchmark::RegisterBenchmark(("matmul/" + tn + "/4096x4096/m" + std::to_string(m)).c_str(),

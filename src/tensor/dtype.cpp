@@ -46,6 +46,8 @@ constexpr std::array kTypes = {
 // Layouts this engine makes in memory only: not file type ids, not names users pass.
 constexpr std::array kInternalTypes = {
     DTypeInfo{DType::Q4_0_SPLIT, "q4_0_split", 32, 18, true, true},
+    // Not computable by row: quantize_row / dequantize_row refuse it (rows are interleaved).
+    DTypeInfo{DType::Q4_0_R16, "q4_0_r16", 32, 18, true, false},
 };
 
 }  // namespace

@@ -49,6 +49,14 @@ enum class DType : uint32_t {
   // (q4_0_split_quant, quant.h). The CPU repacks the transposed Q4_0 matrices of calibrated
   // files into it for its AVX-512 axpy (backend::Device::transposed_layout).
   Q4_0_SPLIT = 0x10000,
+  // Internal too: a Q4_0 matrix of a multiple of 16 rows held as groups of 16 rows, each
+  // group's blocks side by side so that one 64-byte load holds the same 4 quant bytes of 16
+  // rows: group g (rows 16g .. 16g+15) starts at 16 g row_bytes(Q4_0, n); its block b is 288
+  // bytes at 288 b: the 16 rows' f16 scales, then 4 x 64 bytes, where bytes 4i .. 4i+3 of part
+  // k are quant bytes 4k .. 4k+3 of row 16g+i (q4_0_r16_offset, quant.h). Same bytes as the
+  // Q4_0 matrix; a row is not contiguous, so only the dense matrix kernels read it
+  // (cpu::dot_layout: the AVX-512 prompt GEMM and decode matvec).
+  Q4_0_R16 = 0x10001,
 };
 
 struct DTypeInfo {

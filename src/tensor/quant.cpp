@@ -97,7 +97,40 @@ void move_q4_0_blocks(const void* in, void* out, int64_t n, bool to_split) {
   }
 }
 
+// Moves every block of a group of 16 Q4_0 rows between the file's layout and Q4_0_R16's, a
+// 4-byte word at a time, either way.
+void move_q4_0_group(const unsigned char* src, unsigned char* dst, int64_t n, bool to_r16) {
+  const int64_t nb = n / 32;
+  const size_t rb = row_bytes(DType::Q4_0, n);
+  for (int64_t i = 0; i < 16; ++i) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t file = static_cast<int64_t>(i * rb) + 18 * b;
+      const int64_t scale[2] = {file, q4_0_r16_scale(b, i)};
+      std::memcpy(dst + scale[to_r16], src + scale[!to_r16], 2);
+      for (int64_t w = 0; w < 4; ++w) {
+        const int64_t word[2] = {file + 2 + 4 * w, q4_0_r16_offset(b, i, 4 * w)};
+        std::memcpy(dst + word[to_r16], src + word[!to_r16], 4);
+      }
+    }
+  }
+}
+
+void move_q4_0_groups(const void* in, void* out, int64_t rows, int64_t n, bool to_r16) {
+  const size_t group = 16 * row_bytes(DType::Q4_0, n);
+  for (int64_t g = 0; g < rows / 16; ++g) {
+    move_q4_0_group(static_cast<const unsigned char*>(in) + g * group,
+                    static_cast<unsigned char*>(out) + g * group, n, to_r16);
+  }
+}
+
 }  // namespace
+
+void interleave_q4_0_rows(const void* in, void* out, int64_t rows, int64_t n) {
+  move_q4_0_groups(in, out, rows, n, true);
+}
+void deinterleave_q4_0_rows(const void* in, void* out, int64_t rows, int64_t n) {
+  move_q4_0_groups(in, out, rows, n, false);
+}
 
 void split_q4_0_row(const void* in, void* out, int64_t n) { move_q4_0_blocks(in, out, n, true); }
 

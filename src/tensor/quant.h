@@ -108,4 +108,16 @@ inline int64_t q4_0_split_quant(int64_t nb, int64_t b, int64_t c) {
   return 2 * nb + 16 * (b - b % 4) + 16 * (c / 4) + 4 * (b % 4) + c % 4;
 }
 
+// Q4_0_R16 (dtype.h): where quant byte c (0..15) of block b of row i (0..15) of a group lies,
+// from the group's first byte, and where the row's f16 scale of block b lies.
+inline int64_t q4_0_r16_offset(int64_t b, int64_t i, int64_t c) {
+  return 288 * b + 32 + 64 * (c / 4) + 4 * i + c % 4;
+}
+inline int64_t q4_0_r16_scale(int64_t b, int64_t i) { return 288 * b + 2 * i; }
+
+// A Q4_0 matrix [rows, n] rearranged as Q4_0_R16 (rows a multiple of 16), and back: exact,
+// the same bytes moved. `out` must not overlap `in`.
+void interleave_q4_0_rows(const void* in, void* out, int64_t rows, int64_t n);
+void deinterleave_q4_0_rows(const void* in, void* out, int64_t rows, int64_t n);
+
 }  // namespace pi

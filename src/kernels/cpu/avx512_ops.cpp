@@ -9,6 +9,7 @@
 #include "tensor/quant.h"
 
 #include "kernels/cpu/avx512_leaves.h"
+#include "kernels/cpu/r16.h"
 
 namespace pi::cpu::detail {
 namespace avx512_isa {
@@ -97,7 +98,7 @@ const KernelTable& avx512_table() {
       Isa::Avx512, avx512_act_bytes, avx512_prepare_act, avx512_dot,     avx512_axpy,
       g_rmsnorm,   g_layernorm,      g_softmax,          g_silu,         g_gelu,
       g_relu,      g_relu_squared,   g_add,              g_mul,          g_rope,
-      g_attn_head, g_to_f16, g_decode_kv_row,
+      g_attn_head, g_to_f16, g_decode_kv_row, avx512_r16_prepare, avx512_r16_dot,
   };
   return table;
 }

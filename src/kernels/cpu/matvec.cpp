@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/front.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/r16.h"
 #include "kernels/cpu/scratch.h"
 
 namespace pi::cpu {
@@ -30,18 +31,40 @@ struct Prepared {
 
 Prepared prepare(ThreadPool& pool, Scratch& scratch, const KernelTable& kt, DType t,
                  const float* X, int64_t m, int64_t cols) {
-  const size_t bytes = kt.act_bytes(t, cols);
+  const bool r16 = t == DType::Q4_0_R16;
+  const size_t bytes = r16 ? detail::r16_act_bytes(cols) : kt.act_bytes(t, cols);
   if (bytes == 0) return {};
   const size_t stride = (bytes + 63) / 64 * 64;
   auto* buf = static_cast<uint8_t*>(scratch.alloc_bytes(stride * static_cast<size_t>(m)));
+  auto one = [&](const float* x, uint8_t* out) {
+    if (r16) {
+      kt.r16_prepare(x, cols, out);
+    } else {
+      kt.prepare_act(t, x, cols, out);
+    }
+  };
   if (m == 1) {
-    kt.prepare_act(t, X, cols, buf);
+    one(X, buf);
   } else {
     pool.parallel_for(
-        m, [&](int64_t i, int) { kt.prepare_act(t, X + i * cols, cols, buf + i * stride); },
-        Schedule::Dynamic, 1);
+        m, [&](int64_t i, int) { one(X + i * cols, buf + i * stride); }, Schedule::Dynamic, 1);
   }
   return {buf, stride};
+}
+
+// Rows per dot task for a matrix of type t: rows_per_task, in whole groups of 16 for Q4_0_R16.
+int64_t task_rows(DType t, int64_t n_items, int n_threads) {
+  const int64_t per = detail::rows_per_task(n_items, n_threads);
+  return t == DType::Q4_0_R16 ? (per + detail::kR16Rows - 1) / detail::kR16Rows * detail::kR16Rows : per;
+}
+
+// The leaf of type t: Q4_0_R16 has its own.
+void run_leaf(const KernelTable& kt, const DotTask& task) {
+  if (task.type == DType::Q4_0_R16) {
+    kt.r16_dot(task);
+  } else {
+    kt.dot(task);
+  }
 }
 
 DotTask base_task(DType t, const void* W, int64_t cols, const float* X, const Prepared& p,
@@ -61,13 +84,16 @@ DotTask base_task(DType t, const void* W, int64_t cols, const float* X, const Pr
 }
 
 // Runs the leaf over items [0, n_items) (rows, or entries of task.idx) for tokens [0, m),
-// in tasks of whole items; with several tokens each task walks its items in row blocks and
-// each block once per token tile.
+// in tasks of whole items (whole groups of 16 rows for Q4_0_R16); with several tokens each
+// task walks its items in row blocks and each block once per token tile.
 void run_dot(ThreadPool& pool, const KernelTable& kt, const DotTask& base, int64_t n_items,
              int64_t m) {
   if (n_items <= 0 || m <= 0) return;
-  const int64_t per = detail::rows_per_task(n_items, pool.size());
+  const bool r16 = base.type == DType::Q4_0_R16;
+  const int64_t per = task_rows(base.type, n_items, pool.size());
   const int64_t n_tasks = (n_items + per - 1) / per;
+  const int64_t unit = r16 ? detail::kR16Rows : 1;
+  const int64_t tile = r16 ? detail::kR16TokenTile : kTokenTile;
   pool.parallel_for(
       n_tasks,
       [&](int64_t task_id, int) {
@@ -77,19 +103,20 @@ void run_dot(ThreadPool& pool, const KernelTable& kt, const DotTask& base, int64
           task.k0 = k0;
           task.k1 = k1;
           task.m = 1;
-          kt.dot(task);
+          run_leaf(kt, task);
           return;
         }
-        const int64_t block = std::max<int64_t>(1, static_cast<int64_t>(kRowBlockBytes / base.row_bytes));
+        const int64_t fit = static_cast<int64_t>(kRowBlockBytes / base.row_bytes) / unit * unit;
+        const int64_t block = std::max<int64_t>(unit, fit);
         for (int64_t r0 = k0; r0 < k1; r0 += block) {
           task.k0 = r0;
           task.k1 = std::min(k1, r0 + block);
-          for (int64_t i0 = 0; i0 < m; i0 += kTokenTile) {
-            task.m = std::min(kTokenTile, m - i0);
+          for (int64_t i0 = 0; i0 < m; i0 += tile) {
+            task.m = std::min(tile, m - i0);
             task.x = base.x + i0 * base.x_stride;
             task.act = base.act != nullptr ? base.act + i0 * base.act_stride : nullptr;
             task.Y = base.Y + i0 * base.ldy;
-            kt.dot(task);
+            run_leaf(kt, task);
           }
         }
       },
@@ -100,7 +127,7 @@ void run_dot(ThreadPool& pool, const KernelTable& kt, const DotTask& base, int64
 
 void Kernels::matvec(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
             const float* x, float* y) const {
-  detail::check_matrix(t, cols);
+  detail::check_dense_matrix(t, rows, cols);
   const KernelTable& kt = *table_;
   Scratch scratch;
   const Prepared p = prepare(pool, scratch, kt, t, x, 1, cols);
@@ -116,7 +143,7 @@ void Kernels::matvec_multi(ThreadPool& pool, const MatvecPart* parts, int n_part
   DotTask base[kMaxParts];
   int64_t total = 0;
   for (int j = 0; j < n_parts; ++j) {
-    detail::check_matrix(parts[j].type, cols);
+    detail::check_dense_matrix(parts[j].type, parts[j].rows, cols);
     // Parts of one type share the prepared activation.
     Prepared p{};
     int same = -1;
@@ -132,26 +159,29 @@ void Kernels::matvec_multi(ThreadPool& pool, const MatvecPart* parts, int n_part
     total += parts[j].rows;
   }
   // Tasks of about the size matvec would use for all rows together, never spanning parts.
-  const int64_t per = detail::rows_per_task(total, pool.size());
+  int64_t per[kMaxParts];
   int64_t first_task[kMaxParts + 1];
   first_task[0] = 0;
-  for (int j = 0; j < n_parts; ++j) first_task[j + 1] = first_task[j] + (parts[j].rows + per - 1) / per;
+  for (int j = 0; j < n_parts; ++j) {
+    per[j] = task_rows(parts[j].type, total, pool.size());
+    first_task[j + 1] = first_task[j] + (parts[j].rows + per[j] - 1) / per[j];
+  }
   pool.parallel_for(
       first_task[n_parts],
       [&](int64_t task_id, int) {
         int j = 0;
         while (task_id >= first_task[j + 1]) ++j;
         DotTask task = base[j];
-        task.k0 = (task_id - first_task[j]) * per;
-        task.k1 = std::min(parts[j].rows, task.k0 + per);
-        kt.dot(task);
+        task.k0 = (task_id - first_task[j]) * per[j];
+        task.k1 = std::min(parts[j].rows, task.k0 + per[j]);
+        run_leaf(kt, task);
       },
       Schedule::Dynamic, 1);
 }
 
 void Kernels::matmul(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
             const float* X, int64_t m, float* Y) const {
-  detail::check_matrix(t, cols);
+  detail::check_dense_matrix(t, rows, cols);
   const KernelTable& kt = *table_;
   Scratch scratch;
   const Prepared p = prepare(pool, scratch, kt, t, X, m, cols);

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/scalar_blocks.h"
 #include "kernels/cpu/scalar_leaves.h"
+#include "kernels/cpu/r16.h"
 #include "tensor/quant.h"
 
 namespace pi::cpu::detail {
@@ -86,7 +87,7 @@ const KernelTable& scalar_table() {
   static const KernelTable table = {
       Isa::Scalar,  act_bytes, prepare_act, scalar_dot, scalar_axpy, g_rmsnorm, g_layernorm,
       g_softmax,    g_silu,    g_gelu,      g_relu,     g_relu_squared, g_add,  g_mul,
-      g_rope,       g_attn_head, g_to_f16, g_decode_kv_row,
+      g_rope,       g_attn_head, g_to_f16, g_decode_kv_row, scalar_r16_prepare, scalar_r16_dot,
   };
   return table;
 }

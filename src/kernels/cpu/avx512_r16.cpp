@@ -1,0 +1,120 @@
+// AVX-512 VNNI leaves of the Q4_0_R16 dense products (r16.h): a group of 16 rows x up to 8
+// tokens per call, each decoded block (4 loads, 12 logic ops) shared by the tile's tokens and
+// each token's activation broadcast 4 bytes at a time into vpdpbusd. Bit-identical to
+// scalar_r16.cpp by construction (the same operations per lane, in the same order).
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/avx512_quant.h"
+#include "kernels/cpu/r16.h"
+
+namespace pi::cpu::detail {
+namespace {
+
+// Bytes ahead of the block being computed that a one-token call prefetches: about one core's
+// bandwidth-latency product, as kPrefetchAhead in avx512_matrix.cpp.
+constexpr size_t kAhead = 6144;
+
+inline int32_t load_i32(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// One group of 16 rows x NT tokens over blocks [0, nb): ys[i][0..15] = the rows' results for
+// token i. With kPrefetch (one token: memory-bound) every line kAhead bytes on is prefetched
+// once, up to `end`.
+template <int NT, bool kPrefetch>
+inline void group_tile(const uint8_t* G, const uint8_t* const* acts, int64_t nb, float* const* ys,
+                       const uint8_t* end) {
+  __m512 acc[NT];
+  for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const uint8_t* pf = G + kAhead;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = G + b * kR16BlockBytes;
+    if constexpr (kPrefetch) {
+      for (; pf < p + kAhead + kR16BlockBytes && pf < end; pf += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
+    }
+    const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    __m512i lo[4], hi[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m512i v = _mm512_loadu_si512(p + 32 + 64 * k);
+      lo[k] = _mm512_and_si512(v, m4);
+      hi[k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+    for (int i = 0; i < NT; ++i) {
+      const uint8_t* a = acts[i] + b * kR16ActBytes;
+      __m512i s = _mm512_set1_epi32(load_i32(a + 36));
+      for (int k = 0; k < 4; ++k) s = _mm512_dpbusd_epi32(s, lo[k], _mm512_set1_epi32(load_i32(a + 4 * k)));
+      for (int k = 0; k < 4; ++k) s = _mm512_dpbusd_epi32(s, hi[k], _mm512_set1_epi32(load_i32(a + 16 + 4 * k)));
+      float d;
+      std::memcpy(&d, a + 32, 4);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws, _mm512_set1_ps(d)), acc[i]);
+    }
+  }
+  for (int i = 0; i < NT; ++i) _mm512_storeu_ps(ys[i], acc[i]);
+}
+
+template <int NT>
+void tile(const uint8_t* G, const uint8_t* const* acts, int64_t nb, float* const* ys, const uint8_t* end) {
+  if constexpr (NT == 1) {
+    group_tile<1, true>(G, acts, nb, ys, end);
+  } else {
+    group_tile<NT, false>(G, acts, nb, ys, end);
+  }
+}
+
+}  // namespace
+
+void avx512_r16_prepare(const float* x, int64_t cols, uint8_t* out) {
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    uint8_t* a = out + b * kR16ActBytes;
+    alignas(64) int8_t q[32];
+    const float d = quantize32(x + 32 * b, q);
+    const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
+    // Sum of the 32 quants: widen to int16 pairs, then to int32 lanes.
+    const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v);
+    const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+    const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+    const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+    const int32_t sum = _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, _MM_SHUFFLE(2, 3, 0, 1))));
+    const int32_t off = -8 * sum;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(a), v);
+    std::memcpy(a + 32, &d, 4);
+    std::memcpy(a + 36, &off, 4);
+  }
+}
+
+void avx512_r16_dot(const DotTask& t) {
+  const int64_t nb = t.cols / 32;
+  const size_t group_bytes = static_cast<size_t>(kR16Rows) * t.row_bytes;
+  const uint8_t* end = t.W + static_cast<size_t>(t.k1 / kR16Rows) * group_bytes;
+  for (int64_t g = t.k0 / kR16Rows; g < t.k1 / kR16Rows; ++g) {
+    const uint8_t* G = t.W + static_cast<size_t>(g) * group_bytes;
+    for (int64_t i0 = 0; i0 < t.m; i0 += kR16TokenTile) {
+      const int nt = static_cast<int>(t.m - i0 < kR16TokenTile ? t.m - i0 : kR16TokenTile);
+      const uint8_t* acts[kR16TokenTile];
+      float* ys[kR16TokenTile];
+      for (int i = 0; i < nt; ++i) {
+        acts[i] = t.act + (i0 + i) * t.act_stride;
+        ys[i] = t.Y + (i0 + i) * t.ldy + g * kR16Rows;
+      }
+      switch (nt) {
+        case 8: tile<8>(G, acts, nb, ys, end); break;
+        case 7: tile<7>(G, acts, nb, ys, end); break;
+        case 6: tile<6>(G, acts, nb, ys, end); break;
+        case 5: tile<5>(G, acts, nb, ys, end); break;
+        case 4: tile<4>(G, acts, nb, ys, end); break;
+        case 3: tile<3>(G, acts, nb, ys, end); break;
+        case 2: tile<2>(G, acts, nb, ys, end); break;
+        default: tile<1>(G, acts, nb, ys, end); break;
+      }
+    }
+  }
+}
+
+}  // namespace pi::cpu::detail

@@ -1,0 +1,43 @@
+// Internal: dense products over Q4_0_R16 matrices (tensor/dtype.h): groups of 16 rows whose
+// blocks lie side by side, so that one 64-byte load holds 4 quant bytes of each of 16 rows and
+// vector lane i is row 16g + i. One decoded block serves every token of a tile, and each
+// token's 32 activation bytes are broadcast 4 at a time (vpdpbusd with a broadcast operand):
+// 8 integer dot instructions per block, token and 16 rows, against 2 per 4 rows before.
+//
+// Prepared activation of one token: per 32-element block kR16ActBytes bytes, the block's int8
+// quants in natural order (bytes 0-31), its scale d (f32, bytes 32-35) and -8 x the sum of
+// its quants (int32, bytes 36-39), the Q4_0 offset applied to the whole block at once.
+//
+// Order of operations, the same on every ISA and for any token count, so that results are
+// bit-identical across ISAs, thread counts and batch splits: for each row, acc = 0; for each
+// block b in order, s = off_b + sum_c w_c x_c (exact in int32, w the 4-bit quants 0..15), then
+// acc = fma(float(s), scale_w_b * d_b, acc) with the product rounded to f32 first; the row's
+// result is acc. The activation quantizer (r16 prepare) is also bit-identical everywhere: d =
+// amax / 127, quants round-to-nearest-even of x * (127 / amax) (0 when amax is 0 or not
+// finite), a NaN product giving -128 as the vector conversion does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/dispatch.h"
+
+namespace pi::cpu::detail {
+
+constexpr int64_t kR16Rows = 16;
+constexpr size_t kR16BlockBytes = 288;  // 16 scales + 16 rows x 16 quant bytes
+constexpr size_t kR16ActBytes = 40;     // per block: 32 quants, d, offset
+constexpr int kR16TokenTile = 8;        // tokens one leaf call keeps in registers
+
+inline size_t r16_act_bytes(int64_t cols) { return static_cast<size_t>(cols / 32) * kR16ActBytes; }
+
+// Leaves (DotTask with type Q4_0_R16, idx and masks null, k0 and k1 multiples of 16, act from
+// the same ISA's prepare): Y[i * ldy + r] for rows r in [k0, k1) and tokens i < m.
+void scalar_r16_prepare(const float* x, int64_t cols, uint8_t* out);
+void scalar_r16_dot(const DotTask& task);
+#if defined(PI_KERNELS_HAVE_AVX512)
+void avx512_r16_prepare(const float* x, int64_t cols, uint8_t* out);
+void avx512_r16_dot(const DotTask& task);
+#endif
+
+}  // namespace pi::cpu::detail

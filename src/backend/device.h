@@ -123,6 +123,11 @@ class Device {
   // store repacks it there when placing (WeightStore::place_transposed). Results are the same
   // bits either way. Default: t, as in the file.
   virtual DType transposed_layout(DType t) const { return t; }
+  // The type a weight matrix of type t and `rows` rows that only the dense products read
+  // (linear, linear_multi: never row lists) is kept in on this device. Results may differ in
+  // the last bits from the file layout's (another order of sums), but not between batch
+  // sizes or thread counts. Default: t, as in the file.
+  virtual DType dense_layout(DType t, int64_t /*rows*/) const { return t; }
 
   // Device memory for `bytes`, 64-byte aligned at least; contents undefined (poisoned on the
   // simulated device). Fails, naming `what`, the request and the budget, past the budget.

@@ -32,12 +32,16 @@ void HostDevice::copy_out(QueueId, void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
 
-CpuDevice::CpuDevice(int n_threads, cpu::Isa isa, uint64_t budget, bool repack)
-    : HostDevice(budget), pool_(n_threads), ops_(pool_, isa), repack_(repack) {}
+CpuDevice::CpuDevice(int n_threads, cpu::Isa isa, uint64_t budget, bool repack, bool dense_repack)
+    : HostDevice(budget), pool_(n_threads), ops_(pool_, isa), repack_(repack), dense_repack_(dense_repack) {}
 
 DType cpu_transposed_layout(DType t) { return cpu::axpy_layout(cpu::default_isa(), t); }
 
 DType CpuDevice::transposed_layout(DType t) const { return repack_ ? cpu::axpy_layout(ops_.isa(), t) : t; }
+
+DType CpuDevice::dense_layout(DType t, int64_t rows) const {
+  return dense_repack_ ? cpu::dot_layout(ops_.isa(), t, rows) : t;
+}
 
 std::string CpuDevice::describe() const {
   char buf[160];
@@ -47,7 +51,10 @@ std::string CpuDevice::describe() const {
   return buf;
 }
 
-bool CpuDevice::supports(Op op, DType t) const { return host_kernels_support(op, t); }
+bool CpuDevice::supports(Op op, DType t) const {
+  if (t == DType::Q4_0_R16) return op == Op::Linear;  // dense_layout's: the dense products only
+  return host_kernels_support(op, t);
+}
 
 bool host_kernels_support(Op op, DType t) {
   switch (op) {

@@ -49,11 +49,15 @@ DType cpu_transposed_layout(DType t);
 // else a copy of those matrices (model::LayoutCache). Its kernels read either layout.
 class CpuDevice final : public HostDevice {
  public:
-  CpuDevice(int n_threads, cpu::Isa isa = cpu::default_isa(), uint64_t budget = 0, bool repack = true);
+  CpuDevice(int n_threads, cpu::Isa isa = cpu::default_isa(), uint64_t budget = 0, bool repack = true,
+            bool dense_repack = true);
   std::string name() const override { return "cpu"; }
   std::string describe() const override;
   bool supports(Op op, DType t) const override;
   DType transposed_layout(DType t) const override;
+  // With `dense_repack`, Q4_0 matrices of whole groups of 16 rows as Q4_0_R16
+  // (cpu::dot_layout: AVX-512), for prompt batches ~2x faster.
+  DType dense_layout(DType t, int64_t rows) const override;
   Ops& ops() override { return ops_; }
   cpu::Isa isa() const { return ops_.isa(); }
   ThreadPool& pool() { return pool_; }
@@ -62,6 +66,7 @@ class CpuDevice final : public HostDevice {
   ThreadPool pool_;
   CpuOps ops_;
   bool repack_;
+  bool dense_repack_;
 };
 
 // The scalar reference kernels (src/kernels/ref) on the calling thread: the oracle every

@@ -48,7 +48,7 @@ Result<std::unique_ptr<Device>> make_device(const DeviceOptions& o) {
   if (!cpu::isa_available(o.isa))
     return err("device %s: kernel ISA %s is not available here", o.name.c_str(),
                std::string(cpu::isa_name(o.isa)).c_str());
-  if (o.name == "cpu") return std::unique_ptr<Device>(new CpuDevice(o.n_threads, o.isa, o.budget, o.repack));
+  if (o.name == "cpu") return std::unique_ptr<Device>(new CpuDevice(o.n_threads, o.isa, o.budget, o.repack, o.dense_repack));
   if (o.name == "ref") return std::unique_ptr<Device>(new RefDevice(o.budget));
   if (o.name == "sim" || o.name.rfind("sim:", 0) == 0) {
     SimOptions s = o.sim;

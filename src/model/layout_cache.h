@@ -22,14 +22,17 @@
 
 namespace pi::model {
 
-// The layout a transposed matrix held as `t` has in its file: Q4_0 for Q4_0_SPLIT, else t.
+// The layout a matrix held as `t` has in its file: Q4_0 for Q4_0_SPLIT (transposed matrices)
+// and Q4_0_R16 (matrices only the dense products read: Device::dense_layout), else t.
 DType file_layout(DType t);
 
-// Whether rows of `from` convert to `to` (equal types, or Q4_0 <-> Q4_0_SPLIT).
+// Whether a matrix of `from` converts to `to` (equal types, Q4_0 <-> Q4_0_SPLIT, or Q4_0 <->
+// Q4_0_R16 for whole groups of 16 rows).
 bool converts(DType from, DType to);
 
 // Row r of m written to `out` (row_stride() bytes, not overlapping m) in `layout`; the
-// conversion must exist (converts()).
+// conversion must exist (converts()) and `layout` must be a row layout (not Q4_0_R16; rows of
+// a Q4_0_R16 matrix convert out of it).
 void convert_row(const Matrix& m, int64_t r, DType layout, std::byte* out);
 
 // m in `layout` as a matrix of its own bytes, converted by rows over a few threads; the
@@ -39,8 +42,8 @@ Status convert_rows(const Matrix& m, DType layout, std::byte* out);
 class LayoutCache {
  public:
   // `m` (a view of the model's own weights) in `layout`: m itself when it has that type, else
-  // the copy, made on the first request. Fails for a conversion that does not exist (only
-  // Q4_0 <-> Q4_0_SPLIT do) or when the memory cannot be had.
+  // the copy, made on the first request. Fails for a conversion that does not exist
+  // (converts()) or when the memory cannot be had.
   Result<Matrix> get(const Matrix& m, DType layout);
   // Whether get(m, layout) would return a copy already made.
   bool has(const Matrix& m, DType layout) const;

@@ -39,7 +39,8 @@ uint64_t weight_bytes(const ModelWeights& w) {
   return w.output.data == w.tok_embd.data ? n - w.output.nbytes() : n;
 }
 
-Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w, LayoutCache* layouts) {
+Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w, LayoutCache* layouts,
+                                    DenseOnly dense) {
   PlacedWeights p{backend::WeightStore(dev), w};
   // The output head is often the token embedding itself: place it once.
   const bool tied = w.output.data == w.tok_embd.data;
@@ -49,21 +50,37 @@ Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w,
   // too) and back into the file's layout from the one the model holds (needed).
   std::vector<std::pair<Matrix*, DType>> convert, restore;
   uint64_t to_copy = 0, to_restore = 0;
+  const auto want = [&](Matrix* m, DType layout) {
+    if (layouts == nullptr || layout == m->type) return;
+    const bool back = layout == file_layout(m->type);
+    (back ? restore : convert).emplace_back(m, layout);
+    if (!layouts->has(*m, layout)) (back ? to_restore : to_copy) += m->nbytes();
+  };
   for (LayerWeights& L : p.weights.layers) {
     for (Matrix* m : {&L.attn.q_t, &L.attn.k_t, &L.attn.v_t, &L.attn.out_t, &L.ffn.gate_t, &L.ffn.down_t}) {
       // The device is asked about the file's type: the model may hold the matrix in the CPU's
       // layout already (Model::load), and a device that wants the file's gets a copy back.
       const DType layout = m->present() ? dev.transposed_layout(file_layout(m->type)) : m->type;
-      if (layouts == nullptr || layout == m->type) continue;
-      const bool back = layout == file_layout(m->type);
-      (back ? restore : convert).emplace_back(m, layout);
-      if (!layouts->has(*m, layout)) (back ? to_restore : to_copy) += m->nbytes();
+      want(m, layout);
     }
   }
+  // Matrices only the dense products read in this context go in the device's dense layout the
+  // same way; the others in the file's (a copy back when the model holds another).
+  const auto dense_layout = [&](const Matrix& m, bool dense_only) {
+    return dense_only ? dev.dense_layout(file_layout(m.type), m.rows) : file_layout(m.type);
+  };
+  for (LayerWeights& L : p.weights.layers) {
+    for (Matrix* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out})
+      if (m->present()) want(m, dense_layout(*m, dense != DenseOnly::None));
+    for (Matrix* m : {&L.ffn.gate, &L.ffn.up, &L.ffn.down})
+      if (m->present()) want(m, dense_layout(*m, dense == DenseOnly::All));
+  }
+  if (Matrix& head = p.weights.output; !tied && head.present())
+    want(&head, dense_layout(head, dense != DenseOnly::None));
   // The copies take RAM: without that much available (and 1 GiB to spare) keep the file's.
   if (const uint64_t avail = mem_available_bytes(); to_copy > 0 && avail != 0 && to_copy + kMemorySpare > avail) {
-    log_warn("not repacking the transposed weights for the CPU (%.1f GiB, %.1f GiB of memory available): "
-             "decoding reads them as the file lays them out (slower; --no-repack silences this)",
+    log_warn("not repacking weights for the CPU (%.1f GiB, %.1f GiB of memory available): "
+             "it reads them as the file lays them out (slower; --no-repack silences this)",
              static_cast<double>(to_copy) / (1 << 30), static_cast<double>(avail) / (1 << 30));
     convert.clear();
   }
@@ -76,11 +93,11 @@ Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w,
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (to_copy > 0 && !convert.empty()) {
-    log_info("copied %.2f GiB of transposed weights into the CPU's layout for them in %.2f s (--no-repack: none)",
+    log_info("copied %.2f GiB of weights into the CPU's layouts for them in %.2f s (--no-repack: none)",
              static_cast<double>(to_copy) / (1 << 30), secs);
   }
   if (to_restore > 0) {
-    log_info("copied %.2f GiB of transposed weights back into the file's layout for the %s device in %.2f s "
+    log_info("copied %.2f GiB of weights back into the file's layout for the %s device in %.2f s "
              "(the model holds them in the CPU's; load with --no-repack to hold the file's)",
              static_cast<double>(to_restore) / (1 << 30), dev.name().c_str(), secs);
   }

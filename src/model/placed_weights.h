@@ -19,7 +19,14 @@ struct PlacedWeights {
 // (Device::transposed_layout of the file's type), converted by `layouts` (the model's; no copy
 // when the model holds them in that layout already). Without `layouts` they stay as `w` has
 // them, which every device must then read: pass it whenever `w` is a Model's weights.
+//
+// `dense` names the matrices that only the dense products (linear, linear3) read in the
+// context placing them, which go in Device::dense_layout (the CPU's Q4_0_R16) the same way:
+// none, the attention projections and the output head (the FFN is sparse), or all of them.
+// The token embedding (rows looked up one at a time) is never one of them, nor a head that is
+// the token embedding.
+enum class DenseOnly { None, AttentionAndHead, All };
 Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w,
-                                    LayoutCache* layouts = nullptr);
+                                    LayoutCache* layouts = nullptr, DenseOnly dense = DenseOnly::None);
 
 }  // namespace pi::model

@@ -146,7 +146,14 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
              model.file().path().c_str());
   }
   PI_TRY(check_budget(model, opts, **dev, sparse));
-  auto weights = model::place_weights(**dev, model.weights(), &model.layouts());
+  // What only the dense products read here: everything in a dense run, the attention and the
+  // head beside a sparse FFN; nothing beside activation thresholds (they read rows of the
+  // projections they skip).
+  const bool thresholds = !opts.dense && sparse::has_act_sparsity(model.file());
+  const model::DenseOnly dense_only = thresholds ? model::DenseOnly::None
+                                      : sparse   ? model::DenseOnly::AttentionAndHead
+                                                 : model::DenseOnly::All;
+  auto weights = model::place_weights(**dev, model.weights(), &model.layouts(), dense_only);
   if (!weights.ok()) return weights.error();
   auto kv = (*dev)->alloc(KvCache::storage_bytes(model.hparams(), opts.n_ctx, opts.kv_types),
                           "KV cache");

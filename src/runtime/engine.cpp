@@ -164,6 +164,7 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.device.name = o.device;
   co.device.budget = o.device_budget;
   co.device.repack = o.repack;
+  co.device.dense_repack = o.repack;
   co.vram_budget = o.vram_budget;
   co.stats_path = o.activation_stats;
   co.n_gpu_layers = o.n_gpu_layers;

@@ -5,6 +5,8 @@
 // checker sees no hazard.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -12,6 +14,7 @@
 
 #include "backend/sim/sim_device.h"
 #include "cli/run_command.h"
+#include "kernels/cpu/kernels.h"
 #include "model/model.h"
 #include "model/tiny_model.h"
 #include "runtime/context.h"
@@ -30,6 +33,9 @@ runtime::ContextOptions options(const std::string& device, bool dense, uint64_t 
   o.n_seq_max = 3;
   o.device.name = device;
   o.device.budget = budget;
+  // The sim computes over the file's layouts, so the CPU it is compared with bit for bit does
+  // too (Q4_0_R16 sums in another order; it is compared with the file's in CpuDenseLayout, test_sim_model.cpp).
+  o.device.dense_repack = false;
   o.gpu_index_path = testing::temp_path("sim_model.gpuidx");
   o.reset_gpu_index = true;
   return o;
@@ -97,6 +103,50 @@ std::unique_ptr<model::Model> load(const std::string& path) {
   auto m = model::Model::load(path);
   EXPECT_TRUE(m.ok()) << m.error().message;
   return m.ok() ? std::move(*m) : nullptr;
+}
+
+// The CPU's dense layout for Q4_0 (Q4_0_R16 on AVX-512): results within float rounding of the
+// file layout's and the same greedy tokens; the same bits for 1 and 2 threads and for a prompt
+// fed token by token or in batches (one order of sums for every token count).
+TEST(CpuDenseLayout, Q4_0R16AgreesWithTheFileLayoutForAnyThreadCountAndBatch) {
+  if (cpu::dot_layout(cpu::default_isa(), DType::Q4_0, 64) == DType::Q4_0)
+    GTEST_SKIP() << "the " << cpu::isa_name(cpu::default_isa()) << " kernels read Q4_0 as the file lays it out";
+  testing::TinySpec spec = testing::tiny_variant("llama", DType::Q4_0, false, 2, false, 5);
+  spec.n_vocab = 304;  // whole groups of 16 rows: the head too
+  const std::string path = testing::temp_path("cpu_dense_layout.gguf");
+  ASSERT_TRUE(testing::write_tiny_model(spec, path).ok());
+  auto m = load(path);
+  ASSERT_NE(m, nullptr);
+  runtime::ContextOptions file = options("cpu", false);
+  const Logits want = run(*m, file);
+  EXPECT_EQ(m->layouts().bytes(), 0u);
+  runtime::ContextOptions r16 = file;
+  r16.device.dense_repack = true;
+  const Logits got = run(*m, r16);
+  // q, k, v, out, gate, up, down of every layer and the head, copied once.
+  uint64_t dense_bytes = m->weights().output.nbytes();
+  for (const auto& L : m->weights().layers)
+    for (const Matrix* w : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.out, &L.ffn.gate, &L.ffn.up, &L.ffn.down})
+      dense_bytes += w->nbytes();
+  EXPECT_EQ(m->layouts().bytes(), dense_bytes);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    double worst = 0, scale = 0;
+    for (size_t j = 0; j < want[k].size(); ++j) {
+      worst = std::max(worst, std::fabs(static_cast<double>(got[k][j]) - want[k][j]));
+      scale = std::max(scale, std::fabs(static_cast<double>(want[k][j])));
+    }
+    EXPECT_LE(worst, 1e-4 * scale) << "row " << k;
+    EXPECT_EQ(std::max_element(got[k].begin(), got[k].end()) - got[k].begin(),
+              std::max_element(want[k].begin(), want[k].end()) - want[k].begin())
+        << "row " << k;
+  }
+  runtime::ContextOptions one = r16;
+  one.n_threads = 1;
+  expect_identical(run(*m, one), got, "1 vs 2 threads");
+  runtime::ContextOptions single = r16;
+  single.n_batch = 1;
+  expect_identical(run(*m, single), got, "batch 1 vs 8");
 }
 
 TEST(SimModel, TinyModelsOfEveryArchAndFormatMatchTheCpuBitForBit) {

@@ -371,6 +371,7 @@ TEST(ActSparsity, CpuRepackGivesTheFileLayoutsBits) {
         runtime::ContextOptions o;
         o.n_threads = threads;
         o.n_batch = batch;
+        o.device.dense_repack = false;  // the transposed layout alone: the same bits
         runtime::ContextOptions as_file = o;
         as_file.device.repack = false;
         auto plain = load(path);
@@ -419,6 +420,7 @@ TEST(ActSparsity, ReadModelHoldsTheCpuLayoutInPlace) {
       SCOPED_TRACE(::testing::Message() << "batch " << batch);
       runtime::ContextOptions o;
       o.n_batch = batch;
+      o.device.dense_repack = false;  // the transposed layout alone: the same bits
       runtime::ContextOptions as_file = o;
       as_file.device.repack = false;
       const std::vector<float> want = logits(**mapped, as_file);

@@ -50,7 +50,7 @@ void CpuOps::embed(const Matrix& E, const int32_t* tokens, int64_t m, float* X) 
 }
 
 void CpuOps::linear(const Matrix& W, const float* X, int64_t m, float* Y) {
-  if (cpu::supports(W.type)) {
+  if (cpu::supports_dense(W.type)) {
     if (m == 1) {
       k_.matvec(pool_, W.type, W.data, W.rows, W.cols, X, Y);
     } else {
@@ -71,7 +71,7 @@ void CpuOps::linear(const Matrix& W, const float* X, int64_t m, float* Y) {
 
 void CpuOps::linear3(const Matrix& A, const Matrix& B, const Matrix& C, const float* X, int64_t m,
                      float* YA, float* YB, float* YC) {
-  if (m == 1 && cpu::supports(A.type) && cpu::supports(B.type) && cpu::supports(C.type) &&
+  if (m == 1 && cpu::supports_dense(A.type) && cpu::supports_dense(B.type) && cpu::supports_dense(C.type) &&
       A.cols == B.cols && A.cols == C.cols) {
     const cpu::MatvecPart parts[3] = {
         {A.type, A.data, A.rows, YA}, {B.type, B.data, B.rows, YB}, {C.type, C.data, C.rows, YC}};

@@ -42,6 +42,9 @@ double lane_sum(const V& v) {
   return s;
 }
 
+// The loops below share one shape but are written out per path: a template skeleton would
+// be compiled without the path's target attribute, and GCC refuses to inline the path's
+// intrinsics into it (target specific option mismatch).
 __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) double loop_vnni512(uint64_t n) {
   const __m512i a = _mm512_set1_epi8(static_cast<char>(kComputeA));
   const __m512i b = _mm512_set1_epi8(static_cast<char>(kComputeB));

@@ -2,8 +2,9 @@
 // and PWRI): the markdown, JSON and CSV reports are well formed and hold one row per point of
 // the requested grid in order; byte counts are consistent (sparse reads fewer bytes than dense
 // on the same file); the probe-only mode reports every thread count; bad input fails with a
-// message naming the problem. No test looks at a timing beyond "it is a positive number".
-// Also checks the read probe itself: every ISA and thread count sums every word exactly once.
+// message naming the problem. No test looks at a timing beyond "it is a positive number"
+// (and a prompt row's share of the int8 peak being at most 150%: MACs counted right cannot
+// run much above the measured peak). Also checks the read probe itself: every ISA and thread count sums every word exactly once.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -19,6 +20,8 @@
 
 #include "cli/run_command.h"
 #include "core/bandwidth_probe.h"
+#include "core/compute_probe.h"
+#include "kernels/cpu/kernels.h"
 
 namespace {
 
@@ -76,6 +79,22 @@ class BenchCli : public ::testing::Test {
 
   static inline std::string dir_, dense_, pwri_;
 };
+
+// The compute paths this CPU runs, in report order, and the kernels' int8 path ("" for the
+// scalar kernels), as the bench picks them (bench_runner.cpp).
+std::vector<std::string> available_paths() {
+  std::vector<std::string> out;
+  for (pi::ComputePath p : pi::kComputePaths)
+    if (pi::compute_path_available(p)) out.emplace_back(pi::compute_path_name(p));
+  return out;
+}
+
+std::string int8_path() {
+  const std::string isa = pi::cpu::isa_name(pi::cpu::default_isa()).data();
+  if (isa == "avx512") return std::string(pi::compute_path_name(pi::ComputePath::Int8Vnni512));
+  if (isa == "avx2") return std::string(pi::compute_path_name(pi::ComputePath::Int8Avx2));
+  return "";
+}
 
 std::vector<std::string> lines_of(const std::string& s) {
   std::vector<std::string> out;
@@ -139,13 +158,22 @@ TEST_F(BenchCli, MarkdownHasHeaderAndOneRowPerGridPoint) {
   ASSERT_EQ(probe.size(), 2u) << r.out;
   EXPECT_EQ(probe[0][0], "1");
   EXPECT_EQ(probe[1][0], "2");
+  // A model run measures the int8 path of the kernels alone, on each thread count.
+  const bool int8 = int8_path() != "";
+  const auto compute = table(r.out, "compute path");
+  ASSERT_EQ(compute.size(), int8 ? 2u : 0u) << r.out;
+  for (size_t i = 0; i < compute.size(); ++i) {
+    EXPECT_EQ(compute[i][0], int8_path());
+    EXPECT_EQ(compute[i][2], std::to_string(i + 1));
+    EXPECT_GT(std::stod(compute[i][3]), 0.0);
+  }
 
   const auto rows = table(r.out, "model");
   const auto want = expected_rows();
   ASSERT_EQ(rows.size(), want.size()) << r.out;
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& row = rows[i];
-    ASSERT_EQ(row.size(), 12u);
+    ASSERT_EQ(row.size(), 13u);
     EXPECT_EQ(std::vector<std::string>(row.begin(), row.begin() + 4), want[i]) << "row " << i;
     EXPECT_GT(std::stod(row[4]), 0.0) << "t/s, row " << i;
     const bool gen = row[3] == "tg4", sparse = row[1] == "sparse";
@@ -159,11 +187,19 @@ TEST_F(BenchCli, MarkdownHasHeaderAndOneRowPerGridPoint) {
       EXPECT_NE(row[11].find('%'), std::string::npos);
       // Dense rows read nothing scattered: their roofline share is the probe share.
       if (!sparse) EXPECT_EQ(row[11], row[10]);
+      EXPECT_EQ(row[12], "-");
     } else {
       EXPECT_EQ(row[7], "-");
       EXPECT_EQ(row[8], "-");
       EXPECT_EQ(row[10], "-");
       EXPECT_EQ(row[11], "-");
+      if (sparse || !int8) {
+        EXPECT_EQ(row[12], "-");
+      } else {
+        ASSERT_EQ(row[12].back(), '%') << row[12];
+        EXPECT_GT(std::stod(row[12]), 0.0);
+        EXPECT_LE(std::stod(row[12]), 150.0);
+      }
     }
   }
 }
@@ -183,6 +219,15 @@ TEST_F(BenchCli, JsonCarriesTheSameGridAndConsistentBytes) {
   EXPECT_EQ(j["options"]["reps"], 2);
   EXPECT_EQ(j["probe"]["table"].size(), 2u);
   EXPECT_GE(j["probe"]["bytes"].get<uint64_t>(), uint64_t{8} << 20);
+  const Json& compute = j["probe"]["compute"];
+  const bool int8 = int8_path() != "";
+  EXPECT_EQ(compute["int8_path"].is_null(), !int8);
+  ASSERT_EQ(compute["table"].size(), int8 ? 2u : 0u);
+  for (const Json& c : compute["table"]) {
+    EXPECT_EQ(c["path"], int8_path());
+    EXPECT_EQ(c["passes_gmacs"].size(), 2u);
+    EXPECT_GT(c["gmacs_median"].get<double>(), 0.0);
+  }
 
   const Json& models = j["models"];
   ASSERT_EQ(models.size(), 2u);
@@ -194,6 +239,13 @@ TEST_F(BenchCli, JsonCarriesTheSameGridAndConsistentBytes) {
   EXPECT_EQ(models[0]["n_layer"], 2);
   EXPECT_LT(models[0]["ffn_bytes"].get<uint64_t>(),
             models[0]["weight_bytes_per_token"].get<uint64_t>());
+  // The matrices a token multiplies, by shape (the PWRI file's down_t counts as down, its
+  // predictors not at all); the head is the [n_vocab, n_embd] output matrix.
+  for (const Json& m : models) {
+    const int64_t e = m["n_embd"], ff = m["n_ff"], kv = e / m["n_head"].get<int64_t>() * m["n_head_kv"].get<int64_t>();
+    EXPECT_EQ(m["layer_matrix_params"].get<int64_t>(), m["n_layer"].get<int64_t>() * (2 * e * e + 2 * e * kv + 3 * e * ff));
+    EXPECT_EQ(m["head_params"].get<int64_t>(), m["n_vocab"].get<int64_t>() * e);
+  }
 
   const Json& res = j["results"];
   const auto want = expected_rows();
@@ -223,6 +275,21 @@ TEST_F(BenchCli, JsonCarriesTheSameGridAndConsistentBytes) {
       EXPECT_EQ(row["n_prompt"], 8);
       EXPECT_TRUE(row["bytes_per_token"].is_null());
       EXPECT_TRUE(row["gbps"].is_null());
+      // Dense prompt rows: one batch of 8 tokens, every layer matrix per token, the head once;
+      // the share is MACs x t/s over the int8 peak on the row's thread count.
+      EXPECT_EQ(row["int8_ratio"].is_null(), sparse || !int8);
+      if (row["int8_ratio"].is_null()) continue;
+      const Json& m = models[row["model"].get<size_t>()];
+      const double macs = (8.0 * m["layer_matrix_params"].get<double>() + m["head_params"].get<double>()) / 8;
+      EXPECT_DOUBLE_EQ(row["macs_per_token"].get<double>(), macs);
+      double peak = 0;
+      for (const Json& c : compute["table"])
+        if (c["threads"] == row["threads"]) peak = c["gmacs_median"];
+      EXPECT_DOUBLE_EQ(row["int8_peak_gmacs"].get<double>(), peak);
+      const double share = row["int8_ratio"];
+      EXPECT_NEAR(share, macs * med / (peak * 1e9), 1e-9 * share);
+      EXPECT_GT(share, 0.0);
+      EXPECT_LE(share, 1.5);
       continue;
     }
     EXPECT_EQ(row["n_gen"], 4);
@@ -328,6 +395,15 @@ TEST_F(BenchCli, ProbeOnlyReportsEveryThreadCount) {
     EXPECT_GT(std::stod(probe[i][1]), 0.0);
   }
   EXPECT_EQ(r.out.find("| model |"), std::string::npos);
+  // Every available compute path on each thread count, in path order within a count.
+  const std::vector<std::string> paths = available_paths();
+  const auto compute = table(r.out, "compute path");
+  ASSERT_EQ(compute.size(), 3 * paths.size()) << r.out;
+  for (size_t i = 0; i < compute.size(); ++i) {
+    EXPECT_EQ(compute[i][0], paths[i % paths.size()]);
+    EXPECT_EQ(compute[i][2], std::to_string(i / paths.size() + 1));
+    EXPECT_GT(std::stod(compute[i][3]), 0.0);
+  }
 
   r = bench("--probe -t 2 -o json");
   ASSERT_EQ(r.exit_code, 0) << r.log;
@@ -339,10 +415,28 @@ TEST_F(BenchCli, ProbeOnlyReportsEveryThreadCount) {
   EXPECT_EQ(j["probe"]["table"][1]["scattered_passes_gbps"].size(), 2u);
   EXPECT_GT(j["probe"]["table"][0]["scattered_gbps_median"].get<double>(), 0.0);
   EXPECT_TRUE(j["results"].empty());
+  const Json& c = j["probe"]["compute"];
+  ASSERT_EQ(c["table"].size(), 2 * paths.size());
+  EXPECT_EQ(c["skipped"].size() + paths.size(), pi::kComputePaths.size());
+  for (const Json& s : c["skipped"])
+    EXPECT_EQ(std::count(paths.begin(), paths.end(), s.get<std::string>()), 0);
+  for (const Json& row : c["table"]) {
+    EXPECT_EQ(row["passes_gmacs"].size(), 2u);
+    EXPECT_GT(row["gmacs_min"].get<double>(), 0.0);
+    EXPECT_LE(row["gmacs_min"].get<double>(), row["gmacs_median"].get<double>());
+    EXPECT_LE(row["gmacs_median"].get<double>(), row["gmacs_max"].get<double>());
+  }
 
   r = bench("--probe -t 1 -o csv");
   ASSERT_EQ(r.exit_code, 0) << r.log;
-  EXPECT_EQ(lines_of(r.out).size(), 2u) << r.out;
+  const auto lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  // One column per compute path: a rate where it is available, empty where not.
+  for (pi::ComputePath path : pi::kComputePaths) {
+    const std::string name(pi::compute_path_name(path));
+    EXPECT_NE(lines[0].find("," + name + "_gmacs"), std::string::npos) << name;
+  }
+  EXPECT_EQ(std::count(lines[1].begin(), lines[1].end(), ','), std::count(lines[0].begin(), lines[0].end(), ','));
 }
 
 TEST_F(BenchCli, ErrorsAreClearAndNonZero) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/bandwidth_probe.h"
+#include "core/compute_probe.h"
 
 namespace pi::cli {
 namespace {
@@ -67,6 +68,42 @@ Json probe_json(const ProbeStats& p) {
     j["scattered_passes_gbps"] = p.scattered_passes;
   }
   return j;
+}
+
+Json compute_json(const BenchReport& r) {
+  Json table = Json::array();
+  for (const ComputeStats& c : r.compute)
+    table.push_back(Json{{"threads", c.threads},
+                         {"path", c.path},
+                         {"instructions", c.instructions},
+                         {"gmacs_median", c.median},
+                         {"gmacs_min", c.min},
+                         {"gmacs_max", c.max},
+                         {"passes_gmacs", c.passes}});
+  return Json{{"int8_path", r.int8_path.empty() ? Json(nullptr) : Json(r.int8_path)},
+              {"pass_seconds", kComputePassSeconds},
+              {"skipped", r.compute_skipped},
+              {"table", table}};
+}
+
+// The compute table (nothing when no path was measured).
+std::string compute_markdown(const BenchReport& r) {
+  if (r.compute.empty()) return "";
+  std::string s =
+      "\n| compute path | instructions | threads | GMAC/s (median) | min | max |\n"
+      "|---|---|---|---|---|---|\n";
+  for (const ComputeStats& c : r.compute)
+    s += fmt("| %s | %s | %d | %.1f | %.1f | %.1f |\n", c.path.c_str(), c.instructions.c_str(),
+             c.threads, c.median, c.min, c.max);
+  std::string skipped;
+  for (const std::string& n : r.compute_skipped) skipped += (skipped.empty() ? "" : ", ") + n;
+  s += fmt("\nCompute probe: multiply-accumulates per second (1e9; an int8 MAC is one u8 x s8 "
+           "product and its add) of one instruction sequence over independent accumulators in "
+           "registers, on every thread of the pool, median of %d passes of about %.0f ms "
+           "(core/compute_probe.h).%s%s\n",
+           r.options.probe_passes, 1000 * kComputePassSeconds,
+           skipped.empty() ? "" : " Not available here: ", skipped.empty() ? "" : (skipped + ".").c_str());
+  return s;
 }
 
 Json nullable(bool present, double v) { return present ? Json(v) : Json(nullptr); }
@@ -218,6 +255,7 @@ std::string format_markdown(const BenchReport& r) {
   for (const ProbeStats& p : r.probe)
     s += fmt("| %d | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", p.threads, p.median, p.min, p.max,
              p.scattered, p.median > 0 ? 100 * p.scattered / p.median : 0.0);
+  s += compute_markdown(r);
 
   if (r.options.probe_only) return s;
   bool any_host = false, any_hybrid = false;
@@ -225,8 +263,8 @@ std::string format_markdown(const BenchReport& r) {
   if (any_hybrid) s += hybrid_markdown(r);
   if (!any_host) return s;
   s += "\n| model | mode | threads | test | t/s | min - max | active | MiB/token | GB/s | "
-       "probe GB/s | of probe | of roofline |\n";
-  s += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+       "probe GB/s | of probe | of roofline | of int8 peak |\n";
+  s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const BenchRow& row : r.rows) {
     if (row.hybrid.present) continue;
     const ModelSummary& md = r.models[row.model];
@@ -239,10 +277,11 @@ std::string format_markdown(const BenchReport& r) {
       ratio = fmt("%.0f%%", 100 * row.probe_ratio);
       roofline = fmt("%.0f%%", 100 * row.roofline_ratio);
     }
-    s += fmt("| %s | %s | %d | %s | %.2f | %.2f - %.2f | %s | %s | %s | %.1f | %s | %s |\n",
+    const std::string int8 = row.has_int8 ? fmt("%.1f%%", 100 * row.int8_ratio) : "-";
+    s += fmt("| %s | %s | %d | %s | %.2f | %.2f - %.2f | %s | %s | %s | %.1f | %s | %s | %s |\n",
              basename(md.path).c_str(), mode_name(row.mode), row.threads, row.test.c_str(),
              row.ts_median, row.ts_min, row.ts_max, active.c_str(), bytes.c_str(), gbps.c_str(),
-             row.probe.median, ratio.c_str(), roofline.c_str());
+             row.probe.median, ratio.c_str(), roofline.c_str(), int8.c_str());
   }
   s +=
       fmt("\nt/s: median of %d repetitions after a warm-up run. MiB/token (generation): weights "
@@ -255,6 +294,21 @@ std::string format_markdown(const BenchReport& r) {
           "share of it, its passes also around the row's repetitions (--scatter-fraction of "
           "the 2304-byte rows).\n",
           r.options.reps);
+  if (r.int8_path.empty()) {
+    s += "\nOf int8 peak: none (the scalar kernels have no int8 SIMD path to compare with).\n";
+    return s;
+  }
+  s += fmt("\nOf int8 peak (dense prompt rows): MACs per token x t/s over the compute probe's %s "
+           "rate (the int8 path of the %s kernels) on as many threads, measured before the "
+           "models. A ppN run's MACs: N x the elements of every layer matrix (attention and FFN), "
+           "plus the output head once per batch of -b tokens (only a batch's last token gets "
+           "logits); a head tied to the token embedding counts as a multiply, the embedding's "
+           "row lookup does not. Left out: attention scores and weighted values (they grow with "
+           "the context; about 1%% of a 7B layer's MACs at pp512), so the share is slightly low. "
+           "Float weight types (f32, f16, bf16) multiply in f32 FMA, whose peak is lower (the "
+           "compute table): for them the share understates how busy the cores are. Sparse and "
+           "device rows: none (the predicted rows' kernels do not count their MACs).\n",
+           r.int8_path.c_str(), r.machine.kernel_isa.c_str());
   return s;
 }
 
@@ -293,7 +347,10 @@ std::string format_json(const BenchReport& r) {
   j["load_average"] = Json{{"start", load_json(r.load_start)}, {"end", load_json(r.load_end)}};
   Json table = Json::array();
   for (const ProbeStats& p : r.probe) table.push_back(probe_json(p));
-  j["probe"] = Json{{"isa", r.probe_isa}, {"bytes", r.probe_bytes}, {"table", table}};
+  j["probe"] = Json{{"isa", r.probe_isa},
+                    {"bytes", r.probe_bytes},
+                    {"table", table},
+                    {"compute", compute_json(r)}};
 
   Json models = Json::array();
   for (const ModelSummary& md : r.models) {
@@ -325,7 +382,9 @@ std::string format_json(const BenchReport& r) {
                           {"weight_bytes_per_token", md.weight_bytes_per_token},
                           {"ffn_bytes", md.ffn_bytes},
                           {"predictor_bytes", md.predictor_bytes},
-                          {"kv_bytes_per_cell", md.kv_bytes_per_cell}});
+                          {"kv_bytes_per_cell", md.kv_bytes_per_cell},
+                          {"layer_matrix_params", md.layer_matrix_params},
+                          {"head_params", md.head_params}});
   }
   j["models"] = models;
 
@@ -361,6 +420,9 @@ std::string format_json(const BenchReport& r) {
                         {"probe", probe_json(row.probe)},
                         {"probe_ratio", nullable(row.has_bytes, row.probe_ratio)},
                         {"roofline_ratio", nullable(row.has_bytes, row.roofline_ratio)},
+                        {"macs_per_token", nullable(row.has_int8, row.macs_per_token)},
+                        {"int8_peak_gmacs", nullable(row.has_int8, row.int8_peak_gmacs)},
+                        {"int8_ratio", nullable(row.has_int8, row.int8_ratio)},
                         {"load_1m", nullable(row.load_1m >= 0, row.load_1m)},
                         {"peak_rss_bytes", row.peak_rss},
                         {"hybrid", hybrid_json(row.hybrid)}});
@@ -372,18 +434,29 @@ std::string format_json(const BenchReport& r) {
 std::string format_csv(const BenchReport& r) {
   std::string s;
   if (r.options.probe_only) {
+    // One column per compute path (its median GMAC/s), empty where it was not measured.
     s = "threads,probe_gbps_median,probe_gbps_min,probe_gbps_max,scattered_gbps_median,probe_isa,"
-        "probe_bytes,cpu_model,commit\n";
-    for (const ProbeStats& p : r.probe)
-      s += fmt("%d,%.3f,%.3f,%.3f,%.3f,%s,%zu,%s,%s\n", p.threads, p.median, p.min, p.max,
+        "probe_bytes,cpu_model,commit";
+    for (ComputePath path : kComputePaths) s += fmt(",%s_gmacs", compute_path_name(path).data());
+    s += "\n";
+    for (const ProbeStats& p : r.probe) {
+      s += fmt("%d,%.3f,%.3f,%.3f,%.3f,%s,%zu,%s,%s", p.threads, p.median, p.min, p.max,
                p.scattered, r.probe_isa.c_str(), r.probe_bytes,
                csv_field(r.machine.cpu_model).c_str(), csv_field(r.build.commit).c_str());
+      for (ComputePath path : kComputePaths) {
+        std::string cell;
+        for (const ComputeStats& c : r.compute)
+          if (c.threads == p.threads && c.path == compute_path_name(path)) cell = fmt("%.3f", c.median);
+        s += "," + cell;
+      }
+      s += "\n";
+    }
     return s;
   }
   s = "file,arch,type,format,mode,threads,n_batch,test,n_prompt,n_gen,reps,ts_median,ts_min,ts_max,"
       "ts_stddev,active_fraction,bytes_per_token,gbps,probe_gbps,probe_ratio,roofline_ratio,"
       "load_1m,kernel_isa,cpu_model,commit,device,vram_budget,device_bytes,bytes_h2d_per_token,"
-      "bytes_d2h_per_token,model_ts\n";
+      "bytes_d2h_per_token,model_ts,macs_per_token,int8_peak_gmacs,int8_ratio\n";
   for (const BenchRow& row : r.rows) {
     const ModelSummary& md = r.models[row.model];
     const std::string active = row.active_fraction >= 0 ? fmt("%.5f", row.active_fraction) : "";
@@ -391,9 +464,12 @@ std::string format_csv(const BenchReport& r) {
     const std::string gbps = row.has_bytes ? fmt("%.3f", row.gbps) : "";
     const std::string ratio = row.has_bytes ? fmt("%.4f", row.probe_ratio) : "";
     const std::string roofline = row.has_bytes ? fmt("%.4f", row.roofline_ratio) : "";
+    const std::string macs = row.has_int8 ? fmt("%.0f", row.macs_per_token) : "";
+    const std::string peak = row.has_int8 ? fmt("%.3f", row.int8_peak_gmacs) : "";
+    const std::string int8 = row.has_int8 ? fmt("%.5f", row.int8_ratio) : "";
     s += fmt(
         "%s,%s,%s,%s,%s,%d,%lld,%s,%lld,%lld,%zu,%.4f,%.4f,%.4f,%.4f,%s,%s,%s,%.3f,%s,%s,%.2f,%s,%"
-        "s,%s,%s,%s,%s,%s,%s,%s\n",
+        "s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n",
         csv_field(basename(md.path)).c_str(), md.arch.c_str(), md.type.c_str(),
         md.powerinfer ? "PWRI" : "GGUF", mode_name(row.mode), row.threads,
         static_cast<long long>(row.n_batch), row.test.c_str(), static_cast<long long>(row.n_prompt),
@@ -406,7 +482,8 @@ std::string format_csv(const BenchReport& r) {
         row.hybrid.present ? fmt("%llu", static_cast<unsigned long long>(row.hybrid.placement.device_bytes)).c_str() : "",
         row.hybrid.present ? fmt("%.0f", row.hybrid.bytes_to_device).c_str() : "",
         row.hybrid.present ? fmt("%.0f", row.hybrid.bytes_from_device).c_str() : "",
-        row.hybrid.model_ts > 0 ? fmt("%.4f", row.hybrid.model_ts).c_str() : "");
+        row.hybrid.model_ts > 0 ? fmt("%.4f", row.hybrid.model_ts).c_str() : "", macs.c_str(),
+        peak.c_str(), int8.c_str());
   }
   return s;
 }

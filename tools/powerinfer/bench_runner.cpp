@@ -14,10 +14,12 @@
 
 #include "cli_checks.h"
 #include "core/bandwidth_probe.h"
+#include "core/compute_probe.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "gguf/reader.h"
+#include "kernels/cpu/kernels.h"
 #include "model/model.h"
 #include "powerinfer/engine.h"
 #include "sparse/act_sparsity.h"
@@ -113,18 +115,85 @@ ModelSummary summarize_model(const Engine& engine) {
   for (const model::LayerWeights& L : m.weights().layers)
     for (const model::Matrix* w : {&L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.ffn.down_t, &L.ffn.gate_t})
       if (w->present()) s.ffn_bytes += w->nbytes();
+  auto elements = [](const model::Matrix& w) { return w.present() ? w.rows * w.cols : int64_t{0}; };
+  for (const model::LayerWeights& L : m.weights().layers)
+    for (const model::Matrix* w : model::layer_matrices(L)) s.layer_matrix_params += elements(*w);
+  s.head_params = elements(m.weights().output);
   s.kv_bytes_per_cell = static_cast<uint64_t>(hp.n_layer * 2 * hp.n_head_kv * hp.head_dim) * 2;
   return s;
 }
 
-ProbeStats probe_stats(int threads, std::vector<double> passes) {
-  ProbeStats p;
+// Median, min and max of `passes` (0s for none) into a ProbeStats or ComputeStats.
+template <typename Stats>
+Stats spread(int threads, std::vector<double> passes) {
+  Stats p;
   p.threads = threads;
   p.median = median_of(passes);
   p.min = passes.empty() ? 0 : *std::min_element(passes.begin(), passes.end());
   p.max = passes.empty() ? 0 : *std::max_element(passes.begin(), passes.end());
   p.passes = std::move(passes);
   return p;
+}
+
+ProbeStats probe_stats(int threads, std::vector<double> passes) {
+  return spread<ProbeStats>(threads, std::move(passes));
+}
+
+// The int8 path the kernels of `isa` multiply quantized blocks with (src/kernels/cpu:
+// vpdpbusd zmm for AVX-512, vpmaddubsw + vpmaddwd for AVX2); none for the scalar kernels.
+std::optional<ComputePath> kernel_int8_path(cpu::Isa isa) {
+  if (isa == cpu::Isa::Avx512) return ComputePath::Int8Vnni512;
+  if (isa == cpu::Isa::Avx2) return ComputePath::Int8Avx2;
+  return std::nullopt;
+}
+
+// The compute table for `counts` threads: `paths` on each (unavailable ones skipped, with one
+// log line each), o.probe_passes passes of kComputePassSeconds.
+void measure_compute_table(const BenchOptions& o, const std::vector<int>& counts,
+                           const std::vector<ComputePath>& paths, BenchReport& report) {
+  std::vector<ComputePath> run;
+  for (ComputePath path : paths) {
+    if (compute_path_available(path)) {
+      run.push_back(path);
+      continue;
+    }
+    report.compute_skipped.emplace_back(compute_path_name(path));
+    log_info("bench: compute probe: %s (%s) is not available on this CPU or build: skipped",
+             compute_path_name(path).data(), compute_path_instructions(path).data());
+  }
+  for (int t : counts) {
+    ThreadPool pool(t);
+    for (ComputePath path : run) {
+      ComputeStats st = spread<ComputeStats>(t, measure_compute(pool, path, o.probe_passes));
+      st.path = std::string(compute_path_name(path));
+      st.instructions = std::string(compute_path_instructions(path));
+      log_info("bench: compute %d thread%s: %.1f GMAC/s %s (%s, median of %d passes)", t,
+               t == 1 ? "" : "s", st.median, st.path.c_str(), st.instructions.c_str(),
+               o.probe_passes);
+      report.compute.push_back(std::move(st));
+    }
+  }
+}
+
+// Each dense prompt row's MACs per token and share of the int8 peak on its thread count. A
+// ppP run multiplies every layer matrix for each token and the head for the last token of
+// each batch (only it gets logits). Sparse rows compute the predicted rows by paths that do
+// not count their MACs, and hybrid rows run partly on the device: neither gets a share.
+void int8_shares(BenchReport& report) {
+  for (BenchRow& row : report.rows) {
+    if (row.n_prompt <= 0 || row.mode != BenchMode::Dense || row.hybrid.present) continue;
+    for (const ComputeStats& c : report.compute) {
+      if (c.threads != row.threads || c.path != report.int8_path || c.median <= 0) continue;
+      const ModelSummary& md = report.models[row.model];
+      const int64_t batches = (row.n_prompt + row.n_batch - 1) / std::max<int64_t>(row.n_batch, 1);
+      const double macs = static_cast<double>(row.n_prompt) * static_cast<double>(md.layer_matrix_params) +
+                          static_cast<double>(batches) * static_cast<double>(md.head_params);
+      row.has_int8 = true;
+      row.macs_per_token = macs / static_cast<double>(row.n_prompt);
+      row.int8_peak_gmacs = c.median;
+      row.int8_ratio = row.macs_per_token * row.ts_median / (c.median * 1e9);
+    }
+  }
 }
 
 // Sparse counters of the session since the last reset, summed over layers.
@@ -540,9 +609,17 @@ Result<BenchReport> run_bench(const BenchOptions& o) {
              o.probe_passes, report.probe_isa.c_str(), report.probe_bytes >> 20);
   }
 
+  // The compute table: every path for --probe; a model run needs the kernels' int8 path alone.
+  const std::optional<ComputePath> int8 = kernel_int8_path(cpu::default_isa());
+  if (int8) report.int8_path = std::string(compute_path_name(*int8));
+  std::vector<ComputePath> paths(kComputePaths.begin(), kComputePaths.end());
+  if (!o.probe_only) paths = int8 ? std::vector<ComputePath>{*int8} : std::vector<ComputePath>{};
+  measure_compute_table(o, counts, paths, report);
+
   if (!o.probe_only)
     for (size_t i = 0; i < o.models.size(); ++i) PI_TRY(run_model(o, **probe, i, report));
   PI_TRY(model_hybrid_rows(report));
+  int8_shares(report);
   for (BenchRow& row : report.rows) {
     if (row.hybrid.present || !row.has_bytes || row.probe.median <= 0 || row.ts_median <= 0) continue;
     double scatter = 1.0;  // scattered / sequential rate: the row's own passes, else the table's

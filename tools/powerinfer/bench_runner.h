@@ -52,6 +52,10 @@ struct ModelSummary {
   uint64_t ffn_bytes = 0;               // FFN matrices of all layers (part of the above)
   uint64_t predictor_bytes = 0;         // fc1 + fc2 of all layers
   uint64_t kv_bytes_per_cell = 0;       // f16 K and V of one position, all layers
+  // Elements of the matrices a token multiplies in a dense forward: every layer matrix once
+  // (attention and FFN; not the predictors) and the output head (a head tied to the token
+  // embedding counts once, as a multiply; the embedding's row lookup is no multiply).
+  int64_t layer_matrix_params = 0, head_params = 0;
 };
 
 struct ProbeStats {
@@ -63,6 +67,15 @@ struct ProbeStats {
   // around a sparse generation row's repetitions (as the sequential passes).
   std::vector<double> scattered_passes;
   double scattered = 0;
+};
+
+// The compute probe of one path on one thread count (core/compute_probe.h), GMAC/s.
+struct ComputeStats {
+  int threads = 0;
+  std::string path;          // compute_path_name, e.g. "int8_vnni_zmm"
+  std::string instructions;  // compute_path_instructions, e.g. "vpdpbusd zmm"
+  std::vector<double> passes;  // each pass, in order
+  double median = 0, min = 0, max = 0;
 };
 
 // Per generated token (generation tests only), in bytes.
@@ -111,6 +124,11 @@ struct BenchRow {
   // which are scattered and read at probe.median x (probe.scattered / probe.median, both
   // measured around the row's repetitions). Equals probe_ratio for dense rows. 0 without bytes.
   double roofline_ratio = 0;
+  // Dense prompt rows with an int8 path for the kernels' ISA (has_int8): multiply-accumulates
+  // per prompt token (ModelSummary: every layer matrix, the head once per batch), the int8
+  // peak on as many threads (BenchReport::compute, GMAC/s) and MACs x t/s / that peak.
+  bool has_int8 = false;
+  double macs_per_token = 0, int8_peak_gmacs = 0, int8_ratio = 0;
   double load_1m = -1;     // load average when the row started
   HybridRow hybrid;
   double act_sparsity = -1;  // calibrated files in sparse mode: the sparsity run, else -1
@@ -124,6 +142,12 @@ struct BenchReport {
   std::string probe_isa;
   size_t probe_bytes = 0;
   std::vector<ProbeStats> probe;  // one per thread count, measured before the models
+  // The compute probe, measured after the read probe for each thread count: every available
+  // path for --probe, else the int8 path of the kernels' ISA alone (int8_path; empty for the
+  // scalar kernels: no compute rows, no prompt shares). Paths this CPU lacks: compute_skipped.
+  std::string int8_path;
+  std::vector<ComputeStats> compute;
+  std::vector<std::string> compute_skipped;
   std::vector<ModelSummary> models;
   std::vector<BenchRow> rows;
   LoadAverage load_start, load_end;

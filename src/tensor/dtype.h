@@ -55,7 +55,7 @@ enum class DType : uint32_t {
   // bytes at 288 b: the 16 rows' f16 scales, then 4 x 64 bytes, where bytes 4i .. 4i+3 of part
   // k are quant bytes 4k .. 4k+3 of row 16g+i (q4_0_r16_offset, quant.h). Same bytes as the
   // Q4_0 matrix; a row is not contiguous, so only the dense matrix kernels read it
-  // (cpu::dot_layout: the AVX-512 prompt GEMM and decode matvec).
+  // (cpu::dot_layout: the AVX-512 and AVX2 prompt GEMM and decode matvec).
   Q4_0_R16 = 0x10001,
 };
 

@@ -115,10 +115,11 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
                 "Check every weight for NaN/Inf at load (reads the whole file; the norms and "
                 "small tensors are always checked)");
   sub->add_flag("!--no-repack", f.repack,
-                "Keep Q4_0 weights as the file lays them out; by default the AVX-512 CPU copies "
+                "Keep Q4_0 weights as the file lays them out; by default an AVX-512 CPU copies "
                 "transposed ones (calibrated and PowerInfer files) into the layout its axpy reads "
-                "fastest (same results), and the matrices only dense products read into 16-row "
-                "groups (prompts ~2x faster; last-bit differences). The copies take their size in RAM");
+                "fastest (same results), and an AVX-512 or AVX2 CPU the matrices only dense "
+                "products read into 16-row groups (prompts ~2x faster; last-bit differences). "
+                "The copies take their size in RAM");
 }
 
 Status check_model_flags(const ModelFlags& f) {

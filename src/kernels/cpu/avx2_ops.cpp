@@ -117,7 +117,7 @@ const KernelTable& avx2_table() {
       Isa::Avx2, avx2_act_bytes, avx2_prepare_act, avx2_dot,      avx2_axpy,
       g_rmsnorm, g_layernorm,    g_softmax,        g_silu,        g_gelu,
       g_relu,    g_relu_squared, g_add,            g_mul,         g_rope,
-      g_attn_head, g_to_f16, g_decode_kv_row, scalar_r16_prepare, scalar_r16_dot,
+      g_attn_head, g_to_f16, g_decode_kv_row, scalar_r16_prepare, avx2_r16_dot,
   };
   return table;
 }

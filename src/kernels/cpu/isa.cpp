@@ -110,7 +110,8 @@ DType axpy_layout(Isa isa, DType t) {
 bool supports_dense(DType t) { return supports(t) || t == DType::Q4_0_R16; }
 
 DType dot_layout(Isa isa, DType t, int64_t rows) {
-  return isa == Isa::Avx512 && t == DType::Q4_0 && rows > 0 && rows % 16 == 0 ? DType::Q4_0_R16 : t;
+  const bool simd = isa == Isa::Avx512 || isa == Isa::Avx2;
+  return simd && t == DType::Q4_0 && rows > 0 && rows % 16 == 0 ? DType::Q4_0_R16 : t;
 }
 
 namespace detail {

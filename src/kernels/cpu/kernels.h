@@ -58,8 +58,8 @@ DType axpy_layout(Isa isa, DType t);
 // for these three alone (the row-list kernels refuse it).
 bool supports_dense(DType t);
 // The layout the dense products of `isa` read a matrix of type t and `rows` rows fastest in:
-// Q4_0_R16 for Q4_0 with the AVX-512 leaves when rows is a multiple of 16 (prompt batches
-// ~1.7x faster: docs/BENCHMARKS.md, "Sixteen rows side by side"), else t. The results differ
+// Q4_0_R16 for Q4_0 with the AVX-512 or AVX2 leaves when rows is a multiple of 16 (prompt
+// batches 2.2-3x faster: docs/BENCHMARKS.md, "Sixteen rows side by side"), else t. The results differ
 // from the Q4_0 layout's in the last bits (another order of sums), never between batch sizes,
 // thread counts or ISAs reading the same layout.
 DType dot_layout(Isa isa, DType t, int64_t rows);

@@ -35,6 +35,9 @@ inline size_t r16_act_bytes(int64_t cols) { return static_cast<size_t>(cols / 32
 // the same ISA's prepare): Y[i * ldy + r] for rows r in [k0, k1) and tokens i < m.
 void scalar_r16_prepare(const float* x, int64_t cols, uint8_t* out);
 void scalar_r16_dot(const DotTask& task);
+#if defined(PI_KERNELS_HAVE_AVX2)
+void avx2_r16_dot(const DotTask& task);  // with scalar_r16_prepare
+#endif
 #if defined(PI_KERNELS_HAVE_AVX512)
 void avx512_r16_prepare(const float* x, int64_t cols, uint8_t* out);
 void avx512_r16_dot(const DotTask& task);

@@ -50,7 +50,8 @@ TEST(Q4_0R16, OnlyTheDenseProductsTakeIt) {
   EXPECT_EQ(dot_layout(Isa::Avx512, DType::Q4_0, 4096), DType::Q4_0_R16);
   EXPECT_EQ(dot_layout(Isa::Avx512, DType::Q4_0, 40), DType::Q4_0);  // not whole groups
   EXPECT_EQ(dot_layout(Isa::Avx512, DType::Q8_0, 4096), DType::Q8_0);
-  EXPECT_EQ(dot_layout(Isa::Avx2, DType::Q4_0, 4096), DType::Q4_0);
+  EXPECT_EQ(dot_layout(Isa::Avx2, DType::Q4_0, 4096), DType::Q4_0_R16);
+  EXPECT_EQ(dot_layout(Isa::Scalar, DType::Q4_0, 4096), DType::Q4_0);
   EXPECT_FALSE(quantize_row(DType::Q4_0_R16, nullptr, nullptr, 32).ok());
 }
 

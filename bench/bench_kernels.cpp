@@ -166,10 +166,12 @@ struct Matrix {
 };
 
 void fill_random(DType t, uint8_t* p, int64_t rows, int64_t cols, uint32_t seed) {
-  if (t == DType::Q4_0_R16) {  // a Q4_0 matrix's bytes, interleaved
-    std::vector<uint8_t> file(pi::row_bytes(DType::Q4_0, cols) * static_cast<size_t>(rows));
-    fill_random(DType::Q4_0, file.data(), rows, cols, seed);
-    pi::interleave_q4_0_rows(file.data(), p, rows, cols);
+  if (t == DType::Q4_0_R16 || t == DType::Q8_0_R16) {  // a Q4_0 / Q8_0 matrix's bytes, interleaved
+    const bool q8 = t == DType::Q8_0_R16;
+    const DType base = q8 ? DType::Q8_0 : DType::Q4_0;
+    std::vector<uint8_t> file(pi::row_bytes(base, cols) * static_cast<size_t>(rows));
+    fill_random(base, file.data(), rows, cols, seed);
+    (q8 ? pi::interleave_q8_0_rows : pi::interleave_q4_0_rows)(file.data(), p, rows, cols);
     return;
   }
   std::mt19937 rng(seed);
@@ -336,16 +338,17 @@ void register_all() {
         });
       })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
     }
-    if (t == DType::Q4_0) {
-      // The AVX-512 dense layout of Q4_0 (cpu::dot_layout): 16 rows side by side.
+    if (t == DType::Q4_0 || t == DType::Q8_0) {
+      // The dense layouts of Q4_0 and Q8_0 (cpu::dot_layout): 16 rows side by side.
+      const DType r16 = t == DType::Q4_0 ? DType::Q4_0_R16 : DType::Q8_0_R16;
       for (const Shape& s : kShapes) {
-        benchmark::RegisterBenchmark(("matvec/q4_0_r16/" + std::string(s.name)).c_str(), [s](benchmark::State& st) {
+        benchmark::RegisterBenchmark(("matvec/" + std::string(pi::dtype_name(r16)) + "/" + s.name).c_str(), [r16, s](benchmark::State& st) {
           ThreadPool& tp = pool(static_cast<int>(st.range(0)));
-          const Matrix& w = matrix(DType::Q4_0_R16, s.rows, s.cols);
+          const Matrix& w = matrix(r16, s.rows, s.cols);
           const auto x = random_vector(s.cols, 1);
           std::vector<float> y(static_cast<size_t>(s.rows));
           run_bandwidth(st, tp, static_cast<double>(w.bytes), [&](size_t i) {
-            kernels().matvec(tp, DType::Q4_0_R16, w.copy(i), s.rows, s.cols, x.data(), y.data());
+            kernels().matvec(tp, r16, w.copy(i), s.rows, s.cols, x.data(), y.data());
           });
         })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
       }
@@ -452,7 +455,7 @@ void register_all() {
   }
 
   // Prompt processing: GFLOP/s of matmul over 64 and 512 tokens.
-  for (DType t : {DType::Q4_0, DType::Q4_0_R16, DType::Q8_0, DType::F16}) {
+  for (DType t : {DType::Q4_0, DType::Q4_0_R16, DType::Q8_0, DType::Q8_0_R16, DType::F16}) {
     const std::string tn(pi::dtype_name(t));
     for (int64_t m : {64, 512}) {
       benchmark::RegisterBenchmark(("matmul/" + tn + "/4096x4096/m" + std::to_string(m)).c_str(),

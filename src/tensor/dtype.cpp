@@ -48,6 +48,7 @@ constexpr std::array kInternalTypes = {
     DTypeInfo{DType::Q4_0_SPLIT, "q4_0_split", 32, 18, true, true},
     // Not computable by row: quantize_row / dequantize_row refuse it (rows are interleaved).
     DTypeInfo{DType::Q4_0_R16, "q4_0_r16", 32, 18, true, false},
+    DTypeInfo{DType::Q8_0_R16, "q8_0_r16", 32, 34, true, false},
 };
 
 }  // namespace

@@ -57,6 +57,10 @@ enum class DType : uint32_t {
   // Q4_0 matrix; a row is not contiguous, so only the dense matrix kernels read it
   // (cpu::dot_layout: the AVX-512 and AVX2 prompt GEMM and decode matvec).
   Q4_0_R16 = 0x10001,
+  // The same for Q8_0: block b of a group is 544 bytes at 544 b: the 16 rows' f16 scales,
+  // then 8 x 64 bytes where bytes 4i .. 4i+3 of part k are quants 4k .. 4k+3 of row 16g+i,
+  // each stored as q + 128 (an unsigned byte: q8_0_r16_offset, quant.h).
+  Q8_0_R16 = 0x10002,
 };
 
 struct DTypeInfo {

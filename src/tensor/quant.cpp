@@ -115,21 +115,47 @@ void move_q4_0_group(const unsigned char* src, unsigned char* dst, int64_t n, bo
   }
 }
 
-void move_q4_0_groups(const void* in, void* out, int64_t rows, int64_t n, bool to_r16) {
-  const size_t group = 16 * row_bytes(DType::Q4_0, n);
+// The same for a group of 16 Q8_0 rows and Q8_0_R16, a byte at a time (flipping the sign bit).
+void move_q8_0_group(const unsigned char* src, unsigned char* dst, int64_t n, bool to_r16) {
+  const int64_t nb = n / 32;
+  const size_t rb = row_bytes(DType::Q8_0, n);
+  for (int64_t i = 0; i < 16; ++i) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t file = static_cast<int64_t>(i * rb) + 34 * b;
+      const int64_t scale[2] = {file, q8_0_r16_scale(b, i)};
+      std::memcpy(dst + scale[to_r16], src + scale[!to_r16], 2);
+      for (int64_t c = 0; c < 32; ++c) {
+        const int64_t at[2] = {file + 2 + c, q8_0_r16_offset(b, i, c)};
+        dst[at[to_r16]] = static_cast<unsigned char>(src[at[!to_r16]] ^ 0x80u);
+      }
+    }
+  }
+}
+
+// Every group of 16 rows of a Q4_0 or Q8_0 matrix [rows, n] through `move` (either way).
+using GroupMove = void (*)(const unsigned char*, unsigned char*, int64_t, bool);
+void move_groups(GroupMove move, DType t, const void* in, void* out, int64_t rows, int64_t n, bool to_r16) {
+  const size_t group = 16 * row_bytes(t, n);
   for (int64_t g = 0; g < rows / 16; ++g) {
-    move_q4_0_group(static_cast<const unsigned char*>(in) + g * group,
-                    static_cast<unsigned char*>(out) + g * group, n, to_r16);
+    move(static_cast<const unsigned char*>(in) + g * group, static_cast<unsigned char*>(out) + g * group, n,
+         to_r16);
   }
 }
 
 }  // namespace
 
+void interleave_q8_0_rows(const void* in, void* out, int64_t rows, int64_t n) {
+  move_groups(move_q8_0_group, DType::Q8_0, in, out, rows, n, true);
+}
+void deinterleave_q8_0_rows(const void* in, void* out, int64_t rows, int64_t n) {
+  move_groups(move_q8_0_group, DType::Q8_0, in, out, rows, n, false);
+}
+
 void interleave_q4_0_rows(const void* in, void* out, int64_t rows, int64_t n) {
-  move_q4_0_groups(in, out, rows, n, true);
+  move_groups(move_q4_0_group, DType::Q4_0, in, out, rows, n, true);
 }
 void deinterleave_q4_0_rows(const void* in, void* out, int64_t rows, int64_t n) {
-  move_q4_0_groups(in, out, rows, n, false);
+  move_groups(move_q4_0_group, DType::Q4_0, in, out, rows, n, false);
 }
 
 void split_q4_0_row(const void* in, void* out, int64_t n) { move_q4_0_blocks(in, out, n, true); }

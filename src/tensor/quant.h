@@ -120,4 +120,13 @@ inline int64_t q4_0_r16_scale(int64_t b, int64_t i) { return 288 * b + 2 * i; }
 void interleave_q4_0_rows(const void* in, void* out, int64_t rows, int64_t n);
 void deinterleave_q4_0_rows(const void* in, void* out, int64_t rows, int64_t n);
 
+// Q8_0_R16 (dtype.h): where quant c (0..31) of block b of row i of a group lies, and its scale.
+inline int64_t q8_0_r16_offset(int64_t b, int64_t i, int64_t c) {
+  return 544 * b + 32 + 64 * (c / 4) + 4 * i + c % 4;
+}
+inline int64_t q8_0_r16_scale(int64_t b, int64_t i) { return 544 * b + 2 * i; }
+// A Q8_0 matrix [rows, n] as Q8_0_R16 and back, exactly (each quant q stored as q + 128).
+void interleave_q8_0_rows(const void* in, void* out, int64_t rows, int64_t n);
+void deinterleave_q8_0_rows(const void* in, void* out, int64_t rows, int64_t n);
+
 }  // namespace pi

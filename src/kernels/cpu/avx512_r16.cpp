@@ -26,31 +26,38 @@ inline int32_t load_i32(const uint8_t* p) {
 // One group of 16 rows x NT tokens over blocks [0, nb): ys[i][0..15] = the rows' results for
 // token i. With kPrefetch (one token: memory-bound) every line kAhead bytes on is prefetched
 // once, up to `end`.
-template <int NT, bool kPrefetch>
+template <int NT, bool kPrefetch, bool kQ8>
 inline void group_tile(const uint8_t* G, const uint8_t* const* acts, int64_t nb, float* const* ys,
                        const uint8_t* end) {
+  constexpr size_t kBlock = kQ8 ? kR16Q8BlockBytes : kR16BlockBytes;
   __m512 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   const uint8_t* pf = G + kAhead;
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* p = G + b * kR16BlockBytes;
+    const uint8_t* p = G + b * kBlock;
     if constexpr (kPrefetch) {
-      for (; pf < p + kAhead + kR16BlockBytes && pf < end; pf += 64)
+      for (; pf < p + kAhead + kBlock && pf < end; pf += 64)
         _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
     }
     const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    __m512i lo[4], hi[4];
-    for (int k = 0; k < 4; ++k) {
-      const __m512i v = _mm512_loadu_si512(p + 32 + 64 * k);
-      lo[k] = _mm512_and_si512(v, m4);
-      hi[k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    // Q4_0: the parts' low and high nibbles; Q8_0: the 8 parts as they are.
+    __m512i w[8];
+    if constexpr (kQ8) {
+      for (int k = 0; k < 8; ++k) w[k] = _mm512_loadu_si512(p + 32 + 64 * k);
+    } else {
+      for (int k = 0; k < 4; ++k) {
+        const __m512i v = _mm512_loadu_si512(p + 32 + 64 * k);
+        w[k] = _mm512_and_si512(v, m4);
+        w[4 + k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      }
     }
     for (int i = 0; i < NT; ++i) {
       const uint8_t* a = acts[i] + b * kR16ActBytes;
-      __m512i s = _mm512_set1_epi32(load_i32(a + 36));
-      for (int k = 0; k < 4; ++k) s = _mm512_dpbusd_epi32(s, lo[k], _mm512_set1_epi32(load_i32(a + 4 * k)));
-      for (int k = 0; k < 4; ++k) s = _mm512_dpbusd_epi32(s, hi[k], _mm512_set1_epi32(load_i32(a + 16 + 4 * k)));
+      __m512i s = _mm512_set1_epi32(kQ8 ? 16 * load_i32(a + 36) : load_i32(a + 36));
+      // Part k pairs with activation bytes 4k .. 4k+3 (Q4_0's high nibbles, parts 4-7, with
+      // bytes 16 + 4(k - 4): the same offsets).
+      for (int k = 0; k < 8; ++k) s = _mm512_dpbusd_epi32(s, w[k], _mm512_set1_epi32(load_i32(a + 4 * k)));
       float d;
       std::memcpy(&d, a + 32, 4);
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws, _mm512_set1_ps(d)), acc[i]);
@@ -59,12 +66,37 @@ inline void group_tile(const uint8_t* G, const uint8_t* const* acts, int64_t nb,
   for (int i = 0; i < NT; ++i) _mm512_storeu_ps(ys[i], acc[i]);
 }
 
-template <int NT>
+template <int NT, bool kQ8>
 void tile(const uint8_t* G, const uint8_t* const* acts, int64_t nb, float* const* ys, const uint8_t* end) {
-  if constexpr (NT == 1) {
-    group_tile<1, true>(G, acts, nb, ys, end);
-  } else {
-    group_tile<NT, false>(G, acts, nb, ys, end);
+  group_tile<NT, NT == 1, kQ8>(G, acts, nb, ys, end);
+}
+
+template <bool kQ8>
+void r16_dot(const DotTask& t) {
+  const int64_t nb = t.cols / 32;
+  const size_t group_bytes = static_cast<size_t>(kR16Rows) * t.row_bytes;
+  const uint8_t* end = t.W + static_cast<size_t>(t.k1 / kR16Rows) * group_bytes;
+  for (int64_t g = t.k0 / kR16Rows; g < t.k1 / kR16Rows; ++g) {
+    const uint8_t* G = t.W + static_cast<size_t>(g) * group_bytes;
+    for (int64_t i0 = 0; i0 < t.m; i0 += kR16TokenTile) {
+      const int nt = static_cast<int>(t.m - i0 < kR16TokenTile ? t.m - i0 : kR16TokenTile);
+      const uint8_t* acts[kR16TokenTile];
+      float* ys[kR16TokenTile];
+      for (int i = 0; i < nt; ++i) {
+        acts[i] = t.act + (i0 + i) * t.act_stride;
+        ys[i] = t.Y + (i0 + i) * t.ldy + g * kR16Rows;
+      }
+      switch (nt) {
+        case 8: tile<8, kQ8>(G, acts, nb, ys, end); break;
+        case 7: tile<7, kQ8>(G, acts, nb, ys, end); break;
+        case 6: tile<6, kQ8>(G, acts, nb, ys, end); break;
+        case 5: tile<5, kQ8>(G, acts, nb, ys, end); break;
+        case 4: tile<4, kQ8>(G, acts, nb, ys, end); break;
+        case 3: tile<3, kQ8>(G, acts, nb, ys, end); break;
+        case 2: tile<2, kQ8>(G, acts, nb, ys, end); break;
+        default: tile<1, kQ8>(G, acts, nb, ys, end); break;
+      }
+    }
   }
 }
 
@@ -90,30 +122,10 @@ void avx512_r16_prepare(const float* x, int64_t cols, uint8_t* out) {
 }
 
 void avx512_r16_dot(const DotTask& t) {
-  const int64_t nb = t.cols / 32;
-  const size_t group_bytes = static_cast<size_t>(kR16Rows) * t.row_bytes;
-  const uint8_t* end = t.W + static_cast<size_t>(t.k1 / kR16Rows) * group_bytes;
-  for (int64_t g = t.k0 / kR16Rows; g < t.k1 / kR16Rows; ++g) {
-    const uint8_t* G = t.W + static_cast<size_t>(g) * group_bytes;
-    for (int64_t i0 = 0; i0 < t.m; i0 += kR16TokenTile) {
-      const int nt = static_cast<int>(t.m - i0 < kR16TokenTile ? t.m - i0 : kR16TokenTile);
-      const uint8_t* acts[kR16TokenTile];
-      float* ys[kR16TokenTile];
-      for (int i = 0; i < nt; ++i) {
-        acts[i] = t.act + (i0 + i) * t.act_stride;
-        ys[i] = t.Y + (i0 + i) * t.ldy + g * kR16Rows;
-      }
-      switch (nt) {
-        case 8: tile<8>(G, acts, nb, ys, end); break;
-        case 7: tile<7>(G, acts, nb, ys, end); break;
-        case 6: tile<6>(G, acts, nb, ys, end); break;
-        case 5: tile<5>(G, acts, nb, ys, end); break;
-        case 4: tile<4>(G, acts, nb, ys, end); break;
-        case 3: tile<3>(G, acts, nb, ys, end); break;
-        case 2: tile<2>(G, acts, nb, ys, end); break;
-        default: tile<1>(G, acts, nb, ys, end); break;
-      }
-    }
+  if (t.type == DType::Q8_0_R16) {
+    r16_dot<true>(t);
+  } else {
+    r16_dot<false>(t);
   }
 }
 

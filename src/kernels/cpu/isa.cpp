@@ -107,11 +107,11 @@ DType axpy_layout(Isa isa, DType t) {
   return isa == Isa::Avx512 && t == DType::Q4_0 ? DType::Q4_0_SPLIT : t;
 }
 
-bool supports_dense(DType t) { return supports(t) || t == DType::Q4_0_R16; }
+bool supports_dense(DType t) { return supports(t) || t == DType::Q4_0_R16 || t == DType::Q8_0_R16; }
 
 DType dot_layout(Isa isa, DType t, int64_t rows) {
-  const bool simd = isa == Isa::Avx512 || isa == Isa::Avx2;
-  return simd && t == DType::Q4_0 && rows > 0 && rows % 16 == 0 ? DType::Q4_0_R16 : t;
+  if (!(isa == Isa::Avx512 || isa == Isa::Avx2) || rows <= 0 || rows % 16 != 0) return t;
+  return t == DType::Q4_0 ? DType::Q4_0_R16 : t == DType::Q8_0 ? DType::Q8_0_R16 : t;
 }
 
 namespace detail {

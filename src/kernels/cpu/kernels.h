@@ -54,12 +54,13 @@ bool supports_axpy(DType t);
 // scales-apart layout"), else t itself. Same results either way, bit for bit.
 DType axpy_layout(Isa isa, DType t);
 // True for weight types the dense products (matvec, matvec_multi, matmul) accept: those of
-// supports() and Q4_0_R16 (tensor/dtype.h; rows a multiple of 16), a layout of Q4_0 matrices
-// for these three alone (the row-list kernels refuse it).
+// supports() and Q4_0_R16 / Q8_0_R16 (tensor/dtype.h; rows a multiple of 16), layouts of
+// Q4_0 and Q8_0 matrices for these three alone (the row-list kernels refuse them).
 bool supports_dense(DType t);
 // The layout the dense products of `isa` read a matrix of type t and `rows` rows fastest in:
-// Q4_0_R16 for Q4_0 with the AVX-512 or AVX2 leaves when rows is a multiple of 16 (prompt
-// batches 2.2-3x faster: docs/BENCHMARKS.md, "Sixteen rows side by side"), else t. The results differ
+// Q4_0_R16 for Q4_0 and Q8_0_R16 for Q8_0 with the AVX-512 or AVX2 leaves when rows is a
+// multiple of 16 (prompt batches 2-3x faster: docs/BENCHMARKS.md, "Sixteen rows side by
+// side"), else t. The results differ
 // from the Q4_0 layout's in the last bits (another order of sums), never between batch sizes,
 // thread counts or ISAs reading the same layout.
 DType dot_layout(Isa isa, DType t, int64_t rows);
@@ -111,7 +112,7 @@ class Kernels {
   void matvec_multi(ThreadPool& pool, const MatvecPart* parts, int n_parts, int64_t cols,
                     const float* x) const;
 
-  // matvec, matvec_multi and matmul also take Q4_0_R16 (supports_dense): every token of a
+  // matvec, matvec_multi and matmul also take the R16 types (supports_dense): every token of a
   // matmul then equals the matvec of that token bit for bit, as for the other types.
   // Y[i, r] = W[r,:] . X[i,:]   X: f32 [m, cols], Y: f32 [m, rows]   (prompt processing)
   void matmul(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,

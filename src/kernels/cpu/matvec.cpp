@@ -31,7 +31,7 @@ struct Prepared {
 
 Prepared prepare(ThreadPool& pool, Scratch& scratch, const KernelTable& kt, DType t,
                  const float* X, int64_t m, int64_t cols) {
-  const bool r16 = t == DType::Q4_0_R16;
+  const bool r16 = detail::is_r16(t);
   const size_t bytes = r16 ? detail::r16_act_bytes(cols) : kt.act_bytes(t, cols);
   if (bytes == 0) return {};
   const size_t stride = (bytes + 63) / 64 * 64;
@@ -52,15 +52,15 @@ Prepared prepare(ThreadPool& pool, Scratch& scratch, const KernelTable& kt, DTyp
   return {buf, stride};
 }
 
-// Rows per dot task for a matrix of type t: rows_per_task, in whole groups of 16 for Q4_0_R16.
+// Rows per dot task for a matrix of type t: rows_per_task, in whole groups of 16 for the R16 types.
 int64_t task_rows(DType t, int64_t n_items, int n_threads) {
   const int64_t per = detail::rows_per_task(n_items, n_threads);
-  return t == DType::Q4_0_R16 ? (per + detail::kR16Rows - 1) / detail::kR16Rows * detail::kR16Rows : per;
+  return detail::is_r16(t) ? (per + detail::kR16Rows - 1) / detail::kR16Rows * detail::kR16Rows : per;
 }
 
-// The leaf of type t: Q4_0_R16 has its own.
+// The leaf of type t: the R16 types have their own.
 void run_leaf(const KernelTable& kt, const DotTask& task) {
-  if (task.type == DType::Q4_0_R16) {
+  if (detail::is_r16(task.type)) {
     kt.r16_dot(task);
   } else {
     kt.dot(task);
@@ -84,12 +84,12 @@ DotTask base_task(DType t, const void* W, int64_t cols, const float* X, const Pr
 }
 
 // Runs the leaf over items [0, n_items) (rows, or entries of task.idx) for tokens [0, m),
-// in tasks of whole items (whole groups of 16 rows for Q4_0_R16); with several tokens each
+// in tasks of whole items (whole groups of 16 rows for the R16 types); with several tokens each
 // task walks its items in row blocks and each block once per token tile.
 void run_dot(ThreadPool& pool, const KernelTable& kt, const DotTask& base, int64_t n_items,
              int64_t m) {
   if (n_items <= 0 || m <= 0) return;
-  const bool r16 = base.type == DType::Q4_0_R16;
+  const bool r16 = detail::is_r16(base.type);
   const int64_t per = task_rows(base.type, n_items, pool.size());
   const int64_t n_tasks = (n_items + per - 1) / per;
   const int64_t unit = r16 ? detail::kR16Rows : 1;

@@ -8,9 +8,13 @@
 // quants in natural order (bytes 0-31), its scale d (f32, bytes 32-35) and -8 x the sum of
 // its quants (int32, bytes 36-39), the Q4_0 offset applied to the whole block at once.
 //
+// Q8_0_R16 is the same with 8 parts of 64 bytes per block, quants stored as q + 128 (unsigned
+// for vpdpbusd) and 16 x off (= -128 x the sum) taking the offset back out.
+//
 // Order of operations, the same on every ISA and for any token count, so that results are
 // bit-identical across ISAs, thread counts and batch splits: for each row, acc = 0; for each
-// block b in order, s = off_b + sum_c w_c x_c (exact in int32, w the 4-bit quants 0..15), then
+// block b in order, s = sum_c w_c x_c exactly in int32 (w the weight quants: 4-bit q - 8, or
+// 8-bit q), then
 // acc = fma(float(s), scale_w_b * d_b, acc) with the product rounded to f32 first; the row's
 // result is acc. The activation quantizer (r16 prepare) is also bit-identical everywhere: d =
 // amax / 127, quants round-to-nearest-even of x * (127 / amax) (0 when amax is 0 or not
@@ -25,13 +29,17 @@
 namespace pi::cpu::detail {
 
 constexpr int64_t kR16Rows = 16;
-constexpr size_t kR16BlockBytes = 288;  // 16 scales + 16 rows x 16 quant bytes
+constexpr size_t kR16BlockBytes = 288;    // Q4_0_R16: 16 scales + 16 rows x 16 quant bytes
+constexpr size_t kR16Q8BlockBytes = 544;  // Q8_0_R16: 16 scales + 16 rows x 32 quants (q + 128)
 constexpr size_t kR16ActBytes = 40;     // per block: 32 quants, d, offset
 constexpr int kR16TokenTile = 8;        // tokens one leaf call keeps in registers
 
 inline size_t r16_act_bytes(int64_t cols) { return static_cast<size_t>(cols / 32) * kR16ActBytes; }
 
-// Leaves (DotTask with type Q4_0_R16, idx and masks null, k0 and k1 multiples of 16, act from
+inline bool is_r16(DType t) { return t == DType::Q4_0_R16 || t == DType::Q8_0_R16; }
+inline size_t r16_block_bytes(DType t) { return t == DType::Q8_0_R16 ? kR16Q8BlockBytes : kR16BlockBytes; }
+
+// Leaves (DotTask with type Q4_0_R16 or Q8_0_R16, idx and masks null, k0 and k1 multiples of 16, act from
 // the same ISA's prepare): Y[i * ldy + r] for rows r in [k0, k1) and tokens i < m.
 void scalar_r16_prepare(const float* x, int64_t cols, uint8_t* out);
 void scalar_r16_dot(const DotTask& task);

@@ -47,6 +47,8 @@ void scalar_r16_prepare(const float* x, int64_t cols, uint8_t* out) {
 
 void scalar_r16_dot(const DotTask& t) {
   const int64_t nb = t.cols / 32;
+  const bool q8 = t.type == DType::Q8_0_R16;
+  const size_t block_bytes = r16_block_bytes(t.type);
   const size_t group_bytes = static_cast<size_t>(kR16Rows) * t.row_bytes;
   for (int64_t g = t.k0 / kR16Rows; g < t.k1 / kR16Rows; ++g) {
     const uint8_t* G = t.W + static_cast<size_t>(g) * group_bytes;
@@ -54,7 +56,7 @@ void scalar_r16_dot(const DotTask& t) {
       const uint8_t* act = t.act + i * t.act_stride;
       float acc[kR16Rows] = {};
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* p = G + b * kR16BlockBytes;
+        const uint8_t* p = G + b * block_bytes;
         const uint8_t* a = act + b * kR16ActBytes;
         const auto* q = reinterpret_cast<const int8_t*>(a);
         float d;
@@ -62,10 +64,14 @@ void scalar_r16_dot(const DotTask& t) {
         std::memcpy(&d, a + 32, 4);
         std::memcpy(&off, a + 36, 4);
         for (int64_t r = 0; r < kR16Rows; ++r) {
-          int32_t s = off;
-          for (int c = 0; c < 16; ++c) {
-            const uint8_t byte = p[32 + 64 * (c / 4) + 4 * r + c % 4];
-            s += (byte & 15) * q[c] + (byte >> 4) * q[16 + c];
+          int32_t s = q8 ? 16 * off : off;
+          if (q8) {
+            for (int c = 0; c < 32; ++c) s += p[32 + 64 * (c / 4) + 4 * r + c % 4] * q[c];
+          } else {
+            for (int c = 0; c < 16; ++c) {
+              const uint8_t byte = p[32 + 64 * (c / 4) + 4 * r + c % 4];
+              s += (byte & 15) * q[c] + (byte >> 4) * q[16 + c];
+            }
           }
           const float scale = half_to_float(load_u16(p + 2 * r)) * d;
           acc[r] = std::fma(static_cast<float>(s), scale, acc[r]);

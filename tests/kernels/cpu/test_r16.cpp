@@ -1,5 +1,5 @@
-// Q4_0_R16 (tensor/dtype.h): the interleaving of 16 rows and the dense products that read it
-// (kernels/cpu/r16.h), on every ISA: against the reference on the file's Q4_0 bytes, and bit
+// Q4_0_R16 and Q8_0_R16 (tensor/dtype.h): the interleaving of 16 rows and the dense products
+// that read them (kernels/cpu/r16.h), on every ISA: against the reference on the file's bytes, and bit
 // for bit across ISAs, thread counts, batch splits and matvec_multi, since every R16 leaf
 // follows one order of operations.
 #include <algorithm>
@@ -10,15 +10,43 @@
 namespace pi::cpu::test {
 namespace {
 
-// w's Q4_0 bytes as Q4_0_R16, at an odd offset (no leaf may assume alignment).
+// w's Q4_0 (Q8_0) bytes as Q4_0_R16 (Q8_0_R16), at an odd offset (no leaf may assume
+// alignment).
 struct Interleaved {
+  DType type;
   std::vector<uint8_t> storage;
   const void* data() const { return storage.data() + 5; }
 };
 Interleaved interleave(const Weights& w) {
-  Interleaved out{std::vector<uint8_t>(w.row_bytes() * static_cast<size_t>(w.rows) + 5 + 64, 0x5a)};
-  interleave_q4_0_rows(w.data(), out.storage.data() + 5, w.rows, w.cols);
+  const bool q8 = w.type == DType::Q8_0;
+  Interleaved out{q8 ? DType::Q8_0_R16 : DType::Q4_0_R16,
+                  std::vector<uint8_t>(w.row_bytes() * static_cast<size_t>(w.rows) + 5 + 64, 0x5a)};
+  (q8 ? interleave_q8_0_rows : interleave_q4_0_rows)(w.data(), out.storage.data() + 5, w.rows, w.cols);
   return out;
+}
+
+constexpr DType kTypes[] = {DType::Q4_0, DType::Q8_0};
+
+TEST(Q8_0R16, InterleavingMovesEveryQuantAndRoundTrips) {
+  for (int64_t cols : {32, 96, 4128}) {
+    const Weights w = random_weights(DType::Q8_0, 32, cols, 4);
+    const Interleaved r = interleave(w);
+    const auto* file = static_cast<const uint8_t*>(w.data());
+    const auto* il = static_cast<const uint8_t*>(r.data());
+    const size_t group = 16 * w.row_bytes();
+    for (int64_t row = 0; row < w.rows; ++row) {
+      const uint8_t* g = il + (row / 16) * group;
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        const uint8_t* blk = file + row * w.row_bytes() + 34 * b;
+        ASSERT_EQ(0, std::memcmp(g + q8_0_r16_scale(b, row % 16), blk, 2)) << row << " " << b;
+        for (int64_t c = 0; c < 32; ++c)  // q + 128: the sign bit flipped
+          ASSERT_EQ(g[q8_0_r16_offset(b, row % 16, c)], blk[2 + c] ^ 0x80) << row << " " << b << " " << c;
+      }
+    }
+    std::vector<uint8_t> back(w.row_bytes() * static_cast<size_t>(w.rows));
+    deinterleave_q8_0_rows(r.data(), back.data(), w.rows, cols);
+    EXPECT_EQ(0, std::memcmp(back.data(), w.data(), back.size())) << cols;
+  }
 }
 
 TEST(Q4_0R16, InterleavingMovesEveryByteAndRoundTrips) {
@@ -49,7 +77,10 @@ TEST(Q4_0R16, OnlyTheDenseProductsTakeIt) {
   EXPECT_FALSE(supports_axpy(DType::Q4_0_R16));
   EXPECT_EQ(dot_layout(Isa::Avx512, DType::Q4_0, 4096), DType::Q4_0_R16);
   EXPECT_EQ(dot_layout(Isa::Avx512, DType::Q4_0, 40), DType::Q4_0);  // not whole groups
-  EXPECT_EQ(dot_layout(Isa::Avx512, DType::Q8_0, 4096), DType::Q8_0);
+  EXPECT_EQ(dot_layout(Isa::Avx512, DType::Q8_0, 4096), DType::Q8_0_R16);
+  EXPECT_EQ(dot_layout(Isa::Avx512, DType::Q4_1, 4096), DType::Q4_1);
+  EXPECT_TRUE(supports_dense(DType::Q8_0_R16));
+  EXPECT_FALSE(supports(DType::Q8_0_R16));
   EXPECT_EQ(dot_layout(Isa::Avx2, DType::Q4_0, 4096), DType::Q4_0_R16);
   EXPECT_EQ(dot_layout(Isa::Scalar, DType::Q4_0, 4096), DType::Q4_0);
   EXPECT_FALSE(quantize_row(DType::Q4_0_R16, nullptr, nullptr, 32).ok());
@@ -62,28 +93,29 @@ TEST(Q4_0R16, MatvecAndMatmulMatchTheReferenceOnEveryIsa) {
   ThreadPool pool(2);
   for (Isa isa : isas()) {
     const Kernels k(isa);
+    for (DType wt : kTypes) {
     for (int64_t cols : {32, 96, 4128}) {
       for (int64_t rows : {16, 48}) {
-        SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << rows << "x" << cols);
-        const Weights w = random_weights(DType::Q4_0, rows, cols, static_cast<uint32_t>(rows + cols));
+        SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(wt) << " " << rows << "x" << cols);
+        const Weights w = random_weights(wt, rows, cols, static_cast<uint32_t>(rows + cols));
         const Interleaved r = interleave(w);
         const int64_t m = 11;
         std::vector<float> X(static_cast<size_t>(m * cols + 1));
         const auto g = gaussian(m * cols, 17);
         std::copy(g.begin(), g.end(), X.begin() + 1);
         Guarded Y(m * rows), y(rows);
-        k.matmul(pool, DType::Q4_0_R16, r.data(), rows, cols, X.data() + 1, m, Y.data());
-        k.matvec(pool, DType::Q4_0_R16, r.data(), rows, cols, X.data() + 1, y.data());
+        k.matmul(pool, r.type, r.data(), rows, cols, X.data() + 1, m, Y.data());
+        k.matvec(pool, r.type, r.data(), rows, cols, X.data() + 1, y.data());
         EXPECT_TRUE(Y.guards_intact());
         EXPECT_TRUE(y.guards_intact());
         for (int64_t i = 0; i < m; ++i) {
           const float* x = X.data() + 1 + i * cols;
-          const auto xe = effective_x(DType::Q4_0, Isa::Avx512, x, cols);
+          const auto xe = effective_x(wt, Isa::Avx512, x, cols);
           for (int64_t row = 0; row < rows; ++row) {
             const auto* wr = static_cast<const uint8_t*>(w.data()) + row * w.row_bytes();
             float want_e = 0.0f, want = 0.0f;
-            ref::matvec(DType::Q4_0, wr, 1, cols, xe.data(), &want_e);
-            ref::matvec(DType::Q4_0, wr, 1, cols, x, &want);
+            ref::matvec(wt, wr, 1, cols, xe.data(), &want_e);
+            ref::matvec(wt, wr, 1, cols, x, &want);
             const double tight = dot_bound(w.mag.data() + row * cols, xe.data(), cols);
             ASSERT_NEAR(Y[i * rows + row], want_e, tight) << "token " << i << " row " << row;
             ASSERT_NEAR(Y[i * rows + row], want,
@@ -94,6 +126,7 @@ TEST(Q4_0R16, MatvecAndMatmulMatchTheReferenceOnEveryIsa) {
         EXPECT_EQ(0, std::memcmp(y.data(), Y.data(), rows * 4)) << "matvec vs matmul token 0";
       }
     }
+    }
   }
 }
 
@@ -101,7 +134,9 @@ TEST(Q4_0R16, MatvecAndMatmulMatchTheReferenceOnEveryIsa) {
 // batch into matmul calls, matvec per token, and matvec_multi beside other types.
 TEST(Q4_0R16, SameBitsOnEveryIsaThreadCountAndBatchSplit) {
   const int64_t rows = 80, cols = 4160, m = 13;
-  const Weights w = random_weights(DType::Q4_0, rows, cols, 21);
+  for (DType wt : kTypes) {
+  SCOPED_TRACE(dtype_name(wt));
+  const Weights w = random_weights(wt, rows, cols, 21);
   const Interleaved r = interleave(w);
   const Weights q8 = random_weights(DType::Q8_0, 24, cols, 22);
   auto X = gaussian(m * cols, 23);
@@ -114,20 +149,20 @@ TEST(Q4_0R16, SameBitsOnEveryIsaThreadCountAndBatchSplit) {
       SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << threads << " threads");
       ThreadPool pool(threads);
       std::vector<float> Y(static_cast<size_t>(m * rows));
-      k.matmul(pool, DType::Q4_0_R16, r.data(), rows, cols, X.data(), m, Y.data());
+      k.matmul(pool, r.type, r.data(), rows, cols, X.data(), m, Y.data());
       if (want.empty()) want = Y;
       EXPECT_EQ(0, std::memcmp(Y.data(), want.data(), Y.size() * 4)) << "whole batch";
       // Split 5 + 1 + 7.
       std::vector<float> S(Y.size());
-      k.matmul(pool, DType::Q4_0_R16, r.data(), rows, cols, X.data(), 5, S.data());
-      k.matvec(pool, DType::Q4_0_R16, r.data(), rows, cols, X.data() + 5 * cols, S.data() + 5 * rows);
-      k.matmul(pool, DType::Q4_0_R16, r.data(), rows, cols, X.data() + 6 * cols, 7, S.data() + 6 * rows);
+      k.matmul(pool, r.type, r.data(), rows, cols, X.data(), 5, S.data());
+      k.matvec(pool, r.type, r.data(), rows, cols, X.data() + 5 * cols, S.data() + 5 * rows);
+      k.matmul(pool, r.type, r.data(), rows, cols, X.data() + 6 * cols, 7, S.data() + 6 * rows);
       EXPECT_EQ(0, std::memcmp(S.data(), want.data(), S.size() * 4)) << "split batch";
       // matvec_multi: an R16 part, a Q8_0 part and the R16 part again.
       std::vector<float> a(rows), b(24), c(rows), b1(24);
-      const MatvecPart parts[3] = {{DType::Q4_0_R16, r.data(), rows, a.data()},
+      const MatvecPart parts[3] = {{r.type, r.data(), rows, a.data()},
                                    {DType::Q8_0, q8.data(), 24, b.data()},
-                                   {DType::Q4_0_R16, r.data(), rows, c.data()}};
+                                   {r.type, r.data(), rows, c.data()}};
       k.matvec_multi(pool, parts, 3, cols, X.data());
       k.matvec(pool, DType::Q8_0, q8.data(), 24, cols, X.data(), b1.data());
       EXPECT_EQ(0, std::memcmp(a.data(), want.data(), rows * 4)) << "multi part 0";
@@ -136,24 +171,28 @@ TEST(Q4_0R16, SameBitsOnEveryIsaThreadCountAndBatchSplit) {
     }
   }
 }
+}
 
 // Non-finite activations give non-finite outputs exactly where the reference does.
 TEST(Q4_0R16, NonFiniteInputsPropagateOnEveryIsa) {
   ThreadPool pool(2);
   const int64_t rows = 16, cols = 128;
-  const Weights w = random_weights(DType::Q4_0, rows, cols, 31);
+  for (DType wt : kTypes) {
+  const Weights w = random_weights(wt, rows, cols, 31);
   const Interleaved r = interleave(w);
   for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     auto x = gaussian(cols, 32);
     x[40] = bad;
     std::vector<float> want(rows);
-    ref::matvec(DType::Q4_0, w.data(), rows, cols, x.data(), want.data());
+    ref::matvec(wt, w.data(), rows, cols, x.data(), want.data());
     for (Isa isa : isas()) {
       std::vector<float> y(rows);
-      Kernels(isa).matvec(pool, DType::Q4_0_R16, r.data(), rows, cols, x.data(), y.data());
+      Kernels(isa).matvec(pool, r.type, r.data(), rows, cols, x.data(), y.data());
       for (int64_t row = 0; row < rows; ++row)
-        EXPECT_EQ(std::isfinite(y[row]), std::isfinite(want[row])) << isa_name(isa) << " row " << row << " x=" << bad;
+        EXPECT_EQ(std::isfinite(y[row]), std::isfinite(want[row]))
+            << isa_name(isa) << " " << dtype_name(wt) << " row " << row << " x=" << bad;
     }
+  }
   }
 }
 

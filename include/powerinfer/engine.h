@@ -87,7 +87,9 @@ struct LoadOptions {
   // A file read into memory holds its transposed Q4_0 weights (calibrated and PowerInfer
   // files) in the CPU's layout for them (Q4_0_SPLIT with AVX-512 kernels), converted in place
   // at load: one copy in RAM. Sessions that want the file's layout (repack = false, another
-  // device) get a copy of it. false: hold the file's layout (--no-repack). A mapped file
+  // device) get a copy of it. The same for the Q4_0 matrices every session reads only through
+  // dense products (Q4_0_R16 with AVX-512 or AVX2 kernels: attention, an untied head, the FFN
+  // of an ordinary GGUF file). false: hold the file's layout (--no-repack). A mapped file
   // always holds the file's; sessions with repack get a copy.
   bool repack = true;
 };

@@ -37,6 +37,8 @@ CpuDevice::CpuDevice(int n_threads, cpu::Isa isa, uint64_t budget, bool repack, 
 
 DType cpu_transposed_layout(DType t) { return cpu::axpy_layout(cpu::default_isa(), t); }
 
+DType cpu_dense_layout(DType t) { return cpu::dot_layout(cpu::default_isa(), t, 16); }
+
 DType CpuDevice::transposed_layout(DType t) const { return repack_ ? cpu::axpy_layout(ops_.isa(), t) : t; }
 
 DType CpuDevice::dense_layout(DType t, int64_t rows) const {
@@ -52,7 +54,7 @@ std::string CpuDevice::describe() const {
 }
 
 bool CpuDevice::supports(Op op, DType t) const {
-  if (t == DType::Q4_0_R16) return op == Op::Linear;  // dense_layout's: the dense products only
+  if (t == DType::Q4_0_R16 || t == DType::Q8_0_R16) return op == Op::Linear;  // dense_layout's: dense products only
   return host_kernels_support(op, t);
 }
 

@@ -42,6 +42,9 @@ class HostDevice : public Device {
 // The layout a CPU device of the default ISA (cpu::default_isa()) with `repack` keeps
 // transposed weights of type t in: what a model read into memory converts them to at load.
 DType cpu_transposed_layout(DType t);
+// The same for matrices only dense products read (CpuDevice::dense_layout with dense_repack),
+// for whole groups of 16 rows.
+DType cpu_dense_layout(DType t);
 
 // The CPU: SIMD kernels of one ISA over a pool of n_threads (the caller included). With
 // `repack`, transposed Q4_0 weights are kept as Q4_0_SPLIT where the ISA's axpy reads that

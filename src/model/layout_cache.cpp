@@ -11,31 +11,39 @@
 
 namespace pi::model {
 
-DType file_layout(DType t) { return t == DType::Q4_0_SPLIT || t == DType::Q4_0_R16 ? DType::Q4_0 : t; }
+DType file_layout(DType t) {
+  if (t == DType::Q8_0_R16) return DType::Q8_0;
+  return t == DType::Q4_0_SPLIT || t == DType::Q4_0_R16 ? DType::Q4_0 : t;
+}
+
+bool is_r16(DType t) { return t == DType::Q4_0_R16 || t == DType::Q8_0_R16; }
 
 bool converts(DType from, DType to) {
   const auto either_way = [&](DType a, DType b) { return (from == a && to == b) || (from == b && to == a); };
-  return from == to || either_way(DType::Q4_0, DType::Q4_0_SPLIT) || either_way(DType::Q4_0, DType::Q4_0_R16);
+  return from == to || either_way(DType::Q4_0, DType::Q4_0_SPLIT) || either_way(DType::Q4_0, DType::Q4_0_R16) ||
+         either_way(DType::Q8_0, DType::Q8_0_R16);
 }
 
 namespace {
 
-// Groups [g0, g1) of 16 rows of a Q4_0 <-> Q4_0_R16 conversion of m.
+// Groups [g0, g1) of 16 rows of a conversion of m to or from an R16 layout.
 void convert_groups(const Matrix& m, DType layout, std::byte* out, int64_t g0, int64_t g1) {
   const size_t group = 16 * m.row_stride();
   const auto* src = reinterpret_cast<const std::byte*>(m.data) + static_cast<size_t>(g0) * group;
   std::byte* dst = out + static_cast<size_t>(g0) * group;
-  if (layout == DType::Q4_0_R16) {
-    interleave_q4_0_rows(src, dst, 16 * (g1 - g0), m.cols);
-  } else {
-    deinterleave_q4_0_rows(src, dst, 16 * (g1 - g0), m.cols);
+  const int64_t rows = 16 * (g1 - g0);
+  switch (layout) {
+    case DType::Q4_0_R16: return interleave_q4_0_rows(src, dst, rows, m.cols);
+    case DType::Q8_0_R16: return interleave_q8_0_rows(src, dst, rows, m.cols);
+    case DType::Q8_0: return deinterleave_q8_0_rows(src, dst, rows, m.cols);
+    default: return deinterleave_q4_0_rows(src, dst, rows, m.cols);
   }
 }
 
 }  // namespace
 
 void convert_row(const Matrix& m, int64_t r, DType layout, std::byte* out) {
-  if (m.type == DType::Q4_0_R16) {
+  if (is_r16(m.type)) {
     // A row of an interleaved group: its 16 rows converted through a group-sized buffer.
     std::vector<std::byte> group(16 * m.row_stride());
     Matrix g = m;
@@ -59,10 +67,10 @@ Status convert_rows(const Matrix& m, DType layout, std::byte* out) {
   // Any split of the rows gives the same bytes: big matrices are split over the machine's
   // threads (most of the time is the kernel clearing the new pages).
   const size_t rb = m.row_stride();
-  const bool groups = m.type == DType::Q4_0_R16 || layout == DType::Q4_0_R16;  // 16 rows at a time
+  const bool groups = is_r16(m.type) || is_r16(layout);  // 16 rows at a time
   if (groups && m.rows % 16 != 0) {
     return err("%s: %lld rows are not whole groups of 16 for %s", m.name.c_str(), static_cast<long long>(m.rows),
-               std::string(dtype_name(DType::Q4_0_R16)).c_str());
+               std::string(dtype_name(is_r16(layout) ? layout : m.type)).c_str());
   }
   const auto convert = [&](int64_t r0, int64_t r1) {
     if (groups) return convert_groups(m, layout, out, r0 / 16, r1 / 16);

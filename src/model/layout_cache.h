@@ -23,16 +23,19 @@
 namespace pi::model {
 
 // The layout a matrix held as `t` has in its file: Q4_0 for Q4_0_SPLIT (transposed matrices)
-// and Q4_0_R16 (matrices only the dense products read: Device::dense_layout), else t.
+// and Q4_0_R16, Q8_0 for Q8_0_R16 (matrices only the dense products read:
+// Device::dense_layout), else t.
 DType file_layout(DType t);
+// Whether t is one of the 16-row layouts (Q4_0_R16, Q8_0_R16).
+bool is_r16(DType t);
 
 // Whether a matrix of `from` converts to `to` (equal types, Q4_0 <-> Q4_0_SPLIT, or Q4_0 <->
-// Q4_0_R16 for whole groups of 16 rows).
+// Q4_0_R16 and Q8_0 <-> Q8_0_R16 for whole groups of 16 rows).
 bool converts(DType from, DType to);
 
 // Row r of m written to `out` (row_stride() bytes, not overlapping m) in `layout`; the
-// conversion must exist (converts()) and `layout` must be a row layout (not Q4_0_R16; rows of
-// a Q4_0_R16 matrix convert out of it).
+// conversion must exist (converts()) and `layout` must be a row layout (not an R16 one; rows of
+// an R16 matrix convert out of it).
 void convert_row(const Matrix& m, int64_t r, DType layout, std::byte* out);
 
 // m in `layout` as a matrix of its own bytes, converted by rows over a few threads; the

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -12,19 +13,21 @@
 namespace pi::model {
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, LoadMode mode,
-                                           bool check_all_tensors, DType transposed_layout) {
+                                           bool check_all_tensors, DType transposed_layout,
+                                           const DenseLayouts& dense_layouts) {
   auto f = gguf::File::open(path, {}, mode);
   if (!f.ok()) return f.error();
   auto m = from_file(std::move(*f), check_all_tensors);
   if (!m.ok()) return m.error();
-  if (transposed_layout != DType::Q4_0 && (*m)->file_.mapping().mode() == LoadMode::Read)
-    PI_TRY((*m)->repack_in_place(transposed_layout));
+  if ((*m)->file_.mapping().mode() == LoadMode::Read) {
+    if (transposed_layout != DType::Q4_0) PI_TRY((*m)->repack_in_place(transposed_layout));
+    PI_TRY((*m)->interleave_in_place(dense_layouts));
+  }
   return m;
 }
 
-// Each transposed Q4_0 matrix converted row by row through a row-sized buffer, in place: the
-// model's memory holds one layout of it. Rows are split over a few threads (the conversion of
-// a 7B file's 2.3 GB takes ~0.3 s on one core).
+// Each transposed Q4_0 matrix converted row by row, in place: the model's memory holds one
+// layout of it (the conversion of a 7B file's 2.3 GB takes ~0.3 s on one core).
 Status Model::repack_in_place(DType layout) {
   std::vector<Matrix*> todo;
   for (LayerWeights& L : w_.layers) {
@@ -32,18 +35,57 @@ Status Model::repack_in_place(DType layout) {
       if (m->present() && m->type == DType::Q4_0 && converts(m->type, layout)) todo.push_back(m);
     }
   }
+  return convert_in_place(todo, layout, 1);
+}
+
+// The Q4_0 and Q8_0 matrices that every context on this file reads only through dense products, 16
+// rows at a time, in place: the attention projections and an untied head, and the FFN unless
+// the file is a PowerInfer one (its FFN runs sparse by default); none in a calibrated file
+// (activation thresholds read rows). A context that reads one otherwise gets a copy back in
+// the file's layout (place_weights).
+Status Model::interleave_in_place(const DenseLayouts& layouts) {
+  if (file_.find(kCalibrationKey) != nullptr) return Status::Ok();
+  std::vector<Matrix*> todo[2];  // Q4_0, Q8_0
+  const auto consider = [&](Matrix* m) {
+    if (!m->present() || m->rows % 16 != 0) return;
+    if (m->type == DType::Q4_0 && layouts.q4_0 != DType::Q4_0) todo[0].push_back(m);
+    if (m->type == DType::Q8_0 && layouts.q8_0 != DType::Q8_0) todo[1].push_back(m);
+  };
+  for (LayerWeights& L : w_.layers) {
+    for (Matrix* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out}) consider(m);
+    if (!hp_.powerinfer)
+      for (Matrix* m : {&L.ffn.gate, &L.ffn.up, &L.ffn.down}) consider(m);
+  }
+  if (w_.output.data != w_.tok_embd.data) consider(&w_.output);
+  PI_TRY(convert_in_place(todo[0], layouts.q4_0, 16));
+  return convert_in_place(todo[1], layouts.q8_0, 16);
+}
+
+// Converts `todo` to `layout` in place, `unit` rows at a time through a buffer of their size;
+// the matrices are split over a few threads.
+Status Model::convert_in_place(const std::vector<Matrix*>& todo, DType layout, int64_t unit) {
   if (todo.empty()) return Status::Ok();
   const std::byte* base = file_.mapping().data();
+  Status failed = Status::Ok();
+  std::mutex mu;
   PI_TRY(file_.edit([&](std::span<std::byte> bytes) {
     const auto work = [&](size_t first, size_t step) {
-      std::vector<std::byte> row;
+      std::vector<std::byte> buf;
       for (size_t i = first; i < todo.size(); i += step) {
         const Matrix& m = *todo[i];
         std::byte* at = bytes.data() + (m.data - base);
-        row.resize(m.row_stride());
-        for (int64_t r = 0; r < m.rows; ++r) {
-          convert_row(m, r, layout, row.data());
-          std::memcpy(at + static_cast<size_t>(r) * m.row_stride(), row.data(), row.size());
+        const size_t unit_bytes = static_cast<size_t>(unit) * m.row_stride();
+        buf.resize(unit_bytes);
+        for (int64_t r = 0; r < m.rows; r += unit) {
+          Matrix part = m;
+          part.data = m.data + static_cast<size_t>(r) * m.row_stride();
+          part.rows = unit;
+          if (Status s = convert_rows(part, layout, buf.data()); !s.ok()) {
+            std::lock_guard<std::mutex> lock(mu);
+            failed = s;
+            return;
+          }
+          std::memcpy(at + static_cast<size_t>(r) * m.row_stride(), buf.data(), unit_bytes);
         }
       }
     };
@@ -53,6 +95,7 @@ Status Model::repack_in_place(DType layout) {
     work(0, n);
     for (auto& w : workers) w.join();
   }));
+  PI_TRY(failed);
   for (Matrix* m : todo) {
     m->type = layout;
     repacked_in_place_ += m->nbytes();

@@ -17,6 +17,16 @@
 
 namespace pi::model {
 
+// The key of a file calibrated by `powerinfer calibrate` (sparse/act_sparsity.h).
+inline constexpr const char* kCalibrationKey = "powerinfer.act_sparsity.method";
+
+// The layouts a model read into memory holds its dense-only Q4_0 and Q8_0 matrices in
+// (Model::load); the file's by default.
+struct DenseLayouts {
+  DType q4_0 = DType::Q4_0;
+  DType q8_0 = DType::Q8_0;
+};
+
 class Model {
  public:
   // Opens `path`, picks the architecture from general.architecture and loads every weight
@@ -29,10 +39,15 @@ class Model {
   // choice of it): Q4_0_SPLIT converts them in place, after the checks, so that the CPU's
   // layout for them costs no second copy (weights() then has them as Q4_0_SPLIT; a device
   // that wants the file's layout gets a copy from layouts()). A mapped file keeps the file's.
+  // `dense_layouts` (Q4_0_R16 and Q8_0_R16: the CPU's Device::dense_layout) does the same for
+  // the Q4_0 and Q8_0 matrices every context on the file reads only through dense products
+  // (interleave_in_place says which); a context that reads one otherwise gets the file's
+  // layout from layouts().
   static Result<std::unique_ptr<Model>> load(const std::string& path,
                                              LoadMode mode = LoadMode::Map,
                                              bool check_all_tensors = false,
-                                             DType transposed_layout = DType::Q4_0);
+                                             DType transposed_layout = DType::Q4_0,
+                                             const DenseLayouts& dense_layouts = {});
   // The same, from an already opened file (tests build files in memory).
   static Result<std::unique_ptr<Model>> from_file(gguf::File file, bool check_all_tensors = false);
 
@@ -46,12 +61,14 @@ class Model {
   uint64_t weight_bytes_per_token() const;
   // Copies of weights in device layouts, shared by this model's contexts (place_weights).
   LayoutCache& layouts() const { return layouts_; }
-  // Bytes of transposed weights converted in place at load (load's transposed_layout).
+  // Bytes of weights converted in place at load (load's transposed_layout and dense_layout).
   uint64_t repacked_in_place_bytes() const { return repacked_in_place_; }
 
  private:
   explicit Model(gguf::File file) : file_(std::move(file)) {}
   Status repack_in_place(DType layout);
+  Status interleave_in_place(const DenseLayouts& layouts);
+  Status convert_in_place(const std::vector<Matrix*>& todo, DType layout, int64_t unit);
 
   gguf::File file_;
   HParams hp_;

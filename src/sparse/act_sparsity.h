@@ -29,6 +29,7 @@
 
 #include "core/error.h"
 #include "gguf/reader.h"
+#include "model/model.h"
 
 namespace pi::sparse {
 
@@ -50,7 +51,7 @@ std::string site_list(SiteSet s);  // "attn_in,ffn_gate"
 
 // Metadata keys (docs/FORMATS.md). Per-site thresholds: kKeyPrefix + site + ".thresholds".
 inline constexpr const char* kKeyPrefix = "powerinfer.act_sparsity.";
-inline constexpr const char* kMethodKey = "powerinfer.act_sparsity.method";
+inline constexpr const char* kMethodKey = model::kCalibrationKey;
 inline constexpr const char* kMethod = "magnitude_threshold";
 inline constexpr const char* kSitesKey = "powerinfer.act_sparsity.sites";
 inline constexpr const char* kTargetKey = "powerinfer.act_sparsity.target";

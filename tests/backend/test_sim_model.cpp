@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/host_device.h"
 #include "backend/sim/sim_device.h"
 #include "cli/run_command.h"
 #include "kernels/cpu/kernels.h"
@@ -34,7 +35,7 @@ runtime::ContextOptions options(const std::string& device, bool dense, uint64_t 
   o.device.name = device;
   o.device.budget = budget;
   // The sim computes over the file's layouts, so the CPU it is compared with bit for bit does
-  // too (Q4_0_R16 sums in another order; it is compared with the file's in CpuDenseLayout, test_sim_model.cpp).
+  // too (the R16 layouts sum in another order; it is compared with the file's in CpuDenseLayout, test_sim_model.cpp).
   o.device.dense_repack = false;
   o.gpu_index_path = testing::temp_path("sim_model.gpuidx");
   o.reset_gpu_index = true;
@@ -99,21 +100,40 @@ void expect_identical(const Logits& got, const Logits& want, const std::string& 
   }
 }
 
+// Rows within float rounding of each other (1e-4 of the row's largest logit) with the same
+// greedy token: two orders of sums over the same weights.
+void expect_close(const Logits& got, const Logits& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t k = 0; k < want.size(); ++k) {
+    double worst = 0, scale = 0;
+    for (size_t j = 0; j < want[k].size(); ++j) {
+      worst = std::max(worst, std::fabs(static_cast<double>(got[k][j]) - want[k][j]));
+      scale = std::max(scale, std::fabs(static_cast<double>(want[k][j])));
+    }
+    EXPECT_LE(worst, 1e-4 * scale) << what << ": row " << k;
+    EXPECT_EQ(std::max_element(got[k].begin(), got[k].end()) - got[k].begin(),
+              std::max_element(want[k].begin(), want[k].end()) - want[k].begin())
+        << what << ": row " << k;
+  }
+}
+
 std::unique_ptr<model::Model> load(const std::string& path) {
   auto m = model::Model::load(path);
   EXPECT_TRUE(m.ok()) << m.error().message;
   return m.ok() ? std::move(*m) : nullptr;
 }
 
-// The CPU's dense layout for Q4_0 (Q4_0_R16 on AVX-512): results within float rounding of the
+// The CPU's dense layouts for Q4_0 and Q8_0 (the R16 ones with AVX-512 or AVX2): results within float rounding of the
 // file layout's and the same greedy tokens; the same bits for 1 and 2 threads and for a prompt
 // fed token by token or in batches (one order of sums for every token count).
-TEST(CpuDenseLayout, Q4_0R16AgreesWithTheFileLayoutForAnyThreadCountAndBatch) {
+TEST(CpuDenseLayout, R16AgreesWithTheFileLayoutForAnyThreadCountAndBatch) {
   if (cpu::dot_layout(cpu::default_isa(), DType::Q4_0, 64) == DType::Q4_0)
     GTEST_SKIP() << "the " << cpu::isa_name(cpu::default_isa()) << " kernels read Q4_0 as the file lays it out";
-  testing::TinySpec spec = testing::tiny_variant("llama", DType::Q4_0, false, 2, false, 5);
+  for (DType wt : {DType::Q4_0, DType::Q8_0}) {
+  SCOPED_TRACE(dtype_name(wt));
+  testing::TinySpec spec = testing::tiny_variant("llama", wt, false, 2, false, 5);
   spec.n_vocab = 304;  // whole groups of 16 rows: the head too
-  const std::string path = testing::temp_path("cpu_dense_layout.gguf");
+  const std::string path = testing::temp_path(std::string("cpu_dense_layout_") + std::string(dtype_name(wt)) + ".gguf");
   ASSERT_TRUE(testing::write_tiny_model(spec, path).ok());
   auto m = load(path);
   ASSERT_NE(m, nullptr);
@@ -129,24 +149,66 @@ TEST(CpuDenseLayout, Q4_0R16AgreesWithTheFileLayoutForAnyThreadCountAndBatch) {
     for (const Matrix* w : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.out, &L.ffn.gate, &L.ffn.up, &L.ffn.down})
       dense_bytes += w->nbytes();
   EXPECT_EQ(m->layouts().bytes(), dense_bytes);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t k = 0; k < want.size(); ++k) {
-    double worst = 0, scale = 0;
-    for (size_t j = 0; j < want[k].size(); ++j) {
-      worst = std::max(worst, std::fabs(static_cast<double>(got[k][j]) - want[k][j]));
-      scale = std::max(scale, std::fabs(static_cast<double>(want[k][j])));
-    }
-    EXPECT_LE(worst, 1e-4 * scale) << "row " << k;
-    EXPECT_EQ(std::max_element(got[k].begin(), got[k].end()) - got[k].begin(),
-              std::max_element(want[k].begin(), want[k].end()) - want[k].begin())
-        << "row " << k;
-  }
+  expect_close(got, want, "R16 vs the file's layout");
   runtime::ContextOptions one = r16;
   one.n_threads = 1;
   expect_identical(run(*m, one), got, "1 vs 2 threads");
   runtime::ContextOptions single = r16;
   single.n_batch = 1;
   expect_identical(run(*m, single), got, "batch 1 vs 8");
+  }
+}
+
+// A model read into memory holds those matrices as Q4_0_R16 in place (no copy for the CPU),
+// a context that wants the file's layout gets a copy back, and both give the bits of a mapped
+// model holding the file's layout.
+TEST(CpuDenseLayout, ReadModelHoldsR16InPlace) {
+  const model::DenseLayouts layouts{backend::cpu_dense_layout(DType::Q4_0), backend::cpu_dense_layout(DType::Q8_0)};
+  if (layouts.q4_0 == DType::Q4_0) GTEST_SKIP() << "the kernels here read Q4_0 as the file lays it out";
+  for (DType wt : {DType::Q4_0, DType::Q8_0}) {
+  for (bool pwri : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(wt) << (pwri ? " PowerInfer file" : " GGUF"));
+    testing::TinySpec spec = testing::tiny_variant("llama", wt, pwri, 2, false, 7);
+    spec.n_vocab = 304;
+    const std::string path = testing::temp_path(std::string("dense_inplace_") + std::string(dtype_name(wt)) +
+                                                 (pwri ? ".pwri.gguf" : ".gguf"));
+    ASSERT_TRUE(testing::write_tiny_model(spec, path).ok());
+    const DType transposed = backend::cpu_transposed_layout(DType::Q4_0);  // the PowerInfer down_t
+    auto mapped = model::Model::load(path, LoadMode::Map, false, transposed, layouts);
+    auto held = model::Model::load(path, LoadMode::Read, false, transposed, layouts);
+    ASSERT_TRUE(mapped.ok() && held.ok());
+    EXPECT_EQ((*mapped)->repacked_in_place_bytes(), 0u);
+    const model::LayerWeights& L = (*held)->weights().layers[0];
+    const DType held_type = wt == DType::Q4_0 ? layouts.q4_0 : layouts.q8_0;
+    EXPECT_EQ(L.attn.q.type, held_type);
+    EXPECT_EQ(L.ffn.up.type, pwri ? wt : held_type);  // a sparse FFN reads rows
+    uint64_t want_bytes = (*held)->weights().output.nbytes();
+    for (const auto& l : (*held)->weights().layers) {
+      for (const Matrix* w : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.out}) want_bytes += w->nbytes();
+      if (!pwri)
+        for (const Matrix* w : {&l.ffn.gate, &l.ffn.up, &l.ffn.down}) want_bytes += w->nbytes();
+    }
+    uint64_t split_bytes = 0;
+    for (const auto& l : (*held)->weights().layers)
+      if (l.ffn.down_t.present() && wt == DType::Q4_0 && transposed != DType::Q4_0) split_bytes += l.ffn.down_t.nbytes();
+    EXPECT_EQ((*held)->repacked_in_place_bytes(), want_bytes + split_bytes);
+    runtime::ContextOptions r16 = options("cpu", false);
+    r16.device.dense_repack = true;
+    const Logits from_mapped = run(**mapped, r16);
+    const Logits in_place = run(**held, r16);
+    // Nothing copied for the CPU (a PowerInfer file whose FFN a context runs dense, as this
+    // tiny one without predictors, gets an R16 copy of that FFN).
+    if (!pwri) EXPECT_EQ((*held)->layouts().bytes(), 0u);
+    const uint64_t copied = (*held)->layouts().bytes();
+    expect_identical(in_place, from_mapped, "held in place vs copied");
+    const Logits file = run(**mapped, options("cpu", false));
+    const Logits back = run(**held, options("cpu", false));
+    EXPECT_EQ((*held)->layouts().bytes(), copied + want_bytes);  // copies back in the file's layout
+    expect_identical(back, file, "copied back vs the file's");
+    // The sim's lane gets the file's layout back; the host lane computes over the model's.
+    expect_close(run(**held, options("sim", false)), file, "sim over the held model");
+  }
+  }
 }
 
 TEST(SimModel, TinyModelsOfEveryArchAndFormatMatchTheCpuBitForBit) {

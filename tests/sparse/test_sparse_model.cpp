@@ -185,7 +185,7 @@ TEST_P(SparseModelTest, PredictorMatchesFloat64) {
 
 TEST_P(SparseModelTest, ThresholdMinusInfEqualsDenseExactly) {
   for (int64_t b : {1, 7}) {
-    // Both over the file's layouts, as the sparse FFN reads them (Q4_0_R16 sums in another
+    // Both over the file's layouts, as the sparse FFN reads them (the R16 layouts sum in another
     // order: compared with the file's layout in CpuDenseLayout, test_sim_model.cpp).
     auto all = context(*model_, b, 2, false, -kInf, false, /*dense_repack=*/false);
     ASSERT_NE(all->sparse_ffn(), nullptr);

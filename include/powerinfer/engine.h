@@ -64,7 +64,7 @@ struct ModelInfo {
   int64_t n_head = 0, n_head_kv = 0;
   uint64_t file_bytes = 0;
   bool mmap = true;              // mapped (true) or read into memory (LoadOptions::load)
-  uint64_t repacked_bytes = 0;   // transposed weights converted in place at load (repack)
+  uint64_t repacked_bytes = 0;   // weights converted in place at load to the CPU's layouts (repack)
   uint64_t huge_page_bytes = 0;  // read into memory: bytes the kernel backs with huge pages
   uint64_t weight_bytes_per_token = 0;  // bytes of weights one decode step reads
   std::string chat_template;  // tokenizer.chat_template (Jinja source); empty when absent

@@ -89,7 +89,7 @@ typedef struct pi_load_options {
   int32_t mode;       /* a pi_load_mode (fixed-size here; other values are refused) */
   bool mlock;         /* lock the model in RAM; a failure is a warning */
   bool check_tensors; /* check every weight for NaN/Inf at load (reads the whole file) */
-  bool repack;        /* transposed Q4_0 weights in the CPU's layout (default true; --no-repack) */
+  bool repack;        /* Q4_0/Q8_0 weights in the CPU's layouts (default true; --no-repack) */
 } pi_load_options;
 
 PI_API pi_load_options pi_load_options_default(void);
@@ -202,7 +202,7 @@ typedef struct pi_session_options {
   pi_sampling sampling;
   bool dense;       /* PowerInfer files: compute every FFN neuron (no predictors) */
   float sparse_threshold; /* predictor threshold; NaN: the file's or the default */
-  bool repack;      /* CPU: transposed Q4_0 weights in its layout (default true) */
+  bool repack;      /* CPU: Q4_0/Q8_0 weights in its layouts (default true) */
   /* The device: "cpu" (default), "ref", "sim", "cuda" in CUDA builds. A device that is not
    * the host runs hybrid: what fits vram_budget there, the rest on the CPU. */
   const char* device;

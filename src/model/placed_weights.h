@@ -21,7 +21,7 @@ struct PlacedWeights {
 // them, which every device must then read: pass it whenever `w` is a Model's weights.
 //
 // `dense` names the matrices that only the dense products (linear, linear3) read in the
-// context placing them, which go in Device::dense_layout (the CPU's Q4_0_R16) the same way:
+// context placing them, which go in Device::dense_layout (the CPU's R16 layouts) the same way:
 // none, the attention projections and the output head (the FFN is sparse), or all of them.
 // The token embedding (rows looked up one at a time) is never one of them, nor a head that is
 // the token embedding.

@@ -45,6 +45,9 @@ runtime::ContextOptions options(const std::string& device, std::optional<uint64_
   o.n_threads = threads;
   o.n_seq_max = 3;
   o.device.name = device;
+  // The sim computes over the file's layouts, so the CPU it is compared with bit for bit does
+  // too (the R16 layouts sum in another order: CpuDenseLayout, test_sim_model.cpp).
+  o.device.dense_repack = false;
   o.vram_budget = budget;
   o.gpu_index_path = testing::temp_path("hybrid.gpuidx");
   o.reset_gpu_index = true;

@@ -59,9 +59,8 @@ std::string synth_path(const Synth& s) {
 
 std::unique_ptr<runtime::Context> context(const model::Model& m, int64_t n_batch, int n_threads,
                                           bool dense = false, std::optional<float> thr = {},
-                                          bool check = false, bool dense_repack = true) {
+                                          bool check = false) {
   runtime::ContextOptions o;
-  o.device.dense_repack = dense_repack;
   o.n_ctx = 96;
   o.n_batch = n_batch;
   o.n_threads = n_threads;
@@ -185,11 +184,11 @@ TEST_P(SparseModelTest, PredictorMatchesFloat64) {
 
 TEST_P(SparseModelTest, ThresholdMinusInfEqualsDenseExactly) {
   for (int64_t b : {1, 7}) {
-    // Both over the file's layouts, as the sparse FFN reads them (the R16 layouts sum in another
-    // order: compared with the file's layout in CpuDenseLayout, test_sim_model.cpp).
-    auto all = context(*model_, b, 2, false, -kInf, false, /*dense_repack=*/false);
+    // A PowerInfer file's FFN stays in the file's layout for --dense too (the attention takes
+    // the CPU's R16 layouts in both), so the two sum alike.
+    auto all = context(*model_, b, 2, false, -kInf);
     ASSERT_NE(all->sparse_ffn(), nullptr);
-    auto dense = context(*model_, b, 2, true, {}, false, /*dense_repack=*/false);
+    auto dense = context(*model_, b, 2, true);
     const Outcome s = run(*all), d = run(*dense);
     // Block formats in batches: the sparse down projection runs token by token, the dense one
     // through the many-token axpy, which sums in another order (see test_sparse_ffn.cpp).

@@ -235,7 +235,8 @@ std::string format_markdown(const BenchReport& r) {
     for (size_t i = 0; i < r.models.size(); ++i) {
       const ModelSummary& md = r.models[i];
       if (md.repacked_bytes == 0) continue;
-      s += fmt("\nModel %zu: %s of transposed weights repacked at load for the CPU's axpy, %s of "
+      s += fmt("\nModel %zu: %s of weights repacked at load for the CPU's kernels (transposed for its axpy, "
+               "16-row groups for its dense products), %s of "
                "them in place (no extra memory) (--no-repack: the file's layout).\n",
                i + 1, size_text(md.repacked_bytes).c_str(), size_text(md.repacked_in_place_bytes).c_str());
     }

@@ -37,7 +37,8 @@ struct ModelSummary {
   uint64_t file_bytes = 0;
   bool mmap = true;              // mapped, or read into memory (--no-mmap)
   uint64_t huge_page_bytes = 0;  // read into memory: bytes in huge pages
-  // Transposed weights in the CPU axpy's layout: all of them (repacked_bytes), of which held
+  // Weights in the CPU's layouts (transposed for its axpy, R16 for its dense products): all of
+  // them (repacked_bytes), of which held
   // in place in the model's memory (read into memory: no extra RAM) and copied (mapped, or
   // a device that wanted the other layout: extra RAM).
   uint64_t repacked_bytes = 0, repacked_in_place_bytes = 0, layout_copy_bytes = 0;

@@ -149,11 +149,12 @@ struct SessionOptions {
   // The CPU keeps transposed Q4_0 weights (calibrated and PowerInfer files) in the layout its
   // AVX-512 axpy reads fastest, the same results bit for bit: the engine's own memory when it
   // was loaded with LoadOptions::repack into memory, else a copy made once and shared by the
-  // engine's sessions. The CPU also keeps the Q4_0 matrices that only dense products read
-  // (attention and head; the FFN too unless it runs sparse or thresholded) as Q4_0_R16, 16
-  // rows side by side for its AVX-512 GEMM (prompts ~2x faster; results differ from the
-  // file layout's in the last bits), a copy made once per model. false: both as in the file
-  // (--no-repack).
+  // engine's sessions. The CPU also keeps the Q4_0 and Q8_0 matrices that only dense products
+  // read (every matrix of an ordinary GGUF file, the attention and head of a PowerInfer file,
+  // nothing of a calibrated one) as Q4_0_R16 / Q8_0_R16, 16 rows side by side for its AVX-512
+  // and AVX2 GEMM (prompts 2-3x faster; results differ from the file layout's in the last
+  // bits), the same way: in place when read into memory, else a copy once per engine.
+  // false: both as in the file (--no-repack).
   bool repack = true;
   // ---- Hybrid execution, on a device that is not the host (sim; cuda in CUDA builds) ----
   // The device runs what fits this budget (bytes: weights, KV cache, per-step buffers, the

@@ -27,47 +27,36 @@ Interleaved interleave(const Weights& w) {
 
 constexpr DType kTypes[] = {DType::Q4_0, DType::Q8_0};
 
-TEST(Q8_0R16, InterleavingMovesEveryQuantAndRoundTrips) {
-  for (int64_t cols : {32, 96, 4128}) {
-    const Weights w = random_weights(DType::Q8_0, 32, cols, 4);
-    const Interleaved r = interleave(w);
-    const auto* file = static_cast<const uint8_t*>(w.data());
-    const auto* il = static_cast<const uint8_t*>(r.data());
-    const size_t group = 16 * w.row_bytes();
-    for (int64_t row = 0; row < w.rows; ++row) {
-      const uint8_t* g = il + (row / 16) * group;
-      for (int64_t b = 0; b < cols / 32; ++b) {
-        const uint8_t* blk = file + row * w.row_bytes() + 34 * b;
-        ASSERT_EQ(0, std::memcmp(g + q8_0_r16_scale(b, row % 16), blk, 2)) << row << " " << b;
-        for (int64_t c = 0; c < 32; ++c)  // q + 128: the sign bit flipped
-          ASSERT_EQ(g[q8_0_r16_offset(b, row % 16, c)], blk[2 + c] ^ 0x80) << row << " " << b << " " << c;
+// Every scale and quant byte at its place (Q8_0's quants as q + 128: the sign bit flipped),
+// and the round trip back to the file's bytes.
+TEST(R16, InterleavingMovesEveryByteAndRoundTrips) {
+  for (DType wt : kTypes) {
+    const bool q8 = wt == DType::Q8_0;
+    const int64_t quant_bytes = q8 ? 32 : 16;
+    const size_t block = q8 ? 34 : 18;
+    for (int64_t cols : {32, 96, 4128}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(wt) << " " << cols);
+      const Weights w = random_weights(wt, 48, cols, 3);
+      const Interleaved r = interleave(w);
+      const auto* file = static_cast<const uint8_t*>(w.data());
+      const auto* il = static_cast<const uint8_t*>(r.data());
+      const size_t group = 16 * w.row_bytes();
+      for (int64_t row = 0; row < w.rows; ++row) {
+        const uint8_t* g = il + (row / 16) * group;
+        const int64_t i = row % 16;
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          const uint8_t* blk = file + row * w.row_bytes() + block * b;
+          ASSERT_EQ(0, std::memcmp(g + (q8 ? q8_0_r16_scale(b, i) : q4_0_r16_scale(b, i)), blk, 2)) << row << " " << b;
+          for (int64_t c = 0; c < quant_bytes; ++c) {
+            const int64_t at = q8 ? q8_0_r16_offset(b, i, c) : q4_0_r16_offset(b, i, c);
+            ASSERT_EQ(g[at], q8 ? blk[2 + c] ^ 0x80 : blk[2 + c]) << row << " " << b << " " << c;
+          }
+        }
       }
+      std::vector<uint8_t> back(w.row_bytes() * static_cast<size_t>(w.rows));
+      (q8 ? deinterleave_q8_0_rows : deinterleave_q4_0_rows)(r.data(), back.data(), w.rows, cols);
+      EXPECT_EQ(0, std::memcmp(back.data(), w.data(), back.size()));
     }
-    std::vector<uint8_t> back(w.row_bytes() * static_cast<size_t>(w.rows));
-    deinterleave_q8_0_rows(r.data(), back.data(), w.rows, cols);
-    EXPECT_EQ(0, std::memcmp(back.data(), w.data(), back.size())) << cols;
-  }
-}
-
-TEST(Q4_0R16, InterleavingMovesEveryByteAndRoundTrips) {
-  for (int64_t cols : {32, 96, 4128}) {
-    const Weights w = random_weights(DType::Q4_0, 48, cols, 3);
-    const Interleaved r = interleave(w);
-    const auto* file = static_cast<const uint8_t*>(w.data());
-    const auto* il = static_cast<const uint8_t*>(r.data());
-    const size_t group = 16 * w.row_bytes();
-    for (int64_t row = 0; row < w.rows; ++row) {
-      const uint8_t* g = il + (row / 16) * group;
-      for (int64_t b = 0; b < cols / 32; ++b) {
-        const uint8_t* blk = file + row * w.row_bytes() + 18 * b;
-        ASSERT_EQ(0, std::memcmp(g + q4_0_r16_scale(b, row % 16), blk, 2)) << row << " " << b;
-        for (int64_t c = 0; c < 16; ++c)
-          ASSERT_EQ(g[q4_0_r16_offset(b, row % 16, c)], blk[2 + c]) << row << " " << b << " " << c;
-      }
-    }
-    std::vector<uint8_t> back(w.row_bytes() * static_cast<size_t>(w.rows));
-    deinterleave_q4_0_rows(r.data(), back.data(), w.rows, cols);
-    EXPECT_EQ(0, std::memcmp(back.data(), w.data(), back.size())) << cols;
   }
 }
 

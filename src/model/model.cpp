@@ -38,25 +38,21 @@ Status Model::repack_in_place(DType layout) {
   return convert_in_place(todo, layout, 1);
 }
 
-// The Q4_0 and Q8_0 matrices that every context on this file reads only through dense products, 16
-// rows at a time, in place: the attention projections and an untied head, and the FFN unless
-// the file is a PowerInfer one (its FFN runs sparse by default); none in a calibrated file
-// (activation thresholds read rows). A context that reads one otherwise gets a copy back in
-// the file's layout (place_weights).
+DenseOnly Model::dense_only() const {
+  if (file_.find(kCalibrationKey) != nullptr) return DenseOnly::None;
+  return hp_.powerinfer ? DenseOnly::AttentionAndHead : DenseOnly::All;
+}
+
+// The Q4_0 and Q8_0 matrices only dense products read (dense_only), 16 rows at a time, in
+// place. A context that reads one otherwise gets a copy back in the file's layout
+// (place_weights).
 Status Model::interleave_in_place(const DenseLayouts& layouts) {
-  if (file_.find(kCalibrationKey) != nullptr) return Status::Ok();
   std::vector<Matrix*> todo[2];  // Q4_0, Q8_0
-  const auto consider = [&](Matrix* m) {
-    if (!m->present() || m->rows % 16 != 0) return;
-    if (m->type == DType::Q4_0 && layouts.q4_0 != DType::Q4_0) todo[0].push_back(m);
-    if (m->type == DType::Q8_0 && layouts.q8_0 != DType::Q8_0) todo[1].push_back(m);
-  };
-  for (LayerWeights& L : w_.layers) {
-    for (Matrix* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out}) consider(m);
-    if (!hp_.powerinfer)
-      for (Matrix* m : {&L.ffn.gate, &L.ffn.up, &L.ffn.down}) consider(m);
-  }
-  if (w_.output.data != w_.tok_embd.data) consider(&w_.output);
+  each_dense_candidate(w_, dense_only(), [&](Matrix& m, bool dense_only) {
+    if (!dense_only || m.rows % 16 != 0) return;
+    if (m.type == DType::Q4_0 && layouts.q4_0 != DType::Q4_0) todo[0].push_back(&m);
+    if (m.type == DType::Q8_0 && layouts.q8_0 != DType::Q8_0) todo[1].push_back(&m);
+  });
   PI_TRY(convert_in_place(todo[0], layouts.q4_0, 16));
   return convert_in_place(todo[1], layouts.q8_0, 16);
 }

@@ -61,6 +61,12 @@ class Model {
   uint64_t weight_bytes_per_token() const;
   // Copies of weights in device layouts, shared by this model's contexts (place_weights).
   LayoutCache& layouts() const { return layouts_; }
+  // Which matrices only dense products read, by the kind of file (what load converts to
+  // `dense_layouts` and contexts place in Device::dense_layout): every one of an ordinary GGUF
+  // file; the attention and head of a PowerInfer file, whose FFN runs sparse (and with
+  // --dense over the same bits, so that sparse equals dense under the true mask); none of a
+  // calibrated file (activation thresholds read rows of the projections they skip).
+  DenseOnly dense_only() const;
   // Bytes of weights converted in place at load (load's transposed_layout and dense_layout).
   uint64_t repacked_in_place_bytes() const { return repacked_in_place_; }
 

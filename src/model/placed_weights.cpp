@@ -69,14 +69,7 @@ Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w,
   const auto dense_layout = [&](const Matrix& m, bool dense_only) {
     return dense_only ? dev.dense_layout(file_layout(m.type), m.rows) : file_layout(m.type);
   };
-  for (LayerWeights& L : p.weights.layers) {
-    for (Matrix* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out})
-      if (m->present()) want(m, dense_layout(*m, dense != DenseOnly::None));
-    for (Matrix* m : {&L.ffn.gate, &L.ffn.up, &L.ffn.down})
-      if (m->present()) want(m, dense_layout(*m, dense == DenseOnly::All));
-  }
-  if (Matrix& head = p.weights.output; !tied && head.present())
-    want(&head, dense_layout(head, dense != DenseOnly::None));
+  each_dense_candidate(p.weights, dense, [&](Matrix& m, bool dense_only) { want(&m, dense_layout(m, dense_only)); });
   // The copies take RAM: without that much available (and 1 GiB to spare) keep the file's.
   if (const uint64_t avail = mem_available_bytes(); to_copy > 0 && avail != 0 && to_copy + kMemorySpare > avail) {
     log_warn("not repacking weights for the CPU (%.1f GiB, %.1f GiB of memory available): "

@@ -20,12 +20,8 @@ struct PlacedWeights {
 // when the model holds them in that layout already). Without `layouts` they stay as `w` has
 // them, which every device must then read: pass it whenever `w` is a Model's weights.
 //
-// `dense` names the matrices that only the dense products (linear, linear3) read in the
-// context placing them, which go in Device::dense_layout (the CPU's R16 layouts) the same way:
-// none, the attention projections and the output head (the FFN is sparse), or all of them.
-// The token embedding (rows looked up one at a time) is never one of them, nor a head that is
-// the token embedding.
-enum class DenseOnly { None, AttentionAndHead, All };
+// `dense` names the matrices that only the dense products read (weights.h: DenseOnly, usually
+// Model::dense_only), which go in Device::dense_layout (the CPU's R16 layouts) the same way.
 Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w,
                                     LayoutCache* layouts = nullptr, DenseOnly dense = DenseOnly::None);
 

@@ -103,6 +103,26 @@ void each_dense_view(Layer& L, bool with_ffn, OnMatrix&& on_matrix, OnVector&& o
     if (v->present()) on_vector(*v);
 }
 
+// The non-transposed matrices that only the dense products (linear, linear3) may read, and
+// which of them do for a kind of file (Model::dense_only): none, the attention projections
+// and the output head (the FFN runs sparse), or all of them. The token embedding (rows looked
+// up one at a time) is never one of them, nor a head that is the token embedding.
+enum class DenseOnly { None, AttentionAndHead, All };
+
+// on_matrix(Matrix&, bool dense_only) for every present attention projection (q, k, v, qkv,
+// out), FFN matrix (gate, up, down) and untied output head of `w`; dense_only says whether
+// `dense` counts it as read only through dense products.
+template <typename Weights, typename OnMatrix>
+void each_dense_candidate(Weights& w, DenseOnly dense, OnMatrix&& on_matrix) {
+  for (auto& L : w.layers) {
+    for (auto* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out})
+      if (m->present()) on_matrix(*m, dense != DenseOnly::None);
+    for (auto* m : {&L.ffn.gate, &L.ffn.up, &L.ffn.down})
+      if (m->present()) on_matrix(*m, dense == DenseOnly::All);
+  }
+  if (w.output.present() && w.output.data != w.tok_embd.data) on_matrix(w.output, dense != DenseOnly::None);
+}
+
 // The views of the output head: the output matrix and the output norm.
 template <typename Weights, typename OnMatrix, typename OnVector>
 void each_head_view(Weights& w, OnMatrix&& on_matrix, OnVector&& on_vector) {

@@ -146,15 +146,8 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
              model.file().path().c_str());
   }
   PI_TRY(check_budget(model, opts, **dev, sparse));
-  // What only the dense products read, by the kind of file (as Model::load converts in place,
-  // so that no context needs a copy): everything of an ordinary GGUF; the attention and the
-  // head of a PowerInfer file, whose FFN runs sparse (and with --dense over the same bits,
-  // so that sparse equals dense under the true mask); nothing of a calibrated file
-  // (activation thresholds read rows of the projections they skip).
-  const model::DenseOnly dense_only = sparse::has_act_sparsity(model.file()) ? model::DenseOnly::None
-                                      : model.hparams().powerinfer          ? model::DenseOnly::AttentionAndHead
-                                                                            : model::DenseOnly::All;
-  auto weights = model::place_weights(**dev, model.weights(), &model.layouts(), dense_only);
+  // Model::dense_only is what Model::load converted in place, so no context needs a copy.
+  auto weights = model::place_weights(**dev, model.weights(), &model.layouts(), model.dense_only());
   if (!weights.ok()) return weights.error();
   auto kv = (*dev)->alloc(KvCache::storage_bytes(model.hparams(), opts.n_ctx, opts.kv_types),
                           "KV cache");

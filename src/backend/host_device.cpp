@@ -54,7 +54,7 @@ std::string CpuDevice::describe() const {
 }
 
 bool CpuDevice::supports(Op op, DType t) const {
-  if (t == DType::Q4_0_R16 || t == DType::Q8_0_R16) return op == Op::Linear;  // dense_layout's: dense products only
+  if (is_r16(t)) return op == Op::Linear;  // dense_layout's: dense products only
   return host_kernels_support(op, t);
 }
 

@@ -11,17 +11,12 @@
 
 namespace pi::model {
 
-DType file_layout(DType t) {
-  if (t == DType::Q8_0_R16) return DType::Q8_0;
-  return t == DType::Q4_0_SPLIT || t == DType::Q4_0_R16 ? DType::Q4_0 : t;
-}
-
-bool is_r16(DType t) { return t == DType::Q4_0_R16 || t == DType::Q8_0_R16; }
+DType file_layout(DType t) { return t == DType::Q4_0_SPLIT ? DType::Q4_0 : r16_file_type(t); }
 
 bool converts(DType from, DType to) {
   const auto either_way = [&](DType a, DType b) { return (from == a && to == b) || (from == b && to == a); };
-  return from == to || either_way(DType::Q4_0, DType::Q4_0_SPLIT) || either_way(DType::Q4_0, DType::Q4_0_R16) ||
-         either_way(DType::Q8_0, DType::Q8_0_R16);
+  return from == to || either_way(DType::Q4_0, DType::Q4_0_SPLIT) || (is_r16(to) && r16_file_type(to) == from) ||
+         (is_r16(from) && r16_file_type(from) == to);
 }
 
 namespace {
@@ -32,12 +27,8 @@ void convert_groups(const Matrix& m, DType layout, std::byte* out, int64_t g0, i
   const auto* src = reinterpret_cast<const std::byte*>(m.data) + static_cast<size_t>(g0) * group;
   std::byte* dst = out + static_cast<size_t>(g0) * group;
   const int64_t rows = 16 * (g1 - g0);
-  switch (layout) {
-    case DType::Q4_0_R16: return interleave_q4_0_rows(src, dst, rows, m.cols);
-    case DType::Q8_0_R16: return interleave_q8_0_rows(src, dst, rows, m.cols);
-    case DType::Q8_0: return deinterleave_q8_0_rows(src, dst, rows, m.cols);
-    default: return deinterleave_q4_0_rows(src, dst, rows, m.cols);
-  }
+  if (is_r16(layout)) return interleave_rows(layout, src, dst, rows, m.cols);
+  deinterleave_rows(m.type, src, dst, rows, m.cols);
 }
 
 }  // namespace

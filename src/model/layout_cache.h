@@ -26,11 +26,9 @@ namespace pi::model {
 // and Q4_0_R16, Q8_0 for Q8_0_R16 (matrices only the dense products read:
 // Device::dense_layout), else t.
 DType file_layout(DType t);
-// Whether t is one of the 16-row layouts (Q4_0_R16, Q8_0_R16).
-bool is_r16(DType t);
 
-// Whether a matrix of `from` converts to `to` (equal types, Q4_0 <-> Q4_0_SPLIT, or Q4_0 <->
-// Q4_0_R16 and Q8_0 <-> Q8_0_R16 for whole groups of 16 rows).
+// Whether a matrix of `from` converts to `to` (equal types, Q4_0 <-> Q4_0_SPLIT, or a file type
+// <-> its 16-row layout, tensor/quant.h's r16_file_type, for whole groups of 16 rows).
 bool converts(DType from, DType to);
 
 // Row r of m written to `out` (row_stride() bytes, not overlapping m) in `layout`; the

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "model/arch.h"
 #include "model/model_checks.h"
 #include "model/tensor_loader.h"
+#include "tensor/quant.h"
 
 namespace pi::model {
 
@@ -43,18 +45,18 @@ DenseOnly Model::dense_only() const {
   return hp_.powerinfer ? DenseOnly::AttentionAndHead : DenseOnly::All;
 }
 
-// The Q4_0 and Q8_0 matrices only dense products read (dense_only), 16 rows at a time, in
-// place. A context that reads one otherwise gets a copy back in the file's layout
-// (place_weights).
+// The matrices only dense products read (dense_only) whose type has a 16-row layout, 16 rows
+// at a time, in place. A context that reads one otherwise gets a copy back in the file's
+// layout (place_weights).
 Status Model::interleave_in_place(const DenseLayouts& layouts) {
-  std::vector<Matrix*> todo[2];  // Q4_0, Q8_0
+  std::map<DType, std::vector<Matrix*>> todo;  // by the layout they take
   each_dense_candidate(w_, dense_only(), [&](Matrix& m, bool dense_only) {
     if (!dense_only || m.rows % 16 != 0) return;
-    if (m.type == DType::Q4_0 && layouts.q4_0 != DType::Q4_0) todo[0].push_back(&m);
-    if (m.type == DType::Q8_0 && layouts.q8_0 != DType::Q8_0) todo[1].push_back(&m);
+    const DType layout = layouts.layout(m.type);
+    if (layout != m.type && is_r16(layout)) todo[layout].push_back(&m);
   });
-  PI_TRY(convert_in_place(todo[0], layouts.q4_0, 16));
-  return convert_in_place(todo[1], layouts.q8_0, 16);
+  for (const auto& [layout, matrices] : todo) PI_TRY(convert_in_place(matrices, layout, 16));
+  return Status::Ok();
 }
 
 // Converts `todo` to `layout` in place, `unit` rows at a time through a buffer of their size;

@@ -20,11 +20,11 @@ namespace pi::model {
 // The key of a file calibrated by `powerinfer calibrate` (sparse/act_sparsity.h).
 inline constexpr const char* kCalibrationKey = "powerinfer.act_sparsity.method";
 
-// The layouts a model read into memory holds its dense-only Q4_0 and Q8_0 matrices in
-// (Model::load); the file's by default.
+// The layouts a model read into memory holds its dense-only matrices in (Model::load): `of`
+// maps a file type to its layout (backend::cpu_dense_layout); the file's by default.
 struct DenseLayouts {
-  DType q4_0 = DType::Q4_0;
-  DType q8_0 = DType::Q8_0;
+  DType (*of)(DType) = nullptr;
+  DType layout(DType t) const { return of != nullptr ? of(t) : t; }
 };
 
 class Model {
@@ -39,8 +39,8 @@ class Model {
   // choice of it): Q4_0_SPLIT converts them in place, after the checks, so that the CPU's
   // layout for them costs no second copy (weights() then has them as Q4_0_SPLIT; a device
   // that wants the file's layout gets a copy from layouts()). A mapped file keeps the file's.
-  // `dense_layouts` (Q4_0_R16 and Q8_0_R16: the CPU's Device::dense_layout) does the same for
-  // the Q4_0 and Q8_0 matrices every context on the file reads only through dense products
+  // `dense_layouts` (the 16-row layouts, tensor/quant.h: the CPU's Device::dense_layout) does
+  // the same for the matrices every context on the file reads only through dense products
   // (interleave_in_place says which); a context that reads one otherwise gets the file's
   // layout from layouts().
   static Result<std::unique_ptr<Model>> load(const std::string& path,

@@ -79,7 +79,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Load
                                                        : LoadMode::Auto;
   const DType transposed = opts.repack ? backend::cpu_transposed_layout(DType::Q4_0) : DType::Q4_0;
   model::DenseLayouts dense;
-  if (opts.repack) dense = {backend::cpu_dense_layout(DType::Q4_0), backend::cpu_dense_layout(DType::Q8_0)};
+  if (opts.repack) dense.of = backend::cpu_dense_layout;
   auto m = model::Model::load(path, mode, opts.check_tensors, transposed, dense);
   if (!m.ok()) return m.error();
   e->model_ = std::move(*m);

@@ -158,6 +158,26 @@ void deinterleave_q4_0_rows(const void* in, void* out, int64_t rows, int64_t n) 
   move_groups(move_q4_0_group, DType::Q4_0, in, out, rows, n, false);
 }
 
+bool is_r16(DType t) { return t == DType::Q4_0_R16 || t == DType::Q8_0_R16; }
+
+DType r16_file_type(DType t) {
+  switch (t) {
+    case DType::Q4_0_R16: return DType::Q4_0;
+    case DType::Q8_0_R16: return DType::Q8_0;
+    default: return t;
+  }
+}
+
+void interleave_rows(DType r16, const void* in, void* out, int64_t rows, int64_t n) {
+  if (r16 == DType::Q8_0_R16) return interleave_q8_0_rows(in, out, rows, n);
+  interleave_q4_0_rows(in, out, rows, n);
+}
+
+void deinterleave_rows(DType r16, const void* in, void* out, int64_t rows, int64_t n) {
+  if (r16 == DType::Q8_0_R16) return deinterleave_q8_0_rows(in, out, rows, n);
+  deinterleave_q4_0_rows(in, out, rows, n);
+}
+
 void split_q4_0_row(const void* in, void* out, int64_t n) { move_q4_0_blocks(in, out, n, true); }
 
 void join_q4_0_row(const void* in, void* out, int64_t n) { move_q4_0_blocks(in, out, n, false); }

@@ -129,4 +129,12 @@ inline int64_t q8_0_r16_scale(int64_t b, int64_t i) { return 544 * b + 2 * i; }
 void interleave_q8_0_rows(const void* in, void* out, int64_t rows, int64_t n);
 void deinterleave_q8_0_rows(const void* in, void* out, int64_t rows, int64_t n);
 
+// The 16-row layouts (Q4_0_R16, Q8_0_R16), in one place: whether t is one, the file type it
+// holds (t itself for any other type), and a matrix [rows, n] (rows a multiple of 16) moved
+// into the layout `r16` from its file type, and back. `out` must not overlap `in`.
+bool is_r16(DType t);
+DType r16_file_type(DType t);
+void interleave_rows(DType r16, const void* in, void* out, int64_t rows, int64_t n);
+void deinterleave_rows(DType r16, const void* in, void* out, int64_t rows, int64_t n);
+
 }  // namespace pi

@@ -163,8 +163,8 @@ TEST(CpuDenseLayout, R16AgreesWithTheFileLayoutForAnyThreadCountAndBatch) {
 // a context that wants the file's layout gets a copy back, and both give the bits of a mapped
 // model holding the file's layout.
 TEST(CpuDenseLayout, ReadModelHoldsR16InPlace) {
-  const model::DenseLayouts layouts{backend::cpu_dense_layout(DType::Q4_0), backend::cpu_dense_layout(DType::Q8_0)};
-  if (layouts.q4_0 == DType::Q4_0) GTEST_SKIP() << "the kernels here read Q4_0 as the file lays it out";
+  const model::DenseLayouts layouts{backend::cpu_dense_layout};
+  if (layouts.layout(DType::Q4_0) == DType::Q4_0) GTEST_SKIP() << "the kernels here read Q4_0 as the file lays it out";
   for (DType wt : {DType::Q4_0, DType::Q8_0}) {
   for (bool pwri : {false, true}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(wt) << (pwri ? " PowerInfer file" : " GGUF"));
@@ -179,7 +179,7 @@ TEST(CpuDenseLayout, ReadModelHoldsR16InPlace) {
     ASSERT_TRUE(mapped.ok() && held.ok());
     EXPECT_EQ((*mapped)->repacked_in_place_bytes(), 0u);
     const model::LayerWeights& L = (*held)->weights().layers[0];
-    const DType held_type = wt == DType::Q4_0 ? layouts.q4_0 : layouts.q8_0;
+    const DType held_type = layouts.layout(wt);
     EXPECT_EQ(L.attn.q.type, held_type);
     EXPECT_EQ(L.ffn.up.type, pwri ? wt : held_type);  // a sparse FFN reads rows
     uint64_t want_bytes = (*held)->weights().output.nbytes();

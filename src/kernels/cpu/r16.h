@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/dispatch.h"
+#include "tensor/quant.h"
 
 namespace pi::cpu::detail {
 
@@ -36,7 +37,7 @@ constexpr int kR16TokenTile = 8;        // tokens one leaf call keeps in registe
 
 inline size_t r16_act_bytes(int64_t cols) { return static_cast<size_t>(cols / 32) * kR16ActBytes; }
 
-inline bool is_r16(DType t) { return t == DType::Q4_0_R16 || t == DType::Q8_0_R16; }
+using pi::is_r16;  // tensor/quant.h
 inline size_t r16_block_bytes(DType t) { return t == DType::Q8_0_R16 ? kR16Q8BlockBytes : kR16BlockBytes; }
 
 // Leaves (DotTask with type Q4_0_R16 or Q8_0_R16, idx and masks null, k0 and k1 multiples of 16, act from

@@ -166,12 +166,11 @@ struct Matrix {
 };
 
 void fill_random(DType t, uint8_t* p, int64_t rows, int64_t cols, uint32_t seed) {
-  if (t == DType::Q4_0_R16 || t == DType::Q8_0_R16) {  // a Q4_0 / Q8_0 matrix's bytes, interleaved
-    const bool q8 = t == DType::Q8_0_R16;
-    const DType base = q8 ? DType::Q8_0 : DType::Q4_0;
+  if (pi::is_r16(t)) {  // a matrix of the file type's bytes, interleaved
+    const DType base = pi::r16_file_type(t);
     std::vector<uint8_t> file(pi::row_bytes(base, cols) * static_cast<size_t>(rows));
     fill_random(base, file.data(), rows, cols, seed);
-    (q8 ? pi::interleave_q8_0_rows : pi::interleave_q4_0_rows)(file.data(), p, rows, cols);
+    pi::interleave_rows(t, file.data(), p, rows, cols);
     return;
   }
   std::mt19937 rng(seed);
@@ -455,9 +454,10 @@ void register_all() {
   }
 
   // Prompt processing: GFLOP/s of matmul over 64 and 512 tokens.
-  for (DType t : {DType::Q4_0, DType::Q4_0_R16, DType::Q8_0, DType::Q8_0_R16, DType::F16}) {
+  for (DType t : {DType::Q4_0, DType::Q4_0_R16, DType::Q8_0, DType::Q8_0_R16, DType::Q4_K, DType::Q4_K_R16,
+                  DType::Q6_K, DType::F16}) {
     const std::string tn(pi::dtype_name(t));
-    for (int64_t m : {64, 512}) {
+    for (int64_t m : {1, 64, 512}) {
       benchmark::RegisterBenchmark(("matmul/" + tn + "/4096x4096/m" + std::to_string(m)).c_str(),
                                    [t, m](benchmark::State& st) {
         ThreadPool& tp = pool(static_cast<int>(st.range(0)));

@@ -87,8 +87,8 @@ struct LoadOptions {
   // A file read into memory holds its transposed Q4_0 weights (calibrated and PowerInfer
   // files) in the CPU's layout for them (Q4_0_SPLIT with AVX-512 kernels), converted in place
   // at load: one copy in RAM. Sessions that want the file's layout (repack = false, another
-  // device) get a copy of it. The same for the Q4_0 matrices every session reads only through
-  // dense products (Q4_0_R16 with AVX-512 or AVX2 kernels: attention, an untied head, the FFN
+  // device) get a copy of it. The same for the Q4_0, Q8_0 and Q4_K matrices every session reads
+  // only through dense products (16 rows side by side: attention, an untied head, the FFN
   // of an ordinary GGUF file). false: hold the file's layout (--no-repack). A mapped file
   // always holds the file's; sessions with repack get a copy.
   bool repack = true;
@@ -149,10 +149,10 @@ struct SessionOptions {
   // The CPU keeps transposed Q4_0 weights (calibrated and PowerInfer files) in the layout its
   // AVX-512 axpy reads fastest, the same results bit for bit: the engine's own memory when it
   // was loaded with LoadOptions::repack into memory, else a copy made once and shared by the
-  // engine's sessions. The CPU also keeps the Q4_0 and Q8_0 matrices that only dense products
-  // read (every matrix of an ordinary GGUF file, the attention and head of a PowerInfer file,
-  // nothing of a calibrated one) as Q4_0_R16 / Q8_0_R16, 16 rows side by side for its AVX-512
-  // and AVX2 GEMM (prompts 2-3x faster; results differ from the file layout's in the last
+  // engine's sessions. The CPU also keeps the Q4_0, Q8_0 and Q4_K matrices that only dense
+  // products read (every matrix of an ordinary GGUF file, the attention and head of a
+  // PowerInfer file, nothing of a calibrated one) as Q4_0_R16 / Q8_0_R16 (AVX-512 and AVX2) and
+  // Q4_K_R16 (AVX-512), 16 rows side by side for its GEMM (prompts 2-3x faster; results differ from the file layout's in the last
   // bits), the same way: in place when read into memory, else a copy once per engine.
   // false: both as in the file (--no-repack).
   bool repack = true;

@@ -58,8 +58,8 @@ class CpuDevice final : public HostDevice {
   std::string describe() const override;
   bool supports(Op op, DType t) const override;
   DType transposed_layout(DType t) const override;
-  // With `dense_repack`, Q4_0 matrices of whole groups of 16 rows as Q4_0_R16
-  // (cpu::dot_layout: AVX-512 and AVX2), for prompt batches 2-3x faster.
+  // With `dense_repack`, Q4_0, Q8_0 and Q4_K matrices of whole groups of 16 rows in their R16
+  // layouts where the ISA has a leaf for them (cpu::dot_layout), for prompt batches 2-3x faster.
   DType dense_layout(DType t, int64_t rows) const override;
   Ops& ops() override { return ops_; }
   cpu::Isa isa() const { return ops_.isa(); }

@@ -22,7 +22,8 @@ struct DeviceOptions {
   cpu::Isa isa = cpu::default_isa();  // cpu and sim
   uint64_t budget = 0;                // bytes the device may allocate; 0: all it has
   bool repack = true;                 // cpu: transposed Q4_0 as Q4_0_SPLIT where faster (--no-repack)
-  // cpu: Q4_0 matrices only the dense products read as Q4_0_R16 where faster (--no-repack).
+  // cpu: Q4_0 / Q8_0 / Q4_K matrices only the dense products read in their R16 layouts where
+  // faster (cpu::dot_layout; --no-repack).
   // Unlike `repack`, this changes results in the last bits (another order of sums).
   bool dense_repack = true;
   SimOptions sim;                     // sim only

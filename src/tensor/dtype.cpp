@@ -49,6 +49,7 @@ constexpr std::array kInternalTypes = {
     // Not computable by row: quantize_row / dequantize_row refuse it (rows are interleaved).
     DTypeInfo{DType::Q4_0_R16, "q4_0_r16", 32, 18, true, false},
     DTypeInfo{DType::Q8_0_R16, "q8_0_r16", 32, 34, true, false},
+    DTypeInfo{DType::Q4_K_R16, "q4_k_r16", 256, 144, true, false},
 };
 
 }  // namespace

@@ -61,6 +61,11 @@ enum class DType : uint32_t {
   // then 8 x 64 bytes where bytes 4i .. 4i+3 of part k are quants 4k .. 4k+3 of row 16g+i,
   // each stored as q + 128 (an unsigned byte: q8_0_r16_offset, quant.h).
   Q8_0_R16 = 0x10002,
+  // The same for Q4_K: super-block s of a group is 2304 bytes at 2304 s: the 16 rows' f16 d,
+  // then their f16 dmin, then their 12 scale bytes as 3 x 64 bytes (word w of row i at
+  // 64 + 64 w + 4 i), then 32 x 64 bytes where bytes 4i .. 4i+3 of part k are quant bytes
+  // 4k .. 4k+3 of row 16g+i (q4_k_r16_offset, quant.h). Same bytes as the Q4_K matrix.
+  Q4_K_R16 = 0x10003,
 };
 
 struct DTypeInfo {

@@ -132,7 +132,30 @@ void move_q8_0_group(const unsigned char* src, unsigned char* dst, int64_t n, bo
   }
 }
 
-// Every group of 16 rows of a Q4_0 or Q8_0 matrix [rows, n] through `move` (either way).
+// The same for a group of 16 Q4_K rows and Q4_K_R16, a 2- or 4-byte word at a time.
+void move_q4_k_group(const unsigned char* src, unsigned char* dst, int64_t n, bool to_r16) {
+  const int64_t nsb = n / 256;
+  const size_t rb = row_bytes(DType::Q4_K, n);
+  for (int64_t i = 0; i < 16; ++i) {
+    for (int64_t s = 0; s < nsb; ++s) {
+      const int64_t file = static_cast<int64_t>(i * rb) + 144 * s;
+      for (int64_t h = 0; h < 2; ++h) {  // d, dmin
+        const int64_t at[2] = {file + 2 * h, q4_k_r16_d(s, i) + 32 * h};
+        std::memcpy(dst + at[to_r16], src + at[!to_r16], 2);
+      }
+      for (int64_t w = 0; w < 3; ++w) {
+        const int64_t at[2] = {file + 4 + 4 * w, q4_k_r16_scales(s, i, w)};
+        std::memcpy(dst + at[to_r16], src + at[!to_r16], 4);
+      }
+      for (int64_t w = 0; w < 32; ++w) {
+        const int64_t at[2] = {file + 16 + 4 * w, q4_k_r16_offset(s, i, 4 * w)};
+        std::memcpy(dst + at[to_r16], src + at[!to_r16], 4);
+      }
+    }
+  }
+}
+
+// Every group of 16 rows of a Q4_0, Q8_0 or Q4_K matrix [rows, n] through `move` (either way).
 using GroupMove = void (*)(const unsigned char*, unsigned char*, int64_t, bool);
 void move_groups(GroupMove move, DType t, const void* in, void* out, int64_t rows, int64_t n, bool to_r16) {
   const size_t group = 16 * row_bytes(t, n);
@@ -158,24 +181,35 @@ void deinterleave_q4_0_rows(const void* in, void* out, int64_t rows, int64_t n) 
   move_groups(move_q4_0_group, DType::Q4_0, in, out, rows, n, false);
 }
 
-bool is_r16(DType t) { return t == DType::Q4_0_R16 || t == DType::Q8_0_R16; }
+bool is_r16(DType t) { return t == DType::Q4_0_R16 || t == DType::Q8_0_R16 || t == DType::Q4_K_R16; }
 
 DType r16_file_type(DType t) {
   switch (t) {
     case DType::Q4_0_R16: return DType::Q4_0;
     case DType::Q8_0_R16: return DType::Q8_0;
+    case DType::Q4_K_R16: return DType::Q4_K;
     default: return t;
   }
 }
 
+namespace {
+
+GroupMove group_move(DType r16) {
+  switch (r16) {
+    case DType::Q8_0_R16: return move_q8_0_group;
+    case DType::Q4_K_R16: return move_q4_k_group;
+    default: return move_q4_0_group;
+  }
+}
+
+}  // namespace
+
 void interleave_rows(DType r16, const void* in, void* out, int64_t rows, int64_t n) {
-  if (r16 == DType::Q8_0_R16) return interleave_q8_0_rows(in, out, rows, n);
-  interleave_q4_0_rows(in, out, rows, n);
+  move_groups(group_move(r16), r16_file_type(r16), in, out, rows, n, true);
 }
 
 void deinterleave_rows(DType r16, const void* in, void* out, int64_t rows, int64_t n) {
-  if (r16 == DType::Q8_0_R16) return deinterleave_q8_0_rows(in, out, rows, n);
-  deinterleave_q4_0_rows(in, out, rows, n);
+  move_groups(group_move(r16), r16_file_type(r16), in, out, rows, n, false);
 }
 
 void split_q4_0_row(const void* in, void* out, int64_t n) { move_q4_0_blocks(in, out, n, true); }

@@ -129,7 +129,16 @@ inline int64_t q8_0_r16_scale(int64_t b, int64_t i) { return 544 * b + 2 * i; }
 void interleave_q8_0_rows(const void* in, void* out, int64_t rows, int64_t n);
 void deinterleave_q8_0_rows(const void* in, void* out, int64_t rows, int64_t n);
 
-// The 16-row layouts (Q4_0_R16, Q8_0_R16), in one place: whether t is one, the file type it
+// Q4_K_R16 (dtype.h): where quant byte t (0..127) of super-block s of row i of a group lies,
+// where the row's f16 d (dmin 32 bytes on) lies, and where its scale word w (bytes 4w .. 4w+3
+// of the block's 12 scale bytes) lies.
+inline int64_t q4_k_r16_offset(int64_t s, int64_t i, int64_t t) {
+  return 2304 * s + 256 + 64 * (t / 4) + 4 * i + t % 4;
+}
+inline int64_t q4_k_r16_d(int64_t s, int64_t i) { return 2304 * s + 2 * i; }
+inline int64_t q4_k_r16_scales(int64_t s, int64_t i, int64_t w) { return 2304 * s + 64 + 64 * w + 4 * i; }
+
+// The 16-row layouts (Q4_0_R16, Q8_0_R16, Q4_K_R16), in one place: whether t is one, the file type it
 // holds (t itself for any other type), and a matrix [rows, n] (rows a multiple of 16) moved
 // into the layout `r16` from its file type, and back. `out` must not overlap `in`.
 bool is_r16(DType t);

@@ -100,9 +100,9 @@ void expect_identical(const Logits& got, const Logits& want, const std::string& 
   }
 }
 
-// Rows within float rounding of each other (1e-4 of the row's largest logit) with the same
-// greedy token: two orders of sums over the same weights.
-void expect_close(const Logits& got, const Logits& want, const std::string& what) {
+// Rows within float rounding of each other (`tolerance` of the row's largest logit) with the
+// same greedy token: two orders of sums over the same weights.
+void expect_close(const Logits& got, const Logits& want, const std::string& what, double tolerance = 1e-4) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t k = 0; k < want.size(); ++k) {
     double worst = 0, scale = 0;
@@ -110,7 +110,7 @@ void expect_close(const Logits& got, const Logits& want, const std::string& what
       worst = std::max(worst, std::fabs(static_cast<double>(got[k][j]) - want[k][j]));
       scale = std::max(scale, std::fabs(static_cast<double>(want[k][j])));
     }
-    EXPECT_LE(worst, 1e-4 * scale) << what << ": row " << k;
+    EXPECT_LE(worst, tolerance * scale) << what << ": row " << k;
     EXPECT_EQ(std::max_element(got[k].begin(), got[k].end()) - got[k].begin(),
               std::max_element(want[k].begin(), want[k].end()) - want[k].begin())
         << what << ": row " << k;
@@ -129,10 +129,12 @@ std::unique_ptr<model::Model> load(const std::string& path) {
 TEST(CpuDenseLayout, R16AgreesWithTheFileLayoutForAnyThreadCountAndBatch) {
   if (cpu::dot_layout(cpu::default_isa(), DType::Q4_0, 64) == DType::Q4_0)
     GTEST_SKIP() << "the " << cpu::isa_name(cpu::default_isa()) << " kernels read Q4_0 as the file lays it out";
-  for (DType wt : {DType::Q4_0, DType::Q8_0}) {
+  for (DType wt : {DType::Q4_0, DType::Q8_0, DType::Q4_K}) {
   SCOPED_TRACE(dtype_name(wt));
+  if (cpu::dot_layout(cpu::default_isa(), wt, 64) == wt) continue;  // Q4_K: AVX-512 only
   testing::TinySpec spec = testing::tiny_variant("llama", wt, false, 2, false, 5);
   spec.n_vocab = 304;  // whole groups of 16 rows: the head too
+  if (wt == DType::Q4_K) spec.n_embd = spec.n_ff = 256;  // whole super-blocks
   const std::string path = testing::temp_path(std::string("cpu_dense_layout_") + std::string(dtype_name(wt)) + ".gguf");
   ASSERT_TRUE(testing::write_tiny_model(spec, path).ok());
   auto m = load(path);
@@ -165,11 +167,13 @@ TEST(CpuDenseLayout, R16AgreesWithTheFileLayoutForAnyThreadCountAndBatch) {
 TEST(CpuDenseLayout, ReadModelHoldsR16InPlace) {
   const model::DenseLayouts layouts{backend::cpu_dense_layout};
   if (layouts.layout(DType::Q4_0) == DType::Q4_0) GTEST_SKIP() << "the kernels here read Q4_0 as the file lays it out";
-  for (DType wt : {DType::Q4_0, DType::Q8_0}) {
+  for (DType wt : {DType::Q4_0, DType::Q8_0, DType::Q4_K}) {
+  if (layouts.layout(wt) == wt) continue;  // Q4_K: AVX-512 only
   for (bool pwri : {false, true}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(wt) << (pwri ? " PowerInfer file" : " GGUF"));
     testing::TinySpec spec = testing::tiny_variant("llama", wt, pwri, 2, false, 7);
     spec.n_vocab = 304;
+    if (wt == DType::Q4_K) spec.n_embd = spec.n_ff = 256;  // whole super-blocks
     const std::string path = testing::temp_path(std::string("dense_inplace_") + std::string(dtype_name(wt)) +
                                                  (pwri ? ".pwri.gguf" : ".gguf"));
     ASSERT_TRUE(testing::write_tiny_model(spec, path).ok());
@@ -206,7 +210,10 @@ TEST(CpuDenseLayout, ReadModelHoldsR16InPlace) {
     EXPECT_EQ((*held)->layouts().bytes(), copied + want_bytes);  // copies back in the file's layout
     expect_identical(back, file, "copied back vs the file's");
     // The sim's lane gets the file's layout back; the host lane computes over the model's.
-    expect_close(run(**held, options("sim", false)), file, "sim over the held model");
+    // Q4_K: the sim's FFN quantizes its input per 256-element super-block, where a last-bit
+    // difference from the host lane's other order of sums can move one int8 step (1/254 of
+    // the block's largest value) and the logits up to about 1% (seen on one row of eight).
+    expect_close(run(**held, options("sim", false)), file, "sim over the held model", wt == DType::Q4_K ? 3e-2 : 1e-4);
   }
   }
 }

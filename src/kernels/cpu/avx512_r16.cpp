@@ -100,29 +100,64 @@ void r16_dot(const DotTask& t) {
   }
 }
 
-}  // namespace
+// Sum of 32 int8 quants.
+inline int32_t sum32(__m256i v) {
+  const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v);
+  const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+  const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+  const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, _MM_SHUFFLE(2, 3, 0, 1))));
+}
 
-void avx512_r16_prepare(const float* x, int64_t cols, uint8_t* out) {
+// One Q4_K_R16 super-block's activation (r16.h), as scalar_r16.cpp's prepare_k.
+void prepare_k(const float* x, uint8_t* a) {
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 nan = 0;
+  for (int k = 0; k < 16; ++k) {
+    const __m512 v = _mm512_loadu_ps(x + 16 * k);
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  }
+  const float am = _mm512_reduce_max_ps(amax);
+  const float d = nan != 0 ? __builtin_nanf("") : am / 127.0f;
+  const float id = am > 0.0f && am <= 3.4e38f ? 127.0f / am : 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    auto* q = reinterpret_cast<int8_t*>(a + 32 * j);
+    quantize32_with(x + 32 * j, id, q);
+    const auto s16 = static_cast<int16_t>(sum32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))));
+    std::memcpy(a + 256 + 2 * j, &s16, 2);
+  }
+  std::memcpy(a + 272, &d, 4);
+  std::memset(a + 276, 0, kR16KActBytes - 276);
+}
+
+void prepare_32(const float* x, int64_t cols, uint8_t* out) {
   for (int64_t b = 0; b < cols / 32; ++b) {
     uint8_t* a = out + b * kR16ActBytes;
     alignas(64) int8_t q[32];
     const float d = quantize32(x + 32 * b, q);
     const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
-    // Sum of the 32 quants: widen to int16 pairs, then to int32 lanes.
-    const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v);
-    const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
-    const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
-    const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
-    const int32_t sum = _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, _MM_SHUFFLE(2, 3, 0, 1))));
-    const int32_t off = -8 * sum;
+    const int32_t off = -8 * sum32(v);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(a), v);
     std::memcpy(a + 32, &d, 4);
     std::memcpy(a + 36, &off, 4);
   }
 }
 
+}  // namespace
+
+void avx512_r16_prepare(DType t, const float* x, int64_t cols, uint8_t* out) {
+  if (t == DType::Q4_K_R16) {
+    for (int64_t s = 0; s < cols / 256; ++s) prepare_k(x + 256 * s, out + s * kR16KActBytes);
+  } else {
+    prepare_32(x, cols, out);
+  }
+}
+
 void avx512_r16_dot(const DotTask& t) {
-  if (t.type == DType::Q8_0_R16) {
+  if (t.type == DType::Q4_K_R16) {
+    avx512_r16k_dot(t);
+  } else if (t.type == DType::Q8_0_R16) {
     r16_dot<true>(t);
   } else {
     r16_dot<false>(t);

@@ -108,9 +108,10 @@ struct KernelTable {
   // floats attn_head reads from that row, so attention over the decoded copy (type F32) gives
   // the same bits as over the blocks.
   void (*decode_kv_row)(DType t, const uint8_t* row, float* out, int64_t n);
-  // Q4_0_R16 dense products (r16.h): one token's activation prepared into r16_act_bytes(cols)
-  // bytes, and the dot leaf over whole groups of 16 rows.
-  void (*r16_prepare)(const float* x, int64_t cols, uint8_t* out);
+  // Dense products over the R16 layouts (r16.h): one token's activation for a matrix of R16
+  // type t prepared into r16_act_bytes(t, cols) bytes, and the dot leaf over whole groups of
+  // 16 rows.
+  void (*r16_prepare)(DType t, const float* x, int64_t cols, uint8_t* out);
   void (*r16_dot)(const DotTask& task);
 };
 

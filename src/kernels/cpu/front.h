@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/dispatch.h"
+#include "tensor/quant.h"
 
 namespace pi::cpu::detail {
 
@@ -16,12 +17,12 @@ inline void check_matrix(DType t, int64_t cols) {
           "cols must be a positive multiple of the weight type's block size");
 }
 
-// The same for the dense products, which also take Q4_0_R16 and Q8_0_R16 (rows a multiple of 16).
+// The same for the dense products, which also take the R16 layouts (rows a multiple of 16).
 inline void check_dense_matrix(DType t, int64_t rows, int64_t cols) {
   require(supports_dense(t), "unsupported weight type for a dense matrix kernel");
   require(cols > 0 && cols % dtype_info(t).block_size == 0,
           "cols must be a positive multiple of the weight type's block size");
-  require((t != DType::Q4_0_R16 && t != DType::Q8_0_R16) || rows % 16 == 0,
+  require(!is_r16(t) || rows % 16 == 0,
           "an R16 matrix has a multiple of 16 rows");
 }
 

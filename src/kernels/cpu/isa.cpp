@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/cpu/dispatch.h"
+#include "tensor/quant.h"
 
 namespace pi::cpu {
 namespace {
@@ -107,11 +108,16 @@ DType axpy_layout(Isa isa, DType t) {
   return isa == Isa::Avx512 && t == DType::Q4_0 ? DType::Q4_0_SPLIT : t;
 }
 
-bool supports_dense(DType t) { return supports(t) || t == DType::Q4_0_R16 || t == DType::Q8_0_R16; }
+bool supports_dense(DType t) { return supports(t) || is_r16(t); }
 
 DType dot_layout(Isa isa, DType t, int64_t rows) {
   if (!(isa == Isa::Avx512 || isa == Isa::Avx2) || rows <= 0 || rows % 16 != 0) return t;
-  return t == DType::Q4_0 ? DType::Q4_0_R16 : t == DType::Q8_0 ? DType::Q8_0_R16 : t;
+  switch (t) {
+    case DType::Q4_0: return DType::Q4_0_R16;
+    case DType::Q8_0: return DType::Q8_0_R16;
+    case DType::Q4_K: return isa == Isa::Avx512 ? DType::Q4_K_R16 : t;  // no AVX2 leaf yet
+    default: return t;
+  }
 }
 
 namespace detail {

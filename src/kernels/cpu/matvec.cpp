@@ -32,13 +32,13 @@ struct Prepared {
 Prepared prepare(ThreadPool& pool, Scratch& scratch, const KernelTable& kt, DType t,
                  const float* X, int64_t m, int64_t cols) {
   const bool r16 = detail::is_r16(t);
-  const size_t bytes = r16 ? detail::r16_act_bytes(cols) : kt.act_bytes(t, cols);
+  const size_t bytes = r16 ? detail::r16_act_bytes(t, cols) : kt.act_bytes(t, cols);
   if (bytes == 0) return {};
   const size_t stride = (bytes + 63) / 64 * 64;
   auto* buf = static_cast<uint8_t*>(scratch.alloc_bytes(stride * static_cast<size_t>(m)));
   auto one = [&](const float* x, uint8_t* out) {
     if (r16) {
-      kt.r16_prepare(x, cols, out);
+      kt.r16_prepare(t, x, cols, out);
     } else {
       kt.prepare_act(t, x, cols, out);
     }

@@ -11,6 +11,16 @@
 // Q8_0_R16 is the same with 8 parts of 64 bytes per block, quants stored as q + 128 (unsigned
 // for vpdpbusd) and 16 x off (= -128 x the sum) taking the offset back out.
 //
+// Q4_K_R16 (tensor/dtype.h) takes another activation: per 256-element super-block
+// kR16KActBytes bytes, its int8 quants in natural order (bytes 0-255, one scale for the
+// super-block, dx = amax / 127 as below), the sums of the quants of each 32-element sub-block
+// (8 x int16 at byte 256) and dx (f32 at byte 272). A row's 4-bit quants z (0..15) with its
+// sub-block scales sc_j and mins m_j (6 bits each) decode to d sc_j z - dmin m_j, so per
+// super-block, exactly in int32:
+//   isum = sum_j sc_j sum_{e in j} z_e q_e,   imin = sum_j m_j bsum_j,
+// and acc = fma(float(isum), d * dx, acc), then acc = fma(float(imin), -(dmin * dx), acc), the
+// products d * dx and dmin * dx rounded to f32 first; the row's result is acc.
+//
 // Order of operations, the same on every ISA and for any token count, so that results are
 // bit-identical across ISAs, thread counts and batch splits: for each row, acc = 0; for each
 // block b in order, s = sum_c w_c x_c exactly in int32 (w the weight quants: 4-bit q - 8, or
@@ -33,23 +43,30 @@ constexpr int64_t kR16Rows = 16;
 constexpr size_t kR16BlockBytes = 288;    // Q4_0_R16: 16 scales + 16 rows x 16 quant bytes
 constexpr size_t kR16Q8BlockBytes = 544;  // Q8_0_R16: 16 scales + 16 rows x 32 quants (q + 128)
 constexpr size_t kR16ActBytes = 40;     // per block: 32 quants, d, offset
+constexpr size_t kR16KBlockBytes = 2304;  // Q4_K_R16: a super-block of 16 rows
+constexpr size_t kR16KActBytes = 288;     // per super-block: 256 quants, 8 sums, dx (and padding)
 constexpr int kR16TokenTile = 8;        // tokens one leaf call keeps in registers
 
-inline size_t r16_act_bytes(int64_t cols) { return static_cast<size_t>(cols / 32) * kR16ActBytes; }
+inline size_t r16_act_bytes(DType t, int64_t cols) {
+  return t == DType::Q4_K_R16 ? static_cast<size_t>(cols / 256) * kR16KActBytes
+                              : static_cast<size_t>(cols / 32) * kR16ActBytes;
+}
 
 using pi::is_r16;  // tensor/quant.h
 inline size_t r16_block_bytes(DType t) { return t == DType::Q8_0_R16 ? kR16Q8BlockBytes : kR16BlockBytes; }
 
-// Leaves (DotTask with type Q4_0_R16 or Q8_0_R16, idx and masks null, k0 and k1 multiples of 16, act from
-// the same ISA's prepare): Y[i * ldy + r] for rows r in [k0, k1) and tokens i < m.
-void scalar_r16_prepare(const float* x, int64_t cols, uint8_t* out);
+// Leaves (DotTask with an R16 type, idx and masks null, k0 and k1 multiples of 16, act from
+// the same ISA's prepare for that type): Y[i * ldy + r] for rows r in [k0, k1) and tokens i < m.
+// The prepares write r16_act_bytes(t, cols) bytes.
+void scalar_r16_prepare(DType t, const float* x, int64_t cols, uint8_t* out);
 void scalar_r16_dot(const DotTask& task);
 #if defined(PI_KERNELS_HAVE_AVX2)
-void avx2_r16_dot(const DotTask& task);  // with scalar_r16_prepare
+void avx2_r16_dot(const DotTask& task);  // Q4_0_R16, Q8_0_R16; with scalar_r16_prepare
 #endif
 #if defined(PI_KERNELS_HAVE_AVX512)
-void avx512_r16_prepare(const float* x, int64_t cols, uint8_t* out);
+void avx512_r16_prepare(DType t, const float* x, int64_t cols, uint8_t* out);
 void avx512_r16_dot(const DotTask& task);
+void avx512_r16k_dot(const DotTask& task);  // Q4_K_R16 (avx512_r16k.cpp)
 #endif
 
 }  // namespace pi::cpu::detail

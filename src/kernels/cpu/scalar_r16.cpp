@@ -1,4 +1,4 @@
-// Portable Q4_0_R16 leaves (r16.h): the order of operations every ISA's R16 leaves follow, in
+// Portable R16 leaves (r16.h): the order of operations every ISA's R16 leaves follow, in
 // plain C++, so that they are the bit-exact reference of the vector ones.
 #include <cmath>
 #include <cstdint>
@@ -18,9 +18,79 @@ int8_t quant_elem(float v) {
   return static_cast<int8_t>(r > 127.0f ? 127 : r < -128.0f ? -128 : static_cast<int>(r));
 }
 
-}  // namespace
+// One Q4_K_R16 super-block's activation (r16.h): 256 quants with one scale, their sums per 32.
+void prepare_k(const float* x, uint8_t* a) {
+  float amax = 0.0f;
+  bool nan = false;
+  for (int j = 0; j < 256; ++j) {
+    nan = nan || std::isnan(x[j]);
+    const float v = std::fabs(x[j]);
+    amax = v > amax ? v : amax;
+  }
+  const float d = nan ? __builtin_nanf("") : amax / 127.0f;
+  const float id = amax > 0.0f && amax <= 3.4e38f ? 127.0f / amax : 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    int32_t sum = 0;
+    for (int e = 32 * j; e < 32 * j + 32; ++e) {
+      const int8_t q = quant_elem(x[e] * id);
+      std::memcpy(a + e, &q, 1);
+      sum += q;
+    }
+    const auto s16 = static_cast<int16_t>(sum);
+    std::memcpy(a + 256 + 2 * j, &s16, 2);
+  }
+  std::memcpy(a + 272, &d, 4);
+  std::memset(a + 276, 0, kR16KActBytes - 276);
+}
 
-void scalar_r16_prepare(const float* x, int64_t cols, uint8_t* out) {
+// Q4_K_R16 (r16.h's order): rows [k0, k1) x tokens [0, m).
+void dot_k(const DotTask& t) {
+  const int64_t nsb = t.cols / 256;
+  const size_t group_bytes = static_cast<size_t>(kR16Rows) * t.row_bytes;
+  for (int64_t g = t.k0 / kR16Rows; g < t.k1 / kR16Rows; ++g) {
+    const uint8_t* G = t.W + static_cast<size_t>(g) * group_bytes;
+    for (int64_t i = 0; i < t.m; ++i) {
+      const uint8_t* act = t.act + i * t.act_stride;
+      float acc[kR16Rows] = {};
+      for (int64_t s = 0; s < nsb; ++s) {
+        const uint8_t* p = G + s * kR16KBlockBytes;
+        const uint8_t* a = act + s * kR16KActBytes;
+        const auto* q = reinterpret_cast<const int8_t*>(a);
+        float dx;
+        std::memcpy(&dx, a + 272, 4);
+        for (int64_t r = 0; r < kR16Rows; ++r) {
+          uint8_t packed[12];
+          for (int w = 0; w < 3; ++w) std::memcpy(packed + 4 * w, p + 64 + 64 * w + 4 * r, 4);
+          int32_t isum = 0, imin = 0;
+          for (int j = 0; j < 8; ++j) {
+            // The 6-bit scale and min of sub-block j (ggml's Q4_K packing).
+            const int sc = j < 4 ? packed[j] & 63 : (packed[j + 4] & 15) | ((packed[j - 4] >> 6) << 4);
+            const int mn = j < 4 ? packed[j + 4] & 63 : (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+            int32_t sj = 0;
+            for (int l = 0; l < 32; ++l) {
+              const int byte_index = 32 * (j / 2) + l;  // sub-blocks 2c and 2c+1 share quant bytes 32c..
+              const uint8_t byte = p[256 + 64 * (byte_index / 4) + 4 * r + byte_index % 4];
+              const int z = j % 2 == 0 ? byte & 15 : byte >> 4;
+              sj += z * q[32 * j + l];
+            }
+            int16_t bsum;
+            std::memcpy(&bsum, a + 256 + 2 * j, 2);
+            isum += sc * sj;
+            imin += mn * bsum;
+          }
+          const float d = half_to_float(load_u16(p + 2 * r)) * dx;
+          const float dmin = half_to_float(load_u16(p + 32 + 2 * r)) * dx;
+          acc[r] = std::fma(static_cast<float>(isum), d, acc[r]);
+          acc[r] = std::fma(static_cast<float>(imin), -dmin, acc[r]);
+        }
+      }
+      float* y = t.Y + i * t.ldy + g * kR16Rows;
+      for (int64_t r = 0; r < kR16Rows; ++r) y[r] = acc[r];
+    }
+  }
+}
+
+void prepare_32(const float* x, int64_t cols, uint8_t* out) {
   for (int64_t b = 0; b < cols / 32; ++b) {
     const float* xb = x + 32 * b;
     uint8_t* a = out + b * kR16ActBytes;
@@ -45,7 +115,18 @@ void scalar_r16_prepare(const float* x, int64_t cols, uint8_t* out) {
   }
 }
 
+}  // namespace
+
+void scalar_r16_prepare(DType t, const float* x, int64_t cols, uint8_t* out) {
+  if (t == DType::Q4_K_R16) {
+    for (int64_t s = 0; s < cols / 256; ++s) prepare_k(x + 256 * s, out + s * kR16KActBytes);
+  } else {
+    prepare_32(x, cols, out);
+  }
+}
+
 void scalar_r16_dot(const DotTask& t) {
+  if (t.type == DType::Q4_K_R16) return dot_k(t);
   const int64_t nb = t.cols / 32;
   const bool q8 = t.type == DType::Q8_0_R16;
   const size_t block_bytes = r16_block_bytes(t.type);

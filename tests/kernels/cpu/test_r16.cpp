@@ -1,4 +1,4 @@
-// Q4_0_R16 and Q8_0_R16 (tensor/dtype.h): the interleaving of 16 rows and the dense products
+// Q4_0_R16, Q8_0_R16 and Q4_K_R16 (tensor/dtype.h): the interleaving of 16 rows and the dense products
 // that read them (kernels/cpu/r16.h), on every ISA: against the reference on the file's bytes, and bit
 // for bit across ISAs, thread counts, batch splits and matvec_multi, since every R16 leaf
 // follows one order of operations.
@@ -10,27 +10,35 @@
 namespace pi::cpu::test {
 namespace {
 
-// w's Q4_0 (Q8_0) bytes as Q4_0_R16 (Q8_0_R16), at an odd offset (no leaf may assume
-// alignment).
+// The 16-row layout of a file type.
+DType r16_of(DType t) {
+  return t == DType::Q8_0 ? DType::Q8_0_R16 : t == DType::Q4_K ? DType::Q4_K_R16 : DType::Q4_0_R16;
+}
+
+// w's bytes in its 16-row layout, at an odd offset (no leaf may assume alignment).
 struct Interleaved {
   DType type;
   std::vector<uint8_t> storage;
   const void* data() const { return storage.data() + 5; }
 };
 Interleaved interleave(const Weights& w) {
-  const bool q8 = w.type == DType::Q8_0;
-  Interleaved out{q8 ? DType::Q8_0_R16 : DType::Q4_0_R16,
-                  std::vector<uint8_t>(w.row_bytes() * static_cast<size_t>(w.rows) + 5 + 64, 0x5a)};
-  (q8 ? interleave_q8_0_rows : interleave_q4_0_rows)(w.data(), out.storage.data() + 5, w.rows, w.cols);
+  Interleaved out{r16_of(w.type), std::vector<uint8_t>(w.row_bytes() * static_cast<size_t>(w.rows) + 5 + 64, 0x5a)};
+  interleave_rows(out.type, w.data(), out.storage.data() + 5, w.rows, w.cols);
   return out;
 }
 
-constexpr DType kTypes[] = {DType::Q4_0, DType::Q8_0};
+constexpr DType kTypes[] = {DType::Q4_0, DType::Q8_0, DType::Q4_K};
+
+// Column counts to try: one block, a few, and a 7B-like width that is not a power of two.
+std::vector<int64_t> col_counts(DType t) {
+  if (t == DType::Q4_K) return {256, 768, 4352};
+  return {32, 96, 4128};
+}
 
 // Every scale and quant byte at its place (Q8_0's quants as q + 128: the sign bit flipped),
 // and the round trip back to the file's bytes.
 TEST(R16, InterleavingMovesEveryByteAndRoundTrips) {
-  for (DType wt : kTypes) {
+  for (DType wt : {DType::Q4_0, DType::Q8_0}) {
     const bool q8 = wt == DType::Q8_0;
     const int64_t quant_bytes = q8 ? 32 : 16;
     const size_t block = q8 ? 34 : 18;
@@ -54,9 +62,38 @@ TEST(R16, InterleavingMovesEveryByteAndRoundTrips) {
         }
       }
       std::vector<uint8_t> back(w.row_bytes() * static_cast<size_t>(w.rows));
-      (q8 ? deinterleave_q8_0_rows : deinterleave_q4_0_rows)(r.data(), back.data(), w.rows, cols);
+      deinterleave_rows(r.type, r.data(), back.data(), w.rows, cols);
       EXPECT_EQ(0, std::memcmp(back.data(), w.data(), back.size()));
     }
+  }
+}
+
+// Q4_K_R16: each row's d, dmin, 12 scale bytes and 128 quant bytes per super-block at their
+// places, and the round trip.
+TEST(R16, Q4KInterleavingMovesEveryByteAndRoundTrips) {
+  for (int64_t cols : col_counts(DType::Q4_K)) {
+    SCOPED_TRACE(cols);
+    const Weights w = random_weights(DType::Q4_K, 48, cols, 4);
+    const Interleaved r = interleave(w);
+    const auto* file = static_cast<const uint8_t*>(w.data());
+    const auto* il = static_cast<const uint8_t*>(r.data());
+    const size_t group = 16 * w.row_bytes();
+    for (int64_t row = 0; row < w.rows; ++row) {
+      const uint8_t* g = il + (row / 16) * group;
+      const int64_t i = row % 16;
+      for (int64_t s = 0; s < cols / 256; ++s) {
+        const uint8_t* blk = file + row * w.row_bytes() + 144 * s;
+        ASSERT_EQ(0, std::memcmp(g + q4_k_r16_d(s, i), blk, 2)) << row << " " << s;
+        ASSERT_EQ(0, std::memcmp(g + q4_k_r16_d(s, i) + 32, blk + 2, 2)) << row << " " << s;
+        for (int64_t w4 = 0; w4 < 3; ++w4)
+          ASSERT_EQ(0, std::memcmp(g + q4_k_r16_scales(s, i, w4), blk + 4 + 4 * w4, 4)) << row << " " << s;
+        for (int64_t t = 0; t < 128; ++t) ASSERT_EQ(g[q4_k_r16_offset(s, i, t)], blk[16 + t]) << row << " " << s << " " << t;
+      }
+    }
+    std::vector<uint8_t> back(w.row_bytes() * static_cast<size_t>(w.rows));
+    deinterleave_rows(r.type, r.data(), back.data(), w.rows, cols);
+    EXPECT_EQ(0, std::memcmp(back.data(), w.data(), back.size()));
+    EXPECT_EQ(r16_file_type(DType::Q4_K_R16), DType::Q4_K);
   }
 }
 
@@ -71,6 +108,10 @@ TEST(Q4_0R16, OnlyTheDenseProductsTakeIt) {
   EXPECT_TRUE(supports_dense(DType::Q8_0_R16));
   EXPECT_FALSE(supports(DType::Q8_0_R16));
   EXPECT_EQ(dot_layout(Isa::Avx2, DType::Q4_0, 4096), DType::Q4_0_R16);
+  EXPECT_TRUE(supports_dense(DType::Q4_K_R16));
+  EXPECT_FALSE(supports(DType::Q4_K_R16));
+  EXPECT_EQ(dot_layout(Isa::Avx512, DType::Q4_K, 4096), DType::Q4_K_R16);
+  EXPECT_EQ(dot_layout(Isa::Avx2, DType::Q4_K, 4096), DType::Q4_K);  // no AVX2 leaf yet
   EXPECT_EQ(dot_layout(Isa::Scalar, DType::Q4_0, 4096), DType::Q4_0);
   EXPECT_FALSE(quantize_row(DType::Q4_0_R16, nullptr, nullptr, 32).ok());
 }
@@ -83,7 +124,7 @@ TEST(Q4_0R16, MatvecAndMatmulMatchTheReferenceOnEveryIsa) {
   for (Isa isa : isas()) {
     const Kernels k(isa);
     for (DType wt : kTypes) {
-    for (int64_t cols : {32, 96, 4128}) {
+    for (int64_t cols : col_counts(wt)) {
       for (int64_t rows : {16, 48}) {
         SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(wt) << " " << rows << "x" << cols);
         const Weights w = random_weights(wt, rows, cols, static_cast<uint32_t>(rows + cols));
@@ -108,7 +149,7 @@ TEST(Q4_0R16, MatvecAndMatmulMatchTheReferenceOnEveryIsa) {
             const double tight = dot_bound(w.mag.data() + row * cols, xe.data(), cols);
             ASSERT_NEAR(Y[i * rows + row], want_e, tight) << "token " << i << " row " << row;
             ASSERT_NEAR(Y[i * rows + row], want,
-                        tight + act_quant_bound(w.dequant.data() + row * cols, x, cols))
+                        tight + act_quant_bound(w.dequant.data() + row * cols, x, cols, act_block(wt, Isa::Avx512)))
                 << "token " << i << " row " << row;
           }
         }
@@ -122,9 +163,10 @@ TEST(Q4_0R16, MatvecAndMatmulMatchTheReferenceOnEveryIsa) {
 // One order of operations: the same bits from every ISA, 1..3 threads, any split of the
 // batch into matmul calls, matvec per token, and matvec_multi beside other types.
 TEST(Q4_0R16, SameBitsOnEveryIsaThreadCountAndBatchSplit) {
-  const int64_t rows = 80, cols = 4160, m = 13;
+  const int64_t rows = 80, m = 13;
   for (DType wt : kTypes) {
   SCOPED_TRACE(dtype_name(wt));
+  const int64_t cols = col_counts(wt).back();
   const Weights w = random_weights(wt, rows, cols, 21);
   const Interleaved r = interleave(w);
   const Weights q8 = random_weights(DType::Q8_0, 24, cols, 22);
@@ -165,8 +207,9 @@ TEST(Q4_0R16, SameBitsOnEveryIsaThreadCountAndBatchSplit) {
 // Non-finite activations give non-finite outputs exactly where the reference does.
 TEST(Q4_0R16, NonFiniteInputsPropagateOnEveryIsa) {
   ThreadPool pool(2);
-  const int64_t rows = 16, cols = 128;
+  const int64_t rows = 16;
   for (DType wt : kTypes) {
+  const int64_t cols = col_counts(wt)[1];
   const Weights w = random_weights(wt, rows, cols, 31);
   const Interleaved r = interleave(w);
   for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {

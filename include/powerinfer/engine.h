@@ -151,8 +151,8 @@ struct SessionOptions {
   // was loaded with LoadOptions::repack into memory, else a copy made once and shared by the
   // engine's sessions. The CPU also keeps the Q4_0, Q8_0 and Q4_K matrices that only dense
   // products read (every matrix of an ordinary GGUF file, the attention and head of a
-  // PowerInfer file, nothing of a calibrated one) as Q4_0_R16 / Q8_0_R16 (AVX-512 and AVX2) and
-  // Q4_K_R16 (AVX-512), 16 rows side by side for its GEMM (prompts 2-3x faster; results differ from the file layout's in the last
+  // PowerInfer file, nothing of a calibrated one) as Q4_0_R16 / Q8_0_R16 / Q4_K_R16 (AVX-512
+  // and AVX2), 16 rows side by side for its GEMM (prompts 2-3x faster; results differ from the file layout's in the last
   // bits), the same way: in place when read into memory, else a copy once per engine.
   // false: both as in the file (--no-repack).
   bool repack = true;

@@ -1,4 +1,4 @@
-// AVX2 leaves of the Q4_0_R16 dense products (r16.h), for CPUs without AVX-512: each group's
+// AVX2 leaves of the Q4_0_R16, Q8_0_R16 and Q4_K_R16 dense products (r16.h), for CPUs without AVX-512: each group's
 // 16 rows as two halves of 8 (one ymm lane per row), up to 4 tokens per pass over a block.
 // Without VNNI the 4-byte dots are vpmaddubsw (pairs to int16; a block's 8 of them summed in
 // int16, at most 8 x 2 x 15 x 127 = 30480) and one vpmaddwd to int32: the same exact integer
@@ -78,9 +78,88 @@ inline void half_tile(const uint8_t* G, int h, const uint8_t* const* acts, int64
   for (int i = 0; i < NT; ++i) _mm256_storeu_ps(ys[i] + 8 * h, acc[i]);
 }
 
-template <bool kQ8>
+// Q4_K_R16 (r16.h): rows 8h0 .. 8(h0 + NH) - 1 of one group (NH halves of 8 rows: 2 for one
+// token, so that a one-token pass reads each 64-byte part once) x NT tokens. Per sub-block, 8
+// vpmaddubsw of 4 bytes per row summed in int16 (at most 8 x 2 x 15 x 128 = 30720), then one
+// vpmaddwd with the row's scale in both halves: sc_j times the sub-block's sum in int32, exact.
+// The mins go through the per-32 activation sums (vpmaddwd with (m_2k, m_2k+1) pairs).
+template <int NT, int NH>
+inline void tile_k(const uint8_t* G, int h0, const uint8_t* const* acts, int64_t nsb, float* const* ys) {
+  __m256 acc[NH][NT];
+  for (auto& row : acc)
+    for (auto& a : row) a = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i m6 = _mm256_set1_epi32(0x3f3f3f3f), n4 = _mm256_set1_epi32(0x0f0f0f0f);
+  const __m256i hi2 = _mm256_set1_epi32(0x30303030);
+  const __m256i low_byte = _mm256_set1_epi32(0x000000ff), third_byte = _mm256_set1_epi32(0x00ff0000);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* p = G + sb * kR16KBlockBytes;
+    const auto load = [&](size_t at, int h) {
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + at + 32 * h));
+    };
+    __m256i sc_lo[NH], sc_hi[NH], m_lo[NH], m_hi[NH];
+    for (int hh = 0; hh < NH; ++hh) {
+      const __m256i a = load(64, h0 + hh), b = load(128, h0 + hh), c = load(192, h0 + hh);
+      sc_lo[hh] = _mm256_and_si256(a, m6);
+      sc_hi[hh] = _mm256_or_si256(_mm256_and_si256(c, n4), _mm256_and_si256(_mm256_srli_epi32(a, 2), hi2));
+      m_lo[hh] = _mm256_and_si256(b, m6);
+      m_hi[hh] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(c, 4), n4),
+                                 _mm256_and_si256(_mm256_srli_epi32(b, 2), hi2));
+    }
+    __m256i isum[NH][NT];
+    for (auto& row : isum)
+      for (auto& v : row) v = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      __m256i s16[NH][NT];
+      for (auto& row : s16)
+        for (auto& v : row) v = _mm256_setzero_si256();
+      for (int u = 0; u < 8; ++u) {
+        for (int hh = 0; hh < NH; ++hh) {
+          const __m256i v = load(256 + 64 * (8 * (j / 2) + u), h0 + hh);
+          const __m256i z = _mm256_and_si256(j % 2 == 0 ? v : _mm256_srli_epi16(v, 4), m4);
+          for (int i = 0; i < NT; ++i) {
+            const uint8_t* x = acts[i] + sb * kR16KActBytes + 32 * j + 4 * u;
+            s16[hh][i] = _mm256_add_epi16(s16[hh][i], _mm256_maddubs_epi16(z, _mm256_set1_epi32(load_i32(x))));
+          }
+        }
+      }
+      for (int hh = 0; hh < NH; ++hh) {
+        // sc_j in both int16 halves of each lane.
+        const __m256i sw = _mm256_and_si256(_mm256_srli_epi32(j < 4 ? sc_lo[hh] : sc_hi[hh], 8 * (j % 4)), low_byte);
+        const __m256i scj = _mm256_or_si256(sw, _mm256_slli_epi32(sw, 16));
+        for (int i = 0; i < NT; ++i) isum[hh][i] = _mm256_add_epi32(isum[hh][i], _mm256_madd_epi16(s16[hh][i], scj));
+      }
+    }
+    const auto pair = [&](__m256i w) {
+      return _mm256_or_si256(_mm256_and_si256(w, low_byte), _mm256_and_si256(_mm256_slli_epi32(w, 8), third_byte));
+    };
+    for (int hh = 0; hh < NH; ++hh) {
+      const __m256i mp[4] = {pair(m_lo[hh]), pair(_mm256_srli_epi32(m_lo[hh], 16)), pair(m_hi[hh]),
+                             pair(_mm256_srli_epi32(m_hi[hh], 16))};
+      const int h = h0 + hh;
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+      const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
+      for (int i = 0; i < NT; ++i) {
+        const uint8_t* x = acts[i] + sb * kR16KActBytes;
+        __m256i imin = _mm256_setzero_si256();
+        for (int k = 0; k < 4; ++k)
+          imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mp[k], _mm256_set1_epi32(load_i32(x + 256 + 4 * k))));
+        float dx;
+        std::memcpy(&dx, x + 272, 4);
+        const __m256 vdx = _mm256_set1_ps(dx);
+        acc[hh][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[hh][i]), _mm256_mul_ps(d, vdx), acc[hh][i]);
+        acc[hh][i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, vdx), acc[hh][i]);
+      }
+    }
+  }
+  for (int hh = 0; hh < NH; ++hh)
+    for (int i = 0; i < NT; ++i) _mm256_storeu_ps(ys[i] + 8 * (h0 + hh), acc[hh][i]);
+}
+
+// kK: Q4_K_R16 (super-blocks of 256), else Q4_0_R16 / Q8_0_R16 (blocks of 32).
+template <bool kQ8, bool kK = false>
 void r16_dot(const DotTask& t) {
-  const int64_t nb = t.cols / 32;
+  const int64_t nb = t.cols / (kK ? 256 : 32);
   const size_t group_bytes = static_cast<size_t>(kR16Rows) * t.row_bytes;
   for (int64_t g = t.k0 / kR16Rows; g < t.k1 / kR16Rows; ++g) {
     const uint8_t* G = t.W + static_cast<size_t>(g) * group_bytes;
@@ -92,7 +171,21 @@ void r16_dot(const DotTask& t) {
         acts[i] = t.act + (i0 + i) * t.act_stride;
         ys[i] = t.Y + (i0 + i) * t.ldy + g * kR16Rows;
       }
+      if constexpr (kK) {
+        if (nt == 1) {  // both halves at once: each 64-byte part read in one pass
+          tile_k<1, 2>(G, 0, acts, nb, ys);
+          continue;
+        }
+      }
       for (int h = 0; h < 2; ++h) {
+        if constexpr (kK) {
+          switch (nt) {
+            case 4: tile_k<4, 1>(G, h, acts, nb, ys); break;
+            case 3: tile_k<3, 1>(G, h, acts, nb, ys); break;
+            default: tile_k<2, 1>(G, h, acts, nb, ys); break;
+          }
+          continue;
+        }
         switch (nt) {
           case 4: half_tile<4, kQ8>(G, h, acts, nb, ys); break;
           case 3: half_tile<3, kQ8>(G, h, acts, nb, ys); break;
@@ -108,7 +201,7 @@ void r16_dot(const DotTask& t) {
 
 void avx2_r16_dot(const DotTask& t) {
   if (t.type == DType::Q4_K_R16) {
-    scalar_r16_dot(t);  // no AVX2 leaf for it yet: cpu::dot_layout does not pick it here
+    r16_dot<false, true>(t);
   } else if (t.type == DType::Q8_0_R16) {
     r16_dot<true>(t);
   } else {

@@ -115,7 +115,7 @@ DType dot_layout(Isa isa, DType t, int64_t rows) {
   switch (t) {
     case DType::Q4_0: return DType::Q4_0_R16;
     case DType::Q8_0: return DType::Q8_0_R16;
-    case DType::Q4_K: return isa == Isa::Avx512 ? DType::Q4_K_R16 : t;  // no AVX2 leaf yet
+    case DType::Q4_K: return DType::Q4_K_R16;
     default: return t;
   }
 }

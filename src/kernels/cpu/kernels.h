@@ -59,8 +59,8 @@ DType axpy_layout(Isa isa, DType t);
 // kernels refuse them).
 bool supports_dense(DType t);
 // The layout the dense products of `isa` read a matrix of type t and `rows` rows fastest in:
-// Q4_0_R16 for Q4_0 and Q8_0_R16 for Q8_0 with the AVX-512 or AVX2 leaves, Q4_K_R16 for Q4_K
-// with the AVX-512 leaf, when rows is a multiple of 16 (prompt batches 2-3x faster:
+// Q4_0_R16 for Q4_0, Q8_0_R16 for Q8_0 and Q4_K_R16 for Q4_K with the AVX-512 or AVX2 leaves,
+// when rows is a multiple of 16 (prompt batches 2-3x faster:
 // docs/BENCHMARKS.md, "Sixteen rows side by side"), else t. The results differ from the file
 // layout's in the last bits (another order of sums), never between batch sizes, thread counts
 // or ISAs reading the same layout.

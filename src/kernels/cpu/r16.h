@@ -61,7 +61,7 @@ inline size_t r16_block_bytes(DType t) { return t == DType::Q8_0_R16 ? kR16Q8Blo
 void scalar_r16_prepare(DType t, const float* x, int64_t cols, uint8_t* out);
 void scalar_r16_dot(const DotTask& task);
 #if defined(PI_KERNELS_HAVE_AVX2)
-void avx2_r16_dot(const DotTask& task);  // Q4_0_R16, Q8_0_R16; with scalar_r16_prepare
+void avx2_r16_dot(const DotTask& task);  // with scalar_r16_prepare
 #endif
 #if defined(PI_KERNELS_HAVE_AVX512)
 void avx512_r16_prepare(DType t, const float* x, int64_t cols, uint8_t* out);

@@ -111,7 +111,8 @@ TEST(Q4_0R16, OnlyTheDenseProductsTakeIt) {
   EXPECT_TRUE(supports_dense(DType::Q4_K_R16));
   EXPECT_FALSE(supports(DType::Q4_K_R16));
   EXPECT_EQ(dot_layout(Isa::Avx512, DType::Q4_K, 4096), DType::Q4_K_R16);
-  EXPECT_EQ(dot_layout(Isa::Avx2, DType::Q4_K, 4096), DType::Q4_K);  // no AVX2 leaf yet
+  EXPECT_EQ(dot_layout(Isa::Avx2, DType::Q4_K, 4096), DType::Q4_K_R16);
+  EXPECT_EQ(dot_layout(Isa::Scalar, DType::Q4_K, 4096), DType::Q4_K);
   EXPECT_EQ(dot_layout(Isa::Scalar, DType::Q4_0, 4096), DType::Q4_0);
   EXPECT_FALSE(quantize_row(DType::Q4_0_R16, nullptr, nullptr, 32).ok());
 }
@@ -129,7 +130,7 @@ TEST(Q4_0R16, MatvecAndMatmulMatchTheReferenceOnEveryIsa) {
         SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << dtype_name(wt) << " " << rows << "x" << cols);
         const Weights w = random_weights(wt, rows, cols, static_cast<uint32_t>(rows + cols));
         const Interleaved r = interleave(w);
-        const int64_t m = 11;
+        for (int64_t m : {1, 6, 11}) {  // the AVX2 leaves: 1 token, 4 + 2, 4 + 4 + 3
         std::vector<float> X(static_cast<size_t>(m * cols + 1));
         const auto g = gaussian(m * cols, 17);
         std::copy(g.begin(), g.end(), X.begin() + 1);
@@ -154,6 +155,7 @@ TEST(Q4_0R16, MatvecAndMatmulMatchTheReferenceOnEveryIsa) {
           }
         }
         EXPECT_EQ(0, std::memcmp(y.data(), Y.data(), rows * 4)) << "matvec vs matmul token 0";
+        }
       }
     }
     }

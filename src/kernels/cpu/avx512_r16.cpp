@@ -66,38 +66,14 @@ inline void group_tile(const uint8_t* G, const uint8_t* const* acts, int64_t nb,
   for (int i = 0; i < NT; ++i) _mm512_storeu_ps(ys[i], acc[i]);
 }
 
-template <int NT, bool kQ8>
-void tile(const uint8_t* G, const uint8_t* const* acts, int64_t nb, float* const* ys, const uint8_t* end) {
-  group_tile<NT, NT == 1, kQ8>(G, acts, nb, ys, end);
-}
-
 template <bool kQ8>
 void r16_dot(const DotTask& t) {
   const int64_t nb = t.cols / 32;
-  const size_t group_bytes = static_cast<size_t>(kR16Rows) * t.row_bytes;
-  const uint8_t* end = t.W + static_cast<size_t>(t.k1 / kR16Rows) * group_bytes;
-  for (int64_t g = t.k0 / kR16Rows; g < t.k1 / kR16Rows; ++g) {
-    const uint8_t* G = t.W + static_cast<size_t>(g) * group_bytes;
-    for (int64_t i0 = 0; i0 < t.m; i0 += kR16TokenTile) {
-      const int nt = static_cast<int>(t.m - i0 < kR16TokenTile ? t.m - i0 : kR16TokenTile);
-      const uint8_t* acts[kR16TokenTile];
-      float* ys[kR16TokenTile];
-      for (int i = 0; i < nt; ++i) {
-        acts[i] = t.act + (i0 + i) * t.act_stride;
-        ys[i] = t.Y + (i0 + i) * t.ldy + g * kR16Rows;
-      }
-      switch (nt) {
-        case 8: tile<8, kQ8>(G, acts, nb, ys, end); break;
-        case 7: tile<7, kQ8>(G, acts, nb, ys, end); break;
-        case 6: tile<6, kQ8>(G, acts, nb, ys, end); break;
-        case 5: tile<5, kQ8>(G, acts, nb, ys, end); break;
-        case 4: tile<4, kQ8>(G, acts, nb, ys, end); break;
-        case 3: tile<3, kQ8>(G, acts, nb, ys, end); break;
-        case 2: tile<2, kQ8>(G, acts, nb, ys, end); break;
-        default: tile<1, kQ8>(G, acts, nb, ys, end); break;
-      }
-    }
-  }
+  r16_walk<kR16TokenTile>(t, [&](auto nt, const uint8_t* G, const uint8_t* const* acts, float* const* ys,
+                                 const uint8_t* end) {
+    constexpr int NT = decltype(nt)::value;
+    group_tile<NT, NT == 1, kQ8>(G, acts, nb, ys, end);
+  });
 }
 
 // Sum of 32 int8 quants.

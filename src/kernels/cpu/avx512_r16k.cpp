@@ -107,39 +107,15 @@ inline void group_tile(const uint8_t* G, const uint8_t* const* acts, int64_t nsb
   for (int i = 0; i < NT; ++i) _mm512_storeu_ps(ys[i], acc[i]);
 }
 
-template <int NT>
-void tile(const uint8_t* G, const uint8_t* const* acts, int64_t nsb, float* const* ys, const uint8_t* end) {
-  group_tile<NT, NT == 1>(G, acts, nsb, ys, end);
-}
-
 }  // namespace
 
 void avx512_r16k_dot(const DotTask& t) {
   const int64_t nsb = t.cols / 256;
-  const size_t group_bytes = static_cast<size_t>(kR16Rows) * t.row_bytes;
-  const uint8_t* end = t.W + static_cast<size_t>(t.k1 / kR16Rows) * group_bytes;
-  for (int64_t g = t.k0 / kR16Rows; g < t.k1 / kR16Rows; ++g) {
-    const uint8_t* G = t.W + static_cast<size_t>(g) * group_bytes;
-    for (int64_t i0 = 0; i0 < t.m; i0 += kR16TokenTile) {
-      const int nt = static_cast<int>(t.m - i0 < kR16TokenTile ? t.m - i0 : kR16TokenTile);
-      const uint8_t* acts[kR16TokenTile];
-      float* ys[kR16TokenTile];
-      for (int i = 0; i < nt; ++i) {
-        acts[i] = t.act + (i0 + i) * t.act_stride;
-        ys[i] = t.Y + (i0 + i) * t.ldy + g * kR16Rows;
-      }
-      switch (nt) {
-        case 8: tile<8>(G, acts, nsb, ys, end); break;
-        case 7: tile<7>(G, acts, nsb, ys, end); break;
-        case 6: tile<6>(G, acts, nsb, ys, end); break;
-        case 5: tile<5>(G, acts, nsb, ys, end); break;
-        case 4: tile<4>(G, acts, nsb, ys, end); break;
-        case 3: tile<3>(G, acts, nsb, ys, end); break;
-        case 2: tile<2>(G, acts, nsb, ys, end); break;
-        default: tile<1>(G, acts, nsb, ys, end); break;
-      }
-    }
-  }
+  r16_walk<kR16TokenTile>(t, [&](auto nt, const uint8_t* G, const uint8_t* const* acts, float* const* ys,
+                                 const uint8_t* end) {
+    constexpr int NT = decltype(nt)::value;
+    group_tile<NT, NT == 1>(G, acts, nsb, ys, end);
+  });
 }
 
 }  // namespace pi::cpu::detail

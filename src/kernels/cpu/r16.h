@@ -33,6 +33,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/dispatch.h"
 #include "tensor/quant.h"
@@ -54,6 +55,40 @@ inline size_t r16_act_bytes(DType t, int64_t cols) {
 
 using pi::is_r16;  // tensor/quant.h
 inline size_t r16_block_bytes(DType t) { return t == DType::Q8_0_R16 ? kR16Q8BlockBytes : kR16BlockBytes; }
+
+// The walk every R16 leaf shares: the task's groups of 16 rows, and per group its tokens in
+// tiles of up to kMaxTile: tile(std::integral_constant<int, NT>, G, acts, ys, end) with G the
+// group's first byte, acts[i] / ys[i] token i's activation and its 16 outputs, and end the end
+// of the task's rows (a bound for prefetching).
+template <int N, typename F>
+inline void with_tile_size(int nt, F&& f) {
+  if constexpr (N == 1) {
+    f(std::integral_constant<int, 1>{});
+  } else if (nt == N) {
+    f(std::integral_constant<int, N>{});
+  } else {
+    with_tile_size<N - 1>(nt, f);
+  }
+}
+
+template <int kMaxTile, typename Tile>
+inline void r16_walk(const DotTask& t, Tile&& tile) {
+  const size_t group_bytes = static_cast<size_t>(kR16Rows) * t.row_bytes;
+  const uint8_t* end = t.W + static_cast<size_t>(t.k1 / kR16Rows) * group_bytes;
+  for (int64_t g = t.k0 / kR16Rows; g < t.k1 / kR16Rows; ++g) {
+    const uint8_t* G = t.W + static_cast<size_t>(g) * group_bytes;
+    for (int64_t i0 = 0; i0 < t.m; i0 += kMaxTile) {
+      const int nt = static_cast<int>(t.m - i0 < kMaxTile ? t.m - i0 : kMaxTile);
+      const uint8_t* acts[kMaxTile];
+      float* ys[kMaxTile];
+      for (int i = 0; i < nt; ++i) {
+        acts[i] = t.act + (i0 + i) * t.act_stride;
+        ys[i] = t.Y + (i0 + i) * t.ldy + g * kR16Rows;
+      }
+      with_tile_size<kMaxTile>(nt, [&](auto n) { tile(n, G, acts, ys, end); });
+    }
+  }
+}
 
 // Leaves (DotTask with an R16 type, idx and masks null, k0 and k1 multiples of 16, act from
 // the same ISA's prepare for that type): Y[i * ldy + r] for rows r in [k0, k1) and tokens i < m.

@@ -46,48 +46,43 @@ void prepare_k(const float* x, uint8_t* a) {
 // Q4_K_R16 (r16.h's order): rows [k0, k1) x tokens [0, m).
 void dot_k(const DotTask& t) {
   const int64_t nsb = t.cols / 256;
-  const size_t group_bytes = static_cast<size_t>(kR16Rows) * t.row_bytes;
-  for (int64_t g = t.k0 / kR16Rows; g < t.k1 / kR16Rows; ++g) {
-    const uint8_t* G = t.W + static_cast<size_t>(g) * group_bytes;
-    for (int64_t i = 0; i < t.m; ++i) {
-      const uint8_t* act = t.act + i * t.act_stride;
-      float acc[kR16Rows] = {};
-      for (int64_t s = 0; s < nsb; ++s) {
-        const uint8_t* p = G + s * kR16KBlockBytes;
-        const uint8_t* a = act + s * kR16KActBytes;
-        const auto* q = reinterpret_cast<const int8_t*>(a);
-        float dx;
-        std::memcpy(&dx, a + 272, 4);
-        for (int64_t r = 0; r < kR16Rows; ++r) {
-          uint8_t packed[12];
-          for (int w = 0; w < 3; ++w) std::memcpy(packed + 4 * w, p + 64 + 64 * w + 4 * r, 4);
-          int32_t isum = 0, imin = 0;
-          for (int j = 0; j < 8; ++j) {
-            // The 6-bit scale and min of sub-block j (ggml's Q4_K packing).
-            const int sc = j < 4 ? packed[j] & 63 : (packed[j + 4] & 15) | ((packed[j - 4] >> 6) << 4);
-            const int mn = j < 4 ? packed[j + 4] & 63 : (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
-            int32_t sj = 0;
-            for (int l = 0; l < 32; ++l) {
-              const int byte_index = 32 * (j / 2) + l;  // sub-blocks 2c and 2c+1 share quant bytes 32c..
-              const uint8_t byte = p[256 + 64 * (byte_index / 4) + 4 * r + byte_index % 4];
-              const int z = j % 2 == 0 ? byte & 15 : byte >> 4;
-              sj += z * q[32 * j + l];
-            }
-            int16_t bsum;
-            std::memcpy(&bsum, a + 256 + 2 * j, 2);
-            isum += sc * sj;
-            imin += mn * bsum;
+  r16_walk<1>(t, [&](auto, const uint8_t* G, const uint8_t* const* acts, float* const* ys, const uint8_t*) {
+    const uint8_t* act = acts[0];
+    float acc[kR16Rows] = {};
+    for (int64_t s = 0; s < nsb; ++s) {
+      const uint8_t* p = G + s * kR16KBlockBytes;
+      const uint8_t* a = act + s * kR16KActBytes;
+      const auto* q = reinterpret_cast<const int8_t*>(a);
+      float dx;
+      std::memcpy(&dx, a + 272, 4);
+      for (int64_t r = 0; r < kR16Rows; ++r) {
+        uint8_t packed[12];
+        for (int w = 0; w < 3; ++w) std::memcpy(packed + 4 * w, p + 64 + 64 * w + 4 * r, 4);
+        int32_t isum = 0, imin = 0;
+        for (int j = 0; j < 8; ++j) {
+          // The 6-bit scale and min of sub-block j (ggml's Q4_K packing).
+          const int sc = j < 4 ? packed[j] & 63 : (packed[j + 4] & 15) | ((packed[j - 4] >> 6) << 4);
+          const int mn = j < 4 ? packed[j + 4] & 63 : (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+          int32_t sj = 0;
+          for (int l = 0; l < 32; ++l) {
+            const int byte_index = 32 * (j / 2) + l;  // sub-blocks 2c and 2c+1 share quant bytes 32c..
+            const uint8_t byte = p[256 + 64 * (byte_index / 4) + 4 * r + byte_index % 4];
+            const int z = j % 2 == 0 ? byte & 15 : byte >> 4;
+            sj += z * q[32 * j + l];
           }
-          const float d = half_to_float(load_u16(p + 2 * r)) * dx;
-          const float dmin = half_to_float(load_u16(p + 32 + 2 * r)) * dx;
-          acc[r] = std::fma(static_cast<float>(isum), d, acc[r]);
-          acc[r] = std::fma(static_cast<float>(imin), -dmin, acc[r]);
+          int16_t bsum;
+          std::memcpy(&bsum, a + 256 + 2 * j, 2);
+          isum += sc * sj;
+          imin += mn * bsum;
         }
+        const float d = half_to_float(load_u16(p + 2 * r)) * dx;
+        const float dmin = half_to_float(load_u16(p + 32 + 2 * r)) * dx;
+        acc[r] = std::fma(static_cast<float>(isum), d, acc[r]);
+        acc[r] = std::fma(static_cast<float>(imin), -dmin, acc[r]);
       }
-      float* y = t.Y + i * t.ldy + g * kR16Rows;
-      for (int64_t r = 0; r < kR16Rows; ++r) y[r] = acc[r];
     }
-  }
+    for (int64_t r = 0; r < kR16Rows; ++r) ys[0][r] = acc[r];
+  });
 }
 
 void prepare_32(const float* x, int64_t cols, uint8_t* out) {
@@ -130,38 +125,33 @@ void scalar_r16_dot(const DotTask& t) {
   const int64_t nb = t.cols / 32;
   const bool q8 = t.type == DType::Q8_0_R16;
   const size_t block_bytes = r16_block_bytes(t.type);
-  const size_t group_bytes = static_cast<size_t>(kR16Rows) * t.row_bytes;
-  for (int64_t g = t.k0 / kR16Rows; g < t.k1 / kR16Rows; ++g) {
-    const uint8_t* G = t.W + static_cast<size_t>(g) * group_bytes;
-    for (int64_t i = 0; i < t.m; ++i) {
-      const uint8_t* act = t.act + i * t.act_stride;
-      float acc[kR16Rows] = {};
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* p = G + b * block_bytes;
-        const uint8_t* a = act + b * kR16ActBytes;
-        const auto* q = reinterpret_cast<const int8_t*>(a);
-        float d;
-        int32_t off;
-        std::memcpy(&d, a + 32, 4);
-        std::memcpy(&off, a + 36, 4);
-        for (int64_t r = 0; r < kR16Rows; ++r) {
-          int32_t s = q8 ? 16 * off : off;
-          if (q8) {
-            for (int c = 0; c < 32; ++c) s += p[32 + 64 * (c / 4) + 4 * r + c % 4] * q[c];
-          } else {
-            for (int c = 0; c < 16; ++c) {
-              const uint8_t byte = p[32 + 64 * (c / 4) + 4 * r + c % 4];
-              s += (byte & 15) * q[c] + (byte >> 4) * q[16 + c];
-            }
+  r16_walk<1>(t, [&](auto, const uint8_t* G, const uint8_t* const* acts, float* const* ys, const uint8_t*) {
+    const uint8_t* act = acts[0];
+    float acc[kR16Rows] = {};
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = G + b * block_bytes;
+      const uint8_t* a = act + b * kR16ActBytes;
+      const auto* q = reinterpret_cast<const int8_t*>(a);
+      float d;
+      int32_t off;
+      std::memcpy(&d, a + 32, 4);
+      std::memcpy(&off, a + 36, 4);
+      for (int64_t r = 0; r < kR16Rows; ++r) {
+        int32_t s = q8 ? 16 * off : off;
+        if (q8) {
+          for (int c = 0; c < 32; ++c) s += p[32 + 64 * (c / 4) + 4 * r + c % 4] * q[c];
+        } else {
+          for (int c = 0; c < 16; ++c) {
+            const uint8_t byte = p[32 + 64 * (c / 4) + 4 * r + c % 4];
+            s += (byte & 15) * q[c] + (byte >> 4) * q[16 + c];
           }
-          const float scale = half_to_float(load_u16(p + 2 * r)) * d;
-          acc[r] = std::fma(static_cast<float>(s), scale, acc[r]);
         }
+        const float scale = half_to_float(load_u16(p + 2 * r)) * d;
+        acc[r] = std::fma(static_cast<float>(s), scale, acc[r]);
       }
-      float* y = t.Y + i * t.ldy + g * kR16Rows;
-      for (int64_t r = 0; r < kR16Rows; ++r) y[r] = acc[r];
     }
-  }
+    for (int64_t r = 0; r < kR16Rows; ++r) ys[0][r] = acc[r];
+  });
 }
 
 }  // namespace pi::cpu::detail

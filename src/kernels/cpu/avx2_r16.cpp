@@ -17,12 +17,6 @@ namespace {
 
 constexpr int kTokens = 4;  // tokens per pass: 16 ymm registers hold 8 weight vectors + 4 sums
 
-inline int32_t load_i32(const uint8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // Rows 8h .. 8h+7 of one group x NT tokens over blocks [0, nb): ys[i][0..7] = their results.
 // Q8_0 (kQ8): the quants back to signed (q + 128 ^ 0x80), each 4-byte dot as vpmaddubsw of
 // |q| with x signed by q (at most 2 x 127 x 127 per int16 pair) widened at once by vpmaddwd.

@@ -13,18 +13,8 @@
 namespace pi::cpu::detail {
 namespace {
 
-// Bytes ahead of the block being computed that a one-token call prefetches: about one core's
-// bandwidth-latency product, as kPrefetchAhead in avx512_matrix.cpp.
-constexpr size_t kAhead = 6144;
-
-inline int32_t load_i32(const uint8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // One group of 16 rows x NT tokens over blocks [0, nb): ys[i][0..15] = the rows' results for
-// token i. With kPrefetch (one token: memory-bound) every line kAhead bytes on is prefetched
+// token i. With kPrefetch (one token: memory-bound) every line kR16PrefetchAhead bytes on is prefetched
 // once, up to `end`.
 template <int NT, bool kPrefetch, bool kQ8>
 inline void group_tile(const uint8_t* G, const uint8_t* const* acts, int64_t nb, float* const* ys,
@@ -33,11 +23,11 @@ inline void group_tile(const uint8_t* G, const uint8_t* const* acts, int64_t nb,
   __m512 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0f);
-  const uint8_t* pf = G + kAhead;
+  const uint8_t* pf = G + kR16PrefetchAhead;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = G + b * kBlock;
     if constexpr (kPrefetch) {
-      for (; pf < p + kAhead + kBlock && pf < end; pf += 64)
+      for (; pf < p + kR16PrefetchAhead + kBlock && pf < end; pf += 64)
         _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
     }
     const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));

@@ -15,16 +15,6 @@
 namespace pi::cpu::detail {
 namespace {
 
-// Bytes ahead of the super-block being computed that a one-token call prefetches (as the
-// Q4_0_R16 leaf's kAhead).
-constexpr size_t kAhead = 6144;
-
-inline int32_t load_i32(const uint8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // The scales of a super-block of 16 rows, lane i for row i: sc[j] (int32) and the mins as
 // int16 pairs mp[k] = (m_2k, m_2k+1) for vpdpwssd.
 struct Scales {
@@ -65,11 +55,11 @@ inline void group_tile(const uint8_t* G, const uint8_t* const* acts, int64_t nsb
   __m512 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0f);
-  const uint8_t* pf = G + kAhead;
+  const uint8_t* pf = G + kR16PrefetchAhead;
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* p = G + sb * kR16KBlockBytes;
     if constexpr (kPrefetch) {
-      for (; pf < p + kAhead + kR16KBlockBytes && pf < end; pf += 64)
+      for (; pf < p + kR16PrefetchAhead + kR16KBlockBytes && pf < end; pf += 64)
         _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
     }
     const Scales sc = unpack(p);

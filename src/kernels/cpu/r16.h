@@ -33,6 +33,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/cpu/dispatch.h"
@@ -47,6 +48,17 @@ constexpr size_t kR16ActBytes = 40;     // per block: 32 quants, d, offset
 constexpr size_t kR16KBlockBytes = 2304;  // Q4_K_R16: a super-block of 16 rows
 constexpr size_t kR16KActBytes = 288;     // per super-block: 256 quants, 8 sums, dx (and padding)
 constexpr int kR16TokenTile = 8;        // tokens one leaf call keeps in registers
+
+// Bytes ahead of the block being computed that a one-token leaf (memory-bound) prefetches:
+// about one core's bandwidth-latency product, as kPrefetchAhead in avx512_matrix.cpp.
+constexpr size_t kR16PrefetchAhead = 6144;
+
+// 4 activation bytes as one int32 (for a broadcast).
+inline int32_t load_i32(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 
 inline size_t r16_act_bytes(DType t, int64_t cols) {
   return t == DType::Q4_K_R16 ? static_cast<size_t>(cols / 256) * kR16KActBytes

@@ -5,12 +5,15 @@
 // positions, FFN kind, parallel residual) and by the biases its weights have.
 #pragma once
 
+#include <array>
+#include <span>
 #include <string>
 #include <string_view>
 
 #include "core/error.h"
 #include "gguf/reader.h"
 #include "model/hparams.h"
+#include "model/layer_tensors.h"
 #include "model/tensor_loader.h"
 #include "model/weights.h"
 
@@ -38,24 +41,45 @@ Status load_falcon(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeigh
 Status load_opt(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w);
 Status load_qwen2(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w);
 
-// Shared by llama and bamboo, which have the same tensor layout: separate q/k/v, RMS norms,
-// gate/up/down (or down_t in PowerInfer files).
-Status load_llama_layout(TensorLoader& t, const HParams& hp, ModelWeights& w);
+// How an architecture's layers hold a row of the layer table (layer_tensors.h).
+enum class Need : uint8_t {
+  Required,
+  // The row or its transposed twin, whichever the file holds: calibrated files store some
+  // projections transposed, PowerInfer's own ffn_down_t. Both present is an error naming the
+  // file, except for a PowerInfer-native twin, which then wins.
+  EitherLayout,
+};
+struct TensorUse {
+  const LayerTensor* tensor;
+  Need need = Need::Required;
+  std::string_view file_stem = {};  // the file's name for it when not the table's ("attn_norm_2")
+};
+
+// Loads the tensors `uses` names for layer `il` into `L`, in that order, with the shapes the
+// table gives in `hp`'s sizes; the first missing or misshapen tensor is the error.
+Status load_layer(TensorLoader& t, const HParams& hp, int64_t il, LayerWeights& L,
+                  std::span<const TensorUse> uses);
+// load_layer for every layer of `hp` (w.layers resized to hp.n_layer).
+Status load_layers(TensorLoader& t, const HParams& hp, ModelWeights& w, std::span<const TensorUse> uses);
+
+// llama's layer (shared by bamboo and qwen2): RMS norms, separate q/k/v, gate/up/down (or
+// down_t in PowerInfer files), any projection possibly transposed by calibrate.
+inline constexpr std::array<TensorUse, 9> kLlamaLayer = {{
+    {&kAttnNorm},
+    {&kAttnQ, Need::EitherLayout},
+    {&kAttnK, Need::EitherLayout},
+    {&kAttnV, Need::EitherLayout},
+    {&kAttnOut, Need::EitherLayout},
+    {&kFfnNorm},
+    {&kFfnGate, Need::EitherLayout},
+    {&kFfnUp},
+    {&kFfnDown, Need::EitherLayout},
+}};
 
 // Shared tail of every architecture: token_embd, output norm, output head (tied to
 // token_embd when output.weight is absent). Sets hp.n_vocab from token_embd.
 Status load_embeddings_and_head(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w,
                                 bool norm_has_bias);
-
-// FFN down projection of layer `il`: ffn_down_t [n_ff, n_embd] when present (PowerInfer),
-// else ffn_down [n_embd, n_ff].
-Status load_ffn_down(TensorLoader& t, const HParams& hp, int64_t il, FfnWeights& ffn);
-
-// The projection blk.<il>.<name>.weight [n_out, n_in] into `w`, or its transpose
-// blk.<il>.<name>_t.weight [n_in, n_out] into `w_t` when the file stores that instead (files
-// written by `powerinfer calibrate`); both present is an error naming the file.
-Status load_linear(TensorLoader& t, int64_t il, const char* name, int64_t n_out, int64_t n_in,
-                   Matrix& w, Matrix& w_t);
 
 // "blk.<il>.<suffix>"
 std::string blk(int64_t il, const char* suffix);

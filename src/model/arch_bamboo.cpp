@@ -16,7 +16,7 @@ Status load_bamboo(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeigh
   if (!act.ok()) return act.error();
   hp.act = *act;
   PI_TRY(load_embeddings_and_head(f, t, hp, w, /*norm_has_bias=*/false));
-  return load_llama_layout(t, hp, w);
+  return load_layers(t, hp, w, kLlamaLayer);
 }
 
 }  // namespace pi::model

@@ -53,30 +53,17 @@ Status load_opt(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights&
   PI_TRY(load_embeddings_and_head(f, t, hp, w, /*norm_has_bias=*/true));
   PI_TRY(load_positions(f, t, hp, w));
 
-  const int64_t n_embd = hp.n_embd, n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
+  static constexpr TensorUse kLayer[] = {
+      {&kAttnNorm}, {&kAttnNormB}, {&kAttnQ},   {&kAttnQB},   {&kAttnK},  {&kAttnKB},
+      {&kAttnV},    {&kAttnVB},    {&kAttnOut}, {&kAttnOutB}, {&kFfnNorm}, {&kFfnNormB},
+      {&kFfnUp},    {&kFfnUpB},    {&kFfnDown, Need::EitherLayout}};
+  // The down bias is named after the down weight the file holds.
+  static constexpr TensorUse kDownB[] = {{&kFfnDownB}}, kDownTB[] = {{&kFfnDownB, Need::Required, "ffn_down_t"}};
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int64_t il = 0; il < hp.n_layer; ++il) {
-    AttnWeights& a = w.layers[static_cast<size_t>(il)].attn;
-    PI_TRY(load_vector(t, blk(il, "attn_norm.weight"), n_embd, a.norm));
-    PI_TRY(load_vector(t, blk(il, "attn_norm.bias"), n_embd, a.norm_b));
-    PI_TRY(load_matrix(t, blk(il, "attn_q.weight"), n_q, n_embd, a.q));
-    PI_TRY(load_vector(t, blk(il, "attn_q.bias"), n_q, a.q_b));
-    PI_TRY(load_matrix(t, blk(il, "attn_k.weight"), n_kv, n_embd, a.k));
-    PI_TRY(load_vector(t, blk(il, "attn_k.bias"), n_kv, a.k_b));
-    PI_TRY(load_matrix(t, blk(il, "attn_v.weight"), n_kv, n_embd, a.v));
-    PI_TRY(load_vector(t, blk(il, "attn_v.bias"), n_kv, a.v_b));
-    PI_TRY(load_matrix(t, blk(il, "attn_output.weight"), n_embd, n_q, a.out));
-    PI_TRY(load_vector(t, blk(il, "attn_output.bias"), n_embd, a.out_b));
-
-    FfnWeights& ffn = w.layers[static_cast<size_t>(il)].ffn;
-    PI_TRY(load_vector(t, blk(il, "ffn_norm.weight"), n_embd, ffn.norm));
-    PI_TRY(load_vector(t, blk(il, "ffn_norm.bias"), n_embd, ffn.norm_b));
-    PI_TRY(load_matrix(t, blk(il, "ffn_up.weight"), hp.n_ff, n_embd, ffn.up));
-    PI_TRY(load_vector(t, blk(il, "ffn_up.bias"), hp.n_ff, ffn.up_b));
-    PI_TRY(load_ffn_down(t, hp, il, ffn));
-    // The down bias is named after the down weight the file holds.
-    const char* down_b = ffn.down_t.present() ? "ffn_down_t.bias" : "ffn_down.bias";
-    PI_TRY(load_vector(t, blk(il, down_b), n_embd, ffn.down_b));
+    LayerWeights& L = w.layers[static_cast<size_t>(il)];
+    PI_TRY(load_layer(t, hp, il, L, kLayer));
+    PI_TRY(load_layer(t, hp, il, L, L.ffn.down_t.present() ? std::span<const TensorUse>(kDownTB) : kDownB));
   }
   return Status::Ok();
 }

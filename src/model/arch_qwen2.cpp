@@ -19,13 +19,10 @@ Status load_qwen2(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeight
   if (!act.ok()) return act.error();
   hp.act = *act;
   PI_TRY(load_embeddings_and_head(f, t, hp, w, /*norm_has_bias=*/false));
-  PI_TRY(load_llama_layout(t, hp, w));
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    AttnWeights& a = w.layers[static_cast<size_t>(il)].attn;
-    PI_TRY(load_vector(t, blk(il, "attn_q.bias"), hp.n_embd_q(), a.q_b));
-    PI_TRY(load_vector(t, blk(il, "attn_k.bias"), hp.n_embd_kv(), a.k_b));
-    PI_TRY(load_vector(t, blk(il, "attn_v.bias"), hp.n_embd_kv(), a.v_b));
-  }
+  PI_TRY(load_layers(t, hp, w, kLlamaLayer));
+  // After every layer's llama tensors, as the biases were added to that layout.
+  static constexpr TensorUse kBiases[] = {{&kAttnQB}, {&kAttnKB}, {&kAttnVB}};
+  for (int64_t il = 0; il < hp.n_layer; ++il) PI_TRY(load_layer(t, hp, il, w.layers[static_cast<size_t>(il)], kBiases));
   return Status::Ok();
 }
 

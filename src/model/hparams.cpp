@@ -9,22 +9,6 @@ backend::AttnParams HParams::attn_params() const {
   return {n_head, n_head_kv, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
 }
 
-const char* arch_name(Arch a) {
-  switch (a) {
-    case Arch::Llama:
-      return "llama";
-    case Arch::Bamboo:
-      return "bamboo";
-    case Arch::Falcon:
-      return "falcon";
-    case Arch::Opt:
-      return "opt";
-    case Arch::Qwen2:
-      return "qwen2";
-  }
-  return "?";
-}
-
 const char* activation_name(Activation a) {
   switch (a) {
     case Activation::SiLU:

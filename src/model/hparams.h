@@ -64,7 +64,7 @@ struct HParams {
   int64_t n_group() const { return n_head / n_head_kv; }  // query heads per kv head
 };
 
-const char* arch_name(Arch a);
+const char* arch_name(Arch a);  // its general.architecture, as the registry (arch.h) names it
 const char* activation_name(Activation a);
 
 // Reads the attention/rope/FFN keys shared by every architecture into `hp`

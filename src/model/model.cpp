@@ -33,9 +33,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, LoadMode mod
 Status Model::repack_in_place(DType layout) {
   std::vector<Matrix*> todo;
   for (LayerWeights& L : w_.layers) {
-    for (Matrix* m : {&L.attn.q_t, &L.attn.k_t, &L.attn.v_t, &L.attn.out_t, &L.ffn.gate_t, &L.ffn.down_t}) {
-      if (m->present() && m->type == DType::Q4_0 && converts(m->type, layout)) todo.push_back(m);
-    }
+    each_layer_matrix(L, [&](const LayerTensor& t, Matrix& m) {
+      if (t.transposed && m.present() && m.type == DType::Q4_0 && converts(m.type, layout)) todo.push_back(&m);
+    });
   }
   return convert_in_place(todo, layout, 1);
 }
@@ -131,9 +131,7 @@ uint64_t Model::weight_bytes_per_token() const {
   auto add = [&n](const Matrix& m) {
     if (m.present()) n += m.nbytes();
   };
-  for (const LayerWeights& L : w_.layers) {
-    for (const Matrix* m : layer_matrices(L)) add(*m);
-  }
+  for (const LayerWeights& L : w_.layers) each_layer_matrix(L, [&](const LayerTensor&, const Matrix& m) { add(m); });
   add(w_.output);
   return n;
 }

@@ -13,7 +13,7 @@
 #include "gguf/reader.h"
 #include "model/hparams.h"
 #include "model/layout_cache.h"
-#include "model/weights.h"
+#include "model/layer_tensors.h"
 
 namespace pi::model {
 

@@ -18,13 +18,12 @@ Status each_view(ModelWeights& w, F&& f) {
   PI_TRY(f(w.out_norm));
   PI_TRY(f(w.out_norm_b));
   PI_TRY(f(w.output));
-  for (LayerWeights& L : w.layers) {
-    for (Vector* v : {&L.attn.norm, &L.attn.norm_b, &L.attn.q_b, &L.attn.k_b, &L.attn.v_b,
-                      &L.attn.out_b, &L.ffn.norm, &L.ffn.norm_b, &L.ffn.up_b, &L.ffn.down_b})
-      PI_TRY(f(*v));
-    for (Matrix* m : layer_matrices(L)) PI_TRY(f(*m));
-  }
-  return Status::Ok();
+  Status st = Status::Ok();
+  const auto visit = [&](const LayerTensor&, auto& v) {
+    if (st.ok()) st = f(v);
+  };
+  for (LayerWeights& L : w.layers) each_layer_tensor(L, visit, visit);
+  return st;
 }
 
 }  // namespace
@@ -57,12 +56,11 @@ Result<PlacedWeights> place_weights(backend::Device& dev, const ModelWeights& w,
     if (!layouts->has(*m, layout)) (back ? to_restore : to_copy) += m->nbytes();
   };
   for (LayerWeights& L : p.weights.layers) {
-    for (Matrix* m : {&L.attn.q_t, &L.attn.k_t, &L.attn.v_t, &L.attn.out_t, &L.ffn.gate_t, &L.ffn.down_t}) {
+    each_layer_matrix(L, [&](const LayerTensor& t, Matrix& m) {
       // The device is asked about the file's type: the model may hold the matrix in the CPU's
       // layout already (Model::load), and a device that wants the file's gets a copy back.
-      const DType layout = m->present() ? dev.transposed_layout(file_layout(m->type)) : m->type;
-      want(m, layout);
-    }
+      if (t.transposed && m.present()) want(&m, dev.transposed_layout(file_layout(m.type)));
+    });
   }
   // Matrices only the dense products read in this context go in the device's dense layout the
   // same way; the others in the file's (a copy back when the model holds another).

@@ -5,7 +5,7 @@
 
 #include "backend/weight_store.h"
 #include "model/layout_cache.h"
-#include "model/weights.h"
+#include "model/layer_tensors.h"
 
 namespace pi::model {
 

@@ -21,6 +21,12 @@ const ArchDef* find_arch(std::string_view name) {
   return nullptr;
 }
 
+const char* arch_name(Arch a) {
+  for (const ArchDef& d : kArchs)
+    if (d.arch == a) return d.name.data();
+  return "?";
+}
+
 std::string supported_arch_names() {
   std::string s;
   for (const ArchDef& a : kArchs) {
@@ -79,33 +85,46 @@ Status load_embeddings_and_head(const gguf::File& f, TensorLoader& t, HParams& h
   return Status::Ok();
 }
 
-Status load_ffn_down(TensorLoader& t, const HParams& hp, int64_t il, FfnWeights& ffn) {
-  const std::string down_t = blk(il, "ffn_down_t.weight"), down = blk(il, "ffn_down.weight");
-  // PowerInfer files store the transposed down projection; either computes the same FFN.
-  const bool transposed = t.has(down_t) || (hp.powerinfer && !t.has(down));
-  auto d = transposed ? t.matrix(down_t, hp.n_ff, hp.n_embd) : t.matrix(down, hp.n_embd, hp.n_ff);
-  if (!d.ok()) return d.error();
-  (transposed ? ffn.down_t : ffn.down) = std::move(*d);
+namespace {
+
+// The row of `u` the file holds: the row itself or, for Need::EitherLayout, its transposed twin.
+Result<const LayerTensor*> held_row(const TensorLoader& t, const HParams& hp, int64_t il, const TensorUse& u) {
+  const LayerTensor* plain = u.tensor;
+  const LayerTensor* twin = u.need == Need::EitherLayout ? layout_twin(*plain) : nullptr;
+  if (twin == nullptr) return plain;
+  const std::string p = blk(il, plain->name(u.file_stem).c_str()), q = blk(il, twin->name(u.file_stem).c_str());
+  if (twin->powerinfer_native) {
+    // PowerInfer files store the transposed one; either computes the same.
+    return t.has(q) || (hp.powerinfer && !t.has(p)) ? twin : plain;
+  }
+  if (!t.has(q)) return plain;
+  if (t.has(p))
+    return err("%s: both %s and %s are present (a projection is stored once)", t.path().c_str(), p.c_str(),
+               q.c_str());
+  return twin;
+}
+
+}  // namespace
+
+Status load_layer(TensorLoader& t, const HParams& hp, int64_t il, LayerWeights& L,
+                  std::span<const TensorUse> uses) {
+  for (const TensorUse& u : uses) {
+    auto row = held_row(t, hp, il, u);
+    if (!row.ok()) return row.error();
+    const LayerTensor& r = **row;
+    const std::string name = blk(il, r.name(u.file_stem).c_str());
+    if (r.is_matrix()) {
+      PI_TRY(load_matrix(t, name, dim_size(hp, r.rows), dim_size(hp, r.cols), matrix_in(L, r)));
+    } else {
+      PI_TRY(load_vector(t, name, dim_size(hp, r.rows), vector_in(L, r)));
+    }
+  }
   return Status::Ok();
 }
 
-Status load_linear(TensorLoader& t, int64_t il, const char* name, int64_t n_out, int64_t n_in,
-                   Matrix& w, Matrix& w_t) {
-  const std::string plain = blk(il, (std::string(name) + ".weight").c_str());
-  const std::string transposed = blk(il, (std::string(name) + "_t.weight").c_str());
-  if (t.has(transposed)) {
-    if (t.has(plain)) {
-      return err("%s: both %s and %s are present (a projection is stored once)",
-                 t.path().c_str(), plain.c_str(), transposed.c_str());
-    }
-    auto m = t.matrix(transposed, n_in, n_out);
-    if (!m.ok()) return m.error();
-    w_t = std::move(*m);
-    return Status::Ok();
-  }
-  auto m = t.matrix(plain, n_out, n_in);
-  if (!m.ok()) return m.error();
-  w = std::move(*m);
+Status load_layers(TensorLoader& t, const HParams& hp, ModelWeights& w, std::span<const TensorUse> uses) {
+  w.layers.resize(static_cast<size_t>(hp.n_layer));
+  for (int64_t il = 0; il < hp.n_layer; ++il) PI_TRY(load_layer(t, hp, il, w.layers[static_cast<size_t>(il)], uses));
   return Status::Ok();
 }
 

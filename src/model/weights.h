@@ -5,7 +5,6 @@
 // Views stay valid as long as the Model that owns the mapping.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -59,18 +58,12 @@ struct FfnWeights {
   Vector down_b;  // f32 [n_embd]
 };
 
+// One layer's views. Every member has a row in layer_tensors.h (kLayerTensors), through which
+// loading, placement and the ledger reach it: a member added here needs its row there.
 struct LayerWeights {
   AttnWeights attn;
   FfnWeights ffn;
 };
-
-// Every matrix view of a layer (present or not), for code that visits them all.
-template <typename L>
-auto layer_matrices(L& l) {
-  return std::array{&l.attn.q,   &l.attn.k,   &l.attn.v,  &l.attn.qkv, &l.attn.out,
-                    &l.attn.q_t, &l.attn.k_t, &l.attn.v_t, &l.attn.out_t, &l.ffn.gate,
-                    &l.ffn.up,   &l.ffn.down, &l.ffn.down_t, &l.ffn.gate_t};
-}
 
 struct ModelWeights {
   Matrix tok_embd;    // [n_vocab, n_embd]  any computable type; rows are dequantized on use
@@ -83,45 +76,6 @@ struct ModelWeights {
 
 // Bytes of every weight view of `w` (what placing them on a device copies).
 uint64_t weight_bytes(const ModelWeights& w);
-
-// The views of a layer's dense block, the part a hybrid placement moves as a whole (the
-// planner, the ledger and the placement walk the same list): the attention weights and biases,
-// both norms, and with `with_ffn` (whole-layer placements) the FFN matrices and biases.
-// on_matrix(Matrix&) and on_vector(Vector&) see every present view (const or not, as `L` is).
-template <typename Layer, typename OnMatrix, typename OnVector>
-void each_dense_view(Layer& L, bool with_ffn, OnMatrix&& on_matrix, OnVector&& on_vector) {
-  for (auto* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out, &L.attn.q_t,
-                  &L.attn.k_t, &L.attn.v_t, &L.attn.out_t})
-    if (m->present()) on_matrix(*m);
-  for (auto* v : {&L.attn.norm, &L.attn.norm_b, &L.attn.q_b, &L.attn.k_b, &L.attn.v_b,
-                  &L.attn.out_b, &L.ffn.norm, &L.ffn.norm_b})
-    if (v->present()) on_vector(*v);
-  if (!with_ffn) return;
-  for (auto* m : {&L.ffn.gate, &L.ffn.gate_t, &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
-    if (m->present()) on_matrix(*m);
-  for (auto* v : {&L.ffn.up_b, &L.ffn.down_b})
-    if (v->present()) on_vector(*v);
-}
-
-// The non-transposed matrices that only the dense products (linear, linear3) may read, and
-// which of them do for a kind of file (Model::dense_only): none, the attention projections
-// and the output head (the FFN runs sparse), or all of them. The token embedding (rows looked
-// up one at a time) is never one of them, nor a head that is the token embedding.
-enum class DenseOnly { None, AttentionAndHead, All };
-
-// on_matrix(Matrix&, bool dense_only) for every present attention projection (q, k, v, qkv,
-// out), FFN matrix (gate, up, down) and untied output head of `w`; dense_only says whether
-// `dense` counts it as read only through dense products.
-template <typename Weights, typename OnMatrix>
-void each_dense_candidate(Weights& w, DenseOnly dense, OnMatrix&& on_matrix) {
-  for (auto& L : w.layers) {
-    for (auto* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.qkv, &L.attn.out})
-      if (m->present()) on_matrix(*m, dense != DenseOnly::None);
-    for (auto* m : {&L.ffn.gate, &L.ffn.up, &L.ffn.down})
-      if (m->present()) on_matrix(*m, dense == DenseOnly::All);
-  }
-  if (w.output.present() && w.output.data != w.tok_embd.data) on_matrix(w.output, dense != DenseOnly::None);
-}
 
 // The views of the output head: the output matrix and the output norm.
 template <typename Weights, typename OnMatrix, typename OnVector>

@@ -512,9 +512,11 @@ SparsityReport Session::sparsity() const {
   r.checked = ffn->config().check_predictor;
   r.threshold = ctx_->sparse_threshold().value;
   r.threshold_source = sparse::threshold_source_name(ctx_->sparse_threshold().source);
-  for (const model::LayerWeights& L : m.weights().layers)
-    r.ffn_bytes_dense += L.ffn.gate.nbytes() + L.ffn.up.nbytes() + L.ffn.down.nbytes() +
-                         L.ffn.down_t.nbytes() + L.ffn.gate_t.nbytes();
+  for (const model::LayerWeights& L : m.weights().layers) {
+    model::each_layer_matrix(L, [&](const model::LayerTensor& t, const model::Matrix& w) {
+      if (t.group == model::Group::Ffn) r.ffn_bytes_dense += w.nbytes();
+    });
+  }
   for (const sparse::LayerStats& s : ffn->stats()) {
     LayerSparsity l;
     l.tokens = s.tokens;

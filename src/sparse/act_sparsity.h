@@ -29,14 +29,15 @@
 
 #include "core/error.h"
 #include "gguf/reader.h"
+#include "model/layer_tensors.h"
 #include "model/model.h"
 
 namespace pi::sparse {
 
-enum class Site { AttnIn = 0, AttnOut = 1, FfnIn = 2, FfnGate = 3 };
-inline constexpr int kNumSites = 4;
-inline constexpr std::array<Site, kNumSites> kAllSites = {Site::AttnIn, Site::AttnOut,
-                                                          Site::FfnIn, Site::FfnGate};
+// The sites are the model's (model/layer_tensors.h, whose rows say which matrices each skips).
+using model::kAllSites;
+using model::kNumSites;
+using model::Site;
 
 const char* site_name(Site s);  // "attn_in", "attn_out", "ffn_in", "ffn_gate"
 std::optional<Site> parse_site(std::string_view name);

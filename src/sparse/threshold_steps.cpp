@@ -45,19 +45,12 @@ std::array<double, kNumSites> SiteBytes::shares() const {
 }
 
 SiteBytes site_bytes(const model::Model& model) {
-  // Either layout has the same bytes per matrix (calibrate keeps the type where it can).
-  const auto either = [](const Matrix& a, const Matrix& b) {
-    return a.present() ? a.nbytes() : b.nbytes();
-  };
   SiteBytes r;
   for (const model::LayerWeights& L : model.weights().layers) {
-    const std::array<uint64_t, kNumSites> b = {
-        either(L.attn.q_t, L.attn.q) + either(L.attn.k_t, L.attn.k) + either(L.attn.v_t, L.attn.v),
-        either(L.attn.out_t, L.attn.out), either(L.ffn.gate_t, L.ffn.gate),
-        L.ffn.up.nbytes() + either(L.ffn.down_t, L.ffn.down)};
-    for (size_t i = 0; i < kNumSites; ++i) {
-      r.per_layer[i].push_back(b[i]);
-      r.total += b[i];
+    for (Site s : kAllSites) {
+      const uint64_t b = model::site_matrix_bytes(L, s);
+      r.per_layer[static_cast<size_t>(s)].push_back(b);
+      r.total += b;
     }
   }
   return r;

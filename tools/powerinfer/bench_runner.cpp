@@ -112,12 +112,13 @@ ModelSummary summarize_model(const Engine& engine) {
       std::max_element(bytes_by_type.begin(), bytes_by_type.end(),
                        [](const auto& a, const auto& b) { return a.second < b.second; });
   s.type = top != bytes_by_type.end() ? std::string(dtype_name(top->first)) : "?";
-  for (const model::LayerWeights& L : m.weights().layers)
-    for (const model::Matrix* w : {&L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.ffn.down_t, &L.ffn.gate_t})
-      if (w->present()) s.ffn_bytes += w->nbytes();
   auto elements = [](const model::Matrix& w) { return w.present() ? w.rows * w.cols : int64_t{0}; };
-  for (const model::LayerWeights& L : m.weights().layers)
-    for (const model::Matrix* w : model::layer_matrices(L)) s.layer_matrix_params += elements(*w);
+  for (const model::LayerWeights& L : m.weights().layers) {
+    model::each_layer_matrix(L, [&](const model::LayerTensor& t, const model::Matrix& w) {
+      if (t.group == model::Group::Ffn && w.present()) s.ffn_bytes += w.nbytes();
+      s.layer_matrix_params += elements(w);
+    });
+  }
   s.head_params = elements(m.weights().output);
   s.kv_bytes_per_cell = static_cast<uint64_t>(hp.n_layer * 2 * hp.n_head_kv * hp.head_dim) * 2;
   return s;
@@ -232,14 +233,9 @@ SparseTotals sparse_totals(const Session& s) {
 uint64_t site_matrix_bytes(const model::ModelWeights& w, const SparsityReport& r) {
   uint64_t n = 0;
   for (const SiteSparsity& s : r.sites) {
-    for (const model::LayerWeights& L : w.layers) {
-      std::vector<const model::Matrix*> ms;
-      if (s.site == "attn_in") ms = {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.q_t, &L.attn.k_t, &L.attn.v_t};
-      if (s.site == "attn_out") ms = {&L.attn.out, &L.attn.out_t};
-      if (s.site == "ffn_in") ms = {&L.ffn.gate, &L.ffn.gate_t};
-      if (s.site == "ffn_gate") ms = {&L.ffn.up, &L.ffn.down, &L.ffn.down_t};
-      for (const model::Matrix* m : ms) n += m->present() ? m->nbytes() : 0;
-    }
+    const std::optional<sparse::Site> site = sparse::parse_site(s.site);
+    if (!site) continue;
+    for (const model::LayerWeights& L : w.layers) n += model::site_matrix_bytes(L, *site);
   }
   return n;
 }

@@ -12,21 +12,6 @@
 namespace pi::tools {
 namespace {
 
-// The suffixes after "blk.N." of the projections each site transposes.
-struct SiteTensors {
-  sparse::Site site;
-  std::vector<const char*> names;
-};
-const std::vector<SiteTensors>& site_tensors() {
-  static const std::vector<SiteTensors> t = {
-      {sparse::Site::AttnIn, {"attn_q.weight", "attn_k.weight", "attn_v.weight"}},
-      {sparse::Site::AttnOut, {"attn_output.weight"}},
-      {sparse::Site::FfnIn, {"ffn_gate.weight"}},
-      {sparse::Site::FfnGate, {"ffn_down.weight"}},
-  };
-  return t;
-}
-
 // "blk.3.attn_q.weight" -> "blk.3.attn_q_t.weight"
 std::string transposed_name(const std::string& name) {
   return name.substr(0, name.size() - 7) + "_t.weight";
@@ -82,10 +67,11 @@ bool transposed_by(const std::string& tensor, sparse::SiteSet sites) {
   const size_t dot = tensor.find('.', 4);
   if (dot == std::string::npos) return false;
   const std::string suffix = tensor.substr(dot + 1);
-  for (const SiteTensors& s : site_tensors()) {
-    if (!sparse::has_site(sites, s.site)) continue;
-    for (const char* n : s.names)
-      if (suffix == n) return true;
+  // A site transposes the projections whose work it skips and which have a transposed layout.
+  for (const model::LayerTensor* t : model::kLayerTensors) {
+    if (t->transposed || !t->site || !sparse::has_site(sites, *t->site) || model::layout_twin(*t) == nullptr)
+      continue;
+    if (suffix == t->name()) return true;
   }
   return false;
 }

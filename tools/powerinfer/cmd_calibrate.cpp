@@ -76,14 +76,14 @@ Status check_model(const model::Model& m) {
   if (sparse::has_act_sparsity(m.file()))
     return err("%s: the file is already calibrated (%s); calibrate the original file",
                path.c_str(), sparse::kMethodKey);
+  bool transposed = false;
   for (const model::LayerWeights& L : m.weights().layers) {
-    for (const model::Matrix* t : {&L.attn.q_t, &L.attn.k_t, &L.attn.v_t, &L.attn.out_t,
-                                   &L.ffn.gate_t}) {
-      if (t->present())
-        return err("%s: the file stores projections transposed; calibrate the original file",
-                   path.c_str());
-    }
+    model::each_layer_matrix(L, [&](const model::LayerTensor& t, const model::Matrix& w) {
+      transposed = transposed || (t.transposed && !t.powerinfer_native && w.present());
+    });
   }
+  if (transposed)
+    return err("%s: the file stores projections transposed; calibrate the original file", path.c_str());
   return Status::Ok();
 }
 

@@ -1,0 +1,39 @@
+#include "model/layer_tensors.h"
+
+namespace pi::model {
+
+int64_t dim_size(const HParams& hp, Dim d) {
+  switch (d) {
+    case Dim::None: return 0;
+    case Dim::Embd: return hp.n_embd;
+    case Dim::Q: return hp.n_embd_q();
+    case Dim::KV: return hp.n_embd_kv();
+    case Dim::QKV: return hp.n_embd_q() + 2 * hp.n_embd_kv();
+    case Dim::Ff: return hp.n_ff;
+  }
+  return 0;
+}
+
+std::string LayerTensor::name(std::string_view file_stem) const {
+  std::string s(file_stem.empty() ? stem : file_stem);
+  if (transposed) s += "_t";
+  s += role == Role::Norm || role == Role::Proj ? ".weight" : ".bias";
+  return s;
+}
+
+const LayerTensor* layout_twin(const LayerTensor& t) {
+  if (t.role != Role::Proj) return nullptr;
+  for (const LayerTensor* o : kLayerTensors)
+    if (o->role == Role::Proj && o->stem == t.stem && o->transposed != t.transposed) return o;
+  return nullptr;
+}
+
+uint64_t site_matrix_bytes(const LayerWeights& layer, Site site) {
+  uint64_t n = 0;
+  each_layer_matrix(layer, [&](const LayerTensor& t, const Matrix& m) {
+    if (t.site == site && m.present()) n += m.nbytes();
+  });
+  return n;
+}
+
+}  // namespace pi::model

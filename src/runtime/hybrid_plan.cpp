@@ -58,11 +58,13 @@ DeviceCan device_can(const model::Model& m, const backend::Device& dev, bool spl
   return c;
 }
 
-// Ledger lines of the dense views.
+// Ledger lines of the dense views: by the group of the table row that holds `m`.
 const char* line_of(const model::Matrix& m, const model::LayerWeights& L) {
-  for (const model::Matrix* f : {&L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.ffn.down_t})
-    if (&m == f) return "FFN weights";
-  return "attention weights";
+  bool ffn = false;
+  model::each_layer_matrix(L, [&](const model::LayerTensor& t, const model::Matrix& x) {
+    ffn = ffn || (&x == &m && t.group == model::Group::Ffn);
+  });
+  return ffn ? "FFN weights" : "attention weights";
 }
 
 // The device lane's StepBuffers by role, at their footprints: x alone, the layers' other

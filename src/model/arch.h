@@ -31,7 +31,7 @@ struct ArchDef {
 
 // The registered architecture named `name`, or nullptr.
 const ArchDef* find_arch(std::string_view name);
-// "llama, bamboo, falcon, opt, qwen2": for error messages.
+// "llama, bamboo, falcon, opt, qwen2, ...": for error messages.
 std::string supported_arch_names();
 
 // Per-architecture entry points (arch_*.cpp).
@@ -40,6 +40,7 @@ Status load_bamboo(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeigh
 Status load_falcon(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w);
 Status load_opt(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w);
 Status load_qwen2(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w);
+Status load_qwen3(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w);
 
 // How an architecture's layers hold a row of the layer table (layer_tensors.h).
 enum class Need : uint8_t {

@@ -310,6 +310,10 @@ void Forward::attention_block(Lane& Ln, int64_t il, int64_t m, const KvBatch& at
   if (a.q_b.present()) ops.add_bias(q, a.q_b, m, n_q);
   if (a.k_b.present()) ops.add_bias(k, a.k_b, m, n_kv);
   if (a.v_b.present()) ops.add_bias(v, a.v_b, m, n_kv);
+  // qwen3: each head's q and k RMS-normalized before RoPE (the layers' epsilon).
+  const backend::NormParams head_norm{NormKind::RMS, hp.norm_eps};
+  if (a.q_norm.present()) ops.norm(head_norm, q, a.q_norm, {}, m * hp.n_head, hp.head_dim, q);
+  if (a.k_norm.present()) ops.norm(head_norm, k, a.k_norm, {}, m * hp.n_head_kv, hp.head_dim, k);
   const backend::AttnParams ap = hp.attn_params();
   if (hp.has_rope) {
     const backend::RopeParams rp = hp.rope_params();

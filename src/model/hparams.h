@@ -12,7 +12,7 @@
 
 namespace pi::model {
 
-enum class Arch { Llama, Bamboo, Falcon, Opt, Qwen2 };
+enum class Arch { Llama, Bamboo, Falcon, Opt, Qwen2, Qwen3 };
 
 // The op-level enums are the backend's (backend/op_params.h); the model names them here too.
 using backend::Activation;

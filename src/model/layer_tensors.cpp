@@ -10,6 +10,7 @@ int64_t dim_size(const HParams& hp, Dim d) {
     case Dim::KV: return hp.n_embd_kv();
     case Dim::QKV: return hp.n_embd_q() + 2 * hp.n_embd_kv();
     case Dim::Ff: return hp.n_ff;
+    case Dim::Head: return hp.head_dim;
   }
   return 0;
 }

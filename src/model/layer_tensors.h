@@ -37,7 +37,7 @@ enum class Role : uint8_t {
 enum class Group : uint8_t { Dense, Ffn };
 
 // A tensor dimension in hyperparameters.
-enum class Dim : uint8_t { None, Embd, Q, KV, QKV, Ff };
+enum class Dim : uint8_t { None, Embd, Q, KV, QKV, Ff, Head };
 int64_t dim_size(const HParams& hp, Dim d);
 
 struct LayerTensor {
@@ -95,6 +95,10 @@ inline constexpr LayerTensor kAttnVB{.stem = "attn_v", .role = Role::Bias, .rows
                                      .attn_vector = &AttnWeights::v_b};
 inline constexpr LayerTensor kAttnOutB{.stem = "attn_output", .role = Role::Bias, .rows = Dim::Embd,
                                        .attn_vector = &AttnWeights::out_b};
+inline constexpr LayerTensor kAttnQNorm{.stem = "attn_q_norm", .role = Role::Norm, .rows = Dim::Head,
+                                       .attn_vector = &AttnWeights::q_norm};
+inline constexpr LayerTensor kAttnKNorm{.stem = "attn_k_norm", .role = Role::Norm, .rows = Dim::Head,
+                                       .attn_vector = &AttnWeights::k_norm};
 // The FFN's input norm moves with the dense block: the FFN's device reads its output.
 inline constexpr LayerTensor kFfnNorm{.stem = "ffn_norm", .role = Role::Norm, .rows = Dim::Embd,
                                       .ffn_vector = &FfnWeights::norm};
@@ -121,7 +125,7 @@ inline constexpr LayerTensor kFfnDownB{.stem = "ffn_down", .role = Role::Bias, .
 inline constexpr std::array kLayerTensors = {
     &kAttnNorm, &kAttnNormB, &kAttnQ,    &kAttnQT,  &kAttnK,    &kAttnKT,   &kAttnV,
     &kAttnVT,   &kAttnQkv,   &kAttnOut,  &kAttnOutT, &kAttnQB,  &kAttnKB,   &kAttnVB,
-    &kAttnOutB, &kFfnNorm,   &kFfnNormB, &kFfnGate, &kFfnGateT, &kFfnUp,    &kFfnDown,
+    &kAttnOutB, &kAttnQNorm, &kAttnKNorm, &kFfnNorm,   &kFfnNormB, &kFfnGate, &kFfnGateT, &kFfnUp,    &kFfnDown,
     &kFfnDownT, &kFfnUpB,    &kFfnDownB};
 
 // The row with `t`'s stem in the other layout (transposed <-> not), or nullptr.

@@ -5,12 +5,13 @@
 namespace pi::model {
 namespace {
 
-constexpr std::array<ArchDef, 5> kArchs = {{
+constexpr std::array<ArchDef, 6> kArchs = {{
     {"llama", Arch::Llama, &load_llama},
     {"bamboo", Arch::Bamboo, &load_bamboo},
     {"falcon", Arch::Falcon, &load_falcon},
     {"opt", Arch::Opt, &load_opt},
     {"qwen2", Arch::Qwen2, &load_qwen2},
+    {"qwen3", Arch::Qwen3, &load_qwen3},
 }};
 
 }  // namespace

@@ -35,6 +35,8 @@ struct AttnWeights {
   Vector k_b;     // f32 [n_embd_kv]  (qwen2, opt)
   Vector v_b;     // f32 [n_embd_kv]  (qwen2, opt)
   Vector out_b;   // f32 [n_embd]     (opt)
+  Vector q_norm;  // f32 [head_dim]   RMS norm of each q head before RoPE (qwen3)
+  Vector k_norm;  // f32 [head_dim]   RMS norm of each k head before RoPE (qwen3)
   Matrix q_t;     // [n_embd, n_embd_q]   attn_q_t
   Matrix k_t;     // [n_embd, n_embd_kv]  attn_k_t
   Matrix v_t;     // [n_embd, n_embd_kv]  attn_v_t

@@ -142,6 +142,7 @@ TEST_F(CudaModel, TinyModelsOfEveryArchAndFormatAreAsAccurateAsTheCpu) {
       {"falcon40_q4_1", testing::tiny_variant("falcon", DType::Q4_1, false, 2, true, 3)},
       {"opt_f16", testing::tiny_variant("opt", DType::F16, false, 4, false, 3)},
       {"qwen2_q8_0", testing::tiny_variant("qwen2", DType::Q8_0, false, 2, false, 3)},
+      {"qwen3_f16", testing::tiny_variant("qwen3", DType::F16, false, 2, false, 3)},
   };
   for (const auto& c : cases) {
     const std::string path = testing::temp_path(std::string("cuda_") + c.name + ".gguf");

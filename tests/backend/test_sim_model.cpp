@@ -237,6 +237,7 @@ TEST(SimModel, TinyModelsOfEveryArchAndFormatMatchTheCpuBitForBit) {
       {"falcon40_q4_1", testing::tiny_variant("falcon", DType::Q4_1, false, 2, true, 3)},
       {"opt_q8_0", testing::tiny_variant("opt", DType::Q8_0, false, 4, false, 3)},
       {"qwen2_f32", testing::tiny_variant("qwen2", DType::F32, false, 2, false, 3)},
+      {"qwen3_q8_0", testing::tiny_variant("qwen3", DType::Q8_0, false, 2, false, 3)},
   };
   for (const auto& c : cases) {
     const std::string path = testing::temp_path(std::string("sim_") + c.name + ".gguf");

@@ -31,6 +31,10 @@ std::string TinyPyModel::file_name() const {
       "py_" + arch + "_" + outtype + "_kv" + std::to_string(kv_heads) + "_s" + std::to_string(seed);
   if (!act.empty()) n += "_" + act;
   if (tied) n += "_tied";
+  if (head_dim > 0) n += "_hd" + std::to_string(head_dim);
+  if (experts > 0) n += "_e" + std::to_string(experts);
+  if (experts_used > 0) n += "_k" + std::to_string(experts_used);
+  if (expert_ff > 0) n += "_f" + std::to_string(expert_ff);
   return n + (pwri ? ".pwri.gguf" : ".gguf");
 }
 
@@ -48,6 +52,10 @@ Result<std::string> make_py_model(const TinyPyModel& m) {
   if (m.pwri) cmd += " --pwri";
   if (!m.act.empty()) cmd += " --act " + m.act;
   if (m.tied) cmd += " --tied";
+  if (m.head_dim > 0) cmd += " --head-dim " + std::to_string(m.head_dim);
+  if (m.experts > 0) cmd += " --experts " + std::to_string(m.experts);
+  if (m.experts_used > 0) cmd += " --experts-used " + std::to_string(m.experts_used);
+  if (m.expert_ff > 0) cmd += " --expert-ff " + std::to_string(m.expert_ff);
   CommandResult r = run_command(cmd);
   if (r.exit_code != 0) return err("make_tiny_model.py failed: %s", r.output.c_str());
   return path;

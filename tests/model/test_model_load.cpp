@@ -185,6 +185,25 @@ TEST(ModelLoad, Qwen2BiasedQkvNeoxRope) {
   EXPECT_EQ((*m)->weights().output.data, (*m)->weights().tok_embd.data);
 }
 
+TEST(ModelLoad, Qwen3PerHeadQkNormsNeoxRope) {
+  TinySpec s;
+  s.arch = "qwen3";
+  s.tied_output = true;
+  auto m = load(s, "qwen3.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const auto& hp = (*m)->hparams();
+  EXPECT_EQ(hp.arch, pi::model::Arch::Qwen3);
+  EXPECT_EQ(hp.rope, pi::model::RopeKind::NeoX);
+  EXPECT_EQ(hp.act, Activation::SiLU);
+  const auto& a = (*m)->weights().layers[1].attn;
+  EXPECT_EQ(a.q_norm.n, hp.head_dim);
+  EXPECT_EQ(a.k_norm.n, hp.head_dim);
+  EXPECT_FALSE(a.q_b.present());
+  s.drop = {"blk.1.attn_k_norm.weight"};
+  const std::string e = load_error(s, "qwen3_no_k_norm.gguf");
+  EXPECT_NE(e.find("missing tensor 'blk.1.attn_k_norm.weight' (expected shape [16])"), std::string::npos) << e;
+}
+
 TEST(ModelLoad, TiedOutputHeadAndQuantizedWeights) {
   TinySpec s;
   s.tied_output = true;
@@ -215,7 +234,7 @@ TEST(ModelLoadErrors, UnsupportedArchitecture) {
   s.arch = "gpt2";
   const std::string e = load_error(s, "gpt2.gguf");
   EXPECT_NE(e.find("unsupported architecture 'gpt2' "
-                   "(supported: llama, bamboo, falcon, opt, qwen2)"),
+                   "(supported: llama, bamboo, falcon, opt, qwen2, qwen3)"),
             std::string::npos)
       << e;
 }

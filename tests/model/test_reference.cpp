@@ -1,6 +1,6 @@
 // Agreement with the independent float64 NumPy forward pass (tests/reference/
 // reference_forward.py) on tiny random models of every architecture (llama, bamboo, falcon,
-// opt, qwen2), layout and weight format, dense GGUF and PowerInfer files alike (run dense
+// opt, qwen2, qwen3), layout and weight format, dense GGUF and PowerInfer files alike (run dense
 // here), and greedy continuations.
 //
 // Metric: for each token row, max_j |ours_j - ref_j| / max_j |ref_j|; the bound is on the
@@ -149,6 +149,11 @@ TinyPyModel py(const char* arch, const char* fmt, bool pwri, int kv_heads, const
   return m;
 }
 
+TinyPyModel with_head_dim(TinyPyModel m, int head_dim) {
+  m.head_dim = head_dim;
+  return m;
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   const char* formats[] = {"f32", "f16", "q8_0", "q4_0"};
@@ -192,6 +197,12 @@ std::vector<Case> all_cases() {
       {py("qwen2", "f32", false, 1, "", true), true},
       {py("qwen2", "f16", false, 2), false},
       {py("qwen2", "q4_0", false, 2, "", true), false},
+      // qwen3: per-head q/k RMS norms before NeoX RoPE, a head width that is not n_embd / n_head.
+      {py("qwen3", "f32", false, 2), true},
+      {with_head_dim(py("qwen3", "q8_0", false, 2, "", true), 32), true},
+      {with_head_dim(py("qwen3", "f32", false, 1), 32), false},
+      {py("qwen3", "f16", false, 2), false},
+      {py("qwen3", "q4_0", false, 2), false},
   };
   for (const Extra& e : extra) {
     const bool quant = e.model.outtype[0] == 'q';
@@ -242,7 +253,8 @@ std::vector<TinyPyModel> greedy_models() {
   }
   return {py("llama", "f32", false, 2),  py("bamboo", "f32", false, 2),
           py("falcon", "f32", false, 1), py("falcon", "f32", true, 2),
-          py("opt", "f32", false, 4),    py("qwen2", "f32", false, 2)};
+          py("opt", "f32", false, 4),    py("qwen2", "f32", false, 2),
+          with_head_dim(py("qwen3", "f32", false, 2), 32)};
 }
 
 std::string model_name(const ::testing::TestParamInfo<TinyPyModel>& info) {

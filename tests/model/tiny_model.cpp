@@ -49,6 +49,10 @@ std::vector<TensorSpec> tensor_list(const TinySpec& s) {
       if (qkv_bias) t.push_back({b + "attn_k.bias", {n_kv}, false, 0.0f});
       t.push_back({b + "attn_v.weight", {n_kv, s.n_embd}, true, 0.0f});
       if (qkv_bias) t.push_back({b + "attn_v.bias", {n_kv}, false, 0.0f});
+      if (s.arch == "qwen3") {
+        t.push_back({b + "attn_q_norm.weight", {hd}, false, 1.0f});
+        t.push_back({b + "attn_k_norm.weight", {hd}, false, 1.0f});
+      }
     }
     t.push_back({b + "attn_output.weight", {s.n_embd, s.n_embd}, true, 0.0f});
     if (opt) t.push_back({b + "attn_output.bias", {s.n_embd}, false, 0.0f});

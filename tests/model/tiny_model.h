@@ -1,5 +1,5 @@
 // Writes tiny random models of every supported architecture (llama, bamboo, falcon, opt,
-// qwen2; any other name gets llama's tensors) with gguf::Writer, for tests that
+// qwen2, qwen3; any other name gets llama's tensors) with gguf::Writer, for tests that
 // need no Python: loading errors (dropped or mis-shaped tensors), thread and batch invariance,
 // KV-cache behaviour. Weights are seeded and deterministic. With `vocab`, the file also carries
 // a small SentencePiece-style vocabulary (byte fallback pieces plus a few words).

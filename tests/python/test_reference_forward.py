@@ -212,3 +212,187 @@ def test_tiny_vocab_is_valid_spm(tmp_path):
     pieces = set(toks[259:])
     for t in toks[259:]:   # every multi-character piece can be built by merging two pieces
         assert len(t) == 1 or any(t[:i] in pieces and t[i:] in pieces for i in range(1, len(t))), t
+
+
+# ----------------------------------------------------------------------------- qwen3, qwen3moe
+
+def direct_qwen3(path, w, tokens):
+    """qwen3 / qwen3moe forward written token by token, head by head, layer by layer: explicit
+    per-head q/k RMSNorm, NeoX RoPE as complex multiplication, and for qwen3moe an explicit
+    softmax, top-K and renormalisation per token. Reads the hyperparameters from the file itself
+    (not from ref.Model) and shares nothing with reference_forward but the weights w.
+    Returns (logits [n_tok, n_vocab], routes [n_layer, n_tok, K] or None)."""
+    import gguf_io
+    r = gguf_io.GGUFReader(path)
+    arch = r.get("general.architecture")
+    hp = lambda k: r.get(f"{arch}.{k}")   # noqa: E731
+    n_layer, n_head, n_head_kv = hp("block_count"), hp("attention.head_count"), hp("attention.head_count_kv")
+    d, n_rot, base = hp("attention.key_length"), hp("rope.dimension_count"), hp("rope.freq_base")
+    eps = hp("attention.layer_norm_rms_epsilon")
+    n_exp, k_used = hp("expert_count"), hp("expert_used_count")
+    group = n_head // n_head_kv
+
+    def rms(v, g):
+        s = math.sqrt(sum(t * t for t in v) / len(v) + eps)
+        return [v[j] / s * g[j] for j in range(len(v))]
+
+    def matvec(W, v):
+        return [float(np.dot(W[i], v)) for i in range(W.shape[0])]
+
+    def silu(t):
+        return t / (1 + math.exp(-t))
+
+    def rotate(vec, pos):
+        out, half = list(vec), n_rot // 2
+        for i in range(half):
+            z = complex(vec[i], vec[i + half]) * cmath.exp(1j * pos * base ** (-2 * i / n_rot))
+            out[i], out[i + half] = z.real, z.imag
+        return out
+
+    xs = [list(w["token_embd.weight"][t]) for t in tokens]
+    routes = []
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        qs, ks, vs = [], [], []
+        for pos, x in enumerate(xs):
+            h1 = rms(x, w[p + "attn_norm.weight"])
+            q, k, v = (matvec(w[p + f"attn_{s}.weight"], h1) for s in "qkv")
+            assert len(q) == n_head * d and len(k) == len(v) == n_head_kv * d
+            qs.append([rotate(rms(q[h * d:(h + 1) * d], w[p + "attn_q_norm.weight"]), pos) for h in range(n_head)])
+            ks.append([rotate(rms(k[h * d:(h + 1) * d], w[p + "attn_k_norm.weight"]), pos) for h in range(n_head_kv)])
+            vs.append([v[h * d:(h + 1) * d] for h in range(n_head_kv)])
+        layer_routes, new_xs = [], []
+        for t, x in enumerate(xs):
+            heads = []
+            for h in range(n_head):
+                kv = h // group
+                s = [sum(a * b for a, b in zip(qs[t][h], ks[u][kv])) / math.sqrt(d) for u in range(t + 1)]
+                e = [math.exp(si - max(s)) for si in s]
+                heads += [sum(e[u] * vs[u][kv][j] for u in range(t + 1)) / sum(e) for j in range(d)]
+            attn = matvec(w[p + "attn_output.weight"], heads)
+            resid = [x[j] + attn[j] for j in range(len(x))]
+            f_in = rms(resid, w[p + "ffn_norm.weight"])
+            if arch == "qwen3moe":
+                logits = matvec(w[p + "ffn_gate_inp.weight"], f_in)
+                ex = [math.exp(li - max(logits)) for li in logits]
+                prob = [e / sum(ex) for e in ex]
+                chosen = sorted(range(n_exp), key=lambda e: (-prob[e], e))[:k_used]
+                total = sum(prob[e] for e in chosen)
+                f = [0.0] * len(x)
+                for e in chosen:
+                    g = matvec(w[p + "ffn_gate_exps.weight"][e], f_in)
+                    u = matvec(w[p + "ffn_up_exps.weight"][e], f_in)
+                    y = matvec(w[p + "ffn_down_exps.weight"][e], [silu(gi) * ui for gi, ui in zip(g, u)])
+                    f = [f[j] + prob[e] / total * y[j] for j in range(len(x))]
+                layer_routes.append(chosen)
+            else:
+                g, u = matvec(w[p + "ffn_gate.weight"], f_in), matvec(w[p + "ffn_up.weight"], f_in)
+                f = matvec(w[p + "ffn_down.weight"], [silu(gi) * ui for gi, ui in zip(g, u)])
+            new_xs.append([resid[j] + f[j] for j in range(len(x))])
+        xs = new_xs
+        routes.append(layer_routes)
+    head = w.get("output.weight", w["token_embd.weight"])
+    logits = np.array([matvec(head, rms(x, w["output_norm.weight"])) for x in xs])
+    return logits, (np.array(routes) if arch == "qwen3moe" else None)
+
+
+@pytest.mark.parametrize("arch,extra", [
+    ("qwen3", ["--outtype", "f32"]), ("qwen3", ["--outtype", "q8_0"]),
+    ("qwen3", ["--embd", 64, "--heads", 4, "--head-dim", 32]),
+    ("qwen3moe", ["--outtype", "f32"]), ("qwen3moe", ["--outtype", "q8_0"]),
+    ("qwen3moe", ["--head-dim", 32, "--experts", 6, "--experts-used", 3, "--expert-ff", 32, "--kv-heads", 1])])
+def test_qwen3_matches_direct_computation(tmp_path, arch, extra):
+    path = tiny(tmp_path, "--arch", arch, "--layers", 2, "--seed", 11, *extra)
+    m = ref.load_model(path)
+    want, want_routes = direct_qwen3(path, m.w, TOKENS)
+    got = ref.forward(m, TOKENS)
+    assert got.shape == (len(TOKENS), 300)
+    assert np.abs(got - want).max() <= 1e-9 * max(1.0, np.abs(want).max())
+    if arch == "qwen3moe":
+        assert np.array_equal(ref.routes(m, TOKENS), want_routes)
+        assert want_routes.shape == (2, len(TOKENS), m.n_expert_used)
+    # the q/k norms take part: without them the result changes
+    for name in [n for n in m.w if n.endswith(("attn_q_norm.weight", "attn_k_norm.weight"))]:
+        m.w[name] = np.ones_like(m.w[name])
+    assert np.abs(ref.forward(m, TOKENS) - got).max() > 1e-3
+
+
+def test_qwen3_file_layout(tmp_path):
+    import gguf_io
+    from quants import GGMLType
+    path = tiny(tmp_path, "--arch", "qwen3moe", "--outtype", "q8_0", "--head-dim", 32, "--experts", 4,
+                "--experts-used", 2, "--expert-ff", 96, "--seed", 2)
+    r = gguf_io.GGUFReader(path)
+    md = r.metadata
+    assert md["general.architecture"] == "qwen3moe"
+    assert md["qwen3moe.attention.key_length"] == md["qwen3moe.attention.value_length"] == 32
+    assert md["qwen3moe.rope.dimension_count"] == 32 and md["qwen3moe.rope.freq_base"] == 1e6
+    assert md["qwen3moe.expert_count"] == 4 and md["qwen3moe.expert_used_count"] == 2
+    assert md["qwen3moe.expert_feed_forward_length"] == md["qwen3moe.feed_forward_length"] == 96
+    assert abs(md["qwen3moe.attention.layer_norm_rms_epsilon"] - 1e-6) < 1e-12
+    t = r.tensors
+    assert t["blk.1.attn_q.weight"].shape == (4 * 32, 64) and t["blk.1.attn_k.weight"].shape == (2 * 32, 64)
+    assert t["blk.1.attn_output.weight"].shape == (64, 4 * 32)
+    assert t["blk.1.attn_q_norm.weight"].shape == t["blk.1.attn_k_norm.weight"].shape == (32,)
+    assert t["blk.1.ffn_gate_inp.weight"].shape == (4, 64) and t["blk.1.ffn_gate_inp.weight"].dtype == GGMLType.F32
+    assert t["blk.1.ffn_gate_exps.weight"].shape == t["blk.1.ffn_up_exps.weight"].shape == (4, 96, 64)
+    assert t["blk.1.ffn_down_exps.weight"].shape == (4, 64, 96)
+    assert all(t[f"blk.1.ffn_{s}_exps.weight"].dtype == GGMLType.Q8_0 for s in ("gate", "up", "down"))
+    assert not any(n.startswith("blk.0.ffn_gate.") or n.endswith(".bias") for n in t)
+    m = ref.load_model(path)
+    assert (m.head_dim, m.n_rot, m.n_expert, m.n_expert_used, m.act) == (32, 32, 4, 2, "silu")
+    assert m.w["blk.0.ffn_down_exps.weight"][:, 0, :].max() == 0.0   # the bias channel stays 3.0
+    assert np.all(np.abs(m.w["blk.0.attn_q_norm.weight"] - 1.0) <= 0.5)
+    # the writer is deterministic for a seed
+    again = tiny(tmp_path, "--arch", "qwen3moe", "--outtype", "q8_0", "--head-dim", 32, "--experts", 4,
+                 "--experts-used", 2, "--expert-ff", 96, "--seed", 2, name="again.gguf")
+    assert open(path, "rb").read() == open(again, "rb").read()
+
+
+def test_qwen3moe_routing_is_not_degenerate(tmp_path):
+    m = ref.load_model(tiny(tmp_path, "--arch", "qwen3moe", "--seed", 12))
+    toks = np.random.default_rng(1).integers(3, 300, 64)
+    seen = {}
+    ref.forward(m, toks, hook=lambda il, k, v: seen.__setitem__((il, k), v))
+    for il in range(m.n_layer):
+        ids = seen[(il, "routes")]
+        counts = np.bincount(ids.ravel(), minlength=m.n_expert)
+        assert counts.min() >= 1 and counts.max() <= 0.5 * len(toks), counts   # every expert used, none always
+        assert len({tuple(sorted(r)) for r in ids}) >= 8                       # many different expert sets
+        logits = seen[(il, "ffn_in")] @ m.w[f"blk.{il}.ffn_gate_inp.weight"].T
+        top = -np.sort(-logits, axis=1)
+        assert np.median(top[:, m.n_expert_used - 1] - top[:, m.n_expert_used]) > 0.1   # visible margins
+
+
+def test_cli_routes(tmp_path):
+    path = tiny(tmp_path, "--arch", "qwen3moe", "--outtype", "q8_0", "--layers", 2, "--seed", 13)
+    script = os.path.join(REFERENCE_DIR, "reference_forward.py")
+    routes, logits = tmp_path / "routes.bin", tmp_path / "logits.bin"
+    p = subprocess.run([PYTHON, script, str(path), "--tokens", ",".join(map(str, TOKENS)), "--routes", str(routes),
+                        "--out", str(logits)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    m = ref.load_model(path)
+    _, want_routes = direct_qwen3(path, m.w, TOKENS)
+    got = np.fromfile(routes, dtype="<i4")
+    assert got.size == 2 * len(TOKENS) * 2
+    assert np.array_equal(got.reshape(2, len(TOKENS), 2), want_routes)
+    assert np.array_equal(np.fromfile(logits, dtype="<f4").reshape(len(TOKENS), 300),
+                          ref.forward(m, TOKENS).astype(np.float32))
+    p = subprocess.run([PYTHON, script, str(tiny(tmp_path, "--arch", "qwen3", "--seed", 1, name="d.gguf")),
+                        "--tokens", "1", "--routes", str(routes)], capture_output=True, text=True)
+    assert p.returncode != 0 and "--routes needs a mixture-of-experts model" in p.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--arch", "qwen3moe", "--experts", 4, "--experts-used", 5], "--experts-used must be in [1, --experts]"),
+    (["--arch", "qwen3moe", "--experts-used", 0], "--experts-used must be in [1, --experts]"),
+    (["--arch", "qwen3", "--pwri"], "--pwri is not supported for qwen3"),
+    (["--arch", "qwen3moe", "--pwri"], "--pwri is not supported for qwen3moe"),
+    (["--arch", "llama", "--head-dim", 32], "--head-dim is only for qwen3 and qwen3moe"),
+    (["--arch", "qwen3", "--experts", 4], "--experts is only for qwen3moe")])
+def test_qwen3_option_errors(tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as e:
+        make_tiny_model.main([*map(str, args), "--out", str(tmp_path / "x.gguf")])
+    assert e.value.code != 0
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x.gguf").exists()

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Writes a small random model (GGUF, or PowerInfer PWRI with predictors) for tests.
 
-    make_tiny_model.py --arch llama|bamboo|falcon|qwen2|opt --outtype f32|f16|q8_0|q4_0 [--pwri]
+    make_tiny_model.py --arch llama|bamboo|falcon|qwen2|opt|qwen3|qwen3moe
+        --outtype f32|f16|q8_0|q4_0 [--pwri]
         [--layers 2 --embd 64 --ff 256 --heads 4 --kv-heads 2 --vocab 300] [--tied]
         [--act silu|relu|gelu] [--threshold 0.0] --seed S --out FILE
+        [--head-dim D]                                  (qwen3, qwen3moe)
+        [--experts 8 --experts-used 2 --expert-ff 64]   (qwen3moe)
 
 The file carries a minimal llama SentencePiece vocabulary (<unk>, <s>, </s>, the 256 byte
 pieces <0x00>..<0xFF>, then word pieces with scores) so the engine can tokenize text.
@@ -16,6 +19,16 @@ always multi-head attention (--kv-heads is ignored). Same seed and shapes give t
 weights with and without --pwri, so a dense ReLU GGUF and the PWRI file of one seed compute
 the same dense function.
 
+qwen3 is llama without biases, with NeoX RoPE, rope.freq_base 1e6, eps 1e-6 and per-head q/k
+RMSNorm weights attn_q_norm/attn_k_norm [head_dim]; --head-dim D (default embd / heads; qwen3
+and qwen3moe only) sets attention.key_length = value_length = rope.dimension_count = D, so
+attn_q is [heads * D, embd], attn_k/attn_v [kv_heads * D, embd], attn_output [embd, heads * D].
+qwen3moe has qwen3's attention and, for the FFN, --experts N experts of which each token uses
+--experts-used K (expert_count, expert_used_count): the router ffn_gate_inp [N, embd] (always
+f32, as llama.cpp keeps it), ffn_gate_exps and ffn_up_exps [N, F, embd], ffn_down_exps
+[N, embd, F] with F = --expert-ff (written as expert_feed_forward_length and as
+feed_forward_length; --ff is unused). --pwri is not supported for qwen3 and qwen3moe.
+
 How the weights keep activations sane and the FFN sparse (biases where the architecture has
 them play no part in it):
   * Matrices are N(0, 1/n_in), so each projection roughly preserves the scale of its input;
@@ -26,6 +39,13 @@ them play no part in it):
     every layer and the normalized FFN input has a positive channel 0 (like the "massive
     activation" channels of real LLMs). The biases that write the residual (attn_output,
     ffn_down) and the position rows (opt) are zero in channel 0 too.
+  * qwen3moe: router rows are N(0, 4/n_embd), so router logits have a spread of ~2 across
+    tokens and the top-K choice has visible margins. Column 0 of the router (the bias
+    channel) is a per-expert bias, set layer by layer on random token sequences to cancel
+    each expert's mean logit (the bias channel also leaks a token-independent part into
+    every projection), so that all experts are used. Expert matrices are N(0, 1/n_in) with
+    the rows of ffn_down_exps that write channel 0 zero. There is no sparsity calibration
+    (experts are SiLU).
   * Column 0 of the gated matrix (ffn_gate; ffn_up for falcon) then acts as a per-neuron
     bias. It is calibrated layer by layer on random token sequences with the reference
     forward pass so that neuron i fires on a fraction p_i of tokens, p_i ~ Beta(0.6, 3.4)
@@ -56,7 +76,7 @@ import gguf_io  # noqa: E402
 import reference_forward as ref  # noqa: E402
 from convert_hf import FILE_TYPES, pick_type  # noqa: E402
 from gguf_io import VT  # noqa: E402
-from quants import quantize  # noqa: E402
+from quants import GGMLType, quantize  # noqa: E402
 
 BIAS_CHANNEL_VALUE = 3.0
 WORD_PIECES = ["▁", "e", "t", "a", "o", "i", "n", "s", "h", "r", "d", "l", "u", "c", "m", "w", "f",
@@ -93,14 +113,14 @@ def layer_norm_arch(arch):
 
 def make_weights(a, rng):
     """float64 weights in GGUF layout (outermost dim first), before bias calibration."""
-    n_embd, n_ff, n_vocab, d = a.embd, a.ff, a.vocab, a.embd // a.heads
+    n_embd, n_ff, n_vocab, d = a.embd, a.ff, a.vocab, head_dim(a)
     kv_heads = a.heads if a.arch == "opt" else a.kv_heads
 
     def mat(rows, cols):
         return rng.standard_normal((rows, cols)) / np.sqrt(cols)
 
-    def norm_w():
-        return np.clip(1.0 + 0.1 * rng.standard_normal(n_embd), 0.5, 1.5)
+    def norm_w(n=n_embd):
+        return np.clip(1.0 + 0.1 * rng.standard_normal(n), 0.5, 1.5)
 
     def norm_b():
         b = 0.05 * rng.standard_normal(n_embd)
@@ -136,6 +156,8 @@ def make_weights(a, rng):
                 w[p + name + ".weight"] = mat(rows, n_embd)
                 if a.arch in ("qwen2", "opt"):
                     w[p + name + ".bias"] = bias(rows)
+            if a.arch in QWEN3_ARCHS:
+                w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = norm_w(d), norm_w(d)
         w[p + "attn_output.weight"] = mat(n_embd, a.heads * d)
         w[p + "attn_output.weight"][0, :] = 0.0
         if a.arch == "opt":
@@ -143,6 +165,14 @@ def make_weights(a, rng):
             w[p + "attn_output.bias"][0] = 0.0
         if a.arch != "falcon":
             w[p + "ffn_norm.weight"] = norm_w()
+        if a.arch == "qwen3moe":
+            n_exp, n_eff = a.experts, a.expert_ff
+            w[p + "ffn_gate_inp.weight"] = 2.0 * mat(n_exp, n_embd)   # column 0: balance_router
+            w[p + "ffn_gate_exps.weight"] = np.stack([mat(n_eff, n_embd) for _ in range(n_exp)])
+            w[p + "ffn_up_exps.weight"] = np.stack([mat(n_eff, n_embd) for _ in range(n_exp)])
+            w[p + "ffn_down_exps.weight"] = np.stack([mat(n_embd, n_eff) for _ in range(n_exp)])
+            w[p + "ffn_down_exps.weight"][:, 0, :] = 0.0
+            continue
         if a.arch == "opt":
             w[p + "ffn_norm.bias"] = norm_b()
         elif a.arch != "falcon":
@@ -183,6 +213,24 @@ def calibrate(m: ref.Model, a, rng):
         g[:, 0] = -np.array([np.quantile(ratio[:, i], 1.0 - p[i]) for i in range(g.shape[0])])
 
 
+def balance_router(m: ref.Model, a, rng):
+    """Sets column 0 of each layer's router so every expert's logit has mean 0 over random
+    tokens (see the module docstring)."""
+    seqs = rng.integers(3, a.vocab, size=(8, 32))
+    for il in range(a.layers):
+        r = m.w[f"blk.{il}.ffn_gate_inp.weight"]
+        r[:, 0] = 0.0
+        captured = []
+
+        def hook(layer, name, value, il=il):
+            if layer == il and name == "ffn_in":
+                captured.append(value)
+        for s in seqs:
+            ref.forward(m, s, hook=hook)
+        x = np.concatenate(captured)                     # [n_tok, n_embd]
+        r[:, 0] = -np.mean(x @ r.T, axis=0) / np.mean(x[:, 0])
+
+
 def make_predictors(m: ref.Model, a):
     """{name: array} fc1/fc2 per layer (see the module docstring)."""
     out = {}
@@ -207,7 +255,10 @@ def make_predictors(m: ref.Model, a):
 
 
 def build(a):
-    if a.embd % a.heads or a.heads % a.kv_heads or (a.embd // a.heads) % 2:
+    if a.head_dim is not None:
+        if a.heads % a.kv_heads or a.head_dim % 2:
+            raise SystemExit("--head-dim must be even, --heads a multiple of --kv-heads")
+    elif a.embd % a.heads or a.heads % a.kv_heads or (a.embd // a.heads) % 2:
         raise SystemExit("--embd must split into --heads heads of even size, --heads a multiple of --kv-heads")
     act = DEFAULT_ACT[a.arch]
     if a.pwri:
@@ -217,8 +268,13 @@ def build(a):
     rng = np.random.default_rng(a.seed)
     w = make_weights(a, rng)
     m = ref.Model(arch=a.arch, n_layer=a.layers, n_head=a.heads, n_head_kv=kv_heads(a),
-                  n_rot=a.embd // a.heads, eps=eps(a), rope_base=rope_base(a), act=act, pwri=False, w=w)
-    calibrate(m, a, rng)
+                  n_rot=head_dim(a), eps=eps(a), rope_base=rope_base(a), act=act, pwri=False, w=w,
+                  head_dim=head_dim(a))
+    if a.arch == "qwen3moe":   # no sparsity calibration of the experts (see the module docstring)
+        m.n_expert, m.n_expert_used = a.experts, a.experts_used
+        balance_router(m, a, rng)
+    else:
+        calibrate(m, a, rng)
     if a.pwri:
         w.update(make_predictors(m, a))
         for il in range(a.layers):
@@ -228,25 +284,33 @@ def build(a):
     return w, act
 
 
-DEFAULT_ACT = {"bamboo": "relu", "falcon": "gelu", "llama": "silu", "qwen2": "silu", "opt": "relu"}
+DEFAULT_ACT = {"bamboo": "relu", "falcon": "gelu", "llama": "silu", "qwen2": "silu", "opt": "relu",
+               "qwen3": "silu", "qwen3moe": "silu"}
+QWEN3_ARCHS = ("qwen3", "qwen3moe")
 
 
 def kv_heads(a):
     return a.heads if a.arch == "opt" else a.kv_heads
 
 
+def head_dim(a):
+    return a.embd // a.heads if a.head_dim is None else a.head_dim
+
+
 def eps(a):
-    return 1e-6 if a.arch == "qwen2" else 1e-5
+    return 1e-6 if a.arch in ("qwen2",) + QWEN3_ARCHS else 1e-5
 
 
 def rope_base(a):
-    return 1e6 if a.arch == "qwen2" else 10000.0
+    return 1e6 if a.arch in ("qwen2",) + QWEN3_ARCHS else 10000.0
 
 
 LAYER_ORDER = ["attn_norm.weight", "attn_norm.bias", "attn_norm_2.weight", "attn_norm_2.bias",
-               "attn_qkv.weight", "attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias",
-               "attn_v.weight", "attn_v.bias", "attn_output.weight", "attn_output.bias",
-               "ffn_norm.weight", "ffn_norm.bias", "ffn_gate.weight", "ffn_up.weight", "ffn_up.bias",
+               "attn_qkv.weight", "attn_q.weight", "attn_q.bias", "attn_q_norm.weight", "attn_k.weight",
+               "attn_k.bias", "attn_k_norm.weight", "attn_v.weight", "attn_v.bias", "attn_output.weight",
+               "attn_output.bias", "ffn_norm.weight", "ffn_norm.bias", "ffn_gate_inp.weight",
+               "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight",
+               "ffn_gate.weight", "ffn_up.weight", "ffn_up.bias",
                "ffn_down.weight", "ffn_down.bias", "ffn_down_t.weight", "ffn_down_t.bias",
                "fc1.weight", "fc2.weight"]
 
@@ -269,7 +333,7 @@ def write(a, w, act):
         (prefix + "context_length", a.ctx + 2 if arch == "opt" else a.ctx, VT.UINT32),
         (prefix + "embedding_length", a.embd, VT.UINT32),
         (prefix + "block_count", a.layers, VT.UINT32),
-        (prefix + "feed_forward_length", a.ff, VT.UINT32),
+        (prefix + "feed_forward_length", a.expert_ff if arch == "qwen3moe" else a.ff, VT.UINT32),
         (prefix + "attention.head_count", a.heads, VT.UINT32),
         (prefix + "feed_forward_activation", act, VT.STRING),
     ]
@@ -277,8 +341,15 @@ def write(a, w, act):
         md.append((prefix + "attention.layer_norm_epsilon", eps(a), VT.FLOAT32))
     else:
         md += [(prefix + "attention.head_count_kv", a.kv_heads, VT.UINT32),
-               (prefix + "rope.dimension_count", a.embd // a.heads, VT.UINT32),
+               (prefix + "rope.dimension_count", head_dim(a), VT.UINT32),
                (prefix + "rope.freq_base", rope_base(a), VT.FLOAT32)]
+        if arch in QWEN3_ARCHS:
+            md += [(prefix + "attention.key_length", head_dim(a), VT.UINT32),
+                   (prefix + "attention.value_length", head_dim(a), VT.UINT32)]
+        if arch == "qwen3moe":
+            md += [(prefix + "expert_count", a.experts, VT.UINT32),
+                   (prefix + "expert_used_count", a.experts_used, VT.UINT32),
+                   (prefix + "expert_feed_forward_length", a.expert_ff, VT.UINT32)]
         eps_key = "layer_norm_epsilon" if arch == "falcon" else "layer_norm_rms_epsilon"
         md.append((prefix + "attention." + eps_key, eps(a), VT.FLOAT32))
     if a.outtype in ("q8_0", "q4_0"):
@@ -302,6 +373,9 @@ def write(a, w, act):
         for key, value, vtype in md:
             f.add(key, value, vtype)
         types_ = {name: pick_type(name, arr.shape, a.outtype) for name, arr in w.items()}
+        for name in types_:   # the MoE router stays f32 (llama.cpp never quantizes it)
+            if name.endswith(".ffn_gate_inp.weight"):
+                types_[name] = GGMLType.F32
         for name, arr in w.items():
             f.add_tensor_info(name, arr.shape, types_[name])
         f.write_header()
@@ -311,7 +385,8 @@ def write(a, w, act):
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", choices=("llama", "bamboo", "falcon", "qwen2", "opt"), default="llama")
+    ap.add_argument("--arch", choices=("llama", "bamboo", "falcon", "qwen2", "opt", "qwen3", "qwen3moe"),
+                    default="llama")
     ap.add_argument("--outtype", choices=sorted(FILE_TYPES), default="f32")
     ap.add_argument("--pwri", action="store_true", help="PowerInfer file: predictors, ffn_down_t, ReLU")
     ap.add_argument("--layers", type=int, default=2)
@@ -324,9 +399,31 @@ def parse_args(argv=None):
     ap.add_argument("--tied", action="store_true", help="no output.weight (the head is token_embd)")
     ap.add_argument("--act", choices=("silu", "relu", "gelu"), help="FFN activation of a dense file")
     ap.add_argument("--threshold", type=float, default=0.0, help="powerinfer.sparse_threshold")
+    ap.add_argument("--head-dim", type=int, metavar="D",
+                    help="qwen3/qwen3moe: attention head size (key_length), default embd / heads")
+    ap.add_argument("--experts", type=int, metavar="N", help="qwen3moe: number of experts (default 8)")
+    ap.add_argument("--experts-used", type=int, metavar="K", help="qwen3moe: experts per token (default 2)")
+    ap.add_argument("--expert-ff", type=int, metavar="F", help="qwen3moe: expert FFN size (default 64)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
-    return ap.parse_args(argv)
+    a = ap.parse_args(argv)
+    if a.pwri and a.arch in QWEN3_ARCHS:
+        ap.error(f"--pwri is not supported for {a.arch} (no PowerInfer layout for it)")
+    if a.head_dim is not None and a.arch not in QWEN3_ARCHS:
+        ap.error(f"--head-dim is only for qwen3 and qwen3moe, not {a.arch} (its head size is --embd / --heads)")
+    if a.head_dim is not None and a.head_dim < 2:
+        ap.error("--head-dim must be at least 2")
+    moe_opts = {"experts": 8, "experts_used": 2, "expert_ff": 64}
+    for k, default in moe_opts.items():
+        if getattr(a, k) is None:
+            setattr(a, k, default)
+        elif a.arch != "qwen3moe":
+            ap.error(f"--{k.replace('_', '-')} is only for qwen3moe, not {a.arch}")
+    if a.experts < 1 or a.expert_ff < 1:
+        ap.error("--experts and --expert-ff must be at least 1")
+    if not 1 <= a.experts_used <= a.experts:
+        ap.error(f"--experts-used must be in [1, --experts] = [1, {a.experts}], got {a.experts_used}")
+    return a
 
 
 def main(argv=None) -> int:

@@ -8,11 +8,15 @@ sequence is recomputed from scratch, no cache, no batching. Reads GGUF and Power
     reference_forward.py MODEL --tokens 1,5,9 [--sparse] [--threshold T] --out logits.bin
     reference_forward.py MODEL --tokens 1,5,9 --greedy 8 [--sparse]
     reference_forward.py MODEL --tokens 1,5,9 --hidden hidden.bin
+    reference_forward.py MODEL --tokens 1,5,9 --routes routes.bin   (qwen3moe)
 
 --out writes float32 logits [n_tokens, n_vocab], row-major, little-endian.
 --hidden writes the final hidden states after the output norm (what embeddings pool,
 llama.cpp's result_norm), float32 [n_tokens, n_embd], row-major, little-endian.
 --greedy N prints the N greedy next-token ids, space-separated, on one line.
+--routes writes the experts each mixture-of-experts layer chose: int32 [n_layer, n_tokens,
+K] (K = expert_used_count), row-major, little-endian; per layer and token the K expert ids
+in order of decreasing routing weight (equal weights: lower id first).
 
 Architectures:
   llama   RMSNorm, RoPE on adjacent pairs (2i, 2i+1) (the GGUF q/k layout), GQA, FFN
@@ -29,6 +33,17 @@ Architectures:
           position_embd[p + 2] (HF's offset of 2), biased q/k/v/out projections, sequential
           residual as llama, FFN down(ReLU(up x + up_b)) + down_b (bias ffn_down.bias, or
           ffn_down_t.bias in PWRI files), act ReLU.
+  qwen3   as qwen2 without the biases, plus a per-head RMSNorm of q and of k before RoPE:
+          each head's head_dim values x -> x / sqrt(mean(x^2) + eps) * w (attn_q_norm.weight,
+          attn_k_norm.weight, f32 [head_dim]; eps the layer norms' one).
+  qwen3moe  qwen3's attention; the FFN is a mixture of experts on x = ffn_norm(residual):
+          p = softmax(ffn_gate_inp x) over the N = `expert_count` experts, the
+          K = `expert_used_count` largest p (ties: lower id first) renormalized to sum 1 as
+          w_e, out = sum_e w_e down_e(act(gate_e x) * (up_e x)) with ffn_{gate,up}_exps
+          [N, F, n_embd], ffn_down_exps [N, n_embd, F]; act silu when absent.
+head_dim is `attention.key_length` when present (qwen3 files may have head_dim != n_embd /
+n_head: q is [n_head * head_dim, n_embd], attn_output [n_embd, n_head * head_dim]), else
+n_embd / n_head; n_rot is `rope.dimension_count`, else head_dim.
 Sparse mode (PWRI only): neuron i of layer L is computed only if
 (fc2 . ReLU(fc1 . h))_i >= threshold, with h the residual before ffn_norm (llama, bamboo, opt)
 or the layer input (falcon); PWRI files store the down projection as ffn_down_t [n_ff, n_embd].
@@ -50,7 +65,7 @@ import gguf_io  # noqa: E402
 
 @dataclass
 class Model:
-    arch: str                 # llama | bamboo | falcon | qwen2 | opt
+    arch: str                 # llama | bamboo | falcon | qwen2 | opt | qwen3 | qwen3moe
     n_layer: int
     n_head: int
     n_head_kv: int
@@ -61,37 +76,63 @@ class Model:
     pwri: bool
     threshold: float = 0.0    # predictor threshold (PWRI)
     rope_scale: float = 1.0   # position multiplier: 1 / rope.scaling.factor (linear scaling)
+    head_dim: int = 0         # attention.key_length; 0: n_embd // n_head
+    n_expert: int = 0         # experts (qwen3moe), 0 for a dense FFN
+    n_expert_used: int = 0    # experts each token uses (qwen3moe)
     w: dict = field(default_factory=dict)   # name -> float64 array, outermost dim first
 
 
 def load_model(path) -> Model:
     r = gguf_io.GGUFReader(path)
     arch = r.get("general.architecture")
-    if arch not in ("llama", "bamboo", "falcon", "qwen2", "opt"):
+    if arch not in ("llama", "bamboo", "falcon", "qwen2", "opt", "qwen3", "qwen3moe"):
         raise ValueError(f"{path}: unsupported architecture {arch!r}")
     n_embd = int(r.get(f"{arch}.embedding_length"))
     n_head = int(r.get(f"{arch}.attention.head_count"))
-    default_act = {"llama": "silu", "bamboo": "relu", "falcon": "gelu", "qwen2": "silu", "opt": "relu"}[arch]
+    head_dim = int(r.get(f"{arch}.attention.key_length", n_embd // n_head))
+    default_act = {"llama": "silu", "bamboo": "relu", "falcon": "gelu", "qwen2": "silu", "opt": "relu",
+                   "qwen3": "silu", "qwen3moe": "silu"}[arch]
     eps_key = "layer_norm_epsilon" if arch in ("falcon", "opt") else "layer_norm_rms_epsilon"
     m = Model(
         arch=arch,
         n_layer=int(r.get(f"{arch}.block_count")),
         n_head=n_head,
         n_head_kv=int(r.get(f"{arch}.attention.head_count_kv", n_head)),
-        n_rot=int(r.get(f"{arch}.rope.dimension_count", n_embd // n_head)),
-        eps=float(r.get(f"{arch}.attention.{eps_key}", 1e-6 if arch == "qwen2" else 1e-5)),
+        n_rot=int(r.get(f"{arch}.rope.dimension_count", head_dim)),
+        eps=float(r.get(f"{arch}.attention.{eps_key}", 1e-6 if arch in QWEN_ARCHS else 1e-5)),
         rope_base=float(r.get(f"{arch}.rope.freq_base", 10000.0)),
         act="relu" if r.is_pwri else r.get(f"{arch}.feed_forward_activation", default_act),
         pwri=r.is_pwri,
         threshold=float(r.get("powerinfer.sparse_threshold", 0.0)),
+        head_dim=head_dim,
     )
+    if int(r.get(f"{arch}.attention.value_length", head_dim)) != head_dim:
+        raise ValueError(f"{path}: attention.value_length != key_length is not supported")
+    if arch == "qwen3moe":
+        if f"{arch}.expert_count" not in r.metadata or f"{arch}.expert_used_count" not in r.metadata:
+            raise ValueError(f"{path}: qwen3moe needs {arch}.expert_count and {arch}.expert_used_count")
+        m.n_expert, m.n_expert_used = int(r.get(f"{arch}.expert_count")), int(r.get(f"{arch}.expert_used_count"))
+        if not 1 <= m.n_expert_used <= m.n_expert:
+            raise ValueError(f"{path}: expert_used_count {m.n_expert_used} is not in [1, expert_count "
+                             f"{m.n_expert}]")
     if r.get(f"{arch}.rope.scaling.type", "linear") == "linear":
         factor = r.get(f"{arch}.rope.scaling.factor", r.get(f"{arch}.rope.scale_linear", 1.0))
         m.rope_scale = 1.0 / float(factor)
     elif r.get(f"{arch}.rope.scaling.type") != "none":
         raise ValueError(f"{path}: rope scaling {r.get(f'{arch}.rope.scaling.type')!r} is not supported")
+    if arch in QK_NORM_ARCHS:
+        need = ["attn_q_norm.weight", "attn_k_norm.weight"]
+        if arch == "qwen3moe":
+            need += ["ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"]
+        missing = [f"blk.{il}.{t}" for il in range(m.n_layer) for t in need if f"blk.{il}.{t}" not in r.tensors]
+        if missing:
+            raise ValueError(f"{path}: {arch} tensor(s) missing: {', '.join(missing[:4])}")
     m.w = {name: r.dequantize(name, np.float64) for name in r.tensors}
     return m
+
+
+QWEN_ARCHS = ("qwen2", "qwen3", "qwen3moe")   # NeoX RoPE, default eps 1e-6
+QK_NORM_ARCHS = ("qwen3", "qwen3moe")         # per-head RMSNorm of q and k before RoPE
 
 
 # ----------------------------------------------------------------------------- maths
@@ -184,9 +225,39 @@ def ffn(m: Model, il: int, x, mask=None):
     return out if bias is None else out + bias
 
 
+def moe_route(m: Model, il: int, x):
+    """(ids, weights), both [n_tok, K]: per token the K experts of largest router probability
+    softmax(ffn_gate_inp x), in order of decreasing probability (ties: lower id first), and
+    their probabilities renormalized to sum 1."""
+    logits = x @ m.w[f"blk.{il}.ffn_gate_inp.weight"].T            # [n_tok, N]
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    ids = np.argsort(-p, axis=1, kind="stable")[:, :m.n_expert_used]
+    chosen = np.take_along_axis(p, ids, axis=1)
+    return ids, chosen / chosen.sum(axis=1, keepdims=True)
+
+
+def moe(m: Model, il: int, x, hook=None):
+    """Mixture-of-experts FFN of x [n_tok, n_embd], the normalized FFN input."""
+    w, p = m.w, f"blk.{il}."
+    ids, weights = moe_route(m, il, x)
+    if hook:
+        hook(il, "routes", ids)
+    gate, up, down = (w[p + f"ffn_{s}_exps.weight"] for s in ("gate", "up", "down"))
+    out = np.zeros_like(x)
+    for e in range(m.n_expert):
+        tok, slot = np.nonzero(ids == e)
+        if len(tok):
+            xe = x[tok]
+            a = ACT[m.act](xe @ gate[e].T) * (xe @ up[e].T)
+            out[tok] += weights[tok, slot][:, None] * (a @ down[e].T)
+    return out
+
+
 def forward(m: Model, tokens, sparse=False, threshold=None, hook=None):
     """Logits [n_tokens, n_vocab] (float64) for positions 0..n-1. `hook(layer, name, array)`
-    if given sees 'ffn_in' (normalized FFN input) and 'pred_in' (predictor input) per layer."""
+    if given sees 'ffn_in' (normalized FFN input) and 'pred_in' (predictor input) per layer,
+    and 'routes' (the chosen expert ids [n_tok, K], see moe_route) per qwen3moe layer."""
     head = m.w.get("output.weight", m.w["token_embd.weight"])
     return hidden(m, tokens, sparse, threshold, hook) @ head.T
 
@@ -202,7 +273,7 @@ def hidden(m: Model, tokens, sparse=False, threshold=None, hook=None):
     n, n_embd = x.shape
     if m.arch == "opt":   # learned positions; row p + 2 holds position p
         x = x + w["position_embd.weight"][np.arange(n) + 2]
-    d = n_embd // m.n_head
+    d = m.head_dim or n_embd // m.n_head
     for il in range(m.n_layer):
         p = f"blk.{il}."
         if m.arch == "falcon":
@@ -233,8 +304,11 @@ def hidden(m: Model, tokens, sparse=False, threshold=None, hook=None):
             q = linear(w, p + "attn_q.", h1).reshape(n, m.n_head, d)
             k = linear(w, p + "attn_k.", h1).reshape(n, m.n_head_kv, d)
             v = linear(w, p + "attn_v.", h1).reshape(n, m.n_head_kv, d)
+            if m.arch in QK_NORM_ARCHS:   # per head, over its head_dim values
+                q = rms_norm(q, w[p + "attn_q_norm.weight"], m.eps)
+                k = rms_norm(k, w[p + "attn_k_norm.weight"], m.eps)
             if m.arch != "opt":
-                neox = m.arch == "qwen2"
+                neox = m.arch in QWEN_ARCHS
                 q = rope(q, m.n_rot, m.rope_base, neox, m.rope_scale)
                 k = rope(k, m.n_rot, m.rope_base, neox, m.rope_scale)
             x = x + linear(w, p + "attn_output.", attention(q, k, v))
@@ -246,12 +320,25 @@ def hidden(m: Model, tokens, sparse=False, threshold=None, hook=None):
             if hook:
                 hook(il, "pred_in", x)
                 hook(il, "ffn_in", ffn_in)
-            x = x + ffn(m, il, ffn_in, mask)
+            x = x + (moe(m, il, ffn_in, hook) if m.arch == "qwen3moe" else ffn(m, il, ffn_in, mask))
     if m.arch in ("falcon", "opt"):
         x = layer_norm(x, w["output_norm.weight"], w["output_norm.bias"], m.eps)
     else:
         x = rms_norm(x, w["output_norm.weight"], m.eps)
     return x
+
+
+def routes(m: Model, tokens) -> np.ndarray:
+    """The experts each layer chose, int32 [n_layer, n_tokens, K] (see moe_route)."""
+    if m.n_expert == 0:
+        raise ValueError(f"{m.arch} has no mixture-of-experts layers")
+    out = np.zeros((m.n_layer, len(tokens), m.n_expert_used), dtype=np.int32)
+
+    def hook(il, name, value):
+        if name == "routes":
+            out[il] = value
+    hidden(m, tokens, hook=hook)
+    return out
 
 
 def greedy(m: Model, tokens, n_new: int, sparse=False, threshold=None) -> list:
@@ -270,9 +357,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write float32 logits [n_tokens, n_vocab] here")
     ap.add_argument("--greedy", type=int, metavar="N", help="print N greedy next-token ids")
     ap.add_argument("--hidden", help="write float32 normalized hidden states [n_tokens, n_embd] here")
+    ap.add_argument("--routes", help="write the chosen experts int32 [n_layer, n_tokens, K] here (qwen3moe)")
     args = ap.parse_args(argv)
-    if not args.out and not args.greedy and not args.hidden:
-        ap.error("give --out, --greedy and/or --hidden")
+    if not args.out and not args.greedy and not args.hidden and not args.routes:
+        ap.error("give --out, --greedy, --hidden and/or --routes")
     tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
     if not tokens:
         ap.error("--tokens is empty")
@@ -286,6 +374,8 @@ def main(argv=None) -> int:
         ap.error(f"token ids must be in [0, {n_vocab})")
     if args.sparse and not m.pwri:
         ap.error("--sparse needs a PowerInfer (PWRI) file")
+    if args.routes and m.n_expert == 0:
+        ap.error(f"--routes needs a mixture-of-experts model (qwen3moe), not {m.arch}")
     if args.out:
         logits = forward(m, tokens, args.sparse, args.threshold)
         logits.astype("<f4").tofile(args.out)
@@ -293,6 +383,8 @@ def main(argv=None) -> int:
         hidden(m, tokens, args.sparse, args.threshold).astype("<f4").tofile(args.hidden)
     if args.greedy:
         print(" ".join(str(t) for t in greedy(m, tokens, args.greedy, args.sparse, args.threshold)))
+    if args.routes:
+        routes(m, tokens).astype("<i4").tofile(args.routes)
     return 0
 
 

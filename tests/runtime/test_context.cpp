@@ -44,6 +44,7 @@ std::vector<Variant> variants() {
       {"falcon40_f32_pwri", spec("falcon", DType::F32, true, 2, true), 1e-4},
       {"opt_f32_pwri", spec("opt", DType::F32, true, 4), 1e-4},
       {"qwen2_q8_0", spec("qwen2", DType::Q8_0, false, 2), 1e-3},
+      {"qwen3_f16", spec("qwen3", DType::F16, false, 2), 1e-4},
   };
 }
 

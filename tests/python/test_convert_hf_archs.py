@@ -1,9 +1,10 @@
-"""convert_hf.py on OPT and Qwen2 checkpoints (tiny, random, safetensors) with byte-level BPE
-tokenizers that exist only as tokenizer.json: tensor names and values, metadata, the
-vocabulary, predictors (OPT), refusals; and the converted files' float64 reference logits
-against a direct NumPy transcription of Hugging Face's OPT and Qwen2 forward passes on the
-checkpoint's own tensors (learned positions with their offset of 2; rotate_half RoPE on HF q/k
-rows), and against transformers itself where PyTorch and transformers are installed."""
+"""convert_hf.py on OPT, Qwen2, Qwen3, Qwen3-MoE and Mixtral checkpoints (tiny, random,
+safetensors) with byte-level BPE tokenizers that exist only as tokenizer.json (SentencePiece for
+Mixtral): tensor names and values, metadata, the vocabulary, predictors (OPT), refusals; and the
+converted files' float64 logits against a direct NumPy transcription of Hugging Face's forward
+passes on the checkpoint's own tensors (learned positions with their offset of 2; rotate_half
+RoPE on HF q/k rows; Qwen3's per-head q/k RMSNorm; softmax top-k routing with renormalised
+weights), and against transformers itself where PyTorch and transformers are installed."""
 import json
 import math
 import os
@@ -13,6 +14,7 @@ import pytest
 
 import bpe_vocab
 import convert_hf
+import quants
 from conftest import CONVERT_DIR, PYTHON  # noqa: F401  (import paths)
 from gguf_io import GGUFReader
 
@@ -339,3 +341,440 @@ def test_opt_and_qwen2_match_transformers(tmp_path):
     with torch.no_grad():
         want = model(torch.tensor([tokens])).logits[0].double().numpy()
     assert np.abs(ref.forward(ref.load_model(tmp_path / "q.gguf"), tokens) - want).max() < 1e-4
+
+
+# ------------------------------------------------------------------ Qwen3, Qwen3-MoE, Mixtral
+
+def make_qwen3(d, *, moe=False, layers=2, embd=64, heads=4, kv_heads=2, head_dim=32, ff=96, moe_ff=64,
+               experts=4, top_k=2, vocab=420, tied=False, config_extra=None):
+    """A random Qwen3 (or, with moe, Qwen3-MoE) checkpoint; head_dim != embd / heads on purpose."""
+    tok = make_tokenizer(d, regex=bpe_vocab.QWEN2_REGEX, specials=("<|endoftext|>", "<|im_start|>", "<|im_end|>"))
+    cfg = {"architectures": ["Qwen3MoeForCausalLM" if moe else "Qwen3ForCausalLM"],
+           "model_type": "qwen3_moe" if moe else "qwen3", "vocab_size": vocab, "hidden_size": embd,
+           "intermediate_size": ff, "num_hidden_layers": layers, "num_attention_heads": heads,
+           "num_key_value_heads": kv_heads, "head_dim": head_dim, "max_position_embeddings": 256,
+           "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "hidden_act": "silu", "tie_word_embeddings": tied,
+           "attention_bias": False, "use_sliding_window": False, "bos_token_id": 0, "eos_token_id": 2}
+    if moe:
+        cfg.update(num_experts=experts, num_experts_per_tok=top_k, moe_intermediate_size=moe_ff,
+                   decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True)
+    cfg.update(config_extra or {})
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, f)
+    rng = np.random.default_rng(3 if moe else 4)
+    v = {"model.embed_tokens.weight": rng.standard_normal((vocab, embd)),
+         "model.norm.weight": 1 + 0.1 * rng.standard_normal(embd)}
+    if not tied:
+        v["lm_head.weight"] = rng.standard_normal((vocab, embd)) / 4
+    q_rows, kv_rows = heads * head_dim, kv_heads * head_dim
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        mats = [("self_attn.q_proj", q_rows, embd), ("self_attn.k_proj", kv_rows, embd),
+                ("self_attn.v_proj", kv_rows, embd), ("self_attn.o_proj", embd, q_rows)]
+        if moe:
+            mats.append(("mlp.gate", experts, embd))
+            for e in range(experts):
+                mats += [(f"mlp.experts.{e}.gate_proj", moe_ff, embd), (f"mlp.experts.{e}.up_proj", moe_ff, embd),
+                         (f"mlp.experts.{e}.down_proj", embd, moe_ff)]
+        else:
+            mats += [("mlp.gate_proj", ff, embd), ("mlp.up_proj", ff, embd), ("mlp.down_proj", embd, ff)]
+        for name, rows, cols in mats:
+            v[p + name + ".weight"] = rng.standard_normal((rows, cols)) / math.sqrt(cols)
+        for name, n in (("input_layernorm", embd), ("post_attention_layernorm", embd),
+                        ("self_attn.q_norm", head_dim), ("self_attn.k_norm", head_dim)):
+            v[p + name + ".weight"] = 1 + 0.2 * rng.standard_normal(n)
+    v = {k: x.astype(np.float32) for k, x in v.items()}
+    save(d, v)
+    return v, tok
+
+
+def make_mixtral(d, spm_path, *, layers=2, embd=64, heads=4, kv_heads=2, ff=64, experts=4, top_k=2, vocab=320):
+    import shutil
+    os.makedirs(d, exist_ok=True)
+    shutil.copy(spm_path, os.path.join(d, "tokenizer.model"))
+    cfg = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "vocab_size": vocab,
+           "hidden_size": embd, "intermediate_size": ff, "num_hidden_layers": layers,
+           "num_attention_heads": heads, "num_key_value_heads": kv_heads, "max_position_embeddings": 256,
+           "rms_norm_eps": 1e-5, "rope_theta": 1000000.0, "hidden_act": "silu", "tie_word_embeddings": False,
+           "num_local_experts": experts, "num_experts_per_tok": top_k, "sliding_window": None,
+           "bos_token_id": 1, "eos_token_id": 2}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    rng = np.random.default_rng(5)
+    hd = embd // heads
+    v = {"model.embed_tokens.weight": rng.standard_normal((vocab, embd)),
+         "model.norm.weight": 1 + 0.1 * rng.standard_normal(embd),
+         "lm_head.weight": rng.standard_normal((vocab, embd)) / 4}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        mats = [("self_attn.q_proj", heads * hd, embd), ("self_attn.k_proj", kv_heads * hd, embd),
+                ("self_attn.v_proj", kv_heads * hd, embd), ("self_attn.o_proj", embd, heads * hd),
+                ("block_sparse_moe.gate", experts, embd)]
+        for e in range(experts):
+            q = f"block_sparse_moe.experts.{e}."
+            mats += [(q + "w1", ff, embd), (q + "w3", ff, embd), (q + "w2", embd, ff)]
+        for name, rows, cols in mats:
+            v[p + name + ".weight"] = rng.standard_normal((rows, cols)) / math.sqrt(cols)
+        v[p + "input_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(embd)
+        v[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(embd)
+    v = {k: x.astype(np.float32) for k, x in v.items()}
+    save(d, v)
+    return v
+
+
+def softmax(z):
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def hf_decoder_logits(w, tokens, *, heads, kv_heads, head_dim, theta, eps, qk_norm=False, moe=None, top_k=0):
+    """modeling_qwen3 / modeling_qwen3_moe / modeling_mixtral in float64 on the HF tensor names:
+    RMSNorm; q/k/v projections (no biases); Qwen3: RMSNorm of each q and k head (weight
+    [head_dim]) before RoPE; rotate_half RoPE on the HF rows; SwiGLU MLP, or the sparse MoE block:
+    router softmax over all experts, top-k, weights renormalised to sum 1, expert outputs summed.
+    moe: None (dense mlp), "qwen3moe" (mlp.experts.E.{gate,up,down}_proj) or "mixtral"
+    (block_sparse_moe.experts.E.{w1,w3,w2})."""
+    w = {k: x.astype(np.float64) for k, x in w.items()}
+    rms = lambda x, g: x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g  # noqa: E731
+    n, d = len(tokens), head_dim
+    x = w["model.embed_tokens.weight"][tokens]
+    ang = np.arange(n)[:, None] * theta ** (-np.arange(0, d, 2) / d)[None, :]
+    cos, sin = np.cos(np.concatenate([ang, ang], 1))[:, None], np.sin(np.concatenate([ang, ang], 1))[:, None]
+
+    def rot(t):
+        return t * cos + np.concatenate([-t[..., d // 2:], t[..., :d // 2]], -1) * sin
+    i = 0
+    while f"model.layers.{i}.input_layernorm.weight" in w:
+        p = f"model.layers.{i}."
+        h = rms(x, w[p + "input_layernorm.weight"])
+        q, k, v = ((h @ w[p + f"self_attn.{t}_proj.weight"].T).reshape(n, nh, d)
+                   for t, nh in (("q", heads), ("k", kv_heads), ("v", kv_heads)))
+        if qk_norm:
+            q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
+        x = x + causal_attention(rot(q), rot(k), v, heads // kv_heads) @ w[p + "self_attn.o_proj.weight"].T
+        h = rms(x, w[p + "post_attention_layernorm.weight"])
+        if moe is None:
+            mlp = lambda y, t: y @ w[p + f"mlp.{t}_proj.weight"].T  # noqa: E731
+            x = x + mlp(silu(mlp(h, "gate")) * mlp(h, "up"), "down")
+        else:
+            blk, (g, u, dn) = {"qwen3moe": ("mlp.", ("gate_proj", "up_proj", "down_proj")),
+                               "mixtral": ("block_sparse_moe.", ("w1", "w3", "w2"))}[moe]
+            probs = softmax(h @ w[p + blk + "gate.weight"].T)
+            out = np.zeros_like(h)
+            for t in range(n):
+                top = np.argsort(-probs[t], kind="stable")[:top_k]
+                for e, r in zip(top, probs[t, top] / probs[t, top].sum()):
+                    ex = lambda name, y: w[f"{p}{blk}experts.{e}.{name}.weight"] @ y  # noqa: E731
+                    out[t] += r * ex(dn, silu(ex(g, h[t])) * ex(u, h[t]))
+            x = x + out
+        i += 1
+    x = rms(x, w["model.norm.weight"])
+    return x @ w.get("lm_head.weight", w["model.embed_tokens.weight"]).T
+
+
+def gguf_logits(path, tokens):
+    """The converted file read back with gguf_io, as llama.cpp runs llama / qwen3 / qwen3moe, in
+    float64: llama rotates adjacent pairs (2i, 2i+1) of its permuted q/k rows, qwen3 the NeoX
+    pairs (i, i + d/2); attn_{q,k}_norm per head before RoPE; ffn_gate_inp routes each token to
+    the top expert_used_count experts of the softmax, weights renormalised."""
+    r = GGUFReader(path)
+    md, a = r.metadata, r.metadata["general.architecture"]
+    t = lambda name: r.dequantize(name, np.float64)  # noqa: E731
+    n_head, n_kv = md[f"{a}.attention.head_count"], md[f"{a}.attention.head_count_kv"]
+    d = md.get(f"{a}.attention.key_length", md[f"{a}.embedding_length"] // n_head)
+    assert md[f"{a}.rope.dimension_count"] == d
+    eps, base = md[f"{a}.attention.layer_norm_rms_epsilon"], md[f"{a}.rope.freq_base"]
+    rms = lambda x, g: x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g  # noqa: E731
+    n = len(tokens)
+    ang = np.arange(n)[:, None, None] * base ** (-np.arange(0, d, 2) / d)[None, None, :]
+    c, s = np.cos(ang), np.sin(ang)
+
+    def rope(v):
+        out = np.empty_like(v)
+        if a == "llama":
+            x0, x1 = v[..., 0::2], v[..., 1::2]
+            out[..., 0::2], out[..., 1::2] = x0 * c - x1 * s, x0 * s + x1 * c
+        else:
+            x0, x1 = v[..., :d // 2], v[..., d // 2:]
+            out[..., :d // 2], out[..., d // 2:] = x0 * c - x1 * s, x0 * s + x1 * c
+        return out
+    x = t("token_embd.weight")[tokens]
+    for il in range(md[f"{a}.block_count"]):
+        b = f"blk.{il}."
+        h = rms(x, t(b + "attn_norm.weight"))
+        q, k, v = ((h @ t(b + f"attn_{x_}.weight").T).reshape(n, nh, d)
+                   for x_, nh in (("q", n_head), ("k", n_kv), ("v", n_kv)))
+        if b + "attn_q_norm.weight" in r.tensors:
+            q, k = rms(q, t(b + "attn_q_norm.weight")), rms(k, t(b + "attn_k_norm.weight"))
+        x = x + causal_attention(rope(q), rope(k), v, n_head // n_kv) @ t(b + "attn_output.weight").T
+        h = rms(x, t(b + "ffn_norm.weight"))
+        if b + "ffn_gate_inp.weight" in r.tensors:
+            gate, up, down = (t(b + f"ffn_{x_}_exps.weight") for x_ in ("gate", "up", "down"))
+            probs = softmax(h @ t(b + "ffn_gate_inp.weight").T)
+            k_used = md[f"{a}.expert_used_count"]
+            for j in range(n):
+                top = np.argsort(-probs[j], kind="stable")[:k_used]
+                wts = probs[j, top] / probs[j, top].sum()
+                x[j] += sum(r_ * (down[e] @ (silu(gate[e] @ h[j]) * (up[e] @ h[j]))) for e, r_ in zip(top, wts))
+        else:
+            x = x + (silu(h @ t(b + "ffn_gate.weight").T) * (h @ t(b + "ffn_up.weight").T)) @ t(b + "ffn_down.weight").T
+    x = rms(x, t("output_norm.weight"))
+    return x @ t("output.weight" if "output.weight" in r.tensors else "token_embd.weight").T
+
+
+def assert_close(got, want, rel):
+    assert np.abs(got - want).max() < rel * max(1.0, np.abs(want).max()), np.abs(got - want).max()
+
+
+def assert_experts(r, src, layer, prefix, names, n_expert, dtype):
+    """Each expert's slice of the stacked tensors is that expert's HF matrix (quantized row by row)."""
+    for gg, hf in zip(("gate", "up", "down"), names):
+        info = r.tensors[f"blk.{layer}.ffn_{gg}_exps.weight"]
+        assert info.dtype == dtype, (gg, info.dtype)
+        got = r.dequantize(info.name)
+        for e in range(n_expert):
+            m = src[f"model.layers.{layer}.{prefix}experts.{e}.{hf}.weight"]
+            want = quants.dequantize(quants.quantize(m, dtype), dtype, m.shape)
+            assert np.array_equal(got[e], want), (gg, e)
+
+
+TOKENS = [1, 5, 77, 200, 13, 9, 300, 42, 7, 8, 9, 10]
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_qwen3_gguf_tensors_metadata_and_logits(tmp_path, tied):
+    src, tok = make_qwen3(tmp_path / "hf", tied=tied)
+    out = tmp_path / "qwen3.gguf"
+    convert(tmp_path / "hf", "--outfile", out, "--outtype", "f32")
+    r = GGUFReader(out)
+    md = r.metadata
+    assert md["general.architecture"] == "qwen3"
+    for k, want in {"qwen3.embedding_length": 64, "qwen3.feed_forward_length": 96, "qwen3.block_count": 2,
+                    "qwen3.attention.head_count": 4, "qwen3.attention.head_count_kv": 2,
+                    "qwen3.attention.key_length": 32, "qwen3.attention.value_length": 32,
+                    "qwen3.rope.dimension_count": 32, "qwen3.rope.freq_base": 1e6,
+                    "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2",
+                    "tokenizer.ggml.eos_token_id": tok.token_to_id("<|im_end|>")}.items():
+        assert md[k] == want, k
+    assert "qwen3.expert_count" not in md
+    names = set(r.tensors)
+    assert ("output.weight" in names) == (not tied)
+    for i in range(2):
+        b, p = f"blk.{i}.", f"model.layers.{i}.self_attn."
+        assert r.tensors[b + "attn_q.weight"].shape == (128, 64) and r.tensors[b + "attn_k.weight"].shape == (64, 64)
+        assert r.tensors[b + "attn_output.weight"].shape == (64, 128)
+        assert not any(n.startswith(b) and n.endswith(".bias") for n in names)
+        for x in ("q", "k"):
+            info = r.tensors[f"{b}attn_{x}_norm.weight"]
+            assert info.shape == (32,) and info.dtype == quants.GGMLType.F32
+            assert np.array_equal(r.dequantize(info.name), src[f"{p}{x}_norm.weight"])
+    # q/k rows in HF order (NeoX RoPE).
+    assert np.array_equal(r.dequantize("blk.1.attn_q.weight"), src["model.layers.1.self_attn.q_proj.weight"])
+    assert np.array_equal(r.dequantize("blk.1.attn_k.weight"), src["model.layers.1.self_attn.k_proj.weight"])
+    want = hf_decoder_logits(src, TOKENS, heads=4, kv_heads=2, head_dim=32, theta=1e6, eps=1e-6, qk_norm=True)
+    assert_close(gguf_logits(out, TOKENS), want, 1e-9)
+    convert(tmp_path / "hf", "--outfile", tmp_path / "q8.gguf", "--outtype", "q8_0")
+    r = GGUFReader(tmp_path / "q8.gguf")
+    assert r.tensors["blk.0.attn_q.weight"].dtype == quants.GGMLType.Q8_0
+    assert r.tensors["blk.0.attn_q_norm.weight"].dtype == quants.GGMLType.F32
+    assert_close(gguf_logits(tmp_path / "q8.gguf", TOKENS), want, 0.03)
+
+
+def test_qwen3_moe_gguf_tensors_metadata_and_logits(tmp_path):
+    src, _ = make_qwen3(tmp_path / "hf", moe=True)
+    out = tmp_path / "moe.gguf"
+    convert(tmp_path / "hf", "--outfile", out, "--outtype", "f32")
+    r = GGUFReader(out)
+    md = r.metadata
+    assert md["general.architecture"] == "qwen3moe"
+    for k, want in {"qwen3moe.expert_count": 4, "qwen3moe.expert_used_count": 2,
+                    "qwen3moe.expert_feed_forward_length": 64, "qwen3moe.feed_forward_length": 96,
+                    "qwen3moe.attention.key_length": 32, "qwen3moe.attention.value_length": 32,
+                    "qwen3moe.rope.dimension_count": 32, "tokenizer.ggml.pre": "qwen2"}.items():
+        assert md[k] == want, k
+    assert md["qwen3moe.expert_count"] == 4 and r.types["qwen3moe.expert_count"] == convert_hf.VT.UINT32
+    for i in range(2):
+        b = f"blk.{i}."
+        assert not any(b + f"ffn_{x}.weight" in r.tensors for x in ("gate", "up", "down"))
+        assert r.tensors[b + "ffn_gate_inp.weight"].shape == (4, 64)
+        assert r.tensors[b + "ffn_gate_exps.weight"].shape == (4, 64, 64)
+        assert r.tensors[b + "ffn_up_exps.weight"].shape == (4, 64, 64)
+        assert r.tensors[b + "ffn_down_exps.weight"].shape == (4, 64, 64)
+        assert b + "attn_q_norm.weight" in r.tensors and b + "attn_k_norm.weight" in r.tensors
+        assert np.array_equal(r.dequantize(b + "ffn_gate_inp.weight"), src[f"model.layers.{i}.mlp.gate.weight"])
+        assert_experts(r, src, i, "mlp.", ("gate_proj", "up_proj", "down_proj"), 4, quants.GGMLType.F32)
+    want = hf_decoder_logits(src, TOKENS, heads=4, kv_heads=2, head_dim=32, theta=1e6, eps=1e-6, qk_norm=True,
+                             moe="qwen3moe", top_k=2)
+    assert_close(gguf_logits(out, TOKENS), want, 1e-9)
+    convert(tmp_path / "hf", "--outfile", tmp_path / "q8.gguf", "--outtype", "q8_0")
+    r = GGUFReader(tmp_path / "q8.gguf")
+    assert r.tensors["blk.1.ffn_gate_inp.weight"].dtype == quants.GGMLType.F32   # the router: never quantized
+    assert_experts(r, src, 1, "mlp.", ("gate_proj", "up_proj", "down_proj"), 4, quants.GGMLType.Q8_0)
+    assert_close(gguf_logits(tmp_path / "q8.gguf", TOKENS), want, 0.03)
+
+
+def test_qwen3_moe_types_q4_0_and_unaligned_experts(tmp_path):
+    # moe_ff 48: the gate/up rows (n_embd 64) quantize, the down rows (48) fall back to F16.
+    src, _ = make_qwen3(tmp_path / "hf", moe=True, moe_ff=48, layers=1)
+    convert(tmp_path / "hf", "--outfile", tmp_path / "q4.gguf", "--outtype", "q4_0")
+    r = GGUFReader(tmp_path / "q4.gguf")
+    T = quants.GGMLType
+    assert r.tensors["blk.0.ffn_gate_inp.weight"].dtype == T.F32
+    assert r.tensors["blk.0.ffn_down_exps.weight"].shape == (4, 64, 48)
+    assert r.tensors["output.weight"].dtype == T.Q8_0
+    for gg, dtype in (("gate", T.Q4_0), ("up", T.Q4_0), ("down", T.F16)):
+        assert r.tensors[f"blk.0.ffn_{gg}_exps.weight"].dtype == dtype
+    assert_experts(r, src, 0, "mlp.", ("gate_proj", "up_proj"), 4, T.Q4_0)
+
+
+def test_mixtral_gguf_tensors_metadata_and_logits(tmp_path, spm_model):
+    src = make_mixtral(tmp_path / "hf", spm_model)
+    out = tmp_path / "mixtral.gguf"
+    convert(tmp_path / "hf", "--outfile", out, "--outtype", "f32")
+    r = GGUFReader(out)
+    md = r.metadata
+    assert md["general.architecture"] == "llama" and md["tokenizer.ggml.model"] == "llama"
+    for k, want in {"llama.expert_count": 4, "llama.expert_used_count": 2, "llama.feed_forward_length": 64,
+                    "llama.rope.freq_base": 1e6, "llama.rope.dimension_count": 16,
+                    "llama.attention.head_count_kv": 2}.items():
+        assert md[k] == want, k
+    assert "llama.expert_feed_forward_length" not in md and "llama.attention.key_length" not in md
+    for i in range(2):
+        b, p = f"blk.{i}.", f"model.layers.{i}."
+        assert not any(b + f"ffn_{x}.weight" in r.tensors for x in ("gate", "up", "down"))
+        assert b + "attn_q_norm.weight" not in r.tensors
+        assert r.tensors[b + "ffn_gate_inp.weight"].shape == (4, 64)
+        assert np.array_equal(r.dequantize(b + "ffn_gate_inp.weight"), src[p + "block_sparse_moe.gate.weight"])
+        assert_experts(r, src, i, "block_sparse_moe.", ("w1", "w3", "w2"), 4, quants.GGMLType.F32)
+    # q/k rows permuted as llama's.
+    q = src["model.layers.0.self_attn.q_proj.weight"]
+    assert np.array_equal(r.dequantize("blk.0.attn_q.weight"), convert_hf.rope_to_gguf(q, 4))
+    assert not np.array_equal(r.dequantize("blk.0.attn_q.weight"), q)
+    tokens = [1, 5, 77, 200, 13, 9, 300, 42, 7, 8]
+    want = hf_decoder_logits(src, tokens, heads=4, kv_heads=2, head_dim=16, theta=1e6, eps=1e-5,
+                             moe="mixtral", top_k=2)
+    assert_close(gguf_logits(out, tokens), want, 1e-9)
+    convert(tmp_path / "hf", "--outfile", tmp_path / "q8.gguf", "--outtype", "q8_0")
+    r = GGUFReader(tmp_path / "q8.gguf")
+    assert r.tensors["blk.0.ffn_gate_inp.weight"].dtype == quants.GGMLType.F32
+    assert r.metadata["general.file_type"] == 7
+    assert_experts(r, src, 0, "block_sparse_moe.", ("w1", "w3", "w2"), 4, quants.GGMLType.Q8_0)
+    assert_close(gguf_logits(tmp_path / "q8.gguf", tokens), want, 0.03)
+
+
+@pytest.mark.parametrize("moe,extra,message", [
+    (False, {"attention_bias": True}, "attention_bias is true"),
+    (True, {"attention_bias": True}, "attention_bias is true"),
+    (True, {"decoder_sparse_step": 2}, "decoder_sparse_step is 2"),
+    (True, {"mlp_only_layers": [1]}, "mlp_only_layers [1]"),
+    (True, {"norm_topk_prob": False}, "norm_topk_prob is false"),
+    (True, {"num_experts_per_tok": 5}, "num_experts_per_tok 5"),
+])
+def test_qwen3_refusals(tmp_path, capsys, moe, extra, message):
+    make_qwen3(tmp_path / "hf", moe=moe, layers=1, config_extra=extra)
+    assert convert_hf.main([str(tmp_path / "hf"), "--outfile", str(tmp_path / "x.gguf"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not os.path.exists(tmp_path / "x.gguf")
+
+
+def test_qwen3_moe_absent_norm_topk_prob_and_predictors_refused(tmp_path, capsys):
+    make_qwen3(tmp_path / "hf", moe=True, layers=1)
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    del cfg["norm_topk_prob"]   # transformers' default is False
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
+    assert convert_hf.main([str(tmp_path / "hf"), "--outfile", str(tmp_path / "x.gguf"), "-q"]) == 1
+    assert "norm_topk_prob is false or absent" in capsys.readouterr().err
+    cfg["norm_topk_prob"] = True
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
+    assert convert_hf.main([str(tmp_path / "hf"), "--outfile", str(tmp_path / "x.gguf"), "-q",
+                            "--predictors", str(tmp_path)]) == 1
+    assert "mixture-of-experts model cannot be converted with --predictors" in capsys.readouterr().err
+    # a missing expert is named
+    from safetensors.numpy import load_file
+    st = load_file(tmp_path / "hf" / "model.safetensors")
+    del st["model.layers.0.mlp.experts.3.up_proj.weight"]
+    save(tmp_path / "hf", st)
+    assert convert_hf.main([str(tmp_path / "hf"), "--outfile", str(tmp_path / "x.gguf"), "-q"]) == 1
+    assert "missing tensor(s): model.layers.0.mlp.experts.3.up_proj.weight" in capsys.readouterr().err
+
+
+def test_qwen3_moe_transformers5_config_layout(tmp_path):
+    # transformers 5 saves the expert count as num_local_experts and RoPE as rope_parameters.
+    src, _ = make_qwen3(tmp_path / "hf", moe=True, layers=1)
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    cfg["num_local_experts"] = cfg.pop("num_experts")
+    cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg.pop("rope_theta")}
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
+    convert(tmp_path / "hf", "--outfile", tmp_path / "x.gguf", "--outtype", "f32")
+    md = GGUFReader(tmp_path / "x.gguf").metadata
+    assert md["qwen3moe.expert_count"] == 4 and md["qwen3moe.rope.freq_base"] == 1e6
+    want = hf_decoder_logits(src, TOKENS, heads=4, kv_heads=2, head_dim=32, theta=1e6, eps=1e-6, qk_norm=True,
+                             moe="qwen3moe", top_k=2)
+    assert_close(gguf_logits(tmp_path / "x.gguf", TOKENS), want, 1e-9)
+    cfg["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
+    assert convert_hf.main([str(tmp_path / "hf"), "--outfile", str(tmp_path / "y.gguf"), "-q"]) == 1
+
+
+def _torch_state(torch, model, src):
+    """The checkpoint as the model's state dict: per-expert tensors as they are, or, where the
+    installed transformers (5.x) fuses a layer's experts in memory (experts.gate_up_proj
+    [E, 2 f, e] = gate rows then up rows, experts.down_proj [E, e, f]), stacked to match."""
+    out = {}
+    for k, ref_t in model.state_dict().items():
+        if k.endswith("rotary_emb.inv_freq"):
+            continue
+        shape = tuple(ref_t.shape)
+        v = next((src[a] for a in (k, k.replace(".mlp.", ".block_sparse_moe.")) if a in src), None)
+        fused = k.rsplit(".", 1)[-1]
+        if v is None and k.endswith("experts." + fused) and fused in ("gate_up_proj", "down_proj"):
+            stem = k[:-len(fused)]
+            for base, (g, u, dn) in ((stem, ("gate_proj", "up_proj", "down_proj")),
+                                     (stem.replace(".mlp.", ".block_sparse_moe."), ("w1", "w3", "w2"))):
+                if f"{base}0.{dn}.weight" in src:
+                    one = lambda e, n: src[f"{base}{e}.{n}.weight"]  # noqa: E731
+                    v = np.stack([np.concatenate([one(e, g), one(e, u)]) if fused == "gate_up_proj"
+                                  else one(e, dn) for e in range(shape[0])])
+        if v is not None and v.shape != shape and v.ndim == 3 and v.transpose(0, 2, 1).shape == shape:
+            v = v.transpose(0, 2, 1)
+        if v is None or v.shape != shape:
+            pytest.skip(f"this transformers lays out {k} {list(shape)} in a way the test does not know")
+        out[k] = torch.from_numpy(np.ascontiguousarray(v))
+    return out
+
+
+def test_qwen3_qwen3moe_mixtral_match_transformers(tmp_path, spm_model):
+    torch = pytest.importorskip("torch", reason="needs PyTorch")
+    transformers = pytest.importorskip("transformers", reason="needs transformers")
+    for cls in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM"):
+        if not hasattr(transformers, cls):
+            pytest.skip(f"transformers {transformers.__version__} has no {cls}")
+    common = dict(vocab_size=420, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1e6, max_position_embeddings=256)
+    cases = [
+        ("qwen3", make_qwen3(tmp_path / "qwen3", tied=False)[0], transformers.Qwen3ForCausalLM(
+            transformers.Qwen3Config(intermediate_size=96, head_dim=32, tie_word_embeddings=False, **common))),
+        ("qwen3moe", make_qwen3(tmp_path / "qwen3moe", moe=True)[0], transformers.Qwen3MoeForCausalLM(
+            transformers.Qwen3MoeConfig(intermediate_size=96, head_dim=32, tie_word_embeddings=False,
+                                        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                                        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                                        **common))),
+        ("mixtral", make_mixtral(tmp_path / "mixtral", spm_model), transformers.MixtralForCausalLM(
+            transformers.MixtralConfig(**{**common, "vocab_size": 320, "rms_norm_eps": 1e-5}, intermediate_size=64,
+                                       num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False))),
+    ]
+    tokens = [1, 5, 77, 200, 13, 9, 300, 42]
+    for name, src, model in cases:
+        model = model.float().eval()
+        model.load_state_dict(_torch_state(torch, model, src), strict=False)
+        convert(tmp_path / name, "--outfile", tmp_path / f"{name}.gguf", "--outtype", "f32")
+        with torch.no_grad():
+            want = model(torch.tensor([tokens])).logits[0].double().numpy()
+        assert np.abs(gguf_logits(tmp_path / f"{name}.gguf", tokens) - want).max() < 1e-4, name

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Converts a Hugging Face checkpoint (llama, bamboo, OPT, Qwen2) to GGUF, or with --predictors
-to a PowerInfer GGUF (magic PWRI) that carries the per-layer activation predictors.
+"""Converts a Hugging Face checkpoint (llama, bamboo, OPT, Qwen2, Qwen3, Qwen3-MoE, Mixtral) to
+GGUF, or with --predictors to a PowerInfer GGUF (magic PWRI) that carries the per-layer
+activation predictors.
 
     convert_hf.py MODEL_DIR --outfile model.gguf [--outtype f16]
     convert_hf.py MODEL_DIR --predictors PRED_DIR --outfile model.powerinfer.gguf --outtype q4_0
@@ -9,7 +10,9 @@ MODEL_DIR: config.json, the tokenizer (tokenizer.model, SentencePiece; else toke
 byte-level BPE as OPT, Qwen2 and Llama 3 have, with tokenizer_config.json when present), and
 model.safetensors | model-0000K-of-0000N.safetensors (+ model.safetensors.index.json) |
 pytorch_model*.bin. Architectures: LlamaForCausalLM / MistralForCausalLM (llama), bamboo,
-OPTForCausalLM (opt: see hf_archs.py; the OPT-350m layout is refused), Qwen2ForCausalLM (qwen2).
+OPTForCausalLM (opt: see hf_archs.py; the OPT-350m layout is refused), Qwen2ForCausalLM (qwen2),
+Qwen3ForCausalLM (qwen3), Qwen3MoeForCausalLM (qwen3moe), MixtralForCausalLM (llama with
+llama.expert_count: see hf_archs.py for the mixture-of-experts tensors).
 PRED_DIR: model_0.pt, model_1.pt, ... (one state dict per layer with fc1.weight [r, n_embd]
 and fc2.weight [n_ff, r]; .npz or .safetensors files with the same keys also work) and an
 optional config.json with "sparse_threshold". PyTorch is not needed: torch zip files are
@@ -19,7 +22,8 @@ Output types: norms and other 1-D tensors are always F32. f32/f16: all matrices 
 type. q8_0: matrices Q8_0. q4_0: matrices Q4_0 except output.weight, which is Q8_0 (the
 output head is the most quantization-sensitive matrix). Predictors follow the matrices
 (Q4_0 for q4_0). A matrix whose rows are not a multiple of 32 elements falls back to F16, and
-so does OPT's position table in quantized files.
+so does OPT's position table in quantized files. The MoE router (ffn_gate_inp) is always F32;
+the 3-D expert tensors are quantized row by row like the matrices.
 """
 from __future__ import annotations
 
@@ -50,13 +54,21 @@ class ConvertError(Exception):
 FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7}
 ACTIVATIONS = ("silu", "relu", "gelu")
 HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "OPTForCausalLM": "opt",
-            "Qwen2ForCausalLM": "qwen2"}
-MODEL_TYPES = {"llama": "llama", "mistral": "llama", "opt": "opt", "qwen2": "qwen2"}
+            "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3moe",
+            "MixtralForCausalLM": "llama"}
+MODEL_TYPES = {"llama": "llama", "mistral": "llama", "opt": "opt", "qwen2": "qwen2", "qwen3": "qwen3",
+               "qwen3_moe": "qwen3moe", "mixtral": "llama"}
+# Mixture-of-experts checkpoints (by architecture class or model_type): their HF layout, see hf_archs.
+MOE_KINDS = {"MixtralForCausalLM": "mixtral", "mixtral": "mixtral",
+             "Qwen3MoeForCausalLM": "qwen3moe", "qwen3_moe": "qwen3moe"}
+# GGUF architectures that keep HF's q/k rows (NeoX RoPE) instead of llama's permuted rows.
+NEOX_ARCHS = ("qwen2", "qwen3", "qwen3moe")
+QK_NORM_ARCHS = ("qwen3", "qwen3moe")
 
 
 @dataclass
 class HParams:
-    arch: str           # GGUF architecture: llama | bamboo | opt | qwen2
+    arch: str           # GGUF architecture: llama | bamboo | opt | qwen2 | qwen3 | qwen3moe
     n_vocab: int
     n_embd: int
     n_ff: int
@@ -70,6 +82,10 @@ class HParams:
     act: str
     tied: bool
     rope_linear_factor: float = 1.0   # HF rope_scaling {"type": "linear", "factor": f}; 1 = none
+    moe: str = ""           # "" (dense FFN) | "mixtral" | "qwen3moe": the HF expert layout
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0       # rows of one expert's gate/up matrix
 
 
 def load_config(model_dir: str, arch_override: str | None) -> HParams:
@@ -80,15 +96,19 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
         cfg = json.load(f)
     names = cfg.get("architectures") or []
     model_type = cfg.get("model_type", "")
-    arch = next((HF_ARCHS[a] for a in names if a in HF_ARCHS), None) or MODEL_TYPES.get(model_type)
+    hf_name = next((a for a in names if a in HF_ARCHS), None)
+    arch = HF_ARCHS[hf_name] if hf_name else MODEL_TYPES.get(model_type)
+    moe = MOE_KINDS.get(hf_name if hf_name else model_type, "")
     if arch is None and (model_type == "bamboo" or any("bamboo" in a.lower() for a in names)):
         arch = "bamboo"
+    if arch_override and arch_override != arch and (moe or arch in QK_NORM_ARCHS):
+        raise ConvertError(f"{path}: --arch {arch_override} cannot override a {hf_name or model_type} model")
     if arch_override:
         arch = arch_override
     if arch is None:
         raise ConvertError(f"{path}: unsupported architecture {names or model_type!r}: this converter "
-                           "handles LlamaForCausalLM (model_type llama), bamboo, OPTForCausalLM and "
-                           "Qwen2ForCausalLM")
+                           "handles LlamaForCausalLM (model_type llama), bamboo, OPTForCausalLM, "
+                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM and MixtralForCausalLM")
     try:
         if arch == "opt":
             hp = HParams(arch=arch, **hf_archs.opt_hparams(cfg, path))
@@ -97,9 +117,19 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
             return hp
         if arch == "qwen2":
             hf_archs.check_qwen2_config(cfg, path)
+        if arch in QK_NORM_ARCHS:
+            hf_archs.check_qwen3_config(cfg, path)
+        moe_fields = hf_archs.moe_hparams(cfg, path, moe) if moe else {}
     except hf_archs.ArchError as e:
         raise ConvertError(str(e)) from None
-    scaling, factor = cfg.get("rope_scaling"), 1.0
+    except KeyError as e:
+        raise ConvertError(f"{path}: missing key {e.args[0]}") from None
+    # transformers 5 writes rope_parameters {"rope_type", "rope_theta", ...} instead of
+    # rope_theta / rope_scaling.
+    rope_params = cfg.get("rope_parameters") or {}
+    scaling, factor = cfg.get("rope_scaling") or rope_params, 1.0
+    if scaling and (scaling.get("type") or scaling.get("rope_type")) == "default":
+        scaling = None
     if scaling:
         kind = scaling.get("type") or scaling.get("rope_type")
         if kind != "linear":
@@ -117,9 +147,12 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
                      n_head=n_head, n_head_kv=int(cfg.get("num_key_value_heads") or n_head),
                      head_dim=int(cfg.get("head_dim") or n_embd // n_head),
                      n_ctx=int(cfg.get("max_position_embeddings", 2048)),
-                     eps=float(cfg.get("rms_norm_eps", 1e-6)),  # Qwen2's default too
-                     rope_base=float(cfg.get("rope_theta", 10000.0)), act=act,
-                     tied=bool(cfg.get("tie_word_embeddings", False)), rope_linear_factor=factor)
+                     # transformers' defaults: 1e-6 (llama, Qwen) / 1e-5 (Mixtral); theta 1e4 / 1e6
+                     eps=float(cfg.get("rms_norm_eps", 1e-5 if moe == "mixtral" else 1e-6)),
+                     rope_base=float(cfg.get("rope_theta") or rope_params.get("rope_theta")
+                                     or (1e6 if moe == "mixtral" else 10000.0)), act=act,
+                     tied=bool(cfg.get("tie_word_embeddings", False)), rope_linear_factor=factor,
+                     moe=moe, **moe_fields)
     except KeyError as e:
         raise ConvertError(f"{path}: missing key {e.args[0]}") from None
     if hp.n_head % hp.n_head_kv or hp.head_dim % 2:
@@ -154,7 +187,7 @@ class Item:
 
 
 def pick_type(name: str, shape: tuple, outtype: str) -> GGMLType:
-    if len(shape) == 1 or outtype == "f32":
+    if len(shape) == 1 or outtype == "f32" or name.endswith("ffn_gate_inp.weight"):
         return GGMLType.F32
     if outtype == "f16" or shape[-1] % 32 or name == "position_embd.weight":
         return GGMLType.F16
@@ -173,9 +206,15 @@ def expected_shapes(hp: HParams) -> dict:
         shapes.update({
             p + "input_layernorm.weight": (hp.n_embd,), p + "post_attention_layernorm.weight": (hp.n_embd,),
             p + "self_attn.q_proj.weight": (q_rows, hp.n_embd), p + "self_attn.k_proj.weight": (kv_rows, hp.n_embd),
-            p + "self_attn.v_proj.weight": (kv_rows, hp.n_embd), p + "self_attn.o_proj.weight": (hp.n_embd, q_rows),
-            p + "mlp.gate_proj.weight": (hp.n_ff, hp.n_embd), p + "mlp.up_proj.weight": (hp.n_ff, hp.n_embd),
-            p + "mlp.down_proj.weight": (hp.n_embd, hp.n_ff)})
+            p + "self_attn.v_proj.weight": (kv_rows, hp.n_embd), p + "self_attn.o_proj.weight": (hp.n_embd, q_rows)})
+        if hp.moe:
+            shapes.update(hf_archs.moe_shapes(hp, i))
+        else:
+            shapes.update({
+                p + "mlp.gate_proj.weight": (hp.n_ff, hp.n_embd), p + "mlp.up_proj.weight": (hp.n_ff, hp.n_embd),
+                p + "mlp.down_proj.weight": (hp.n_embd, hp.n_ff)})
+    if hp.arch in QK_NORM_ARCHS:
+        shapes.update(hf_archs.qk_norm_shapes(hp))
     return shapes
 
 
@@ -246,8 +285,8 @@ def build_plan(src: dict, hp: HParams, outtype: str, predictors) -> list:
     if hp.arch == "opt":
         hf_archs.opt_plan(src, hp, add, predictors)
         return items
-    # Qwen2's GGUF files keep HF's q/k rows (NeoX RoPE); llama's are permuted for pairs (2i, 2i+1).
-    permute = rope_to_gguf if hp.arch != "qwen2" else (lambda w, n_heads: w)
+    # Qwen's GGUF files keep HF's q/k rows (NeoX RoPE); llama's are permuted for pairs (2i, 2i+1).
+    permute = rope_to_gguf if hp.arch not in NEOX_ARCHS else (lambda w, n_heads: w)
 
     add("token_embd.weight", src["model.embed_tokens.weight"].shape, copy("model.embed_tokens.weight"))
     add("output_norm.weight", (hp.n_embd,), copy("model.norm.weight"))
@@ -258,7 +297,11 @@ def build_plan(src: dict, hp: HParams, outtype: str, predictors) -> list:
         q, k = src[p + "self_attn.q_proj.weight"], src[p + "self_attn.k_proj.weight"]
         add(b + "attn_norm.weight", (hp.n_embd,), copy(p + "input_layernorm.weight"))
         add(b + "attn_q.weight", q.shape, lambda q=q: permute(q.load(), hp.n_head))
+        if hp.arch in QK_NORM_ARCHS:
+            add(b + "attn_q_norm.weight", (hp.head_dim,), copy(p + "self_attn.q_norm.weight"))
         add(b + "attn_k.weight", k.shape, lambda k=k: permute(k.load(), hp.n_head_kv))
+        if hp.arch in QK_NORM_ARCHS:
+            add(b + "attn_k_norm.weight", (hp.head_dim,), copy(p + "self_attn.k_norm.weight"))
         add(b + "attn_v.weight", src[p + "self_attn.v_proj.weight"].shape, copy(p + "self_attn.v_proj.weight"))
         if hp.arch == "qwen2":
             for x in ("q", "k", "v"):
@@ -266,6 +309,9 @@ def build_plan(src: dict, hp: HParams, outtype: str, predictors) -> list:
                 add(f"{b}attn_{x}.bias", src[hf].shape, copy(hf))
         add(b + "attn_output.weight", src[p + "self_attn.o_proj.weight"].shape, copy(p + "self_attn.o_proj.weight"))
         add(b + "ffn_norm.weight", (hp.n_embd,), copy(p + "post_attention_layernorm.weight"))
+        if hp.moe:
+            hf_archs.moe_plan(src, hp, add, i)
+            continue
         add(b + "ffn_gate.weight", (hp.n_ff, hp.n_embd), copy(p + "mlp.gate_proj.weight"))
         add(b + "ffn_up.weight", (hp.n_ff, hp.n_embd), copy(p + "mlp.up_proj.weight"))
         down = src[p + "mlp.down_proj.weight"]
@@ -318,6 +364,14 @@ def metadata(hp: HParams, vocab, outtype: str, name: str, threshold):
         (f"{a}.attention.head_count_kv", hp.n_head_kv, VT.UINT32),
         (f"{a}.feed_forward_activation", hp.act, VT.STRING),
     ]
+    if a in QK_NORM_ARCHS:
+        md += [(f"{a}.attention.key_length", hp.head_dim, VT.UINT32),
+               (f"{a}.attention.value_length", hp.head_dim, VT.UINT32)]
+    if hp.moe:
+        md += [(f"{a}.expert_count", hp.n_expert, VT.UINT32),
+               (f"{a}.expert_used_count", hp.n_expert_used, VT.UINT32)]
+        if hp.moe == "qwen3moe":   # Mixtral's experts are feed_forward_length wide (llama.cpp writes no key)
+            md.append((f"{a}.expert_feed_forward_length", hp.n_ff_exp, VT.UINT32))
     if a == "opt":   # layer norms, learned positions: no RoPE keys
         md.append((f"{a}.attention.layer_norm_epsilon", hp.eps, VT.FLOAT32))
     else:
@@ -349,6 +403,19 @@ def metadata(hp: HParams, vocab, outtype: str, name: str, threshold):
     return md
 
 
+def quantize_rows(x: np.ndarray, t: GGMLType) -> np.ndarray:
+    """quantize(), one outermost slice at a time for 3-D tensors (stacked experts), so the
+    quantizer's temporaries stay the size of one expert."""
+    if x.ndim < 3:
+        return quantize(x, t)
+    first = quantize(x[0], t)
+    out = np.empty((x.shape[0],) + first.shape, first.dtype)
+    out[0] = first
+    for e in range(1, x.shape[0]):
+        out[e] = quantize(x[e], t)
+    return out
+
+
 def write(outfile: str, magic: bytes, md, items, progress: bool):
     tmp = outfile + ".part"
     total = 0
@@ -364,7 +431,7 @@ def write(outfile: str, magic: bytes, md, items, progress: bool):
                 x = np.asarray(it.produce(), dtype=np.float32)
                 if x.shape != it.shape:
                     raise ConvertError(f"tensor {it.name}: produced shape {list(x.shape)}, declared {list(it.shape)}")
-                data = quantize(x, it.dtype)
+                data = quantize_rows(x, it.dtype)
                 total += data.nbytes
                 w.write_tensor(it.name, data)
                 bar.advance(x.size, it.name)
@@ -403,6 +470,8 @@ def convert(args) -> str:
 
     predictors, threshold, magic = None, None, gguf_io.MAGIC_GGUF
     if args.predictors:
+        if hp.moe:
+            raise ConvertError(f"{model_dir}: a mixture-of-experts model cannot be converted with --predictors")
         magic = gguf_io.MAGIC_PWRI
         predictors, threshold = load_predictors(args.predictors, hp)
         if hp.act != "relu":

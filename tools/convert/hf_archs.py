@@ -13,6 +13,21 @@ OPT (OPTForCausalLM; facts from HF's modeling_opt and the original PowerInfer's 
   is refused.
 Qwen2 (Qwen2ForCausalLM, also Qwen1.5 and Qwen2.5): llama's tensors plus q/k/v biases; the q/k
   rows stay in HF order (GGUF qwen2 files use NeoX RoPE, not llama's permuted rows).
+Qwen3 (Qwen3ForCausalLM -> qwen3, as llama.cpp writes it): qwen2's layout without the biases
+  (attention_bias true is refused), head_dim from config.json (it may differ from
+  hidden_size / num_attention_heads), and a per-head RMSNorm of q and of k before RoPE:
+  self_attn.{q,k}_norm.weight [head_dim] -> attn_{q,k}_norm.weight.
+Mixture of experts (FFN replaced by a router and n_expert SwiGLU experts; each token runs the
+  top-k experts of softmax(router logits), weights renormalised to sum to 1):
+  Qwen3-MoE (Qwen3MoeForCausalLM -> qwen3moe): qwen3's attention; mlp.gate -> ffn_gate_inp,
+    mlp.experts.E.{gate,up,down}_proj -> ffn_{gate,up,down}_exps. Only the layout where every
+    layer is sparse and the top-k weights are renormalised is supported.
+  Mixtral (MixtralForCausalLM -> llama with llama.expert_count, as llama.cpp writes it):
+    llama's attention (q/k rows permuted); block_sparse_moe.gate -> ffn_gate_inp,
+    block_sparse_moe.experts.E.{w1,w3,w2} -> ffn_{gate,up,down}_exps.
+  The experts are stacked into 3-D tensors, outermost first: ffn_gate_exps / ffn_up_exps
+  [n_expert, n_ff_exp, n_embd], ffn_down_exps [n_expert, n_embd, n_ff_exp]; the router
+  ffn_gate_inp [n_expert, n_embd] stays F32 in every output type (as llama.cpp keeps it).
 """
 from __future__ import annotations
 
@@ -118,3 +133,82 @@ def qwen2_bias_shapes(hp) -> dict:
 def check_qwen2_config(cfg: dict, path: str):
     if cfg.get("use_sliding_window", False):
         raise ArchError(f"{path}: use_sliding_window is true: sliding-window attention is not supported")
+
+
+def check_qwen3_config(cfg: dict, path: str):
+    check_qwen2_config(cfg, path)
+    if cfg.get("attention_bias", False):
+        raise ArchError(f"{path}: attention_bias is true: Qwen3 attention with q/k/v/o biases is not supported")
+
+
+# HF's MoE block per layer: (module prefix, expert projection names for gate, up, down).
+MOE_LAYOUTS = {"mixtral": ("block_sparse_moe.", ("w1", "w3", "w2")),
+               "qwen3moe": ("mlp.", ("gate_proj", "up_proj", "down_proj"))}
+
+
+def moe_hparams(cfg: dict, path: str, kind: str) -> dict:
+    """HParams fields of a Mixtral or Qwen3-MoE config.json (the defaults are transformers'),
+    or an error naming the key this converter does not support."""
+    # The expert count is num_local_experts (Mixtral; Qwen3-MoE as transformers 5 saves it) or
+    # num_experts (Qwen3-MoE's own checkpoints).
+    names = ("num_local_experts", "num_experts") if kind == "mixtral" else ("num_experts", "num_local_experts")
+    n_expert = next((int(cfg[k]) for k in names if cfg.get(k) is not None), 8 if kind == "mixtral" else 128)
+    if kind == "mixtral":
+        n_used = int(cfg.get("num_experts_per_tok", 2))
+        n_ff_exp = int(cfg["intermediate_size"])
+    else:
+        n_used = int(cfg.get("num_experts_per_tok", 8))
+        n_ff_exp = int(cfg.get("moe_intermediate_size", 768))
+        step = int(cfg.get("decoder_sparse_step", 1))
+        if step != 1:
+            raise ArchError(f"{path}: decoder_sparse_step is {step}: only every layer sparse (1) is supported")
+        if cfg.get("mlp_only_layers"):
+            raise ArchError(f"{path}: mlp_only_layers {cfg['mlp_only_layers']!r}: dense layers in a "
+                            "Qwen3-MoE model are not supported (needs [])")
+        if not cfg.get("norm_topk_prob", False):
+            raise ArchError(f"{path}: norm_topk_prob is false or absent (transformers' default): only "
+                            "renormalised top-k expert weights (norm_topk_prob true) are supported")
+    if not 1 <= n_used <= n_expert:
+        raise ArchError(f"{path}: num_experts_per_tok {n_used} is not between 1 and the expert count {n_expert}")
+    return dict(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=n_ff_exp)
+
+
+def qk_norm_shapes(hp) -> dict:
+    """Qwen3's per-head RMSNorm weights of q and k."""
+    shapes = {}
+    for i in range(hp.n_layer):
+        p = f"model.layers.{i}.self_attn."
+        shapes.update({p + "q_norm.weight": (hp.head_dim,), p + "k_norm.weight": (hp.head_dim,)})
+    return shapes
+
+
+def moe_shapes(hp, i: int) -> dict:
+    """The router and expert tensors of layer i (they replace mlp.{gate,up,down}_proj)."""
+    pre, (g, u, d) = MOE_LAYOUTS[hp.moe]
+    p = f"model.layers.{i}.{pre}"
+    e, f = hp.n_embd, hp.n_ff_exp
+    shapes = {p + "gate.weight": (hp.n_expert, e)}
+    for x in range(hp.n_expert):
+        q = f"{p}experts.{x}."
+        shapes.update({q + g + ".weight": (f, e), q + u + ".weight": (f, e), q + d + ".weight": (e, f)})
+    return shapes
+
+
+def stack_experts(tensors: list) -> np.ndarray:
+    """Loads the experts' matrices one at a time into one float32 array [n_expert, rows, cols]
+    (only that array is held: one of a layer's three expert tensors)."""
+    out = np.empty((len(tensors),) + tuple(tensors[0].shape), np.float32)
+    for x, t in enumerate(tensors):
+        out[x] = t.load()
+    return out
+
+
+def moe_plan(src: dict, hp, add, i: int):
+    """Calls add(gguf_name, shape, produce) for layer i's router and stacked experts."""
+    pre, names = MOE_LAYOUTS[hp.moe]
+    p, b = f"model.layers.{i}.{pre}", f"blk.{i}."
+    router = src[p + "gate.weight"]
+    add(b + "ffn_gate_inp.weight", router.shape, router.load)
+    for gg, hf in zip(("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"), names):
+        ts = [src[f"{p}experts.{x}.{hf}.weight"] for x in range(hp.n_expert)]
+        add(f"{b}{gg}.weight", (hp.n_expert,) + ts[0].shape, lambda ts=ts: stack_experts(ts))

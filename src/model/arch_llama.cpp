@@ -3,6 +3,8 @@
 // q/k permuted for this), FFN down( act(gate·x) * (up·x) ) with act = SiLU unless the file
 // declares another activation (ReLU for ReluLLaMA / ProSparse and every PowerInfer file).
 // Files written by `powerinfer calibrate` store some projections transposed (Need::EitherLayout).
+// With llama.expert_count (Mixtral) the FFN is a mixture of experts stacked in 3-D tensors
+// (ffn_{gate,up,down}_exps; llama.cpp's older one-tensor-per-expert files are not read yet).
 #include "model/arch.h"
 
 namespace pi::model {
@@ -17,8 +19,14 @@ Status load_llama(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeight
   auto act = read_activation(f, hp, Activation::SiLU);
   if (!act.ok()) return act.error();
   hp.act = *act;
+  PI_TRY(read_moe_hparams(f, hp));
   PI_TRY(load_embeddings_and_head(f, t, hp, w, /*norm_has_bias=*/false));
-  return load_layers(t, hp, w, kLlamaLayer);
+  if (!hp.is_moe()) return load_layers(t, hp, w, kLlamaLayer);
+  // Mixtral: the FFN is a mixture of SwiGLU experts of width feed_forward_length.
+  static constexpr TensorUse kMoeLayer[] = {
+      {&kAttnNorm}, {&kAttnQ},     {&kAttnK},      {&kAttnV},          {&kAttnOut},
+      {&kFfnNorm},  {&kFfnGateInp}, {&kFfnGateExps}, {&kFfnUpExps},    {&kFfnDownExps}};
+  return load_layers(t, hp, w, kMoeLayer);
 }
 
 }  // namespace pi::model

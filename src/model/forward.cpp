@@ -1,5 +1,7 @@
 #include "model/forward.h"
 
+#include "model/moe_ffn.h"
+
 #include <algorithm>
 
 namespace pi::model {
@@ -72,9 +74,9 @@ Result<std::unique_ptr<Forward>> Forward::create(const Model& model, const Model
                                                  std::unique_ptr<FfnStep> ffn) {
   opts.n_batch = std::max<int64_t>(opts.n_batch, 1);
   if (ffn == nullptr) {
-    auto dense = DenseFfn::create(model, weights, dev, opts.n_batch);
-    if (!dense.ok()) return dense.error();
-    ffn = std::move(*dense);
+    auto step = make_ffn(model, weights, dev, opts.n_batch);
+    if (!step.ok()) return step.error();
+    ffn = std::move(*step);
   }
   return create(model, {LaneSpec{&dev, &weights}}, LanePlan::single(model.hparams().n_layer), opts,
                 std::move(ffn));

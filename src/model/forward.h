@@ -130,6 +130,7 @@ class Forward {
   // Replaces the per-layer FFN step (the sparse engine installs its own). The step must accept
   // batches of options().n_batch tokens.
   void set_ffn(std::unique_ptr<FfnStep> ffn) { ffn_ = std::move(ffn); }
+  FfnStep& ffn() { return *ffn_; }
   // Replaces the attention projections' step (default: DenseProj). The step must accept
   // batches of options().n_batch tokens.
   void set_proj(std::unique_ptr<ProjStep> proj) { proj_ = std::move(proj); }

@@ -54,6 +54,40 @@ Result<float> float_or(const gguf::File& f, const std::string& k, float def) {
 
 }  // namespace
 
+Status read_moe_hparams(const gguf::File& f, HParams& hp) {
+  const char* path = f.path().c_str();
+  const std::string count = key(hp, "expert_count"), used = key(hp, "expert_used_count");
+  if (f.find(count) == nullptr) {
+    if (f.find(used) != nullptr)
+      return err("%s: metadata key '%s' is present without '%s'", path, used.c_str(), count.c_str());
+    return Status::Ok();
+  }
+  auto n = positive(f, count);
+  if (!n.ok()) return n.error();
+  auto k = positive(f, used);
+  if (!k.ok()) return k.error();
+  if (*k > *n) {
+    return err("%s: metadata key '%s' = %lld exceeds '%s' = %lld (a token cannot use more experts "
+               "than there are)",
+               path, used.c_str(), static_cast<long long>(*k), count.c_str(), static_cast<long long>(*n));
+  }
+  auto width = positive_or(f, key(hp, "expert_feed_forward_length"), hp.n_ff);
+  if (!width.ok()) return width.error();
+  const std::string gating = key(hp, "expert_gating_func");
+  if (f.find(gating) != nullptr) {
+    auto g = f.get_int(gating);
+    if (!g.ok()) return g.error();
+    if (*g != 1) {
+      return err("%s: metadata key '%s' = %lld: only softmax gating (1) is supported", path,
+                 gating.c_str(), static_cast<long long>(*g));
+    }
+  }
+  hp.n_expert = *n;
+  hp.n_expert_used = *k;
+  hp.n_ff_exp = *width;
+  return Status::Ok();
+}
+
 Status read_common_hparams(const gguf::File& f, HParams& hp) {
   const char* path = f.path().c_str();
   auto n_embd = positive(f, key(hp, "embedding_length"));

@@ -12,7 +12,7 @@
 
 namespace pi::model {
 
-enum class Arch { Llama, Bamboo, Falcon, Opt, Qwen2, Qwen3 };
+enum class Arch { Llama, Bamboo, Falcon, Opt, Qwen2, Qwen3, Qwen3Moe };
 
 // The op-level enums are the backend's (backend/op_params.h); the model names them here too.
 using backend::Activation;
@@ -53,6 +53,14 @@ struct HParams {
   FfnKind ffn = FfnKind::Gated;
   bool parallel_residual = false;  // falcon: x + attn(n(x)) + ffn(n'(x))
 
+  // Mixture of experts (n_expert == 0: every layer has a dense FFN). A token's router logits
+  // (ffn_gate_inp) go through a softmax over all experts; the n_expert_used most probable are
+  // computed, weighted by their probabilities renormalized to sum 1 (Mixtral, Qwen3-MoE).
+  int64_t n_expert = 0;       // <arch>.expert_count
+  int64_t n_expert_used = 0;  // <arch>.expert_used_count (top-k)
+  int64_t n_ff_exp = 0;       // an expert's width: <arch>.expert_feed_forward_length, else n_ff
+  bool is_moe() const { return n_expert > 0; }
+
   int64_t n_embd_q() const { return n_head * head_dim; }
   // The parameters of the ops this model runs.
   backend::NormParams norm_params() const { return {norm, norm_eps}; }
@@ -72,6 +80,11 @@ const char* activation_name(Activation a);
 // (positive sizes, heads dividing evenly, even n_rot <= head_dim) and fails with a message
 // naming the file and key.
 Status read_common_hparams(const gguf::File& f, HParams& hp);
+
+// The expert keys (<arch>.expert_count, expert_used_count, expert_feed_forward_length,
+// expert_gating_func) into `hp`; none of them: a dense model. Errors name the key: a top-k
+// of 0 or above the expert count, a gating function other than softmax (1).
+Status read_moe_hparams(const gguf::File& f, HParams& hp);
 
 // The FFN activation: `<arch>.feed_forward_activation` ("relu" | "silu" | "gelu") when
 // present; otherwise ReLU for PowerInfer files and `fallback` for plain GGUF files.

@@ -11,6 +11,8 @@ int64_t dim_size(const HParams& hp, Dim d) {
     case Dim::QKV: return hp.n_embd_q() + 2 * hp.n_embd_kv();
     case Dim::Ff: return hp.n_ff;
     case Dim::Head: return hp.head_dim;
+    case Dim::Expert: return hp.n_expert;
+    case Dim::FfExp: return hp.n_ff_exp;
   }
   return 0;
 }
@@ -27,6 +29,12 @@ const LayerTensor* layout_twin(const LayerTensor& t) {
   for (const LayerTensor* o : kLayerTensors)
     if (o->role == Role::Proj && o->stem == t.stem && o->transposed != t.transposed) return o;
   return nullptr;
+}
+
+uint64_t token_bytes(const HParams& hp, const LayerTensor& t, const Matrix& m) {
+  if (!m.present()) return 0;
+  if (t.stack == Dim::None || hp.n_expert <= 0) return m.nbytes();
+  return m.nbytes() / static_cast<uint64_t>(hp.n_expert) * static_cast<uint64_t>(hp.n_expert_used);
 }
 
 uint64_t site_matrix_bytes(const LayerWeights& layer, Site site) {

@@ -37,7 +37,7 @@ enum class Role : uint8_t {
 enum class Group : uint8_t { Dense, Ffn };
 
 // A tensor dimension in hyperparameters.
-enum class Dim : uint8_t { None, Embd, Q, KV, QKV, Ff, Head };
+enum class Dim : uint8_t { None, Embd, Q, KV, QKV, Ff, Head, Expert, FfExp };
 int64_t dim_size(const HParams& hp, Dim d);
 
 struct LayerTensor {
@@ -54,6 +54,7 @@ struct LayerTensor {
   std::optional<Site> site = std::nullopt;  // the mask that skips its rows (up, down_t) or inputs (the others)
   Dim rows = Dim::None;      // shape as stored: [rows, cols], or [rows] for 1-D tensors
   Dim cols = Dim::None;
+  Dim stack = Dim::None;     // 3-D: [stack, rows, cols], held as [stack * rows, cols] (experts)
   // The member that holds it: exactly one of these is set.
   Matrix AttnWeights::*attn_matrix = nullptr;
   Matrix FfnWeights::*ffn_matrix = nullptr;
@@ -121,12 +122,23 @@ inline constexpr LayerTensor kFfnUpB{.stem = "ffn_up", .role = Role::Bias, .grou
 inline constexpr LayerTensor kFfnDownB{.stem = "ffn_down", .role = Role::Bias, .group = Group::Ffn,
                                        .rows = Dim::Embd, .ffn_vector = &FfnWeights::down_b};
 
+inline constexpr LayerTensor kFfnGateInp{.stem = "ffn_gate_inp", .group = Group::Ffn, .rows = Dim::Expert,
+                                         .cols = Dim::Embd, .ffn_matrix = &FfnWeights::gate_inp};
+inline constexpr LayerTensor kFfnGateExps{.stem = "ffn_gate_exps", .group = Group::Ffn, .rows = Dim::FfExp,
+                                          .cols = Dim::Embd, .stack = Dim::Expert,
+                                          .ffn_matrix = &FfnWeights::gate_exps};
+inline constexpr LayerTensor kFfnUpExps{.stem = "ffn_up_exps", .group = Group::Ffn, .rows = Dim::FfExp,
+                                        .cols = Dim::Embd, .stack = Dim::Expert, .ffn_matrix = &FfnWeights::up_exps};
+inline constexpr LayerTensor kFfnDownExps{.stem = "ffn_down_exps", .group = Group::Ffn, .rows = Dim::Embd,
+                                          .cols = Dim::FfExp, .stack = Dim::Expert,
+                                          .ffn_matrix = &FfnWeights::down_exps};
+
 // Every tensor a layer may hold, each member once.
 inline constexpr std::array kLayerTensors = {
     &kAttnNorm, &kAttnNormB, &kAttnQ,    &kAttnQT,  &kAttnK,    &kAttnKT,   &kAttnV,
     &kAttnVT,   &kAttnQkv,   &kAttnOut,  &kAttnOutT, &kAttnQB,  &kAttnKB,   &kAttnVB,
     &kAttnOutB, &kAttnQNorm, &kAttnKNorm, &kFfnNorm,   &kFfnNormB, &kFfnGate, &kFfnGateT, &kFfnUp,    &kFfnDown,
-    &kFfnDownT, &kFfnUpB,    &kFfnDownB};
+    &kFfnDownT, &kFfnUpB,    &kFfnDownB, &kFfnGateInp, &kFfnGateExps, &kFfnUpExps, &kFfnDownExps};
 
 // The row with `t`'s stem in the other layout (transposed <-> not), or nullptr.
 const LayerTensor* layout_twin(const LayerTensor& t);
@@ -189,12 +201,17 @@ template <typename Weights, typename OnMatrix>
 void each_dense_candidate(Weights& w, DenseOnly dense, OnMatrix&& on_matrix) {
   for (auto& L : w.layers) {
     each_layer_matrix(L, [&](const LayerTensor& t, auto& m) {
-      if (t.transposed || !m.present()) return;
+      // Expert stacks stay in the file's layout: 16-row groups may straddle two experts.
+      if (t.transposed || t.stack != Dim::None || !m.present()) return;
       on_matrix(m, t.group == Group::Dense ? dense != DenseOnly::None : dense == DenseOnly::All);
     });
   }
   if (w.output.present() && w.output.data != w.tok_embd.data) on_matrix(w.output, dense != DenseOnly::None);
 }
+
+// Bytes of `m` (the view of row `t`) one token reads in a dense step: all of it, or of a stack
+// of experts the hp.n_expert_used it routes to.
+uint64_t token_bytes(const HParams& hp, const LayerTensor& t, const Matrix& m);
 
 // Bytes of the present matrices of `layer` whose work the mask at `site` skips (the same in
 // either layout: calibrate keeps the type where it can).

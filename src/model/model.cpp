@@ -131,7 +131,9 @@ uint64_t Model::weight_bytes_per_token() const {
   auto add = [&n](const Matrix& m) {
     if (m.present()) n += m.nbytes();
   };
-  for (const LayerWeights& L : w_.layers) each_layer_matrix(L, [&](const LayerTensor&, const Matrix& m) { add(m); });
+  for (const LayerWeights& L : w_.layers) {
+    each_layer_matrix(L, [&](const LayerTensor& t, const Matrix& m) { n += token_bytes(hp_, t, m); });
+  }
   add(w_.output);
   return n;
 }

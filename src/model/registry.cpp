@@ -5,13 +5,14 @@
 namespace pi::model {
 namespace {
 
-constexpr std::array<ArchDef, 6> kArchs = {{
+constexpr std::array<ArchDef, 7> kArchs = {{
     {"llama", Arch::Llama, &load_llama},
     {"bamboo", Arch::Bamboo, &load_bamboo},
     {"falcon", Arch::Falcon, &load_falcon},
     {"opt", Arch::Opt, &load_opt},
     {"qwen2", Arch::Qwen2, &load_qwen2},
     {"qwen3", Arch::Qwen3, &load_qwen3},
+    {"qwen3moe", Arch::Qwen3Moe, &load_qwen3moe},
 }};
 
 }  // namespace
@@ -114,7 +115,11 @@ Status load_layer(TensorLoader& t, const HParams& hp, int64_t il, LayerWeights& 
     if (!row.ok()) return row.error();
     const LayerTensor& r = **row;
     const std::string name = blk(il, r.name(u.file_stem).c_str());
-    if (r.is_matrix()) {
+    if (r.stack != Dim::None) {
+      auto m = t.stacked(name, dim_size(hp, r.stack), dim_size(hp, r.rows), dim_size(hp, r.cols));
+      if (!m.ok()) return m.error();
+      matrix_in(L, r) = std::move(*m);
+    } else if (r.is_matrix()) {
       PI_TRY(load_matrix(t, name, dim_size(hp, r.rows), dim_size(hp, r.cols), matrix_in(L, r)));
     } else {
       PI_TRY(load_vector(t, name, dim_size(hp, r.rows), vector_in(L, r)));

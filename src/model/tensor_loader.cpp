@@ -12,13 +12,22 @@ Result<Matrix> TensorLoader::matrix(const std::string& name, int64_t rows, int64
     return err("%s: missing tensor '%s' (expected shape %s)", file_.path().c_str(), name.c_str(),
                Shape{rows, cols}.str().c_str());
   }
-  return load_matrix(*info, rows, cols);
+  return load_matrix(*info, Shape{rows, cols});
+}
+
+Result<Matrix> TensorLoader::stacked(const std::string& name, int64_t n, int64_t rows, int64_t cols) {
+  const gguf::TensorInfo* info = file_.find_tensor(name);
+  if (info == nullptr) {
+    return err("%s: missing tensor '%s' (expected shape %s)", file_.path().c_str(), name.c_str(),
+               Shape{n, rows, cols}.str().c_str());
+  }
+  return load_matrix(*info, Shape{n, rows, cols});
 }
 
 Result<Matrix> TensorLoader::optional_matrix(const std::string& name, int64_t rows, int64_t cols) {
   const gguf::TensorInfo* info = file_.find_tensor(name);
   if (info == nullptr) return Matrix{};
-  return load_matrix(*info, rows, cols);
+  return load_matrix(*info, Shape{rows, cols});
 }
 
 Result<Vector> TensorLoader::vector(const std::string& name, int64_t n) {
@@ -41,9 +50,8 @@ const Shape* TensorLoader::shape(const std::string& name) const {
   return info == nullptr ? nullptr : &info->shape;
 }
 
-Result<Matrix> TensorLoader::load_matrix(const gguf::TensorInfo& info, int64_t rows, int64_t cols) {
+Result<Matrix> TensorLoader::load_matrix(const gguf::TensorInfo& info, const Shape& want) {
   used_.insert(info.name);
-  const Shape want{rows, cols};
   if (!(info.shape == want)) {
     return err("%s: tensor '%s' has shape %s, expected %s", file_.path().c_str(), info.name.c_str(),
                info.shape.str().c_str(), want.str().c_str());
@@ -55,8 +63,8 @@ Result<Matrix> TensorLoader::load_matrix(const gguf::TensorInfo& info, int64_t r
   Matrix m;
   m.type = info.type;
   m.data = file_.view(info).data;
-  m.rows = rows;
-  m.cols = cols;
+  m.rows = want.numel() / want.cols();
+  m.cols = want.cols();
   m.name = info.name;
   return m;
 }

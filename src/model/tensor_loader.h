@@ -26,6 +26,9 @@ class TensorLoader {
   Result<Matrix> matrix(const std::string& name, int64_t rows, int64_t cols);
   // The same, but absent (Matrix with data == nullptr) when the file has no such tensor.
   Result<Matrix> optional_matrix(const std::string& name, int64_t rows, int64_t cols);
+  // A required 3-D tensor [n, rows, cols] (a stack of n matrices, as experts are stored), as the
+  // matrix [n * rows, cols].
+  Result<Matrix> stacked(const std::string& name, int64_t n, int64_t rows, int64_t cols);
   // A required 1-D tensor [n], widened to f32 when stored otherwise.
   Result<Vector> vector(const std::string& name, int64_t n);
   Result<Vector> optional_vector(const std::string& name, int64_t n);
@@ -38,7 +41,7 @@ class TensorLoader {
   const std::set<std::string>& used() const { return used_; }
 
  private:
-  Result<Matrix> load_matrix(const gguf::TensorInfo& info, int64_t rows, int64_t cols);
+  Result<Matrix> load_matrix(const gguf::TensorInfo& info, const Shape& want);
   Result<Vector> load_vector(const gguf::TensorInfo& info, int64_t n);
 
   const gguf::File& file_;

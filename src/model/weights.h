@@ -58,7 +58,22 @@ struct FfnWeights {
   Matrix gate_t;  // [n_embd, n_ff]  calibrated files: one row per input feature
   Vector up_b;    // f32 [n_ff]
   Vector down_b;  // f32 [n_embd]
+  // Mixture of experts (instead of gate/up/down): the router and the experts' matrices stacked
+  // as the file stores them (3-D [n_expert, rows, cols] viewed as [n_expert * rows, cols]);
+  // expert_rows() is expert e's matrix.
+  Matrix gate_inp;   // [n_expert, n_embd]  ffn_gate_inp: the router's logits
+  Matrix gate_exps;  // [n_expert * n_ff_exp, n_embd]
+  Matrix up_exps;    // [n_expert * n_ff_exp, n_embd]
+  Matrix down_exps;  // [n_expert * n_embd, n_ff_exp]
 };
+
+// Expert e's matrix of a stack of n_expert equal matrices ([n_expert * rows, cols]).
+inline Matrix expert_rows(const Matrix& stack, int64_t e, int64_t n_expert) {
+  Matrix m = stack;
+  m.rows = stack.rows / n_expert;
+  m.data = stack.data + static_cast<size_t>(e * m.rows) * stack.row_stride();
+  return m;
+}
 
 // One layer's views. Every member has a row in layer_tensors.h (kLayerTensors), through which
 // loading, placement and the ledger reach it: a member added here needs its row there.

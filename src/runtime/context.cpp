@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "core/log.h"
+#include "model/moe_ffn.h"
 
 namespace pi::runtime {
 
@@ -78,7 +79,7 @@ Result<std::vector<LedgerLine>> Context::budget_items(const model::Model& model,
     items.push_back(item("sparse FFN scratch",
                          sparse::SparseFfn::scratch_bytes(hp, o.n_batch, rank, o.check_predictor)));
   } else {
-    items.push_back(item("FFN scratch", model::DenseFfn::device_bytes(hp, o.n_batch)));
+    items.push_back(item("FFN scratch", model::ffn_device_bytes(hp, o.n_batch)));
   }
   if (wants_thresholds(model, o))
     items.push_back(item("threshold scratch", sparse::threshold_scratch_bytes(hp, o.n_batch)));

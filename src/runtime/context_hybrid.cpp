@@ -67,6 +67,11 @@ Result<std::unique_ptr<Context>> Context::create_hybrid(const model::Model& mode
                                                         ContextOptions opts,
                                                         std::unique_ptr<backend::Device> dev) {
   const model::HParams& hp = model.hparams();
+  if (hp.is_moe()) {
+    return err("%s: mixture-of-experts models run on the CPU for now (placing experts on the %s "
+               "device is not built yet); use --device cpu",
+               model.file().path().c_str(), dev->name().c_str());
+  }
   // The device took the budget at creation (ContextOptions::vram_budget) and took its own
   // working memory out of it (cuda: scratch arena, cuBLAS): the plan gets what is left, so
   // that everything the process holds on the device stays within --vram-budget.

@@ -514,7 +514,7 @@ SparsityReport Session::sparsity() const {
   r.threshold_source = sparse::threshold_source_name(ctx_->sparse_threshold().source);
   for (const model::LayerWeights& L : m.weights().layers) {
     model::each_layer_matrix(L, [&](const model::LayerTensor& t, const model::Matrix& w) {
-      if (t.group == model::Group::Ffn) r.ffn_bytes_dense += w.nbytes();
+      if (t.group == model::Group::Ffn) r.ffn_bytes_dense += model::token_bytes(m.hparams(), t, w);
     });
   }
   for (const sparse::LayerStats& s : ffn->stats()) {

@@ -173,4 +173,21 @@ TEST_F(PlanCli, ProfileCountsActivations) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+// The neuron tools do not know experts yet: profile, plan and calibrate refuse an MoE file in
+// one line instead of measuring or placing the wrong thing.
+TEST_F(PlanCli, NeuronToolsRefuseMixtureOfExperts) {
+  const std::string moe = dir_ + "/moe.gguf", text = dir_ + "/moe.txt";
+  auto r = run_command(std::string(PI_PYTHON) + " " + PI_SOURCE_DIR +
+                       "/tests/reference/make_tiny_model.py --arch qwen3moe --outtype q8_0 --seed 2 --out " + moe);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ofstream(text) << "the beginning\n";
+  for (const std::string& cmd : {"profile -m " + moe + " -f " + text + " -o " + dir_ + "/moe.stats",
+                                 "plan -m " + moe + " --vram-budget 1",
+                                 "calibrate -m " + moe + " -f " + text + " -o " + dir_ + "/moe.cal.gguf"}) {
+    r = run_command(kBin + "/powerinfer " + cmd);
+    EXPECT_EQ(r.exit_code, 1) << cmd << "\n" << r.output;
+    EXPECT_NE(r.output.find("mixture-of-experts models are not supported"), std::string::npos) << r.output;
+  }
+}
+
 }  // namespace

@@ -103,6 +103,36 @@ Result<std::vector<int32_t>> reference_greedy(const std::string& path,
   return ids;
 }
 
+namespace {
+
+template <typename T>
+std::vector<T> read_binary(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<T> v(bytes.size() / sizeof(T));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+Result<ForcedRoutes> reference_forced_routes(const std::string& path, const std::vector<int32_t>& tokens,
+                                             const std::vector<int32_t>& routes, Oracle oracle) {
+  const bool f16kv = oracle == Oracle::F16Kv;
+  const std::string base = path + "." + std::to_string(tokens.size()) + (f16kv ? ".f16kv" : "") + ".forced";
+  {
+    std::ofstream out(base + ".routes.bin", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(routes.data()), static_cast<std::streamsize>(routes.size() * sizeof(int32_t)));
+  }
+  const std::string script = f16kv ? std::string(PI_SOURCE_DIR) + "/tests/model/reference_f16kv.py"
+                                   : kRefDir + "reference_forward.py";
+  CommandResult r = run_command(kPython + " " + script + " " + path + " --tokens " + join(tokens) +
+                                " --force-routes " + base + ".routes.bin --out " + base + ".logits.bin --route-probs " +
+                                base + ".probs.bin");
+  if (r.exit_code != 0) return err("reference_forward.py failed: %s", r.output.c_str());
+  return ForcedRoutes{read_binary<float>(base + ".logits.bin"), read_binary<double>(base + ".probs.bin")};
+}
+
 std::vector<int32_t> test_tokens(int n, int32_t lo, int32_t hi, uint32_t seed) {
   std::vector<int32_t> t;
   uint32_t x = seed * 2654435761u + 12345u;

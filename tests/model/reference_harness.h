@@ -49,6 +49,16 @@ Result<std::vector<float>> reference_hidden(const std::string& path,
 Result<std::vector<int32_t>> reference_greedy(const std::string& path,
                                               const std::vector<int32_t>& tokens, int n);
 
+// Mixture-of-experts models: the oracle computing with `routes` forced (int32 [n_layer,
+// n_tokens, K], e.g. the engine's choice) instead of its router's: the logits f32 [n_tokens,
+// n_vocab], and the router's probabilities along that pass, f64 [n_layer, n_tokens, n_expert].
+struct ForcedRoutes {
+  std::vector<float> logits;
+  std::vector<double> probs;
+};
+Result<ForcedRoutes> reference_forced_routes(const std::string& path, const std::vector<int32_t>& tokens,
+                                             const std::vector<int32_t>& routes, Oracle oracle = Oracle::Exact);
+
 // Deterministic pseudo-random token ids in [lo, hi).
 std::vector<int32_t> test_tokens(int n, int32_t lo, int32_t hi, uint32_t seed);
 

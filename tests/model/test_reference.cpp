@@ -1,6 +1,6 @@
 // Agreement with the independent float64 NumPy forward pass (tests/reference/
 // reference_forward.py) on tiny random models of every architecture (llama, bamboo, falcon,
-// opt, qwen2, qwen3), layout and weight format, dense GGUF and PowerInfer files alike (run dense
+// opt, qwen2, qwen3, qwen3moe), layout and weight format, dense GGUF and PowerInfer files alike (run dense
 // here), and greedy continuations.
 //
 // Metric: for each token row, max_j |ours_j - ref_j| / max_j |ref_j|; the bound is on the
@@ -22,6 +22,16 @@
 //    3.5e-2 (measured 1.0% .. 1.6%).
 // Greedy continuations of 64 tokens must be identical for f32 weights.
 //
+// Mixture-of-experts models (qwen3moe): routing is discontinuous. A token whose k-th and
+// (k+1)-th router probabilities are closer than our rounding (8-bit activations perturb the
+// router's input by about eps_a per product upstream, a few percent of a logit) may pick the
+// other expert, which changes its row by far more than the bounds above. So the oracle
+// computes with our routes forced (reference_forward.py --force-routes), the logits bounds
+// apply to that, and every token we routed differently from the oracle's own top-k (under
+// the probabilities of that same pass) must be a near-tie: ln p(best left out) - ln p(worst
+// chosen) <= kRouteTie (f32/f16 weights: 1e-3, rounding alone; block formats: 0.05, a few
+// eps_a of a router logit, whose scale is ~2; measured 0.006 on the one q4_0 tie).
+//
 // Without PI_REFERENCE_FULL: a subset that still covers every architecture, layout and format
 // (label fast); with it, the rest of the matrix (label slow).
 #include <gtest/gtest.h>
@@ -38,6 +48,7 @@
 #endif
 
 #include "model/model.h"
+#include "model/moe_ffn.h"
 #include "model/reference_harness.h"
 #include "runtime/context.h"
 
@@ -56,6 +67,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.model.file_name(); }
 
 constexpr double kFloatTolExact = 1e-3, kFloatTol = 5e-4;  // f32, f16 weights
 constexpr double kQuantTol = 3.5e-2;                       // q8_0, q4_0 weights
+constexpr double kRouteTieFloat = 1e-3, kRouteTieQuant = 0.05;
 
 double rel_error(const std::vector<float>& ours, const std::vector<float>& ref, int64_t n_vocab) {
   double worst = 0;
@@ -114,6 +126,56 @@ class ReferenceTest : public ::testing::TestWithParam<Case> {
   }
 };
 
+struct MoeRun {
+  std::vector<float> logits;
+  std::vector<int32_t> routes;  // [n_layer, n_tokens, K]
+};
+
+// Our logits and routes for every token, prompt fed in batches of n_batch (MoE models).
+MoeRun our_moe_run(const model::Model& m, const std::vector<int32_t>& tokens, int64_t n_batch, int n_threads) {
+  runtime::ContextOptions o;
+  o.n_ctx = 128;
+  o.n_batch = n_batch;
+  o.n_threads = n_threads;
+  o.all_logits = true;
+  auto ctx = runtime::Context::create(m, o);
+  EXPECT_TRUE(ctx.ok());
+  auto* moe = dynamic_cast<model::MoeFfn*>(&(*ctx)->forward().ffn());
+  EXPECT_NE(moe, nullptr);
+  moe->trace_routes(true);
+  MoeRun r;
+  Status s = (*ctx)->decode(tokens, &r.logits);
+  EXPECT_TRUE(s.ok()) << s.error().message;
+  for (const auto& layer : moe->routes()) r.routes.insert(r.routes.end(), layer.begin(), layer.end());
+  return r;
+}
+
+// The worst ln p(best left out) - ln p(worst chosen) over the tokens we routed differently from
+// the oracle's own top-k, and how many there were. probs f64 [n_layer, n_tokens, n_expert].
+std::pair<double, int> route_ties(const std::vector<int32_t>& routes, const std::vector<double>& probs,
+                                  int64_t n_expert, int64_t k) {
+  double worst = 0;
+  int differ = 0;
+  for (size_t t = 0; t * static_cast<size_t>(n_expert) < probs.size(); ++t) {
+    const double* p = probs.data() + t * static_cast<size_t>(n_expert);
+    std::vector<bool> ours(static_cast<size_t>(n_expert));
+    double worst_chosen = 1;
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = routes[t * static_cast<size_t>(k) + static_cast<size_t>(j)];
+      ours[static_cast<size_t>(e)] = true;
+      worst_chosen = std::min(worst_chosen, p[e]);
+    }
+    double best_left = 0;
+    for (int64_t e = 0; e < n_expert; ++e)
+      if (!ours[static_cast<size_t>(e)]) best_left = std::max(best_left, p[e]);
+    if (best_left > worst_chosen) {
+      ++differ;
+      worst = std::max(worst, std::log(best_left) - std::log(worst_chosen));
+    }
+  }
+  return {worst, differ};
+}
+
 TEST_P(ReferenceTest, LogitsAgree) {
   const Case& c = GetParam();
   auto path = pi::testing::make_py_model(c.model);
@@ -122,6 +184,28 @@ TEST_P(ReferenceTest, LogitsAgree) {
   ASSERT_TRUE(m.ok()) << m.error().message;
   const auto tokens =
       pi::testing::test_tokens(40, 3, static_cast<int32_t>((*m)->hparams().n_vocab), 7);
+  const model::HParams& hp = (*m)->hparams();
+  if (hp.is_moe()) {
+    const MoeRun ours = our_moe_run(**m, tokens, 16, 2);
+    ASSERT_EQ(ours.routes.size(), static_cast<size_t>(hp.n_layer) * tokens.size() * static_cast<size_t>(hp.n_expert_used));
+    auto exact = pi::testing::reference_forced_routes(*path, tokens, ours.routes, pi::testing::Oracle::Exact);
+    ASSERT_TRUE(exact.ok()) << exact.error().message;
+    auto f16kv = pi::testing::reference_forced_routes(*path, tokens, ours.routes, pi::testing::Oracle::F16Kv);
+    ASSERT_TRUE(f16kv.ok()) << f16kv.error().message;
+    ASSERT_EQ(ours.logits.size(), exact->logits.size());
+    const double e_exact = rel_error(ours.logits, exact->logits, hp.n_vocab);
+    const double e_f16kv = rel_error(ours.logits, f16kv->logits, hp.n_vocab);
+    const auto [tie, differ] = route_ties(ours.routes, exact->probs, hp.n_expert, hp.n_expert_used);
+    const double tie_bound = c.model.outtype[0] == 'q' ? kRouteTieQuant : kRouteTieFloat;
+    std::printf("  %-40s rel error %.3g vs exact (bound %.3g), %.3g vs f16-KV oracle (bound %.3g), "
+                "%d of %zu routes differ, by <= %.3g in ln p (bound %.3g)\n",
+                c.model.file_name().c_str(), e_exact, c.tol_exact, e_f16kv, c.tol, differ,
+                ours.routes.size() / static_cast<size_t>(hp.n_expert_used), tie, tie_bound);
+    EXPECT_LE(e_exact, c.tol_exact) << c.model.file_name();
+    EXPECT_LE(e_f16kv, c.tol) << c.model.file_name();
+    EXPECT_LE(tie, tie_bound) << c.model.file_name();
+    return;
+  }
   auto exact = pi::testing::reference_logits(*path, tokens, pi::testing::Oracle::Exact);
   ASSERT_TRUE(exact.ok()) << exact.error().message;
   auto f16kv = pi::testing::reference_logits(*path, tokens, pi::testing::Oracle::F16Kv);
@@ -151,6 +235,13 @@ TinyPyModel py(const char* arch, const char* fmt, bool pwri, int kv_heads, const
 
 TinyPyModel with_head_dim(TinyPyModel m, int head_dim) {
   m.head_dim = head_dim;
+  return m;
+}
+
+TinyPyModel with_experts(TinyPyModel m, int n, int used, int width = 0) {
+  m.experts = n;
+  m.experts_used = used;
+  m.expert_ff = width;
   return m;
 }
 
@@ -203,6 +294,12 @@ std::vector<Case> all_cases() {
       {with_head_dim(py("qwen3", "f32", false, 1), 32), false},
       {py("qwen3", "f16", false, 2), false},
       {py("qwen3", "q4_0", false, 2), false},
+      // qwen3moe: softmax routing over all experts, top-k renormalized, SwiGLU experts.
+      {py("qwen3moe", "f32", false, 2), true},
+      {with_experts(with_head_dim(py("qwen3moe", "q8_0", false, 1, "", true), 32), 6, 3, 32), true},
+      {py("qwen3moe", "q4_0", false, 2), true},
+      {with_experts(py("qwen3moe", "f16", false, 2), 4, 4), false},
+      {with_experts(py("qwen3moe", "f32", false, 2), 16, 1), false},
   };
   for (const Extra& e : extra) {
     const bool quant = e.model.outtype[0] == 'q';
@@ -254,7 +351,7 @@ std::vector<TinyPyModel> greedy_models() {
   return {py("llama", "f32", false, 2),  py("bamboo", "f32", false, 2),
           py("falcon", "f32", false, 1), py("falcon", "f32", true, 2),
           py("opt", "f32", false, 4),    py("qwen2", "f32", false, 2),
-          with_head_dim(py("qwen3", "f32", false, 2), 32)};
+          with_head_dim(py("qwen3", "f32", false, 2), 32), py("qwen3moe", "f32", false, 2)};
 }
 
 std::string model_name(const ::testing::TestParamInfo<TinyPyModel>& info) {

@@ -49,7 +49,7 @@ std::vector<TensorSpec> tensor_list(const TinySpec& s) {
       if (qkv_bias) t.push_back({b + "attn_k.bias", {n_kv}, false, 0.0f});
       t.push_back({b + "attn_v.weight", {n_kv, s.n_embd}, true, 0.0f});
       if (qkv_bias) t.push_back({b + "attn_v.bias", {n_kv}, false, 0.0f});
-      if (s.arch == "qwen3") {
+      if (s.arch == "qwen3" || s.arch == "qwen3moe") {
         t.push_back({b + "attn_q_norm.weight", {hd}, false, 1.0f});
         t.push_back({b + "attn_k_norm.weight", {hd}, false, 1.0f});
       }
@@ -58,6 +58,13 @@ std::vector<TensorSpec> tensor_list(const TinySpec& s) {
     if (opt) t.push_back({b + "attn_output.bias", {s.n_embd}, false, 0.0f});
     if (!falcon) t.push_back({b + "ffn_norm.weight", {s.n_embd}, false, 1.0f});
     if (opt) t.push_back({b + "ffn_norm.bias", {s.n_embd}, false, 0.0f});
+    if (s.arch == "qwen3moe") {
+      t.push_back({b + "ffn_gate_inp.weight", {s.n_expert, s.n_embd}, true, 0.0f});
+      t.push_back({b + "ffn_gate_exps.weight", {s.n_expert, s.n_ff_exp, s.n_embd}, true, 0.0f});
+      t.push_back({b + "ffn_up_exps.weight", {s.n_expert, s.n_ff_exp, s.n_embd}, true, 0.0f});
+      t.push_back({b + "ffn_down_exps.weight", {s.n_expert, s.n_embd, s.n_ff_exp}, true, 0.0f});
+      continue;
+    }
     if (!falcon && !opt) t.push_back({b + "ffn_gate.weight", {s.n_ff, s.n_embd}, true, 0.0f});
     t.push_back({b + "ffn_up.weight", {s.n_ff, s.n_embd}, true, 0.0f});
     if (opt) t.push_back({b + "ffn_up.bias", {s.n_ff}, false, 0.0f});
@@ -141,6 +148,14 @@ Status write_tiny_model(const TinySpec& s, const std::string& path) {
   }
   if (!s.activation.empty()) PI_TRY(w.add_kv(a + ".feed_forward_activation", Value(s.activation)));
   if (s.pwri) PI_TRY(w.add_kv("powerinfer.sparse_threshold", Value(0.0f)));
+  if (a == "qwen3moe") {
+    PI_TRY(w.add_kv(a + ".expert_count", Value(static_cast<uint32_t>(s.n_expert))));
+    PI_TRY(w.add_kv(a + ".expert_used_count", Value(static_cast<uint32_t>(s.n_expert_used))));
+    PI_TRY(w.add_kv(a + ".expert_feed_forward_length", Value(static_cast<uint32_t>(s.n_ff_exp))));
+  }
+  for (const auto& [key, v] : s.int_keys) {
+    PI_TRY(v >= 0 ? w.add_kv(key, Value(static_cast<uint32_t>(v))) : w.add_kv(key, Value(static_cast<int32_t>(v))));
+  }
   if (s.vocab) add_vocab(w, s);
 
   std::vector<TensorSpec> list = tensor_list(s);
@@ -164,6 +179,9 @@ Status write_tiny_model(const TinySpec& s, const std::string& path) {
     const float scale = t.matrix ? 1.5f / std::sqrt(static_cast<float>(t.shape.cols())) : 0.1f;
     for (float& x : v) x = t.center + scale * uni(rng);
     if (auto it = s.poison.find(t.name); it != s.poison.end()) v.back() = it->second;
+    if (auto it = s.huge_rows.find(t.name); it != s.huge_rows.end()) {
+      for (int64_t r : it->second) std::fill_n(v.begin() + r * t.shape.cols(), t.shape.cols(), 1e30f);
+    }
     const DType type = t.matrix ? s.wtype : DType::F32;
     std::vector<std::byte> bytes(static_cast<size_t>(t.shape.rows()) *
                                  row_bytes(type, t.shape.cols()));

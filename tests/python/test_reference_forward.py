@@ -380,7 +380,40 @@ def test_cli_routes(tmp_path):
                           ref.forward(m, TOKENS).astype(np.float32))
     p = subprocess.run([PYTHON, script, str(tiny(tmp_path, "--arch", "qwen3", "--seed", 1, name="d.gguf")),
                         "--tokens", "1", "--routes", str(routes)], capture_output=True, text=True)
-    assert p.returncode != 0 and "--routes needs a mixture-of-experts model" in p.stderr
+    assert p.returncode != 0 and "need a mixture-of-experts model" in p.stderr
+
+
+def test_cli_force_routes_and_probs(tmp_path):
+    """Forcing the oracle's own routes reproduces its logits; forcing others changes them; the
+    probabilities are the softmax of each layer's router along the pass."""
+    path = tiny(tmp_path, "--arch", "qwen3moe", "--layers", 2, "--seed", 21)
+    script = os.path.join(REFERENCE_DIR, "reference_forward.py")
+    toks = ",".join(map(str, TOKENS))
+    m = ref.load_model(path)
+    own = ref.routes(m, TOKENS).astype("<i4")
+    forced, logits, probs = tmp_path / "forced.bin", tmp_path / "logits.bin", tmp_path / "probs.bin"
+    own.tofile(forced)
+    p = subprocess.run([PYTHON, script, str(path), "--tokens", toks, "--force-routes", str(forced), "--out",
+                        str(logits), "--route-probs", str(probs)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    want = ref.forward(m, TOKENS).astype(np.float32)
+    assert np.array_equal(np.fromfile(logits, dtype="<f4").reshape(want.shape), want)
+    pr = np.fromfile(probs, dtype="<f8").reshape(2, len(TOKENS), m.n_expert)
+    assert np.allclose(pr.sum(axis=2), 1.0)
+    assert np.array_equal(np.argsort(-pr, axis=2, kind="stable")[:, :, :m.n_expert_used], own)
+    other = own.copy()
+    other[1, 3] = [e for e in range(m.n_expert) if e not in own[1, 3]][:m.n_expert_used]
+    other.tofile(forced)
+    p = subprocess.run([PYTHON, script, str(path), "--tokens", toks, "--force-routes", str(forced), "--out",
+                        str(logits)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    got = np.fromfile(logits, dtype="<f4").reshape(want.shape)
+    assert np.array_equal(got[:3], want[:3]) and not np.allclose(got[3], want[3])
+    other[0, 0, 0] = m.n_expert
+    other.tofile(forced)
+    p = subprocess.run([PYTHON, script, str(path), "--tokens", toks, "--force-routes", str(forced), "--out",
+                        str(logits)], capture_output=True, text=True)
+    assert p.returncode != 0 and "expert ids must be in" in p.stderr
 
 
 @pytest.mark.parametrize("args,message", [

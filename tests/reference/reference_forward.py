@@ -17,6 +17,11 @@ llama.cpp's result_norm), float32 [n_tokens, n_embd], row-major, little-endian.
 --routes writes the experts each mixture-of-experts layer chose: int32 [n_layer, n_tokens,
 K] (K = expert_used_count), row-major, little-endian; per layer and token the K expert ids
 in order of decreasing routing weight (equal weights: lower id first).
+--force-routes FILE (same layout) computes with those experts instead of the router's choice;
+--route-probs FILE writes the router's probabilities float64 [n_layer, n_tokens, expert_count]
+along the pass (forced or not): with the engine's routes forced, the oracle checks the rest of
+the maths exactly, and the probabilities show whether a token the engine routed differently
+was a near-tie.
 
 Architectures:
   llama   RMSNorm, RoPE on adjacent pairs (2i, 2i+1) (the GGUF q/k layout), GQA, FFN
@@ -80,6 +85,9 @@ class Model:
     n_expert: int = 0         # experts (qwen3moe), 0 for a dense FFN
     n_expert_used: int = 0    # experts each token uses (qwen3moe)
     w: dict = field(default_factory=dict)   # name -> float64 array, outermost dim first
+    # qwen3moe: the experts to use instead of the router's choice, int [n_layer, n_tokens, K]
+    # (--force-routes: the engine's routes, to compare the rest of the maths exactly).
+    forced_routes: np.ndarray | None = None
 
 
 def load_model(path) -> Model:
@@ -225,14 +233,23 @@ def ffn(m: Model, il: int, x, mask=None):
     return out if bias is None else out + bias
 
 
+def moe_probs(m: Model, il: int, x):
+    """The router's probabilities softmax(ffn_gate_inp x) over all experts, [n_tok, N]."""
+    logits = x @ m.w[f"blk.{il}.ffn_gate_inp.weight"].T            # [n_tok, N]
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True)
+
+
 def moe_route(m: Model, il: int, x):
     """(ids, weights), both [n_tok, K]: per token the K experts of largest router probability
     softmax(ffn_gate_inp x), in order of decreasing probability (ties: lower id first), and
-    their probabilities renormalized to sum 1."""
-    logits = x @ m.w[f"blk.{il}.ffn_gate_inp.weight"].T            # [n_tok, N]
-    p = np.exp(logits - logits.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
-    ids = np.argsort(-p, axis=1, kind="stable")[:, :m.n_expert_used]
+    their probabilities renormalized to sum 1. With m.forced_routes, those experts instead
+    (weights: their probabilities renormalized)."""
+    p = moe_probs(m, il, x)
+    if m.forced_routes is not None:
+        ids = np.asarray(m.forced_routes[il][: len(x)], dtype=np.int64)
+    else:
+        ids = np.argsort(-p, axis=1, kind="stable")[:, :m.n_expert_used]
     chosen = np.take_along_axis(p, ids, axis=1)
     return ids, chosen / chosen.sum(axis=1, keepdims=True)
 
@@ -243,6 +260,7 @@ def moe(m: Model, il: int, x, hook=None):
     ids, weights = moe_route(m, il, x)
     if hook:
         hook(il, "routes", ids)
+        hook(il, "route_probs", moe_probs(m, il, x))
     gate, up, down = (w[p + f"ffn_{s}_exps.weight"] for s in ("gate", "up", "down"))
     out = np.zeros_like(x)
     for e in range(m.n_expert):
@@ -358,9 +376,13 @@ def main(argv=None) -> int:
     ap.add_argument("--greedy", type=int, metavar="N", help="print N greedy next-token ids")
     ap.add_argument("--hidden", help="write float32 normalized hidden states [n_tokens, n_embd] here")
     ap.add_argument("--routes", help="write the chosen experts int32 [n_layer, n_tokens, K] here (qwen3moe)")
+    ap.add_argument("--force-routes", help="use these experts, int32 [n_layer, n_tokens, K], instead of the "
+                    "router's choice (qwen3moe)")
+    ap.add_argument("--route-probs", help="write the router probabilities float64 [n_layer, n_tokens, "
+                    "expert_count] here (qwen3moe)")
     args = ap.parse_args(argv)
-    if not args.out and not args.greedy and not args.hidden and not args.routes:
-        ap.error("give --out, --greedy, --hidden and/or --routes")
+    if not args.out and not args.greedy and not args.hidden and not args.routes and not args.route_probs:
+        ap.error("give --out, --greedy, --hidden, --routes and/or --route-probs")
     tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
     if not tokens:
         ap.error("--tokens is empty")
@@ -374,8 +396,18 @@ def main(argv=None) -> int:
         ap.error(f"token ids must be in [0, {n_vocab})")
     if args.sparse and not m.pwri:
         ap.error("--sparse needs a PowerInfer (PWRI) file")
-    if args.routes and m.n_expert == 0:
-        ap.error(f"--routes needs a mixture-of-experts model (qwen3moe), not {m.arch}")
+    if (args.routes or args.force_routes or args.route_probs) and m.n_expert == 0:
+        ap.error(f"--routes, --force-routes and --route-probs need a mixture-of-experts model (qwen3moe), "
+                 f"not {m.arch}")
+    if args.force_routes:
+        forced = np.fromfile(args.force_routes, dtype="<i4")
+        if forced.size != m.n_layer * len(tokens) * m.n_expert_used:
+            ap.error(f"--force-routes: {forced.size} ids, expected n_layer * n_tokens * K = "
+                     f"{m.n_layer * len(tokens) * m.n_expert_used}")
+        forced = forced.reshape(m.n_layer, len(tokens), m.n_expert_used)
+        if forced.min() < 0 or forced.max() >= m.n_expert:
+            ap.error(f"--force-routes: expert ids must be in [0, {m.n_expert})")
+        m.forced_routes = forced
     if args.out:
         logits = forward(m, tokens, args.sparse, args.threshold)
         logits.astype("<f4").tofile(args.out)
@@ -385,6 +417,10 @@ def main(argv=None) -> int:
         print(" ".join(str(t) for t in greedy(m, tokens, args.greedy, args.sparse, args.threshold)))
     if args.routes:
         routes(m, tokens).astype("<i4").tofile(args.routes)
+    if args.route_probs:
+        probs = []
+        hidden(m, tokens, hook=lambda il, name, v: probs.append(v) if name == "route_probs" else None)
+        np.stack(probs).astype("<f8").tofile(args.route_probs)
     return 0
 
 

@@ -200,6 +200,7 @@ TEST(BatchedDecode, TinyModelsOfEveryArchAndFormatAreBatchInvariant) {
       {"qwen2_f16", tiny("qwen2", DType::F16, false, 2)},
       {"qwen2_q4_0", tiny("qwen2", DType::Q4_0, false, 1)},
       {"qwen3_q8_0", tiny("qwen3", DType::Q8_0, false, 2)},
+      {"qwen3moe_q4_0", tiny("qwen3moe", DType::Q4_0, false, 2)},
   };
   for (const auto& c : cases) {
     const std::string path = pi::testing::temp_path(std::string("batched_") + c.name + ".gguf");

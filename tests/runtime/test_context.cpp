@@ -45,6 +45,7 @@ std::vector<Variant> variants() {
       {"opt_f32_pwri", spec("opt", DType::F32, true, 4), 1e-4},
       {"qwen2_q8_0", spec("qwen2", DType::Q8_0, false, 2), 1e-3},
       {"qwen3_f16", spec("qwen3", DType::F16, false, 2), 1e-4},
+      {"qwen3moe_q8_0", spec("qwen3moe", DType::Q8_0, false, 2), 1e-3},
   };
 }
 

@@ -115,8 +115,10 @@ ModelSummary summarize_model(const Engine& engine) {
   auto elements = [](const model::Matrix& w) { return w.present() ? w.rows * w.cols : int64_t{0}; };
   for (const model::LayerWeights& L : m.weights().layers) {
     model::each_layer_matrix(L, [&](const model::LayerTensor& t, const model::Matrix& w) {
-      if (t.group == model::Group::Ffn && w.present()) s.ffn_bytes += w.nbytes();
-      s.layer_matrix_params += elements(w);
+      if (t.group == model::Group::Ffn) s.ffn_bytes += model::token_bytes(hp, t, w);
+      // Of a stack of experts, a token multiplies by the n_expert_used it routes to.
+      const int64_t n = elements(w);
+      s.layer_matrix_params += t.stack == model::Dim::None ? n : n / hp.n_expert * hp.n_expert_used;
     });
   }
   s.head_params = elements(m.weights().output);

@@ -69,6 +69,10 @@ Status check_model(const model::Model& m) {
   if (hp.powerinfer)
     return err("%s: PowerInfer files run sparse with their predictors; calibrate an ordinary GGUF",
                path.c_str());
+  if (hp.is_moe())
+    return err("%s: `powerinfer calibrate` works on dense FFN layers; mixture-of-experts models are not "
+               "supported by it yet (they run with `powerinfer run`)",
+               path.c_str());
   if (hp.arch == model::Arch::Falcon || hp.ffn != model::FfnKind::Gated)
     return err("%s: calibration needs llama-style layers (q/k/v/output, gate/up/down); %s has "
                "another layout",

@@ -182,6 +182,10 @@ int run_plan(const PlanOptions& o) {
   auto model = model::Model::load(o.model);
   if (!model.ok()) return fail(model.error());
   const model::Model& m = **model;
+  if (m.hparams().is_moe())
+    return fail(err("%s: `powerinfer %s` works on dense FFN layers; mixture-of-experts models are not supported "
+                    "by it yet (they run with `powerinfer run`)",
+                    o.model.c_str(), "plan"));
   if (Status s = runtime::check_kv_types(m.hparams(), kv); !s.ok()) return fail(s.error());
   std::optional<sparse::ActivationStats> stats;
   if (!o.stats.empty()) {

@@ -50,6 +50,10 @@ int run_profile(const ProfileOptions& o) {
   auto model = model::Model::load(o.model);
   if (!model.ok()) return fail(model.error());
   const model::Model& m = **model;
+  if (m.hparams().is_moe())
+    return fail(err("%s: `powerinfer %s` works on dense FFN layers; mixture-of-experts models are not supported "
+                    "by it yet (they run with `powerinfer run`)",
+                    o.model.c_str(), "profile"));
   auto tok = Tokenizer::from_gguf(m.file());
   if (!tok.ok()) return fail(tok.error());
   std::vector<int32_t> tokens = tok->encode(*text, false, /*parse_special=*/false);

@@ -98,8 +98,10 @@ uint32_t file_type_for(DType target) {
 }
 
 DType choose_type(const std::string& name, int rank, int64_t cols, DType source, DType target) {
-  const bool matrix = rank == 2 && name.size() > 7 && name.ends_with(".weight");
-  if (!matrix || source == DType::I32) return source;
+  // Matrices and stacks of them (experts, 3-D), quantized row by row. The router
+  // (ffn_gate_inp) keeps its type, as llama.cpp keeps it: its few bytes decide every expert.
+  const bool matrix = (rank == 2 || rank == 3) && name.size() > 7 && name.ends_with(".weight");
+  if (!matrix || source == DType::I32 || name.ends_with("ffn_gate_inp.weight")) return source;
   DType t = target;
   if (name == "output.weight" &&
       (target == DType::Q4_0 || target == DType::Q4_1 || target == DType::Q5_0 ||

@@ -1,0 +1,208 @@
+// Mixture-of-experts pieces that need no Python: the routing (softmax top-k, renormalized,
+// ties and NaN logits), qwen3moe files loading through the layer table, one-line errors for
+// malformed expert files, and that a token computes only the experts it routes to.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "model/model.h"
+#include "model/moe_ffn.h"
+#include "model/tiny_model.h"
+#include "runtime/context.h"
+
+namespace {
+
+using pi::DType;
+using pi::Shape;
+using pi::model::route_top_k;
+using pi::testing::temp_path;
+using pi::testing::TinySpec;
+using pi::testing::write_tiny_model;
+
+TEST(MoeRoute, TopKOfTheSoftmaxRenormalized) {
+  // Two tokens, four experts.
+  const float logits[] = {1.0f, 3.0f, 2.0f, -1.0f,   // -> 1, 2
+                          0.5f, 0.5f, 0.5f, 0.25f};  // ties: lower ids first -> 0, 1
+  int32_t ids[4];
+  float w[4];
+  route_top_k(logits, 2, 4, 2, ids, w);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 2);
+  const double e1 = std::exp(3.0), e2 = std::exp(2.0);
+  EXPECT_NEAR(w[0], e1 / (e1 + e2), 1e-7);
+  EXPECT_NEAR(w[1], e2 / (e1 + e2), 1e-7);
+  EXPECT_EQ(ids[2], 0);
+  EXPECT_EQ(ids[3], 1);
+  EXPECT_FLOAT_EQ(w[2], 0.5f);
+  EXPECT_FLOAT_EQ(w[3], 0.5f);
+}
+
+TEST(MoeRoute, AllExpertsAndNonFiniteLogits) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float logits[] = {nan, 0.0f, 1.0f, -inf};
+  int32_t ids[4];
+  float w[4];
+  route_top_k(logits, 1, 4, 4, ids, w);
+  // NaN ranks last with weight 0; -inf has probability 0 but ranks before it.
+  EXPECT_EQ(ids[0], 2);
+  EXPECT_EQ(ids[1], 1);
+  EXPECT_EQ(ids[2], 3);
+  EXPECT_EQ(ids[3], 0);
+  EXPECT_NEAR(w[0] + w[1], 1.0f, 1e-6);
+  EXPECT_EQ(w[2], 0.0f);
+  EXPECT_EQ(w[3], 0.0f);
+  const float all_nan[] = {nan, nan};
+  route_top_k(all_nan, 1, 2, 1, ids, w);
+  EXPECT_EQ(w[0], 0.0f);  // no expert has a probability: the token's FFN output is zero
+}
+
+TinySpec moe_spec() {
+  TinySpec s;
+  s.arch = "qwen3moe";
+  s.vocab = false;
+  s.wtype = DType::Q8_0;
+  return s;
+}
+
+pi::Result<std::unique_ptr<pi::model::Model>> load(const TinySpec& s, const std::string& name) {
+  const std::string path = temp_path(name);
+  pi::Status st = write_tiny_model(s, path);
+  if (!st.ok()) return st.error();
+  return pi::model::Model::load(path);
+}
+
+std::string load_error(const TinySpec& s, const std::string& name) {
+  auto m = load(s, name);
+  return m.ok() ? std::string("(loaded)") : m.error().message;
+}
+
+TEST(MoeLoad, Qwen3MoeHparamsAndExpertViews) {
+  auto m = load(moe_spec(), "moe_load.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const auto& hp = (*m)->hparams();
+  EXPECT_EQ(hp.arch, pi::model::Arch::Qwen3Moe);
+  EXPECT_TRUE(hp.is_moe());
+  EXPECT_EQ(hp.n_expert, 4);
+  EXPECT_EQ(hp.n_expert_used, 2);
+  EXPECT_EQ(hp.n_ff_exp, 32);
+  const auto& f = (*m)->weights().layers[1].ffn;
+  EXPECT_FALSE(f.up.present());
+  EXPECT_EQ(f.gate_inp.rows, 4);
+  EXPECT_EQ(f.gate_exps.rows, 4 * 32);
+  EXPECT_EQ(f.down_exps.rows, 4 * 64);
+  const pi::Matrix e2 = pi::model::expert_rows(f.down_exps, 2, hp.n_expert);
+  EXPECT_EQ(e2.rows, 64);
+  EXPECT_EQ(e2.cols, 32);
+  EXPECT_EQ(e2.data, f.down_exps.data + 2 * 64 * f.down_exps.row_stride());
+  // A token reads the router and k of the n experts (plus attention and the head).
+  const uint64_t experts = f.gate_exps.nbytes() + f.up_exps.nbytes() + f.down_exps.nbytes();
+  uint64_t dense = 0;
+  for (const auto& L : (*m)->weights().layers) {
+    dense += L.attn.q.nbytes() + L.attn.k.nbytes() + L.attn.v.nbytes() + L.attn.out.nbytes() +
+             L.ffn.gate_inp.nbytes();
+  }
+  EXPECT_EQ((*m)->weight_bytes_per_token(), dense + 2 * experts * 2 / 4 + (*m)->weights().output.nbytes());
+}
+
+TEST(MoeLoad, MalformedExpertFilesFailInOneLine) {
+  TinySpec s = moe_spec();
+  s.reshape["blk.1.ffn_up_exps.weight"] = Shape{5, 32, 64};
+  std::string e = load_error(s, "moe_bad_shape.gguf");
+  EXPECT_NE(e.find("tensor 'blk.1.ffn_up_exps.weight' has shape [5, 32, 64], expected [4, 32, 64]"),
+            std::string::npos) << e;
+  s = moe_spec();
+  s.n_expert_used = 5;
+  e = load_error(s, "moe_topk.gguf");
+  EXPECT_NE(e.find("metadata key 'qwen3moe.expert_used_count' = 5 exceeds 'qwen3moe.expert_count' = 4"),
+            std::string::npos) << e;
+  s = moe_spec();
+  s.drop = {"blk.0.ffn_gate_inp.weight"};
+  e = load_error(s, "moe_no_router.gguf");
+  EXPECT_NE(e.find("missing tensor 'blk.0.ffn_gate_inp.weight' (expected shape [4, 64])"), std::string::npos) << e;
+  s = moe_spec();
+  s.int_keys["qwen3moe.expert_gating_func"] = 2;
+  e = load_error(s, "moe_sigmoid.gguf");
+  EXPECT_NE(e.find("'qwen3moe.expert_gating_func' = 2: only softmax gating (1) is supported"), std::string::npos)
+      << e;
+}
+
+struct MoeTrace {
+  std::vector<float> logits;
+  std::vector<std::vector<int32_t>> routes;  // per layer
+};
+
+MoeTrace run(const pi::model::Model& m, const std::vector<int32_t>& tokens) {
+  pi::runtime::ContextOptions o;
+  o.n_ctx = 32;
+  o.n_batch = 8;
+  o.all_logits = true;
+  auto ctx = pi::runtime::Context::create(m, o);
+  EXPECT_TRUE(ctx.ok()) << ctx.error().message;
+  auto* moe = dynamic_cast<pi::model::MoeFfn*>(&(*ctx)->forward().ffn());
+  EXPECT_NE(moe, nullptr);
+  moe->trace_routes(true);
+  MoeTrace r;
+  EXPECT_TRUE((*ctx)->decode(tokens, &r.logits).ok());
+  r.routes = moe->routes();
+  return r;
+}
+
+TEST(MoeRun, ATokenComputesOnlyItsExperts) {
+  // After a first run, a second file has every expert no token routed to overwritten with 1e30
+  // (any product reading one overflows). Its logits must be the first run's: those experts were
+  // never read.
+  TinySpec s = moe_spec();
+  s.wtype = DType::F32;
+  s.n_expert = 8;
+  const std::vector<int32_t> tokens = {5, 17, 99, 3};
+  auto m = load(s, "moe_only_chosen.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const MoeTrace first = run(**m, tokens);
+  ASSERT_EQ(first.routes.size(), 2u);
+  int blasted = 0;
+  for (size_t il = 0; il < first.routes.size(); ++il) {
+    std::vector<bool> used(8);
+    for (int32_t e : first.routes[il]) used[static_cast<size_t>(e)] = true;
+    const std::string b = "blk." + std::to_string(il) + ".";
+    for (int64_t e = 0; e < 8; ++e) {
+      if (used[static_cast<size_t>(e)]) continue;
+      ++blasted;
+      for (int64_t r = 0; r < s.n_ff_exp; ++r) {
+        s.huge_rows[b + "ffn_gate_exps.weight"].push_back(e * s.n_ff_exp + r);
+        s.huge_rows[b + "ffn_up_exps.weight"].push_back(e * s.n_ff_exp + r);
+      }
+      for (int64_t r = 0; r < s.n_embd; ++r) s.huge_rows[b + "ffn_down_exps.weight"].push_back(e * s.n_embd + r);
+    }
+  }
+  ASSERT_GT(blasted, 0) << "4 tokens x top-2 used every expert of both layers: pick other tokens";
+  auto blasted_model = load(s, "moe_only_chosen_blasted.gguf");
+  ASSERT_TRUE(blasted_model.ok()) << blasted_model.error().message;
+  const MoeTrace second = run(**blasted_model, tokens);
+  EXPECT_EQ(second.routes, first.routes);
+  ASSERT_EQ(second.logits.size(), first.logits.size());
+  for (size_t i = 0; i < first.logits.size(); ++i) ASSERT_EQ(second.logits[i], first.logits[i]) << i;
+  // And the overwrite bites where an expert is read: route every token to all 8.
+  s.n_expert_used = 8;
+  auto all = load(s, "moe_all_blasted.gguf");
+  ASSERT_TRUE(all.ok()) << all.error().message;
+  const MoeTrace third = run(**all, tokens);
+  bool finite = true;
+  for (float x : third.logits) finite = finite && std::isfinite(x);
+  EXPECT_FALSE(finite);
+}
+
+TEST(MoeRun, OtherDevicesRefuseInOneLine) {
+  auto m = load(moe_spec(), "moe_sim.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  pi::runtime::ContextOptions o;
+  o.n_ctx = 32;
+  o.device.name = "sim";
+  auto ctx = pi::runtime::Context::create(**m, o);
+  ASSERT_FALSE(ctx.ok());
+  EXPECT_NE(ctx.error().message.find("mixture-of-experts models run on the CPU for now"), std::string::npos)
+      << ctx.error().message;
+}
+
+}  // namespace

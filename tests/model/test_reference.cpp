@@ -300,6 +300,10 @@ std::vector<Case> all_cases() {
       {py("qwen3moe", "q4_0", false, 2), true},
       {with_experts(py("qwen3moe", "f16", false, 2), 4, 4), false},
       {with_experts(py("qwen3moe", "f32", false, 2), 16, 1), false},
+      // Mixtral: llama with llama.expert_count, experts feed_forward_length wide.
+      {with_experts(py("llama", "f32", false, 2), 8, 2), true},
+      {with_experts(py("llama", "q8_0", false, 1, "", true), 4, 2, 96), true},
+      {with_experts(py("llama", "q4_0", false, 2), 8, 2), false},
   };
   for (const Extra& e : extra) {
     const bool quant = e.model.outtype[0] == 'q';
@@ -351,7 +355,8 @@ std::vector<TinyPyModel> greedy_models() {
   return {py("llama", "f32", false, 2),  py("bamboo", "f32", false, 2),
           py("falcon", "f32", false, 1), py("falcon", "f32", true, 2),
           py("opt", "f32", false, 4),    py("qwen2", "f32", false, 2),
-          with_head_dim(py("qwen3", "f32", false, 2), 32), py("qwen3moe", "f32", false, 2)};
+          with_head_dim(py("qwen3", "f32", false, 2), 32), py("qwen3moe", "f32", false, 2),
+          with_experts(py("llama", "f32", false, 2), 8, 2)};
 }
 
 std::string model_name(const ::testing::TestParamInfo<TinyPyModel>& info) {

@@ -165,7 +165,7 @@ def make_weights(a, rng):
             w[p + "attn_output.bias"][0] = 0.0
         if a.arch != "falcon":
             w[p + "ffn_norm.weight"] = norm_w()
-        if a.arch == "qwen3moe":
+        if a.moe:
             n_exp, n_eff = a.experts, a.expert_ff
             w[p + "ffn_gate_inp.weight"] = 2.0 * mat(n_exp, n_embd)   # column 0: balance_router
             w[p + "ffn_gate_exps.weight"] = np.stack([mat(n_eff, n_embd) for _ in range(n_exp)])
@@ -270,7 +270,7 @@ def build(a):
     m = ref.Model(arch=a.arch, n_layer=a.layers, n_head=a.heads, n_head_kv=kv_heads(a),
                   n_rot=head_dim(a), eps=eps(a), rope_base=rope_base(a), act=act, pwri=False, w=w,
                   head_dim=head_dim(a))
-    if a.arch == "qwen3moe":   # no sparsity calibration of the experts (see the module docstring)
+    if a.moe:   # no sparsity calibration of the experts (see the module docstring)
         m.n_expert, m.n_expert_used = a.experts, a.experts_used
         balance_router(m, a, rng)
     else:
@@ -333,7 +333,7 @@ def write(a, w, act):
         (prefix + "context_length", a.ctx + 2 if arch == "opt" else a.ctx, VT.UINT32),
         (prefix + "embedding_length", a.embd, VT.UINT32),
         (prefix + "block_count", a.layers, VT.UINT32),
-        (prefix + "feed_forward_length", a.expert_ff if arch == "qwen3moe" else a.ff, VT.UINT32),
+        (prefix + "feed_forward_length", a.expert_ff if a.moe else a.ff, VT.UINT32),
         (prefix + "attention.head_count", a.heads, VT.UINT32),
         (prefix + "feed_forward_activation", act, VT.STRING),
     ]
@@ -346,10 +346,11 @@ def write(a, w, act):
         if arch in QWEN3_ARCHS:
             md += [(prefix + "attention.key_length", head_dim(a), VT.UINT32),
                    (prefix + "attention.value_length", head_dim(a), VT.UINT32)]
-        if arch == "qwen3moe":
+        if a.moe:
             md += [(prefix + "expert_count", a.experts, VT.UINT32),
-                   (prefix + "expert_used_count", a.experts_used, VT.UINT32),
-                   (prefix + "expert_feed_forward_length", a.expert_ff, VT.UINT32)]
+                   (prefix + "expert_used_count", a.experts_used, VT.UINT32)]
+            if arch == "qwen3moe":   # Mixtral's experts are feed_forward_length wide, with no key of their own
+                md.append((prefix + "expert_feed_forward_length", a.expert_ff, VT.UINT32))
         eps_key = "layer_norm_epsilon" if arch == "falcon" else "layer_norm_rms_epsilon"
         md.append((prefix + "attention." + eps_key, eps(a), VT.FLOAT32))
     if a.outtype in ("q8_0", "q4_0"):
@@ -413,12 +414,16 @@ def parse_args(argv=None):
         ap.error(f"--head-dim is only for qwen3 and qwen3moe, not {a.arch} (its head size is --embd / --heads)")
     if a.head_dim is not None and a.head_dim < 2:
         ap.error("--head-dim must be at least 2")
+    # llama with --experts: Mixtral's layout (llama.expert_count, experts of width --expert-ff).
+    a.moe = a.arch == "qwen3moe" or (a.arch == "llama" and a.experts is not None)
+    if a.moe and a.pwri:
+        ap.error("--pwri is not supported with experts")
     moe_opts = {"experts": 8, "experts_used": 2, "expert_ff": 64}
     for k, default in moe_opts.items():
         if getattr(a, k) is None:
             setattr(a, k, default)
-        elif a.arch != "qwen3moe":
-            ap.error(f"--{k.replace('_', '-')} is only for qwen3moe, not {a.arch}")
+        elif not a.moe:
+            ap.error(f"--{k.replace('_', '-')} is only for qwen3moe (and llama with --experts), not {a.arch}")
     if a.experts < 1 or a.expert_ff < 1:
         ap.error("--experts and --expert-ff must be at least 1")
     if not 1 <= a.experts_used <= a.experts:

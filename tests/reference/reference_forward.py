@@ -46,6 +46,7 @@ Architectures:
           K = `expert_used_count` largest p (ties: lower id first) renormalized to sum 1 as
           w_e, out = sum_e w_e down_e(act(gate_e x) * (up_e x)) with ffn_{gate,up}_exps
           [N, F, n_embd], ffn_down_exps [N, n_embd, F]; act silu when absent.
+  llama with `llama.expert_count` (Mixtral): llama's attention and qwen3moe's mixture of experts.
 head_dim is `attention.key_length` when present (qwen3 files may have head_dim != n_embd /
 n_head: q is [n_head * head_dim, n_embd], attn_output [n_embd, n_head * head_dim]), else
 n_embd / n_head; n_rot is `rope.dimension_count`, else head_dim.
@@ -116,7 +117,7 @@ def load_model(path) -> Model:
     )
     if int(r.get(f"{arch}.attention.value_length", head_dim)) != head_dim:
         raise ValueError(f"{path}: attention.value_length != key_length is not supported")
-    if arch == "qwen3moe":
+    if arch == "qwen3moe" or (arch == "llama" and f"{arch}.expert_count" in r.metadata):
         if f"{arch}.expert_count" not in r.metadata or f"{arch}.expert_used_count" not in r.metadata:
             raise ValueError(f"{path}: qwen3moe needs {arch}.expert_count and {arch}.expert_used_count")
         m.n_expert, m.n_expert_used = int(r.get(f"{arch}.expert_count")), int(r.get(f"{arch}.expert_used_count"))
@@ -338,7 +339,7 @@ def hidden(m: Model, tokens, sparse=False, threshold=None, hook=None):
             if hook:
                 hook(il, "pred_in", x)
                 hook(il, "ffn_in", ffn_in)
-            x = x + (moe(m, il, ffn_in, hook) if m.arch == "qwen3moe" else ffn(m, il, ffn_in, mask))
+            x = x + (moe(m, il, ffn_in, hook) if m.n_expert else ffn(m, il, ffn_in, mask))
     if m.arch in ("falcon", "opt"):
         x = layer_norm(x, w["output_norm.weight"], w["output_norm.bias"], m.eps)
     else:

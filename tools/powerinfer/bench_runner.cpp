@@ -118,7 +118,7 @@ ModelSummary summarize_model(const Engine& engine) {
       if (t.group == model::Group::Ffn) s.ffn_bytes += model::token_bytes(hp, t, w);
       // Of a stack of experts, a token multiplies by the n_expert_used it routes to.
       const int64_t n = elements(w);
-      s.layer_matrix_params += t.stack == model::Dim::None ? n : n / hp.n_expert * hp.n_expert_used;
+      s.layer_matrix_params += t.stack == model::Dim::None || !w.present() ? n : n / hp.n_expert * hp.n_expert_used;
     });
   }
   s.head_params = elements(m.weights().output);

@@ -78,6 +78,10 @@ inline constexpr std::array<TensorUse, 9> kLlamaLayer = {{
     {&kFfnDown, Need::EitherLayout},
 }};
 
+// The hyperparameters qwen2, qwen3 and qwen3moe share: RMS norms (default eps 1e-6), NeoX
+// RoPE, a gated FFN with SiLU unless the file declares another activation.
+Status read_qwen_hparams(const gguf::File& f, HParams& hp);
+
 // Shared tail of every architecture: token_embd, output norm, output head (tied to
 // token_embd when output.weight is absent). Sets hp.n_vocab from token_embd.
 Status load_embeddings_and_head(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w,

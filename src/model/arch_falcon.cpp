@@ -25,7 +25,10 @@ Status load_falcon(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeigh
   const bool two_norms = t.has(blk(0, "attn_norm_2.weight"));
   // The FFN's own norm is named attn_norm_2.
   std::vector<TensorUse> uses = {{&kAttnNorm}, {&kAttnNormB}};
-  if (two_norms) uses.insert(uses.end(), {{&kFfnNorm, Need::Required, "attn_norm_2"}, {&kFfnNormB, Need::Required, "attn_norm_2"}});
+  if (two_norms) {
+    uses.insert(uses.end(),
+                {{&kFfnNorm, Need::Required, "attn_norm_2"}, {&kFfnNormB, Need::Required, "attn_norm_2"}});
+  }
   uses.insert(uses.end(), {{&kAttnQkv}, {&kAttnOut}, {&kFfnUp}, {&kFfnDown, Need::EitherLayout}});
   return load_layers(t, hp, w, uses);
 }

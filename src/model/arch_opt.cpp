@@ -58,7 +58,8 @@ Status load_opt(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights&
       {&kAttnV},    {&kAttnVB},    {&kAttnOut}, {&kAttnOutB}, {&kFfnNorm}, {&kFfnNormB},
       {&kFfnUp},    {&kFfnUpB},    {&kFfnDown, Need::EitherLayout}};
   // The down bias is named after the down weight the file holds.
-  static constexpr TensorUse kDownB[] = {{&kFfnDownB}}, kDownTB[] = {{&kFfnDownB, Need::Required, "ffn_down_t"}};
+  static constexpr TensorUse kDownB[] = {{&kFfnDownB}};
+  static constexpr TensorUse kDownTB[] = {{&kFfnDownB, Need::Required, "ffn_down_t"}};
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     LayerWeights& L = w.layers[static_cast<size_t>(il)];

@@ -8,7 +8,7 @@
 
 namespace pi::model {
 
-Status load_qwen2(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w) {
+Status read_qwen_hparams(const gguf::File& f, HParams& hp) {
   hp.norm = NormKind::RMS;
   hp.norm_eps =
       static_cast<float>(f.get_number_or(hp.arch_name + ".attention.layer_norm_rms_epsilon", 1e-6));
@@ -18,11 +18,17 @@ Status load_qwen2(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeight
   auto act = read_activation(f, hp, Activation::SiLU);
   if (!act.ok()) return act.error();
   hp.act = *act;
+  return Status::Ok();
+}
+
+Status load_qwen2(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w) {
+  PI_TRY(read_qwen_hparams(f, hp));
   PI_TRY(load_embeddings_and_head(f, t, hp, w, /*norm_has_bias=*/false));
   PI_TRY(load_layers(t, hp, w, kLlamaLayer));
   // After every layer's llama tensors, as the biases were added to that layout.
   static constexpr TensorUse kBiases[] = {{&kAttnQB}, {&kAttnKB}, {&kAttnVB}};
-  for (int64_t il = 0; il < hp.n_layer; ++il) PI_TRY(load_layer(t, hp, il, w.layers[static_cast<size_t>(il)], kBiases));
+  for (int64_t il = 0; il < hp.n_layer; ++il)
+    PI_TRY(load_layer(t, hp, il, w.layers[static_cast<size_t>(il)], kBiases));
   return Status::Ok();
 }
 

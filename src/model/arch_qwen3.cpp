@@ -11,35 +11,26 @@
 #include "model/arch.h"
 
 namespace pi::model {
-namespace {
-
-Status qwen3_hparams(const gguf::File& f, HParams& hp) {
-  hp.norm = NormKind::RMS;
-  hp.norm_eps =
-      static_cast<float>(f.get_number_or(hp.arch_name + ".attention.layer_norm_rms_epsilon", 1e-6));
-  hp.rope = RopeKind::NeoX;
-  hp.ffn = FfnKind::Gated;
-  hp.parallel_residual = false;
-  auto act = read_activation(f, hp, Activation::SiLU);
-  if (!act.ok()) return act.error();
-  hp.act = *act;
-  return Status::Ok();
-}
-
-}  // namespace
 
 Status load_qwen3(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w) {
-  PI_TRY(qwen3_hparams(f, hp));
+  PI_TRY(read_qwen_hparams(f, hp));
   PI_TRY(load_embeddings_and_head(f, t, hp, w, /*norm_has_bias=*/false));
-  static constexpr TensorUse kLayer[] = {
-      {&kAttnNorm}, {&kAttnQ, Need::EitherLayout},   {&kAttnK, Need::EitherLayout}, {&kAttnV, Need::EitherLayout},
-      {&kAttnQNorm}, {&kAttnKNorm}, {&kAttnOut, Need::EitherLayout}, {&kFfnNorm}, {&kFfnGate, Need::EitherLayout},
-      {&kFfnUp},     {&kFfnDown, Need::EitherLayout}};
+  static constexpr TensorUse kLayer[] = {{&kAttnNorm},
+                                         {&kAttnQ, Need::EitherLayout},
+                                         {&kAttnK, Need::EitherLayout},
+                                         {&kAttnV, Need::EitherLayout},
+                                         {&kAttnQNorm},
+                                         {&kAttnKNorm},
+                                         {&kAttnOut, Need::EitherLayout},
+                                         {&kFfnNorm},
+                                         {&kFfnGate, Need::EitherLayout},
+                                         {&kFfnUp},
+                                         {&kFfnDown, Need::EitherLayout}};
   return load_layers(t, hp, w, kLayer);
 }
 
 Status load_qwen3moe(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w) {
-  PI_TRY(qwen3_hparams(f, hp));
+  PI_TRY(read_qwen_hparams(f, hp));
   PI_TRY(read_moe_hparams(f, hp));
   if (!hp.is_moe())
     return err("%s: missing metadata key '%s.expert_count' (a qwen3moe file has experts)", f.path().c_str(),

@@ -26,7 +26,8 @@ void route_top_k(const float* logits, int64_t m, int64_t n_expert, int64_t k, in
       return pa != pb ? pa > pb : a < b;
     });
     double chosen = 0;
-    for (int64_t j = 0; j < k; ++j) chosen += std::max(0.0, p[static_cast<size_t>(order[static_cast<size_t>(j)])]);
+    for (int64_t j = 0; j < k; ++j)
+      chosen += std::max(0.0, p[static_cast<size_t>(order[static_cast<size_t>(j)])]);
     for (int64_t j = 0; j < k; ++j) {
       const int32_t e = order[static_cast<size_t>(j)];
       ids[i * k + j] = e;
@@ -88,7 +89,10 @@ void MoeFfn::run(int64_t il, const FfnInput& in, float* out) {
   for (size_t e = 0; e + 1 < starts_.size(); ++e) starts_[e + 1] += starts_[e];
   order_.resize(ids_.size());
   std::vector<int64_t> next(starts_.begin(), starts_.end() - 1);
-  for (size_t s = 0; s < ids_.size(); ++s) order_[static_cast<size_t>(next[static_cast<size_t>(ids_[s])]++)] = static_cast<int32_t>(s);
+  for (size_t s = 0; s < ids_.size(); ++s) {
+    int64_t& at = next[static_cast<size_t>(ids_[s])];
+    order_[static_cast<size_t>(at++)] = static_cast<int32_t>(s);
+  }
 
   std::memset(out, 0, static_cast<size_t>(m * n_embd) * sizeof(float));
   float* xe = xe_.as<float>();

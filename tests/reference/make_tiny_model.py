@@ -189,6 +189,18 @@ def make_weights(a, rng):
     return w
 
 
+def ffn_inputs(m: ref.Model, il: int, seqs):
+    """Layer il's normalized FFN inputs over the token sequences `seqs`, [n_tok, n_embd]."""
+    captured = []
+
+    def hook(layer, name, value):
+        if layer == il and name == "ffn_in":
+            captured.append(value)
+    for s in seqs:
+        ref.forward(m, s, hook=hook)
+    return np.concatenate(captured)
+
+
 def calibrate(m: ref.Model, a, rng):
     """Sets column 0 of each layer's gated matrix so neuron i fires on a fraction p_i of
     random tokens (see the module docstring)."""
@@ -199,14 +211,7 @@ def calibrate(m: ref.Model, a, rng):
         g = m.w[f"blk.{il}.{gated}.weight"]
         g_bias = m.w.get(f"blk.{il}.{gated}.bias", 0.0)
         g[:, 0] = 0.0
-        captured = []
-
-        def hook(layer, name, value, il=il):
-            if layer == il and name == "ffn_in":
-                captured.append(value)
-        for s in seqs:
-            ref.forward(m, s, hook=hook)
-        x = np.concatenate(captured)                     # [n_tok, n_embd]
+        x = ffn_inputs(m, il, seqs)                      # [n_tok, n_embd]
         ratio = (x @ g.T + g_bias) / x[:, 0:1]           # z_i / x0 per token, [n_tok, n_ff]
         p = np.clip(rng.beta(0.6 * mean_p / 0.15, 3.4, size=g.shape[0]), 0.01, 0.9)
         # neuron i fires when z_i + b_i x0 > 0, i.e. ratio > -b_i: pick -b_i at quantile 1 - p_i
@@ -220,14 +225,7 @@ def balance_router(m: ref.Model, a, rng):
     for il in range(a.layers):
         r = m.w[f"blk.{il}.ffn_gate_inp.weight"]
         r[:, 0] = 0.0
-        captured = []
-
-        def hook(layer, name, value, il=il):
-            if layer == il and name == "ffn_in":
-                captured.append(value)
-        for s in seqs:
-            ref.forward(m, s, hook=hook)
-        x = np.concatenate(captured)                     # [n_tok, n_embd]
+        x = ffn_inputs(m, il, seqs)                      # [n_tok, n_embd]
         r[:, 0] = -np.mean(x @ r.T, axis=0) / np.mean(x[:, 0])
 
 

@@ -323,6 +323,47 @@ TEST(CliSynth, OtherSettingsAndArchitectures) {
   }
 }
 
+// Mixture-of-experts shapes: the qwen3moe and Mixtral (llama with experts) layouts the loader
+// reads, the router in f32, and a file that runs.
+TEST(CliSynth, MixtureOfExpertsLayouts) {
+  const std::string q = tmp("moe.gguf");
+  synth("-o " + q + " --preset tiny-moe --type q4_0 --head-dim 64 --experts 16 --experts-used 4 --expert-ff 96");
+  auto f = gguf::File::open(q);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(*f->get_string("general.architecture"), "qwen3moe");
+  EXPECT_EQ(*f->get_int("qwen3moe.expert_count"), 16);
+  EXPECT_EQ(*f->get_int("qwen3moe.expert_used_count"), 4);
+  EXPECT_EQ(*f->get_int("qwen3moe.expert_feed_forward_length"), 96);
+  EXPECT_EQ(*f->get_int("qwen3moe.attention.key_length"), 64);
+  EXPECT_EQ(f->find_tensor("blk.1.attn_q.weight")->shape, (pi::Shape{4 * 64, 128}));
+  EXPECT_EQ(f->find_tensor("blk.1.attn_k_norm.weight")->shape, (pi::Shape{64}));
+  EXPECT_EQ(f->find_tensor("blk.1.ffn_gate_inp.weight")->type, pi::DType::F32);
+  EXPECT_EQ(f->find_tensor("blk.1.ffn_up_exps.weight")->shape, (pi::Shape{16, 96, 128}));
+  EXPECT_EQ(f->find_tensor("blk.1.ffn_down_exps.weight")->shape, (pi::Shape{16, 128, 96}));
+  EXPECT_EQ(f->find_tensor("blk.1.ffn_up.weight"), nullptr);
+  auto r = run_command(kBin + "/powerinfer run -m " + q + " -p \"a b\" -n 4 -t 2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+
+  const std::string m = tmp("mixtral.gguf");
+  synth("-o " + m + " --preset mixtral-8x7b --layers 1 --embd 128 --heads 4 --kv-heads 2 --vocab 512 "
+        "--expert-ff 64 --type q8_0");
+  auto fm = gguf::File::open(m);
+  ASSERT_TRUE(fm.ok()) << fm.error().message;
+  EXPECT_EQ(*fm->get_string("general.architecture"), "llama");
+  EXPECT_EQ(*fm->get_int("llama.expert_count"), 8);
+  EXPECT_EQ(*fm->get_int("llama.feed_forward_length"), 64);
+  EXPECT_EQ(fm->find("llama.expert_feed_forward_length"), nullptr);
+  r = run_command(kBin + "/powerinfer run -m " + m + " -p a -n 4 -t 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+
+  r = run_command(kBin + "/powerinfer synth -o " + tmp("x.gguf") + " --preset tiny-moe --experts-used 9");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--experts-used 9 must lie in [1, --experts 8]"), std::string::npos) << r.output;
+  r = run_command(kBin + "/powerinfer synth -o " + tmp("x.gguf") + " --preset tiny-moe --pwri");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("cannot be a PowerInfer file"), std::string::npos) << r.output;
+}
+
 TEST(CliSynth, BadFlagsFailWithClearMessage) {
   auto r = run_command(kBin + "/powerinfer synth -o " + tmp("x.gguf") + " --type q5_1");
   EXPECT_EQ(r.exit_code, 1);

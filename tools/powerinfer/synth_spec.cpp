@@ -14,16 +14,26 @@ struct Preset {
   std::string_view name;
   Arch arch;
   int64_t embd, ff, layers, heads, kv_heads, vocab, ctx;
+  int64_t head_dim = 0;                                 // 0: embd / heads
+  int64_t experts = 0, experts_used = 0, expert_ff = 0;  // mixture of experts
 };
 
 // Shapes of the published models (docs/reference: PowerInfer compatibility facts, table 7).
-constexpr std::array<Preset, 5> kPresets{{
+// The MoE shapes are the published configs': Qwen3-30B-A3B (48 layers, 128 experts of 768,
+// top 8, heads of 128) and Mixtral-8x7B (32 layers, 8 experts of 14336, top 2).
+constexpr std::array<Preset, 8> kPresets{{
     {"tiny", Arch::Llama, 128, 512, 2, 4, 4, 512, 256},
     {"llama2-7b", Arch::Llama, 4096, 11008, 32, 32, 32, 32000, 4096},
     {"llama2-13b", Arch::Llama, 5120, 13824, 40, 40, 40, 32000, 4096},
     {"bamboo-7b", Arch::Bamboo, 4096, 14336, 32, 32, 8, 32000, 4096},
     {"falcon-40b", Arch::Falcon, 8192, 32768, 60, 128, 8, 65024, 2048},
+    {"tiny-moe", Arch::Qwen3Moe, 128, 512, 2, 4, 2, 512, 256, 0, 8, 2, 64},
+    {"qwen3-30b-a3b", Arch::Qwen3Moe, 2048, 6144, 48, 32, 4, 151936, 4096, 128, 128, 8, 768},
+    {"mixtral-8x7b", Arch::Llama, 4096, 14336, 32, 32, 8, 32000, 4096, 0, 8, 2, 14336},
 }};
+
+constexpr const char* kPresetNames =
+    "tiny, llama2-7b, llama2-13b, bamboo-7b, falcon-40b, tiny-moe, qwen3-30b-a3b, mixtral-8x7b";
 
 Status positive(const char* flag, int64_t v, int64_t max = int64_t{1} << 24) {
   if (v <= 0 || v > max) {
@@ -66,8 +76,7 @@ Result<Spec> resolve(const Options& o) {
   for (const Preset& q : kPresets)
     if (q.name == o.preset) p = &q;
   if (p == nullptr) {
-    return err("synth: unknown preset '%s' (tiny, llama2-7b, llama2-13b, bamboo-7b, falcon-40b)",
-               o.preset.c_str());
+    return err("synth: unknown preset '%s' (%s)", o.preset.c_str(), kPresetNames);
   }
   Spec s;
   s.output = o.output;
@@ -81,10 +90,32 @@ Result<Spec> resolve(const Options& o) {
       s.arch = Arch::Bamboo;
     else if (*o.arch == "falcon")
       s.arch = Arch::Falcon;
+    else if (*o.arch == "qwen3moe")
+      s.arch = Arch::Qwen3Moe;
     else
-      return err("synth: unknown --arch '%s' (llama, bamboo, falcon)", o.arch->c_str());
+      return err("synth: unknown --arch '%s' (llama, bamboo, falcon, qwen3moe)", o.arch->c_str());
   }
-  if (o.act == "silu") {
+  s.n_expert = o.experts.value_or(p->experts);
+  s.n_expert_used = o.experts_used.value_or(p->experts_used);
+  if (s.arch == Arch::Qwen3Moe && s.n_expert == 0) return err("synth: --arch qwen3moe needs --experts");
+  if (s.n_expert > 0) {
+    if (s.arch != Arch::Qwen3Moe && s.arch != Arch::Llama)
+      return err("synth: --experts needs --arch qwen3moe or llama (Mixtral)");
+    PI_TRY(positive("--experts", s.n_expert, 4096));
+    if (s.n_expert_used == 0) s.n_expert_used = std::min<int64_t>(2, s.n_expert);
+    if (s.n_expert_used < 1 || s.n_expert_used > s.n_expert)
+      return err("synth: --experts-used %lld must lie in [1, --experts %lld]",
+                 static_cast<long long>(s.n_expert_used), static_cast<long long>(s.n_expert));
+    if (o.pwri) return err("synth: a mixture-of-experts model cannot be a PowerInfer file (--pwri)");
+    if (!o.activation_dir.empty())
+      return err("synth: --activation-dir: a mixture-of-experts model has no neuron statistics yet");
+  } else if (o.experts_used || o.expert_ff) {
+    return err("synth: --experts-used and --expert-ff need --experts (or a MoE preset)");
+  }
+  if (s.is_moe()) {
+    // SwiGLU experts (Mixtral, Qwen3-MoE); ReLU experts (SmallThinker) are not built yet.
+    s.act = model::Activation::SiLU;
+  } else if (o.act == "silu") {
     s.act = model::Activation::SiLU;
     if (s.arch != Arch::Llama) return err("synth: --act silu needs --arch llama");
     if (o.pwri) return err("synth: --act silu cannot be a PowerInfer file (--pwri: ReLU only)");
@@ -110,9 +141,11 @@ Result<Spec> resolve(const Options& o) {
                static_cast<long long>(s.n_embd), static_cast<long long>(kBiasDims),
                static_cast<long long>(2 * kBiasDims));
   }
-  if (s.n_embd % s.n_head != 0) return err("synth: --embd must be a multiple of --heads");
+  const int64_t head_dim = o.head_dim.value_or(p->head_dim);
+  if (head_dim != 0 && s.arch != Arch::Qwen3Moe) return err("synth: --head-dim needs --arch qwen3moe");
+  if (head_dim == 0 && s.n_embd % s.n_head != 0) return err("synth: --embd must be a multiple of --heads");
   if (s.n_head % s.n_head_kv != 0) return err("synth: --heads must be a multiple of --kv-heads");
-  s.head_dim = s.n_embd / s.n_head;
+  s.head_dim = head_dim != 0 ? head_dim : s.n_embd / s.n_head;
   if (s.head_dim % 2 != 0) return err("synth: the head size --embd/--heads must be even");
   if (s.n_vocab < 259) return err("synth: --vocab must be at least 259 (3 specials + 256 bytes)");
 
@@ -123,6 +156,15 @@ Result<Spec> resolve(const Options& o) {
   s.type = *t;
   s.pwri = o.pwri;
   const int64_t block = dtype_info(s.type).block_size;
+  if (s.is_moe()) {
+    s.n_ff_exp = o.expert_ff.value_or(p->expert_ff != 0 ? p->expert_ff : s.n_ff);
+    PI_TRY(positive("--expert-ff", s.n_ff_exp));
+    if (s.arch == Arch::Llama) s.n_ff = s.n_ff_exp;  // Mixtral: the experts are feed_forward_length wide
+    if (s.n_ff_exp % block != 0)
+      return err("synth: --expert-ff %lld must be a multiple of %lld for %s", static_cast<long long>(s.n_ff_exp),
+                 static_cast<long long>(block), o.type.c_str());
+    if (s.arch == Arch::Qwen3Moe) s.rope_base = 1e6f, s.norm_eps = 1e-6f;
+  }
   if (s.n_ff % block != 0) {
     return err("synth: --ff %lld must be a multiple of %lld for %s", static_cast<long long>(s.n_ff),
                static_cast<long long>(block), o.type.c_str());
@@ -172,7 +214,11 @@ Result<Spec> resolve(const Options& o) {
   s.sigma_d = s.delta * s.sigma_e /
               (s.sigma_w * s.sigma_w * n * std::sqrt(s.activity * static_cast<double>(s.n_ff)));
   s.name = "synthetic " + std::string(arch_name(s.arch)) + " " + std::to_string(s.n_embd) + "x" +
-           std::to_string(s.n_ff) + "x" + std::to_string(s.n_layer) + " (preset " + s.preset + ")";
+           std::to_string(s.n_ff) + "x" + std::to_string(s.n_layer) +
+           (s.is_moe() ? " " + std::to_string(s.n_expert) + " experts of " + std::to_string(s.n_ff_exp) +
+                             ", top " + std::to_string(s.n_expert_used)
+                       : std::string()) +
+           " (preset " + s.preset + ")";
   return s;
 }
 
@@ -239,6 +285,15 @@ Status add_metadata(gguf::Writer& w, const Spec& s, double alpha) {
   PI_TRY(w.add_kv(a + eps_key, f32(s.norm_eps)));
   PI_TRY(w.add_kv(a + ".rope.freq_base", f32(s.rope_base)));
   PI_TRY(w.add_kv(a + ".rope.dimension_count", u32(s.head_dim)));
+  if (s.arch == Arch::Qwen3Moe) {
+    PI_TRY(w.add_kv(a + ".attention.key_length", u32(s.head_dim)));
+    PI_TRY(w.add_kv(a + ".attention.value_length", u32(s.head_dim)));
+    PI_TRY(w.add_kv(a + ".expert_feed_forward_length", u32(s.n_ff_exp)));
+  }
+  if (s.is_moe()) {
+    PI_TRY(w.add_kv(a + ".expert_count", u32(s.n_expert)));
+    PI_TRY(w.add_kv(a + ".expert_used_count", u32(s.n_expert_used)));
+  }
   PI_TRY(w.add_kv(a + ".feed_forward_activation",
                   Value(std::string(s.act == model::Activation::SiLU ? "silu" : "relu"))));
   if (s.pwri) PI_TRY(w.add_kv("powerinfer.sparse_threshold", Value(s.threshold())));

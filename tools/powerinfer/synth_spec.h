@@ -23,6 +23,9 @@ struct Options {
   std::string preset = "tiny";
   std::optional<std::string> arch;
   std::optional<int64_t> layers, embd, ff, heads, kv_heads, vocab, ctx, predictor_rank;
+  // Mixture of experts (qwen3moe, or llama as Mixtral): experts per layer, per token, and an
+  // expert's width; head_dim: qwen3's head width when it is not embd / heads.
+  std::optional<int64_t> experts, experts_used, expert_ff, head_dim;
   std::string type = "f16";
   bool pwri = false;
   std::string act = "relu";  // relu | silu (llama only: heavy-tailed hidden states, see SYNTH.md)
@@ -54,6 +57,10 @@ struct Spec {
   model::Activation act = model::Activation::ReLU;
   int64_t n_layer = 0, n_embd = 0, n_ff = 0, n_head = 0, n_head_kv = 0, n_vocab = 0, n_ctx = 0;
   int64_t head_dim = 0;
+  // Mixture of experts: n_expert > 0 replaces each layer's FFN with the router and
+  // n_expert stacked SwiGLU experts of width n_ff_exp (random weights, no neuron sparsity).
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  bool is_moe() const { return n_expert > 0; }
   float rope_base = 10000.0f;
   float norm_eps = 1e-5f;
   uint64_t seed = 0;

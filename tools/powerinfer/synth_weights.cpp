@@ -59,8 +59,22 @@ std::vector<TensorPlan> plan_tensors(const Spec& s) {
       mat(blk(l, "attn_q.weight"), Kind::Dense, Shape{s.n_head * hd, n}, l);
       mat(blk(l, "attn_k.weight"), Kind::Dense, Shape{s.n_head_kv * hd, n}, l);
       mat(blk(l, "attn_v.weight"), Kind::Dense, Shape{s.n_head_kv * hd, n}, l);
+      if (s.arch == Arch::Qwen3Moe) {
+        add(blk(l, "attn_q_norm.weight"), Kind::HeadNorm, Shape{hd}, l, DType::F32, "");
+        add(blk(l, "attn_k_norm.weight"), Kind::HeadNorm, Shape{hd}, l, DType::F32, "");
+      }
     }
     mat(blk(l, "attn_output.weight"), Kind::AttnOut, Shape{n, s.n_head * hd}, l);
+    if (s.is_moe()) {
+      // The router stays f32 (llama.cpp never quantizes it); SwiGLU experts, random.
+      const int64_t e = s.n_expert, f = s.n_ff_exp;
+      vec(blk(l, "ffn_norm.weight"), Kind::NormWeight, l);
+      add(blk(l, "ffn_gate_inp.weight"), Kind::Dense, Shape{e, n}, l, DType::F32, "");
+      mat(blk(l, "ffn_gate_exps.weight"), Kind::Dense, Shape{e, f, n}, l);
+      mat(blk(l, "ffn_up_exps.weight"), Kind::Dense, Shape{e, f, n}, l);
+      mat(blk(l, "ffn_down_exps.weight"), Kind::ExpertDown, Shape{e, n, f}, l);
+      continue;
+    }
     if (falcon) {
       mat(blk(l, "ffn_up.weight"), Kind::Key, Shape{m, n}, l);
     } else {
@@ -207,6 +221,15 @@ void Generator::row(const TensorPlan& t, int64_t r, float* out, float* scratch) 
       return;
     case Kind::NormBias:
       std::fill(out, out + cols, 0.0f);
+      return;
+    case Kind::HeadNorm:
+      std::fill(out, out + cols, 1.0f);
+      return;
+    case Kind::ExpertDown:  // row r of the stack is row r % n_embd of its expert
+      if (r % s_.n_embd < D)
+        std::fill(out, out + cols, 0.0f);
+      else
+        fill_uniform(rk, static_cast<float>(s_.sigma_o * kSqrt3), out, cols);
       return;
     case Kind::Dense:
       fill_uniform(rk, static_cast<float>(s_.sigma_w * kSqrt3), out, cols);

@@ -28,6 +28,8 @@ enum class Kind {
   Down,        // [n_embd, n_ff]     exact transpose of DownT
   Fc1,         // [r, n_embd]        predictor layer 1
   Fc2,         // [n_ff, r]          predictor layer 2
+  HeadNorm,    // f32 [head_dim] ones (qwen3's per-head q/k norms)
+  ExpertDown,  // [n_expert, n_embd, n_ff_exp]  each expert's bias-block rows zero, rest uniform sigma_o
 };
 
 struct TensorPlan {

@@ -22,7 +22,7 @@ const std::set<std::string>& known_fields(Endpoint e) {
       "cache_prompt", "ignore_eos", "n", "user", "response_format", "grammar", "json_schema"};
   static const std::set<std::string> chat = [] {
     auto s = common;
-    s.insert({"messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs"});
+    s.insert({"messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs", "reasoning_format"});
     return s;
   }();
   static const std::set<std::string> completion = [] {
@@ -170,6 +170,18 @@ ParseResult parse_gen_request(std::string_view body, Endpoint endpoint,
   rd.boolean("stream", g.stream);
   rd.boolean("cache_prompt", g.cache_prompt);
   rd.boolean("ignore_eos", g.ignore_eos);
+  if (endpoint == Endpoint::Chat) {
+    std::string format;
+    rd.string("reasoning_format", format);
+    chat::ReasoningFormat f{};
+    if (!format.empty() && !rd.error) {
+      if (!chat::parse_reasoning_format(format, f)) {
+        rd.error = bad("field 'reasoning_format' must be \"none\", \"deepseek\" or \"auto\" (got \"" + format + "\")");
+      } else {
+        g.reasoning_format = f;
+      }
+    }
+  }
   if (rd.error) {
     r.error = *rd.error;
     return r;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "chat/reasoning.h"
 #include "powerinfer/sampling.h"
 
 namespace pi::server {
@@ -42,6 +43,8 @@ struct GenRequest {
   int top_logprobs = 0;  // 0..20
   bool cache_prompt = true;
   bool ignore_eos = false;
+  // Chat: "reasoning_format" ("none", "deepseek", "auto"); absent: the server's --reasoning-format.
+  std::optional<chat::ReasoningFormat> reasoning_format;
 };
 
 // Parses `body` for `endpoint`. `defaults` are the server's sampling settings (its flags).

@@ -112,7 +112,7 @@ std::string error_json(const ApiError& e) {
 std::string timings_json(const JobStats& st) { return dump(timings(st)); }
 
 std::string final_json(const GenRequest& rq, const AnswerId& id, const std::string& text,
-                       const std::vector<TokenProb>& probs, const JobStats& st) {
+                       const std::vector<TokenProb>& probs, const JobStats& st, const std::string* reasoning) {
   if (rq.endpoint == Endpoint::Llama) {
     json j = llama_final(rq, id, text, st);
     if (rq.logprobs) j["completion_probabilities"] = llama_probs(probs);
@@ -123,6 +123,7 @@ std::string final_json(const GenRequest& rq, const AnswerId& id, const std::stri
   if (rq.endpoint == Endpoint::Chat) {
     j = head(id, "chat.completion");
     choice["message"] = {{"role", "assistant"}, {"content", text}};
+    if (reasoning != nullptr && !reasoning->empty()) choice["message"]["reasoning_content"] = *reasoning;
     choice["logprobs"] = rq.logprobs ? chat_logprobs(probs) : json(nullptr);
   } else {
     j = head(id, "text_completion");
@@ -136,14 +137,16 @@ std::string final_json(const GenRequest& rq, const AnswerId& id, const std::stri
 }
 
 std::string chunk_event(const GenRequest& rq, const AnswerId& id, const std::string& text,
-                        const std::vector<TokenProb>& probs, bool first) {
+                        const std::vector<TokenProb>& probs, bool first, const std::string& reasoning) {
   json j;
   if (rq.endpoint == Endpoint::Llama) {
     j = {{"content", text}, {"stop", false}};
     if (rq.logprobs) j["completion_probabilities"] = llama_probs(probs);
   } else if (rq.endpoint == Endpoint::Chat) {
     j = head(id, "chat.completion.chunk");
-    json delta = {{"content", text}};
+    json delta = json::object();
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+    if (!text.empty() || reasoning.empty()) delta["content"] = text;
     if (first) delta["role"] = "assistant";
     json choice = {{"index", 0}, {"delta", delta}, {"finish_reason", nullptr}};
     choice["logprobs"] = rq.logprobs ? chat_logprobs(probs) : json(nullptr);

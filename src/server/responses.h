@@ -21,14 +21,18 @@ struct AnswerId {
 // {"error": {"code": status, "message": ..., "type": ...}}
 std::string error_json(const ApiError& e);
 
-// The whole answer of a non-streamed request.
+// The whole answer of a non-streamed request. `reasoning` (chat, when the reply's <think>
+// block was split from `text`): the message's "reasoning_content".
 std::string final_json(const GenRequest& rq, const AnswerId& id, const std::string& text,
-                       const std::vector<TokenProb>& probs, const JobStats& st);
+                       const std::vector<TokenProb>& probs, const JobStats& st,
+                       const std::string* reasoning = nullptr);
 
 // One SSE event "data: {...}\n\n" with new text (and its tokens' probabilities); `first`
-// marks the chat chunk that carries the role.
+// marks the chat chunk that carries the role. `reasoning` (chat): new reasoning text, sent as
+// the delta's "reasoning_content" (the delta has "content" only when there is some, or no
+// reasoning).
 std::string chunk_event(const GenRequest& rq, const AnswerId& id, const std::string& text,
-                        const std::vector<TokenProb>& probs, bool first);
+                        const std::vector<TokenProb>& probs, bool first, const std::string& reasoning = "");
 // The closing events: the chunk with finish_reason (and timings), the usage chunk when
 // asked, then "data: [DONE]" (OpenAI endpoints only).
 std::string final_events(const GenRequest& rq, const AnswerId& id, const JobStats& st);

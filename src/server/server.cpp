@@ -166,10 +166,18 @@ HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
   if (!pr.request) return error_response(pr.error);
   GenRequest rq = std::move(*pr.request);
   std::string text = rq.prompt;
+  // Chat replies of thinking models: the <think> block apart, as "reasoning_content".
+  bool split = false, open = false;
   if (ep == Endpoint::Chat) {
     auto rendered = chat::render(tmpl_, rq.messages, true);
     if (!rendered.ok()) return error_response({400, "invalid_request_error", rendered.error().message});
     text = std::move(*rendered);
+    split = chat::splits_reasoning(rq.reasoning_format.value_or(o_.reasoning_format),
+                                   engine_->info().chat_template);
+    // A template that opens the block itself (DeepSeek-R1's): the reply starts inside it.
+    std::string_view t = text;
+    while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
+    open = split && t.ends_with("<think>");
   }
   const Vocabulary& v = *engine_->vocabulary();
   JobSpec spec;
@@ -210,13 +218,17 @@ HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
     HttpResponse resp;
     resp.content_type = "text/event-stream";
     resp.headers.emplace_back("Cache-Control", "no-cache");
-    resp.stream = [job, rq, id, deadline, kTick](const BodyWriter& write) {
+    resp.stream = [job, rq, id, deadline, kTick, split, open](const BodyWriter& write) {
       bool first = true;
+      chat::ReasoningSplit splitter(open);
       while (true) {
         Job::Output out = job->take(kTick);
         bool ok = true;
-        if (!out.text.empty() || !out.probs.empty()) {
-          ok = write(chunk_event(rq, id, out.text, out.probs, first));
+        chat::ReasoningSplit::Delta d;
+        if (split) d = out.done ? splitter.push(out.text) + splitter.finish() : splitter.push(out.text);
+        else d.content = out.text;
+        if (!d.empty() || !out.probs.empty()) {
+          ok = write(chunk_event(rq, id, d.content, out.probs, first, d.reasoning));
           first = false;
         } else if (!out.done) {
           ok = write(": ping\n\n");  // an SSE comment: notices a gone client while waiting
@@ -254,10 +266,13 @@ HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
     collected->first += o.text;
     for (TokenProb& p : o.probs) collected->second.push_back(std::move(p));
   };
-  auto body = [rq, id, collected](const JobStats& st) {
+  auto body = [rq, id, collected, split, open](const JobStats& st) {
     if (st.finish == Finish::Error) return error_json({500, "server_error", st.error});
     if (st.finish == Finish::Shutdown) return error_json(kStopped);
-    return final_json(rq, id, collected->first, collected->second, st);
+    if (!split) return final_json(rq, id, collected->first, collected->second, st);
+    chat::ReasoningSplit splitter(open);
+    const chat::ReasoningSplit::Delta d = splitter.push(collected->first) + splitter.finish();
+    return final_json(rq, id, d.content, collected->second, st, &d.reasoning);
   };
   const bool heartbeat = o_.heartbeat_s > 0;
   const auto direct_until = Clock::now() + std::chrono::seconds(o_.heartbeat_s);

@@ -46,6 +46,9 @@ struct ApiOptions {
   // --slot-save-path: the directory of POST /slots/{id}?action=save|restore files; empty: slot
   // actions are refused (501), as in llama.cpp.
   std::string slot_save_path;
+  // --reasoning-format: chat replies' <think> blocks as "reasoning_content" (deepseek), left
+  // in "content" (none), or split when the model's chat template mentions <think> (auto).
+  chat::ReasoningFormat reasoning_format = chat::ReasoningFormat::Auto;
 };
 
 class ApiServer {

@@ -150,6 +150,41 @@ TEST(ServerResponses, ShapesOfAnswersAndErrors) {
   EXPECT_EQ(chunk.rfind("data: ", 0), 0u);
 }
 
+// Thinking models: the message's reasoning_content, and stream deltas that carry reasoning,
+// content or both; a request's reasoning_format is parsed and checked.
+TEST(ServerResponses, ReasoningContent) {
+  GenRequest rq;
+  rq.endpoint = Endpoint::Chat;
+  AnswerId id{"chatcmpl-2", 100, "m"};
+  JobStats st;
+  const std::string thought = "hmm";
+  json f = json::parse(final_json(rq, id, "4", {}, st, &thought));
+  EXPECT_EQ(f["choices"][0]["message"]["content"], "4");
+  EXPECT_EQ(f["choices"][0]["message"]["reasoning_content"], "hmm");
+  f = json::parse(final_json(rq, id, "4", {}, st));
+  EXPECT_FALSE(f["choices"][0]["message"].contains("reasoning_content"));
+  const auto delta = [&](const std::string& content, const std::string& reasoning) {
+    const std::string ev = chunk_event(rq, id, content, {}, false, reasoning);
+    return json::parse(ev.substr(6))["choices"][0]["delta"];
+  };
+  json d = delta("", "step one");
+  EXPECT_EQ(d["reasoning_content"], "step one");
+  EXPECT_FALSE(d.contains("content"));
+  d = delta("4", "");
+  EXPECT_EQ(d["content"], "4");
+  EXPECT_FALSE(d.contains("reasoning_content"));
+  d = delta("4", "done.");
+  EXPECT_EQ(d["content"], "4");
+  EXPECT_EQ(d["reasoning_content"], "done.");
+
+  ParseResult r = parse(R"({"messages":[{"role":"user","content":"hi"}],"reasoning_format":"none"})", Endpoint::Chat);
+  ASSERT_TRUE(r.request.has_value()) << r.error.message;
+  EXPECT_EQ(r.request->reasoning_format, chat::ReasoningFormat::None);
+  expect_error(R"({"messages":[{"role":"user","content":"hi"}],"reasoning_format":"r1"})", 400,
+               "field 'reasoning_format' must be", Endpoint::Chat);
+  expect_error(R"({"prompt":"hi","reasoning_format":"none"})", 400, "reasoning_format");
+}
+
 TEST(ServerResponses, MetricsAreParseablePrometheusText) {
   SchedulerStats s;
   s.submitted = 3;

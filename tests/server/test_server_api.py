@@ -136,3 +136,19 @@ def test_prompt_cache_reuses_the_common_prefix(start_server):
     cold = s.post("/completion", {"prompt": base + " And God saw", "n_predict": 4, "seed": 1,
                                   "cache_prompt": False})[1]
     assert cold["tokens_cached"] == 0 and cold["content"] == again["content"]
+
+
+def test_reasoning_format_wiring(start_server):
+    """--reasoning-format deepseek on a model that does not think: the reply stays content,
+    streamed as whole, with no reasoning_content; a bad request value is a 400 naming it."""
+    s = start_server("-c", 256, "--chat-template", "chatml", "--reasoning-format", "deepseek")
+    c = client(s)
+    msgs = [{"role": "user", "content": "Who made the heaven?"}]
+    chat = c.chat.completions.create(model="x", messages=msgs, max_tokens=12, seed=3)
+    assert chat.choices[0].message.content
+    assert getattr(chat.choices[0].message, "reasoning_content", None) is None
+    stream = list(c.chat.completions.create(model="x", messages=msgs, max_tokens=12, seed=3, stream=True))
+    assert "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices) == \
+        chat.choices[0].message.content
+    status, body = s.post("/v1/chat/completions", {"messages": msgs, "reasoning_format": "r1"})
+    assert status == 400 and "reasoning_format" in body["error"]["message"]

@@ -56,6 +56,7 @@ struct ServeOptions {
   ActSparsityFlags act;  // calibrated files: --sparsity, --sparsity-alloc, --sparsity-sites
   std::string device = "cpu";
   std::string pooling = "mean";  // embeddings (/v1/embeddings, /embedding)
+  std::string reasoning_format = "auto";  // chat replies' <think> blocks
 };
 
 // "<hostname>:<port>": unique among the replicas of one host and across hosts.
@@ -95,6 +96,9 @@ int serve(const ServeOptions& o) {
   if (Status v = validate_sampling(o.sampling); !v.ok()) return fail(v.error().message);
   const std::optional<Pooling> pooling = parse_pooling(o.pooling);
   if (!pooling) return fail("--pooling must be mean, last, cls or none (got '" + o.pooling + "')");
+  chat::ReasoningFormat reasoning{};
+  if (!chat::parse_reasoning_format(o.reasoning_format, reasoning))
+    return fail("--reasoning-format must be none, deepseek or auto (got '" + o.reasoning_format + "')");
   if (!o.slot_save_path.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.slot_save_path, ec);
@@ -128,6 +132,7 @@ int serve(const ServeOptions& o) {
   ao.timeout_s = o.timeout_s;
   ao.heartbeat_s = o.heartbeat_s;
   ao.pooling = *pooling;
+  ao.reasoning_format = reasoning;
   ao.slot_save_path = o.slot_save_path;
   if (Status b = http.bind(); !b.ok()) return fail(b.error().message);
   ao.replica_id = !o.replica_id.empty() ? o.replica_id : default_replica_id(http.port());
@@ -253,6 +258,11 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (not on /health and /)");
   sub->add_option("--cors-origin", o->cors_origin, "Send CORS headers allowing this origin (off by default)");
   sub->add_option("--pooling", o->pooling, "Embeddings (/v1/embeddings, /embedding): mean, last or cls (the first token) of the normalized final hidden states; answers are L2-normalised. none: /embedding gives every token's state, unnormalised; /v1/embeddings refuses")->capture_default_str();
+  sub->add_option("--reasoning-format", o->reasoning_format,
+                  "Chat replies' <think>...</think> block: deepseek returns it as reasoning_content, none leaves "
+                  "it in content, auto splits it when the model's chat template has <think> (Qwen3, DeepSeek-R1); "
+                  "a request's \"reasoning_format\" overrides it")
+      ->capture_default_str();
   sub->add_option("--chat-template", o->chat_template, "Chat template name (" + chat::template_names() + ") or Jinja text; default: the model's, else chatml");
   sub->add_option("--temp", o->sampling.temperature, "Default temperature")->capture_default_str();
   sub->add_option("--top-k", o->sampling.top_k, "Default top-k")->capture_default_str();

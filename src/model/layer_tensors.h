@@ -201,8 +201,9 @@ template <typename Weights, typename OnMatrix>
 void each_dense_candidate(Weights& w, DenseOnly dense, OnMatrix&& on_matrix) {
   for (auto& L : w.layers) {
     each_layer_matrix(L, [&](const LayerTensor& t, auto& m) {
-      // Expert stacks stay in the file's layout: 16-row groups may straddle two experts.
-      if (t.transposed || t.stack != Dim::None || !m.present()) return;
+      if (t.transposed || !m.present()) return;
+      // An expert stack only when each expert is whole 16-row groups (no group straddles two).
+      if (m.stack > 1 && (m.rows / m.stack) % 16 != 0) return;
       on_matrix(m, t.group == Group::Dense ? dense != DenseOnly::None : dense == DenseOnly::All);
     });
   }

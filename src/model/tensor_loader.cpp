@@ -21,7 +21,9 @@ Result<Matrix> TensorLoader::stacked(const std::string& name, int64_t n, int64_t
     return err("%s: missing tensor '%s' (expected shape %s)", file_.path().c_str(), name.c_str(),
                Shape{n, rows, cols}.str().c_str());
   }
-  return load_matrix(*info, Shape{n, rows, cols});
+  auto m = load_matrix(*info, Shape{n, rows, cols});
+  if (m.ok()) m->stack = n;
+  return m;
 }
 
 Result<Matrix> TensorLoader::optional_matrix(const std::string& name, int64_t rows, int64_t cols) {

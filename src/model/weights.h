@@ -71,6 +71,7 @@ struct FfnWeights {
 inline Matrix expert_rows(const Matrix& stack, int64_t e, int64_t n_expert) {
   Matrix m = stack;
   m.rows = stack.rows / n_expert;
+  m.stack = 1;
   m.data = stack.data + static_cast<size_t>(e * m.rows) * stack.row_stride();
   return m;
 }

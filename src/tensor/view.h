@@ -20,6 +20,9 @@ struct Matrix {
   int64_t rows = 0;
   int64_t cols = 0;
   std::string name;  // tensor name, for diagnostics
+  // Equal matrices stacked along the rows (a 3-D tensor of experts, [stack, rows / stack,
+  // cols]); 1 for a plain matrix.
+  int64_t stack = 1;
 
   bool present() const { return data != nullptr; }
   size_t row_stride() const { return row_bytes(type, cols); }

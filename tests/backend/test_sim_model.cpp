@@ -167,6 +167,39 @@ TEST(CpuDenseLayout, R16AgreesWithTheFileLayoutForAnyThreadCountAndBatch) {
   }
 }
 
+// Mixture of experts: the router and each expert (whole 16-row groups) take the R16 layout too,
+// and agree with the file's for any thread count and batch split.
+TEST(CpuDenseLayout, ExpertStacksInR16) {
+  for (DType wt : {DType::Q4_0, DType::Q8_0}) {
+    SCOPED_TRACE(dtype_name(wt));
+    if (cpu::dot_layout(cpu::default_isa(), wt, 64) == wt) continue;  // no leaf for it on this ISA
+    testing::TinySpec spec = testing::tiny_variant("qwen3moe", wt, false, 2, false, 5);
+    spec.n_vocab = 304;
+    spec.n_expert = 8;
+    const std::string path = testing::temp_path(std::string("cpu_moe_layout_") + std::string(dtype_name(wt)) + ".gguf");
+    ASSERT_TRUE(testing::write_tiny_model(spec, path).ok());
+    auto m = load(path);
+    ASSERT_NE(m, nullptr);
+    runtime::ContextOptions file = options("cpu", false);
+    const Logits want = run(*m, file);
+    EXPECT_EQ(m->layouts().bytes(), 0u);
+    runtime::ContextOptions r16 = file;
+    r16.device.dense_repack = true;
+    const Logits got = run(*m, r16);
+    uint64_t experts = 0;
+    for (const auto& L : m->weights().layers)
+      experts += L.ffn.gate_exps.nbytes() + L.ffn.up_exps.nbytes() + L.ffn.down_exps.nbytes();
+    EXPECT_GE(m->layouts().bytes(), experts);  // the stacks were copied (with q, k, v, out, head)
+    expect_close(got, want, "R16 vs the file's layout", 1e-4);
+    runtime::ContextOptions one = r16;
+    one.n_threads = 1;
+    expect_identical(run(*m, one), got, "1 vs 2 threads");
+    runtime::ContextOptions single = r16;
+    single.n_batch = 1;
+    expect_identical(run(*m, single), got, "batch 1 vs 8");
+  }
+}
+
 // A model read into memory holds those matrices as Q4_0_R16 in place (no copy for the CPU),
 // a context that wants the file's layout gets a copy back, and both give the bits of a mapped
 // model holding the file's layout.

@@ -126,6 +126,16 @@ std::unique_ptr<model::Model> load(const std::string& path) {
 // The CPU's dense layouts for Q4_0 and Q8_0 (the R16 ones with AVX-512 or AVX2): results within float rounding of the
 // file layout's and the same greedy tokens; the same bits for 1 and 2 threads and for a prompt
 // fed token by token or in batches (one order of sums for every token count).
+// `got` (run with `o`) again with 1 thread and with batches of 1: the same bits.
+void expect_any_split(const model::Model& m, const runtime::ContextOptions& o, const Logits& got) {
+  runtime::ContextOptions one = o;
+  one.n_threads = 1;
+  expect_identical(run(m, one), got, "1 vs 2 threads");
+  runtime::ContextOptions single = o;
+  single.n_batch = 1;
+  expect_identical(run(m, single), got, "batch 1 vs 8");
+}
+
 TEST(CpuDenseLayout, R16AgreesWithTheFileLayoutForAnyThreadCountAndBatch) {
   if (cpu::dot_layout(cpu::default_isa(), DType::Q4_0, 64) == DType::Q4_0)
     GTEST_SKIP() << "the " << cpu::isa_name(cpu::default_isa()) << " kernels read Q4_0 as the file lays it out";
@@ -158,12 +168,7 @@ TEST(CpuDenseLayout, R16AgreesWithTheFileLayoutForAnyThreadCountAndBatch) {
   // up to ~2% of the largest one. Whether a step moves depends on the ISA's last bits (none
   // did with AVX-512 here), so Q4_K gets that bound everywhere.
   expect_close(got, want, "R16 vs the file's layout", wt == DType::Q4_K ? 3e-2 : 1e-4);
-  runtime::ContextOptions one = r16;
-  one.n_threads = 1;
-  expect_identical(run(*m, one), got, "1 vs 2 threads");
-  runtime::ContextOptions single = r16;
-  single.n_batch = 1;
-  expect_identical(run(*m, single), got, "batch 1 vs 8");
+  expect_any_split(*m, r16, got);
   }
 }
 
@@ -191,12 +196,7 @@ TEST(CpuDenseLayout, ExpertStacksInR16) {
       experts += L.ffn.gate_exps.nbytes() + L.ffn.up_exps.nbytes() + L.ffn.down_exps.nbytes();
     EXPECT_GE(m->layouts().bytes(), experts);  // the stacks were copied (with q, k, v, out, head)
     expect_close(got, want, "R16 vs the file's layout", 1e-4);
-    runtime::ContextOptions one = r16;
-    one.n_threads = 1;
-    expect_identical(run(*m, one), got, "1 vs 2 threads");
-    runtime::ContextOptions single = r16;
-    single.n_batch = 1;
-    expect_identical(run(*m, single), got, "batch 1 vs 8");
+    expect_any_split(*m, r16, got);
   }
 }
 

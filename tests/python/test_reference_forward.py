@@ -214,13 +214,16 @@ def test_tiny_vocab_is_valid_spm(tmp_path):
         assert len(t) == 1 or any(t[:i] in pieces and t[i:] in pieces for i in range(1, len(t))), t
 
 
-# ----------------------------------------------------------------------------- qwen3, qwen3moe
+# ----------------------------------------------------------------------------- qwen3, qwen3moe, smallthinker
 
 def direct_qwen3(path, w, tokens):
-    """qwen3 / qwen3moe forward written token by token, head by head, layer by layer: explicit
-    per-head q/k RMSNorm, NeoX RoPE as complex multiplication, and for qwen3moe an explicit
-    softmax, top-K and renormalisation per token. Reads the hyperparameters from the file itself
-    (not from ref.Model) and shares nothing with reference_forward but the weights w.
+    """qwen3 / qwen3moe / smallthinker forward written token by token, head by head, layer by
+    layer: explicit per-head q/k RMSNorm (qwen3*), NeoX RoPE as complex multiplication, and for
+    the experts an explicit softmax (or sigmoid), top-K and renormalisation per token; for
+    smallthinker the router on the raw layer input, ReGLU experts, and with
+    attention.sliding_window W layers il % 4 == 0 global without RoPE, the others attending the
+    last W positions. Reads the hyperparameters from the file itself (not from ref.Model) and
+    shares nothing with reference_forward but the weights w.
     Returns (logits [n_tok, n_vocab], routes [n_layer, n_tok, K] or None)."""
     import gguf_io
     r = gguf_io.GGUFReader(path)
@@ -230,6 +233,8 @@ def direct_qwen3(path, w, tokens):
     d, n_rot, base = hp("attention.key_length"), hp("rope.dimension_count"), hp("rope.freq_base")
     eps = hp("attention.layer_norm_rms_epsilon")
     n_exp, k_used = hp("expert_count"), hp("expert_used_count")
+    sigmoid_gating = arch == "smallthinker" and hp("expert_gating_func") == 2
+    sliding_window = hp("attention.sliding_window") if arch == "smallthinker" else None
     group = n_head // n_head_kv
 
     def rms(v, g):
@@ -242,6 +247,12 @@ def direct_qwen3(path, w, tokens):
     def silu(t):
         return t / (1 + math.exp(-t))
 
+    def act(t):
+        return max(t, 0.0) if arch == "smallthinker" else silu(t)
+
+    def qk_norm(v, g):
+        return v if arch == "smallthinker" else rms(v, g)
+
     def rotate(vec, pos):
         out, half = list(vec), n_rot // 2
         for i in range(half):
@@ -253,36 +264,48 @@ def direct_qwen3(path, w, tokens):
     routes = []
     for il in range(n_layer):
         p = f"blk.{il}."
+        nope = sliding_window is not None and il % 4 == 0
+        window = sliding_window if sliding_window is not None and il % 4 else None
+        turn = (lambda vec, pos: vec) if nope else rotate   # noqa: E731
         qs, ks, vs = [], [], []
         for pos, x in enumerate(xs):
             h1 = rms(x, w[p + "attn_norm.weight"])
             q, k, v = (matvec(w[p + f"attn_{s}.weight"], h1) for s in "qkv")
             assert len(q) == n_head * d and len(k) == len(v) == n_head_kv * d
-            qs.append([rotate(rms(q[h * d:(h + 1) * d], w[p + "attn_q_norm.weight"]), pos) for h in range(n_head)])
-            ks.append([rotate(rms(k[h * d:(h + 1) * d], w[p + "attn_k_norm.weight"]), pos) for h in range(n_head_kv)])
+            qs.append([turn(qk_norm(q[h * d:(h + 1) * d], w.get(p + "attn_q_norm.weight")), pos)
+                       for h in range(n_head)])
+            ks.append([turn(qk_norm(k[h * d:(h + 1) * d], w.get(p + "attn_k_norm.weight")), pos)
+                       for h in range(n_head_kv)])
             vs.append([v[h * d:(h + 1) * d] for h in range(n_head_kv)])
         layer_routes, new_xs = [], []
         for t, x in enumerate(xs):
+            seen = range(t + 1) if window is None else range(max(0, t - window + 1), t + 1)
             heads = []
             for h in range(n_head):
                 kv = h // group
-                s = [sum(a * b for a, b in zip(qs[t][h], ks[u][kv])) / math.sqrt(d) for u in range(t + 1)]
+                s = [sum(a * b for a, b in zip(qs[t][h], ks[u][kv])) / math.sqrt(d) for u in seen]
                 e = [math.exp(si - max(s)) for si in s]
-                heads += [sum(e[u] * vs[u][kv][j] for u in range(t + 1)) / sum(e) for j in range(d)]
+                heads += [sum(ei * vs[u][kv][j] for ei, u in zip(e, seen)) / sum(e) for j in range(d)]
             attn = matvec(w[p + "attn_output.weight"], heads)
             resid = [x[j] + attn[j] for j in range(len(x))]
             f_in = rms(resid, w[p + "ffn_norm.weight"])
-            if arch == "qwen3moe":
-                logits = matvec(w[p + "ffn_gate_inp.weight"], f_in)
-                ex = [math.exp(li - max(logits)) for li in logits]
-                prob = [e / sum(ex) for e in ex]
-                chosen = sorted(range(n_exp), key=lambda e: (-prob[e], e))[:k_used]
+            if arch in ("qwen3moe", "smallthinker"):
+                logits = matvec(w[p + "ffn_gate_inp.weight"], x if arch == "smallthinker" else f_in)
+                if sigmoid_gating:
+                    prob = [1 / (1 + math.exp(-li)) for li in logits]
+                else:
+                    ex = [math.exp(li - max(logits)) for li in logits]
+                    prob = [e / sum(ex) for e in ex]
+                order = logits if arch == "smallthinker" else prob   # (the same order, up to rounding)
+                chosen = sorted(range(n_exp), key=lambda e: (-order[e], e))[:k_used]
                 total = sum(prob[e] for e in chosen)
                 f = [0.0] * len(x)
                 for e in chosen:
                     g = matvec(w[p + "ffn_gate_exps.weight"][e], f_in)
                     u = matvec(w[p + "ffn_up_exps.weight"][e], f_in)
-                    y = matvec(w[p + "ffn_down_exps.weight"][e], [silu(gi) * ui for gi, ui in zip(g, u)])
+                    down = w[p + "ffn_down_exps_t.weight"][e].T if p + "ffn_down_exps_t.weight" in w \
+                        else w[p + "ffn_down_exps.weight"][e]
+                    y = matvec(down, [act(gi) * ui for gi, ui in zip(g, u)])
                     f = [f[j] + prob[e] / total * y[j] for j in range(len(x))]
                 layer_routes.append(chosen)
             else:
@@ -293,7 +316,7 @@ def direct_qwen3(path, w, tokens):
         routes.append(layer_routes)
     head = w.get("output.weight", w["token_embd.weight"])
     logits = np.array([matvec(head, rms(x, w["output_norm.weight"])) for x in xs])
-    return logits, (np.array(routes) if arch == "qwen3moe" else None)
+    return logits, (np.array(routes) if arch in ("qwen3moe", "smallthinker") else None)
 
 
 @pytest.mark.parametrize("arch,extra", [
@@ -349,8 +372,10 @@ def test_qwen3_file_layout(tmp_path):
     assert open(path, "rb").read() == open(again, "rb").read()
 
 
-def test_qwen3moe_routing_is_not_degenerate(tmp_path):
-    m = ref.load_model(tiny(tmp_path, "--arch", "qwen3moe", "--seed", 12))
+@pytest.mark.parametrize("args", [["--arch", "qwen3moe"], ["--arch", "smallthinker"],
+                                  ["--arch", "smallthinker", "--gating", "softmax", "--swa", 4]])
+def test_qwen3moe_routing_is_not_degenerate(tmp_path, args):
+    m = ref.load_model(tiny(tmp_path, *args, "--seed", 12))
     toks = np.random.default_rng(1).integers(3, 300, 64)
     seen = {}
     ref.forward(m, toks, hook=lambda il, k, v: seen.__setitem__((il, k), v))
@@ -359,13 +384,16 @@ def test_qwen3moe_routing_is_not_degenerate(tmp_path):
         counts = np.bincount(ids.ravel(), minlength=m.n_expert)
         assert counts.min() >= 1 and counts.max() <= 0.5 * len(toks), counts   # every expert used, none always
         assert len({tuple(sorted(r)) for r in ids}) >= 8                       # many different expert sets
-        logits = seen[(il, "ffn_in")] @ m.w[f"blk.{il}.ffn_gate_inp.weight"].T
+        router_in = seen[(il, "router_in")]   # smallthinker: the raw layer input
+        assert np.array_equal(router_in, seen[(il, "ffn_in")]) == (m.arch == "qwen3moe")
+        logits = router_in @ m.w[f"blk.{il}.ffn_gate_inp.weight"].T
         top = -np.sort(-logits, axis=1)
         assert np.median(top[:, m.n_expert_used - 1] - top[:, m.n_expert_used]) > 0.1   # visible margins
 
 
-def test_cli_routes(tmp_path):
-    path = tiny(tmp_path, "--arch", "qwen3moe", "--outtype", "q8_0", "--layers", 2, "--seed", 13)
+@pytest.mark.parametrize("arch,extra", [("qwen3moe", []), ("smallthinker", ["--swa", 2])])
+def test_cli_routes(tmp_path, arch, extra):
+    path = tiny(tmp_path, "--arch", arch, "--outtype", "q8_0", "--layers", 2, "--seed", 13, *extra)
     script = os.path.join(REFERENCE_DIR, "reference_forward.py")
     routes, logits = tmp_path / "routes.bin", tmp_path / "logits.bin"
     p = subprocess.run([PYTHON, script, str(path), "--tokens", ",".join(map(str, TOKENS)), "--routes", str(routes),
@@ -383,10 +411,13 @@ def test_cli_routes(tmp_path):
     assert p.returncode != 0 and "need a mixture-of-experts model" in p.stderr
 
 
-def test_cli_force_routes_and_probs(tmp_path):
+@pytest.mark.parametrize("arch,extra", [("qwen3moe", []), ("smallthinker", ["--gating", "softmax"]),
+                                        ("smallthinker", ["--gating", "sigmoid", "--transpose-down"])])
+def test_cli_force_routes_and_probs(tmp_path, arch, extra):
     """Forcing the oracle's own routes reproduces its logits; forcing others changes them; the
-    probabilities are the softmax of each layer's router along the pass."""
-    path = tiny(tmp_path, "--arch", "qwen3moe", "--layers", 2, "--seed", 21)
+    probabilities are the softmax (sigmoid gating: the sigmoid) of each layer's router logits
+    along the pass."""
+    path = tiny(tmp_path, "--arch", arch, "--layers", 2, "--seed", 21, *extra)
     script = os.path.join(REFERENCE_DIR, "reference_forward.py")
     toks = ",".join(map(str, TOKENS))
     m = ref.load_model(path)
@@ -399,7 +430,15 @@ def test_cli_force_routes_and_probs(tmp_path):
     want = ref.forward(m, TOKENS).astype(np.float32)
     assert np.array_equal(np.fromfile(logits, dtype="<f4").reshape(want.shape), want)
     pr = np.fromfile(probs, dtype="<f8").reshape(2, len(TOKENS), m.n_expert)
-    assert np.allclose(pr.sum(axis=2), 1.0)
+    seen = {}
+    ref.hidden(m, TOKENS, hook=lambda il, k, v: seen.__setitem__((il, k), v))
+    logit = np.stack([seen[(il, "router_in")] @ m.w[f"blk.{il}.ffn_gate_inp.weight"].T for il in range(2)])
+    if m.gating == "sigmoid":
+        assert np.allclose(pr, 1 / (1 + np.exp(-logit)), rtol=0, atol=1e-12)
+        assert not np.allclose(pr.sum(axis=2), 1.0)
+    else:
+        assert np.allclose(pr, np.exp(logit) / np.exp(logit).sum(axis=2, keepdims=True), rtol=0, atol=1e-12)
+        assert np.allclose(pr.sum(axis=2), 1.0)
     assert np.array_equal(np.argsort(-pr, axis=2, kind="stable")[:, :, :m.n_expert_used], own)
     other = own.copy()
     other[1, 3] = [e for e in range(m.n_expert) if e not in own[1, 3]][:m.n_expert_used]
@@ -421,9 +460,161 @@ def test_cli_force_routes_and_probs(tmp_path):
     (["--arch", "qwen3moe", "--experts-used", 0], "--experts-used must be in [1, --experts]"),
     (["--arch", "qwen3", "--pwri"], "--pwri is not supported for qwen3"),
     (["--arch", "qwen3moe", "--pwri"], "--pwri is not supported for qwen3moe"),
-    (["--arch", "llama", "--head-dim", 32], "--head-dim is only for qwen3 and qwen3moe"),
+    (["--arch", "llama", "--head-dim", 32], "--head-dim is only for qwen3, qwen3moe and smallthinker"),
     (["--arch", "qwen3", "--experts", 4], "--experts is only for qwen3moe")])
 def test_qwen3_option_errors(tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as e:
+        make_tiny_model.main([*map(str, args), "--out", str(tmp_path / "x.gguf")])
+    assert e.value.code != 0
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x.gguf").exists()
+
+
+# ----------------------------------------------------------------------------- smallthinker
+
+@pytest.mark.parametrize("extra", [
+    ["--layers", 1, "--gating", "softmax"], ["--layers", 1, "--gating", "sigmoid", "--tied"],
+    ["--layers", 2, "--gating", "softmax", "--outtype", "q8_0"],
+    ["--layers", 2, "--gating", "sigmoid", "--head-dim", 32, "--experts", 6, "--experts-used", 3,
+     "--expert-ff", 32, "--kv-heads", 1, "--transpose-down"],
+    ["--layers", 2, "--gating", "sigmoid", "--swa", 3], ["--layers", 2, "--gating", "softmax", "--swa", 2]])
+def test_smallthinker_matches_direct_computation(tmp_path, extra):
+    """Router on the raw layer input, softmax/sigmoid gating, ReGLU experts, NeoX RoPE; with
+    --swa, layer 0 global NoPE and layer 1 a sliding window shorter than the sequence."""
+    path = tiny(tmp_path, "--arch", "smallthinker", "--seed", 31, *extra)
+    m = ref.load_model(path)
+    want, want_routes = direct_qwen3(path, m.w, TOKENS)
+    got = ref.forward(m, TOKENS)
+    assert got.shape == (len(TOKENS), 300)
+    assert np.abs(got - want).max() <= 1e-9 * max(1.0, np.abs(want).max())
+    assert np.array_equal(ref.routes(m, TOKENS), want_routes)
+
+
+def test_smallthinker_file_layout(tmp_path):
+    import gguf_io
+    from quants import GGMLType
+    args = ["--arch", "smallthinker", "--outtype", "q8_0", "--layers", 5, "--head-dim", 32, "--experts", 4,
+            "--experts-used", 2, "--expert-ff", 96, "--swa", 6, "--transpose-down", "--seed", 2]
+    path = tiny(tmp_path, *args)
+    r = gguf_io.GGUFReader(path)
+    md, t = r.metadata, r.tensors
+    assert md["general.architecture"] == "smallthinker"
+    assert md["smallthinker.attention.key_length"] == md["smallthinker.attention.value_length"] == 32
+    assert md["smallthinker.rope.dimension_count"] == 32 and md["smallthinker.rope.freq_base"] == 1e6
+    assert md["smallthinker.expert_count"] == 4 and md["smallthinker.expert_used_count"] == 2
+    assert md["smallthinker.expert_feed_forward_length"] == md["smallthinker.feed_forward_length"] == 96
+    assert md["smallthinker.expert_gating_func"] == 2 and md["smallthinker.attention.sliding_window"] == 6
+    assert abs(md["smallthinker.attention.layer_norm_rms_epsilon"] - 1e-6) < 1e-12
+    assert "smallthinker.feed_forward_activation" not in md
+    assert t["blk.1.attn_q.weight"].shape == (4 * 32, 64) and t["blk.1.attn_output.weight"].shape == (64, 4 * 32)
+    assert t["blk.1.ffn_gate_inp.weight"].shape == (4, 64) and t["blk.1.ffn_gate_inp.weight"].dtype == GGMLType.F32
+    assert t["blk.1.ffn_gate_exps.weight"].shape == t["blk.1.ffn_up_exps.weight"].shape == (4, 96, 64)
+    assert t["blk.1.ffn_down_exps_t.weight"].shape == (4, 96, 64) and "blk.1.ffn_down_exps.weight" not in t
+    assert not any("norm" in n and n.startswith("blk.0.attn_") and n != "blk.0.attn_norm.weight" for n in t)
+    assert not any(n.endswith(".bias") for n in t) and "output.weight" in t
+    m = ref.load_model(path)
+    assert (m.head_dim, m.n_rot, m.n_expert, m.n_expert_used, m.act, m.gating) == (32, 32, 4, 2, "relu", "sigmoid")
+    assert m.windows == [0, 6, 6, 6, 0] and m.nope == [True, False, False, False, True]
+    assert m.w["blk.0.ffn_down_exps_t.weight"][:, :, 0].max() == 0.0   # the bias channel stays 3.0
+    # defaults: sigmoid gating, no sliding-window key (all layers global with RoPE), ffn_down_exps
+    path = tiny(tmp_path, "--arch", "smallthinker", "--tied", "--seed", 2, name="d.gguf")
+    again = tiny(tmp_path, "--arch", "smallthinker", "--tied", "--seed", 2, name="again.gguf")
+    assert open(path, "rb").read() == open(again, "rb").read()   # deterministic for a seed
+    r = gguf_io.GGUFReader(path)
+    assert r.metadata["smallthinker.expert_gating_func"] == 2 and "output.weight" not in r.tensors
+    assert "smallthinker.attention.sliding_window" not in r.metadata
+    assert r.tensors["blk.0.ffn_down_exps.weight"].shape == (8, 64, 64)
+    m = ref.load_model(tiny(tmp_path, "--arch", "smallthinker", "--gating", "softmax", "--seed", 2, name="s.gguf"))
+    assert m.gating == "softmax" and m.windows == [] and m.nope == []
+
+
+def test_sliding_window_attention():
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((6, 4, 8)), rng.standard_normal((6, 2, 8)), rng.standard_normal((6, 2, 8))
+    full = ref.attention(q, k, v)
+    assert np.array_equal(ref.attention(q, k, v, 6), full)   # a window as long as the sequence
+    assert np.array_equal(ref.attention(q, k, v, 1), np.repeat(v, 2, axis=1).reshape(6, 32))   # only itself
+    w3 = ref.attention(q, k, v, 3)
+    assert np.array_equal(w3[:3], full[:3]) and not np.allclose(w3[3:], full[3:])
+    # position 5 with window 3 sees positions 3..5 only: as full attention over those alone
+    assert np.allclose(w3[5], ref.attention(q[3:], k[3:], v[3:])[2], rtol=0, atol=1e-14)
+
+
+def test_smallthinker_sliding_window_changes_long_sequences_only(tmp_path):
+    m = ref.load_model(tiny(tmp_path, "--arch", "smallthinker", "--swa", 4, "--seed", 32))
+    assert m.windows == [0, 4]
+    seq = list(np.random.default_rng(2).integers(3, 300, 9))
+    windowed = ref.forward(m, seq)
+    m.windows = [0, 0]   # the same weights, every layer global (layer 0 still NoPE)
+    glob = ref.forward(m, seq)
+    assert np.array_equal(windowed[:4], glob[:4])            # p < W: the window holds the whole prefix
+    assert all(np.abs(windowed[p] - glob[p]).max() > 1e-6 for p in range(4, 9))
+    m.windows = [0, 4]
+    assert np.allclose(ref.forward(m, seq[:4]), windowed[:4], rtol=0, atol=1e-12)   # (causal: prefixes agree)
+
+
+def test_smallthinker_layer0_is_nope(tmp_path):
+    """With --swa, layer 0 attends globally without RoPE: a one-layer model's last-token logits
+    do not depend on the order of the earlier tokens; with RoPE (no --swa) they do."""
+    seq = [17, 260, 5, 299, 42, 3]
+    perm = [seq[i] for i in (3, 0, 4, 2, 1)] + [seq[-1]]
+    m = ref.load_model(tiny(tmp_path, "--arch", "smallthinker", "--layers", 1, "--swa", 2, "--seed", 33))
+    assert m.nope == [True] and m.windows == [0]
+    a, b = ref.forward(m, seq)[-1], ref.forward(m, perm)[-1]
+    assert np.allclose(a, b, rtol=0, atol=1e-9)
+    m.nope = []   # the same weights with RoPE
+    assert np.abs(ref.forward(m, seq)[-1] - ref.forward(m, perm)[-1]).max() > 1e-4
+    m = ref.load_model(tiny(tmp_path, "--arch", "smallthinker", "--layers", 1, "--seed", 33, name="r.gguf"))
+    assert m.nope == [] and np.abs(ref.forward(m, seq)[-1] - ref.forward(m, perm)[-1]).max() > 1e-4
+
+
+def test_smallthinker_transpose_down_is_the_same_function(tmp_path):
+    args = ["--arch", "smallthinker", "--swa", 3, "--seed", 34]
+    a = ref.load_model(tiny(tmp_path, *args, name="a.gguf"))
+    b = ref.load_model(tiny(tmp_path, *args, "--transpose-down", name="b.gguf"))
+    for il in range(2):
+        assert np.array_equal(b.w[f"blk.{il}.ffn_down_exps_t.weight"],
+                              np.swapaxes(a.w[f"blk.{il}.ffn_down_exps.weight"], 1, 2))
+    assert set(a.w) - set(b.w) == {"blk.0.ffn_down_exps.weight", "blk.1.ffn_down_exps.weight"}
+    assert all(np.array_equal(a.w[n], b.w[n]) for n in a.w if n in b.w)
+    assert np.allclose(ref.forward(a, TOKENS), ref.forward(b, TOKENS), rtol=0, atol=1e-12)
+    assert np.array_equal(ref.routes(a, TOKENS), ref.routes(b, TOKENS))
+
+
+@pytest.mark.parametrize("gating", ["sigmoid", "softmax"])
+def test_smallthinker_experts_are_sparse(tmp_path, gating):
+    """ReGLU experts: on random tokens, ~85% of the chosen experts' gate outputs are <= 0
+    (neuron i of an expert fires on ~Beta(0.6, 3.4) of the tokens routed to it)."""
+    m = ref.load_model(tiny(tmp_path, "--arch", "smallthinker", "--gating", gating, "--swa", 4, "--seed", 35))
+    seen = {}
+    ref.forward(m, np.random.default_rng(3).integers(3, 300, 64), hook=lambda il, k, v: seen.__setitem__((il, k), v))
+    for il in range(m.n_layer):
+        ids, y = seen[(il, "routes")], seen[(il, "ffn_in")]
+        gate = m.w[f"blk.{il}.ffn_gate_exps.weight"]
+        z = np.einsum("tkfe,te->tkf", gate[ids], y)                # [n_tok, K, F]
+        assert 0.75 <= (z <= 0).mean() <= 0.95, (il, (z <= 0).mean())
+        per_neuron = (z > 0).mean(axis=(0, 1))
+        assert 0.01 < per_neuron.mean() < 0.3 and per_neuron.max() > 0.3   # skewed hot/cold spread
+
+
+def test_reference_rejects_unknown_gating(tmp_path, monkeypatch):
+    monkeypatch.setitem(make_tiny_model.GATING_FUNC, "sigmoid", 3)
+    path = tiny(tmp_path, "--arch", "smallthinker", "--layers", 1, "--seed", 1)
+    with pytest.raises(ValueError, match="expert_gating_func 3 is not supported"):
+        ref.load_model(path)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--arch", "smallthinker", "--pwri"], "--pwri is not supported for smallthinker"),
+    (["--arch", "smallthinker", "--act", "silu"], "--act is not supported for smallthinker"),
+    (["--arch", "smallthinker", "--experts", 4, "--experts-used", 5], "--experts-used must be in [1, --experts]"),
+    (["--arch", "smallthinker", "--swa", 0], "--swa must be at least 1"),
+    (["--arch", "smallthinker", "--gating", "tanh"], "invalid choice"),
+    (["--arch", "qwen3moe", "--gating", "softmax"], "--gating is only for smallthinker"),
+    (["--arch", "qwen3moe", "--swa", 4], "--swa is only for smallthinker"),
+    (["--arch", "llama", "--experts", 4, "--transpose-down"], "--transpose-down is only for smallthinker"),
+    (["--arch", "qwen3", "--expert-ff", 32], "--expert-ff is only for qwen3moe, smallthinker")])
+def test_smallthinker_option_errors(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as e:
         make_tiny_model.main([*map(str, args), "--out", str(tmp_path / "x.gguf")])
     assert e.value.code != 0

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Writes a small random model (GGUF, or PowerInfer PWRI with predictors) for tests.
 
-    make_tiny_model.py --arch llama|bamboo|falcon|qwen2|opt|qwen3|qwen3moe
+    make_tiny_model.py --arch llama|bamboo|falcon|qwen2|opt|qwen3|qwen3moe|smallthinker
         --outtype f32|f16|q8_0|q4_0 [--pwri]
         [--layers 2 --embd 64 --ff 256 --heads 4 --kv-heads 2 --vocab 300] [--tied]
         [--act silu|relu|gelu] [--threshold 0.0] --seed S --out FILE
-        [--head-dim D]                                  (qwen3, qwen3moe)
-        [--experts 8 --experts-used 2 --expert-ff 64]   (qwen3moe)
+        [--head-dim D]                                  (qwen3, qwen3moe, smallthinker)
+        [--experts 8 --experts-used 2 --expert-ff 64]   (qwen3moe, smallthinker)
+        [--gating softmax|sigmoid] [--swa W] [--transpose-down]   (smallthinker)
 
 The file carries a minimal llama SentencePiece vocabulary (<unk>, <s>, </s>, the 256 byte
 pieces <0x00>..<0xFF>, then word pieces with scores) so the engine can tokenize text.
@@ -29,6 +30,15 @@ f32, as llama.cpp keeps it), ffn_gate_exps and ffn_up_exps [N, F, embd], ffn_dow
 [N, embd, F] with F = --expert-ff (written as expert_feed_forward_length and as
 feed_forward_length; --ff is unused). --pwri is not supported for qwen3 and qwen3moe.
 
+smallthinker (PowerInfer's MoE family) has qwen3moe's shapes and options without the q/k
+norms, and ReGLU experts (relu(gate) * up; no feed_forward_activation key, --act is refused).
+Its router reads the raw layer input (before attn_norm). --gating softmax|sigmoid writes
+expert_gating_func 1 | 2 (default sigmoid, as the released SmallThinker models); --swa W writes
+attention.sliding_window = W (layers il % 4 == 0 global without RoPE, the others a window of W
+with RoPE; without --swa no key: every layer global with RoPE); --transpose-down writes the
+down projections as ffn_down_exps_t [N, F, embd] (each expert's ffn_down_exps transposed: the
+same function) instead of ffn_down_exps. --pwri is not supported for smallthinker either.
+
 How the weights keep activations sane and the FFN sparse (biases where the architecture has
 them play no part in it):
   * Matrices are N(0, 1/n_in), so each projection roughly preserves the scale of its input;
@@ -45,7 +55,14 @@ them play no part in it):
     each expert's mean logit (the bias channel also leaks a token-independent part into
     every projection), so that all experts are used. Expert matrices are N(0, 1/n_in) with
     the rows of ffn_down_exps that write channel 0 zero. There is no sparsity calibration
-    (experts are SiLU).
+    (experts are SiLU). smallthinker's router reads the raw residual, so its bias is set on
+    that (channel 0 is exactly 3.0 there).
+  * smallthinker: the ReGLU experts are sparse inside. Column 0 of each expert's ffn_gate_exps
+    is calibrated as a dense ReLU FFN's ffn_gate (below), right after the router of its layer
+    is balanced, on the FFN inputs of the tokens routed to that expert (all the layer's tokens
+    if fewer than 16 were): neuron i of an expert fires on a fraction p_i ~ Beta(0.6, 3.4)
+    (mean 15%) of the tokens the expert gets. The rows of ffn_down_exps (columns of
+    ffn_down_exps_t) that write channel 0 are zero.
   * Column 0 of the gated matrix (ffn_gate; ffn_up for falcon) then acts as a per-neuron
     bias. It is calibrated layer by layer on random token sequences with the reference
     forward pass so that neuron i fires on a fraction p_i of tokens, p_i ~ Beta(0.6, 3.4)
@@ -156,7 +173,7 @@ def make_weights(a, rng):
                 w[p + name + ".weight"] = mat(rows, n_embd)
                 if a.arch in ("qwen2", "opt"):
                     w[p + name + ".bias"] = bias(rows)
-            if a.arch in QWEN3_ARCHS:
+            if a.arch in QWEN3_ARCHS:   # (not smallthinker: no q/k norms)
                 w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = norm_w(d), norm_w(d)
         w[p + "attn_output.weight"] = mat(n_embd, a.heads * d)
         w[p + "attn_output.weight"][0, :] = 0.0
@@ -189,15 +206,23 @@ def make_weights(a, rng):
     return w
 
 
-def ffn_inputs(m: ref.Model, il: int, seqs):
-    """Layer il's normalized FFN inputs over the token sequences `seqs`, [n_tok, n_embd]."""
+def ffn_inputs(m: ref.Model, il: int, seqs, name="ffn_in"):
+    """Layer il's normalized FFN inputs (or another value the reference's hook shows, e.g.
+    'router_in', 'routes') over the token sequences `seqs`, concatenated: [n_tok, ...]."""
     captured = []
 
-    def hook(layer, name, value):
-        if layer == il and name == "ffn_in":
+    class Captured(Exception):
+        pass
+
+    def hook(layer, key, value):
+        if layer == il and key == name:
             captured.append(value)
+            raise Captured   # the later layers play no part
     for s in seqs:
-        ref.forward(m, s, hook=hook)
+        try:
+            ref.hidden(m, s, hook=hook)
+        except Captured:
+            pass
     return np.concatenate(captured)
 
 
@@ -220,13 +245,34 @@ def calibrate(m: ref.Model, a, rng):
 
 def balance_router(m: ref.Model, a, rng):
     """Sets column 0 of each layer's router so every expert's logit has mean 0 over random
-    tokens (see the module docstring)."""
+    tokens (see the module docstring); for ReGLU experts (smallthinker) then calibrates the
+    layer's experts (calibrate_experts) before the next layer's router."""
     seqs = rng.integers(3, a.vocab, size=(8, 32))
     for il in range(a.layers):
         r = m.w[f"blk.{il}.ffn_gate_inp.weight"]
         r[:, 0] = 0.0
-        x = ffn_inputs(m, il, seqs)                      # [n_tok, n_embd]
+        x = ffn_inputs(m, il, seqs, "router_in")         # [n_tok, n_embd]: what the router reads
         r[:, 0] = -np.mean(x @ r.T, axis=0) / np.mean(x[:, 0])
+        if a.arch == "smallthinker":
+            calibrate_experts(m, il, seqs, rng)
+
+
+MIN_EXPERT_TOKENS = 16
+
+
+def calibrate_experts(m: ref.Model, il: int, seqs, rng, mean_p=0.15):
+    """Sets column 0 of each layer-il expert's gate matrix so neuron i of expert e fires on a
+    fraction p_i ~ Beta(0.6, 3.4) of the tokens routed to e (see the module docstring)."""
+    g = m.w[f"blk.{il}.ffn_gate_exps.weight"]           # [N, F, n_embd]
+    g[:, :, 0] = 0.0
+    x = ffn_inputs(m, il, seqs)                          # [n_tok, n_embd]
+    ids = ffn_inputs(m, il, seqs, "routes")              # [n_tok, K]
+    p = np.clip(rng.beta(0.6 * mean_p / 0.15, 3.4, size=g.shape[:2]), 0.01, 0.9)
+    for e in range(g.shape[0]):
+        routed = np.any(ids == e, axis=1)
+        xe = x[routed] if routed.sum() >= MIN_EXPERT_TOKENS else x
+        ratio = (xe @ g[e].T) / xe[:, 0:1]               # z_i / x0 per token, [n_tok_e, F]
+        g[e, :, 0] = -np.array([np.quantile(ratio[:, i], 1.0 - p[e, i]) for i in range(g.shape[1])])
 
 
 def make_predictors(m: ref.Model, a):
@@ -268,11 +314,20 @@ def build(a):
     m = ref.Model(arch=a.arch, n_layer=a.layers, n_head=a.heads, n_head_kv=kv_heads(a),
                   n_rot=head_dim(a), eps=eps(a), rope_base=rope_base(a), act=act, pwri=False, w=w,
                   head_dim=head_dim(a))
-    if a.moe:   # no sparsity calibration of the experts (see the module docstring)
+    if a.moe:   # sparsity calibration only of ReGLU experts (see the module docstring)
         m.n_expert, m.n_expert_used = a.experts, a.experts_used
+        if a.arch == "smallthinker":
+            m.gating = a.gating
+            if a.swa is not None:
+                m.windows = [0 if il % 4 == 0 else a.swa for il in range(a.layers)]
+                m.nope = [il % 4 == 0 for il in range(a.layers)]
         balance_router(m, a, rng)
     else:
         calibrate(m, a, rng)
+    if a.transpose_down:
+        for il in range(a.layers):
+            down = w.pop(f"blk.{il}.ffn_down_exps.weight")
+            w[f"blk.{il}.ffn_down_exps_t.weight"] = np.ascontiguousarray(np.swapaxes(down, 1, 2))
     if a.pwri:
         w.update(make_predictors(m, a))
         for il in range(a.layers):
@@ -283,8 +338,9 @@ def build(a):
 
 
 DEFAULT_ACT = {"bamboo": "relu", "falcon": "gelu", "llama": "silu", "qwen2": "silu", "opt": "relu",
-               "qwen3": "silu", "qwen3moe": "silu"}
-QWEN3_ARCHS = ("qwen3", "qwen3moe")
+               "qwen3": "silu", "qwen3moe": "silu", "smallthinker": "relu"}
+QWEN3_ARCHS = ("qwen3", "qwen3moe")                 # q/k norms
+HEAD_DIM_ARCHS = QWEN3_ARCHS + ("smallthinker",)    # --head-dim, key_length, no --pwri
 
 
 def kv_heads(a):
@@ -296,18 +352,18 @@ def head_dim(a):
 
 
 def eps(a):
-    return 1e-6 if a.arch in ("qwen2",) + QWEN3_ARCHS else 1e-5
+    return 1e-6 if a.arch in ("qwen2",) + HEAD_DIM_ARCHS else 1e-5
 
 
 def rope_base(a):
-    return 1e6 if a.arch in ("qwen2",) + QWEN3_ARCHS else 10000.0
+    return 1e6 if a.arch in ("qwen2",) + HEAD_DIM_ARCHS else 10000.0
 
 
 LAYER_ORDER = ["attn_norm.weight", "attn_norm.bias", "attn_norm_2.weight", "attn_norm_2.bias",
                "attn_qkv.weight", "attn_q.weight", "attn_q.bias", "attn_q_norm.weight", "attn_k.weight",
                "attn_k.bias", "attn_k_norm.weight", "attn_v.weight", "attn_v.bias", "attn_output.weight",
                "attn_output.bias", "ffn_norm.weight", "ffn_norm.bias", "ffn_gate_inp.weight",
-               "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight",
+               "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight", "ffn_down_exps_t.weight",
                "ffn_gate.weight", "ffn_up.weight", "ffn_up.bias",
                "ffn_down.weight", "ffn_down.bias", "ffn_down_t.weight", "ffn_down_t.bias",
                "fc1.weight", "fc2.weight"]
@@ -333,22 +389,27 @@ def write(a, w, act):
         (prefix + "block_count", a.layers, VT.UINT32),
         (prefix + "feed_forward_length", a.expert_ff if a.moe else a.ff, VT.UINT32),
         (prefix + "attention.head_count", a.heads, VT.UINT32),
-        (prefix + "feed_forward_activation", act, VT.STRING),
     ]
+    if arch != "smallthinker":   # (smallthinker: ReGLU experts, no key, as llama.cpp writes it)
+        md.append((prefix + "feed_forward_activation", act, VT.STRING))
     if arch == "opt":   # the keys the original's OPT files have (no RoPE, no kv-head count)
         md.append((prefix + "attention.layer_norm_epsilon", eps(a), VT.FLOAT32))
     else:
         md += [(prefix + "attention.head_count_kv", a.kv_heads, VT.UINT32),
                (prefix + "rope.dimension_count", head_dim(a), VT.UINT32),
                (prefix + "rope.freq_base", rope_base(a), VT.FLOAT32)]
-        if arch in QWEN3_ARCHS:
+        if arch in HEAD_DIM_ARCHS:
             md += [(prefix + "attention.key_length", head_dim(a), VT.UINT32),
                    (prefix + "attention.value_length", head_dim(a), VT.UINT32)]
         if a.moe:
             md += [(prefix + "expert_count", a.experts, VT.UINT32),
                    (prefix + "expert_used_count", a.experts_used, VT.UINT32)]
-            if arch == "qwen3moe":   # Mixtral's experts are feed_forward_length wide, with no key of their own
+            if arch != "llama":   # Mixtral's experts are feed_forward_length wide, with no key of their own
                 md.append((prefix + "expert_feed_forward_length", a.expert_ff, VT.UINT32))
+            if arch == "smallthinker":
+                md.append((prefix + "expert_gating_func", GATING_FUNC[a.gating], VT.UINT32))
+                if a.swa is not None:
+                    md.append((prefix + "attention.sliding_window", a.swa, VT.UINT32))
         eps_key = "layer_norm_epsilon" if arch == "falcon" else "layer_norm_rms_epsilon"
         md.append((prefix + "attention." + eps_key, eps(a), VT.FLOAT32))
     if a.outtype in ("q8_0", "q4_0"):
@@ -382,10 +443,13 @@ def write(a, w, act):
             f.write_tensor(name, quantize(arr.astype(np.float32), types_[name]))
 
 
+GATING_FUNC = {"softmax": 1, "sigmoid": 2}   # smallthinker.expert_gating_func
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", choices=("llama", "bamboo", "falcon", "qwen2", "opt", "qwen3", "qwen3moe"),
-                    default="llama")
+    ap.add_argument("--arch", choices=("llama", "bamboo", "falcon", "qwen2", "opt", "qwen3", "qwen3moe",
+                                       "smallthinker"), default="llama")
     ap.add_argument("--outtype", choices=sorted(FILE_TYPES), default="f32")
     ap.add_argument("--pwri", action="store_true", help="PowerInfer file: predictors, ffn_down_t, ReLU")
     ap.add_argument("--layers", type=int, default=2)
@@ -399,21 +463,30 @@ def parse_args(argv=None):
     ap.add_argument("--act", choices=("silu", "relu", "gelu"), help="FFN activation of a dense file")
     ap.add_argument("--threshold", type=float, default=0.0, help="powerinfer.sparse_threshold")
     ap.add_argument("--head-dim", type=int, metavar="D",
-                    help="qwen3/qwen3moe: attention head size (key_length), default embd / heads")
-    ap.add_argument("--experts", type=int, metavar="N", help="qwen3moe: number of experts (default 8)")
-    ap.add_argument("--experts-used", type=int, metavar="K", help="qwen3moe: experts per token (default 2)")
-    ap.add_argument("--expert-ff", type=int, metavar="F", help="qwen3moe: expert FFN size (default 64)")
+                    help="qwen3/qwen3moe/smallthinker: attention head size (key_length), default embd / heads")
+    ap.add_argument("--experts", type=int, metavar="N", help="qwen3moe/smallthinker: number of experts (default 8)")
+    ap.add_argument("--experts-used", type=int, metavar="K",
+                    help="qwen3moe/smallthinker: experts per token (default 2)")
+    ap.add_argument("--expert-ff", type=int, metavar="F",
+                    help="qwen3moe/smallthinker: expert FFN size (default 64)")
+    ap.add_argument("--gating", choices=sorted(GATING_FUNC),
+                    help="smallthinker: router gating, expert_gating_func (default sigmoid)")
+    ap.add_argument("--swa", type=int, metavar="W", help="smallthinker: attention.sliding_window = W "
+                    "(layers il %% 4 != 0 use a window of W, layers il %% 4 == 0 are global NoPE)")
+    ap.add_argument("--transpose-down", action="store_true",
+                    help="smallthinker: write ffn_down_exps_t [N, F, embd] instead of ffn_down_exps")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    if a.pwri and a.arch in QWEN3_ARCHS:
+    if a.pwri and a.arch in HEAD_DIM_ARCHS:
         ap.error(f"--pwri is not supported for {a.arch} (no PowerInfer layout for it)")
-    if a.head_dim is not None and a.arch not in QWEN3_ARCHS:
-        ap.error(f"--head-dim is only for qwen3 and qwen3moe, not {a.arch} (its head size is --embd / --heads)")
+    if a.head_dim is not None and a.arch not in HEAD_DIM_ARCHS:
+        ap.error(f"--head-dim is only for qwen3, qwen3moe and smallthinker, not {a.arch} "
+                 "(its head size is --embd / --heads)")
     if a.head_dim is not None and a.head_dim < 2:
         ap.error("--head-dim must be at least 2")
     # llama with --experts: Mixtral's layout (llama.expert_count, experts of width --expert-ff).
-    a.moe = a.arch == "qwen3moe" or (a.arch == "llama" and a.experts is not None)
+    a.moe = a.arch in ("qwen3moe", "smallthinker") or (a.arch == "llama" and a.experts is not None)
     if a.moe and a.pwri:
         ap.error("--pwri is not supported with experts")
     moe_opts = {"experts": 8, "experts_used": 2, "expert_ff": 64}
@@ -421,11 +494,24 @@ def parse_args(argv=None):
         if getattr(a, k) is None:
             setattr(a, k, default)
         elif not a.moe:
-            ap.error(f"--{k.replace('_', '-')} is only for qwen3moe (and llama with --experts), not {a.arch}")
+            ap.error(f"--{k.replace('_', '-')} is only for qwen3moe, smallthinker (and llama with --experts), "
+                     f"not {a.arch}")
     if a.experts < 1 or a.expert_ff < 1:
         ap.error("--experts and --expert-ff must be at least 1")
     if not 1 <= a.experts_used <= a.experts:
         ap.error(f"--experts-used must be in [1, --experts] = [1, {a.experts}], got {a.experts_used}")
+    if a.arch == "smallthinker":
+        if a.act is not None:
+            ap.error("--act is not supported for smallthinker (its experts are ReGLU)")
+        if a.gating is None:
+            a.gating = "sigmoid"
+        if a.swa is not None and a.swa < 1:
+            ap.error(f"--swa must be at least 1, got {a.swa}")
+    else:
+        for opt, given in (("--gating", a.gating is not None), ("--swa", a.swa is not None),
+                           ("--transpose-down", a.transpose_down)):
+            if given:
+                ap.error(f"{opt} is only for smallthinker, not {a.arch}")
     return a
 
 

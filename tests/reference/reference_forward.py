@@ -8,7 +8,8 @@ sequence is recomputed from scratch, no cache, no batching. Reads GGUF and Power
     reference_forward.py MODEL --tokens 1,5,9 [--sparse] [--threshold T] --out logits.bin
     reference_forward.py MODEL --tokens 1,5,9 --greedy 8 [--sparse]
     reference_forward.py MODEL --tokens 1,5,9 --hidden hidden.bin
-    reference_forward.py MODEL --tokens 1,5,9 --routes routes.bin   (qwen3moe)
+    reference_forward.py MODEL --tokens 1,5,9 --routes routes.bin   (qwen3moe, smallthinker, Mixtral)
+    reference_forward.py MODEL --tokens 1,5,9 --force-routes routes.bin --route-probs probs.bin --out logits.bin
 
 --out writes float32 logits [n_tokens, n_vocab], row-major, little-endian.
 --hidden writes the final hidden states after the output norm (what embeddings pool,
@@ -17,11 +18,15 @@ llama.cpp's result_norm), float32 [n_tokens, n_embd], row-major, little-endian.
 --routes writes the experts each mixture-of-experts layer chose: int32 [n_layer, n_tokens,
 K] (K = expert_used_count), row-major, little-endian; per layer and token the K expert ids
 in order of decreasing routing weight (equal weights: lower id first).
---force-routes FILE (same layout) computes with those experts instead of the router's choice;
---route-probs FILE writes the router's probabilities float64 [n_layer, n_tokens, expert_count]
-along the pass (forced or not): with the engine's routes forced, the oracle checks the rest of
-the maths exactly, and the probabilities show whether a token the engine routed differently
-was a near-tie.
+--force-routes FILE (same layout) computes with those experts instead of the router's choice
+(weights: their gating probabilities renormalized to sum 1);
+--route-probs FILE writes the router's gating probabilities float64 [n_layer, n_tokens,
+expert_count] along the pass (forced or not): softmax over all experts of the router logits
+(qwen3moe, Mixtral, smallthinker with softmax gating; each row sums to 1), or the sigmoid of
+each logit on its own (smallthinker with sigmoid gating; rows do not sum to 1). Either way the
+chosen experts are the K largest of them. With the engine's routes forced, the oracle checks
+the rest of the maths exactly, and the probabilities show whether a token the engine routed
+differently was a near-tie.
 
 Architectures:
   llama   RMSNorm, RoPE on adjacent pairs (2i, 2i+1) (the GGUF q/k layout), GQA, FFN
@@ -47,6 +52,20 @@ Architectures:
           w_e, out = sum_e w_e down_e(act(gate_e x) * (up_e x)) with ffn_{gate,up}_exps
           [N, F, n_embd], ffn_down_exps [N, n_embd, F]; act silu when absent.
   llama with `llama.expert_count` (Mixtral): llama's attention and qwen3moe's mixture of experts.
+  smallthinker  (PowerInfer's MoE family) qwen3moe without the q/k norms (NeoX RoPE, head_dim
+          from key_length, default eps 1e-6), with three differences in the FFN:
+          * the router reads the RAW layer input x (before attn_norm), not the FFN input:
+            logits l = ffn_gate_inp x, top-K experts by l (ties: lower id first);
+          * gating by `smallthinker.expert_gating_func`: 1 (or absent) softmax, w = softmax of
+            the K chosen logits; 2 sigmoid, w_e = sigmoid(l_e) / sum over chosen sigmoid(l_j);
+          * ReGLU experts: down_e(relu(gate_e y) * (up_e y)) on y = ffn_norm(h) (act from
+            `feed_forward_activation`, relu when absent); the down projection is ffn_down_exps
+            [N, n_embd, F] or, transposed, ffn_down_exps_t [N, F, n_embd] (one row per neuron).
+          Layer pattern: with `smallthinker.attention.sliding_window` = W, layer il % 4 == 0
+          attends globally without RoPE (NoPE), the other layers use a sliding window of W and
+          RoPE; without the key every layer is global with RoPE.
+Sliding window: a per-layer property (Model.windows, 0 = global): with window W, the token at
+position p attends positions q with p - W < q <= p. Only smallthinker files set it.
 head_dim is `attention.key_length` when present (qwen3 files may have head_dim != n_embd /
 n_head: q is [n_head * head_dim, n_embd], attn_output [n_embd, n_head * head_dim]), else
 n_embd / n_head; n_rot is `rope.dimension_count`, else head_dim.
@@ -71,7 +90,7 @@ import gguf_io  # noqa: E402
 
 @dataclass
 class Model:
-    arch: str                 # llama | bamboo | falcon | qwen2 | opt | qwen3 | qwen3moe
+    arch: str                 # llama | bamboo | falcon | qwen2 | opt | qwen3 | qwen3moe | smallthinker
     n_layer: int
     n_head: int
     n_head_kv: int
@@ -83,10 +102,15 @@ class Model:
     threshold: float = 0.0    # predictor threshold (PWRI)
     rope_scale: float = 1.0   # position multiplier: 1 / rope.scaling.factor (linear scaling)
     head_dim: int = 0         # attention.key_length; 0: n_embd // n_head
-    n_expert: int = 0         # experts (qwen3moe), 0 for a dense FFN
-    n_expert_used: int = 0    # experts each token uses (qwen3moe)
+    n_expert: int = 0         # experts (qwen3moe, smallthinker, Mixtral), 0 for a dense FFN
+    n_expert_used: int = 0    # experts each token uses
+    gating: str = "softmax"   # MoE gating: softmax | sigmoid (smallthinker.expert_gating_func 1 | 2)
+    # Per layer: the sliding-window size (0: global attention) and whether RoPE is skipped
+    # (NoPE); empty lists: every layer global, with RoPE (none for opt).
+    windows: list = field(default_factory=list)
+    nope: list = field(default_factory=list)
     w: dict = field(default_factory=dict)   # name -> float64 array, outermost dim first
-    # qwen3moe: the experts to use instead of the router's choice, int [n_layer, n_tokens, K]
+    # MoE: the experts to use instead of the router's choice, int [n_layer, n_tokens, K]
     # (--force-routes: the engine's routes, to compare the rest of the maths exactly).
     forced_routes: np.ndarray | None = None
 
@@ -94,13 +118,13 @@ class Model:
 def load_model(path) -> Model:
     r = gguf_io.GGUFReader(path)
     arch = r.get("general.architecture")
-    if arch not in ("llama", "bamboo", "falcon", "qwen2", "opt", "qwen3", "qwen3moe"):
+    if arch not in ("llama", "bamboo", "falcon", "qwen2", "opt", "qwen3", "qwen3moe", "smallthinker"):
         raise ValueError(f"{path}: unsupported architecture {arch!r}")
     n_embd = int(r.get(f"{arch}.embedding_length"))
     n_head = int(r.get(f"{arch}.attention.head_count"))
     head_dim = int(r.get(f"{arch}.attention.key_length", n_embd // n_head))
     default_act = {"llama": "silu", "bamboo": "relu", "falcon": "gelu", "qwen2": "silu", "opt": "relu",
-                   "qwen3": "silu", "qwen3moe": "silu"}[arch]
+                   "qwen3": "silu", "qwen3moe": "silu", "smallthinker": "relu"}[arch]
     eps_key = "layer_norm_epsilon" if arch in ("falcon", "opt") else "layer_norm_rms_epsilon"
     m = Model(
         arch=arch,
@@ -108,7 +132,7 @@ def load_model(path) -> Model:
         n_head=n_head,
         n_head_kv=int(r.get(f"{arch}.attention.head_count_kv", n_head)),
         n_rot=int(r.get(f"{arch}.rope.dimension_count", head_dim)),
-        eps=float(r.get(f"{arch}.attention.{eps_key}", 1e-6 if arch in QWEN_ARCHS else 1e-5)),
+        eps=float(r.get(f"{arch}.attention.{eps_key}", 1e-6 if arch in NEOX_ARCHS else 1e-5)),
         rope_base=float(r.get(f"{arch}.rope.freq_base", 10000.0)),
         act="relu" if r.is_pwri else r.get(f"{arch}.feed_forward_activation", default_act),
         pwri=r.is_pwri,
@@ -117,13 +141,31 @@ def load_model(path) -> Model:
     )
     if int(r.get(f"{arch}.attention.value_length", head_dim)) != head_dim:
         raise ValueError(f"{path}: attention.value_length != key_length is not supported")
-    if arch == "qwen3moe" or (arch == "llama" and f"{arch}.expert_count" in r.metadata):
+    if arch in ("qwen3moe", "smallthinker") or (arch == "llama" and f"{arch}.expert_count" in r.metadata):
         if f"{arch}.expert_count" not in r.metadata or f"{arch}.expert_used_count" not in r.metadata:
-            raise ValueError(f"{path}: qwen3moe needs {arch}.expert_count and {arch}.expert_used_count")
+            raise ValueError(f"{path}: {arch} needs {arch}.expert_count and {arch}.expert_used_count")
         m.n_expert, m.n_expert_used = int(r.get(f"{arch}.expert_count")), int(r.get(f"{arch}.expert_used_count"))
         if not 1 <= m.n_expert_used <= m.n_expert:
             raise ValueError(f"{path}: expert_used_count {m.n_expert_used} is not in [1, expert_count "
                              f"{m.n_expert}]")
+    if arch == "smallthinker":
+        gating = int(r.get(f"{arch}.expert_gating_func", 1))
+        if gating not in (1, 2):
+            raise ValueError(f"{path}: {arch}.expert_gating_func {gating} is not supported (1 softmax, 2 sigmoid)")
+        m.gating = "softmax" if gating == 1 else "sigmoid"
+        window = r.get(f"{arch}.attention.sliding_window")
+        if window is not None:   # layer il % 4 == 0: global NoPE; the others: window and RoPE
+            if int(window) < 1:
+                raise ValueError(f"{path}: {arch}.attention.sliding_window must be at least 1, got {window}")
+            m.windows = [0 if il % 4 == 0 else int(window) for il in range(m.n_layer)]
+            m.nope = [il % 4 == 0 for il in range(m.n_layer)]
+        need = ["ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight"]
+        missing = [f"blk.{il}.{t}" for il in range(m.n_layer) for t in need if f"blk.{il}.{t}" not in r.tensors]
+        missing += [f"blk.{il}.ffn_down_exps.weight" for il in range(m.n_layer)
+                    if f"blk.{il}.ffn_down_exps.weight" not in r.tensors
+                    and f"blk.{il}.ffn_down_exps_t.weight" not in r.tensors]
+        if missing:
+            raise ValueError(f"{path}: {arch} tensor(s) missing: {', '.join(missing[:4])}")
     if r.get(f"{arch}.rope.scaling.type", "linear") == "linear":
         factor = r.get(f"{arch}.rope.scaling.factor", r.get(f"{arch}.rope.scale_linear", 1.0))
         m.rope_scale = 1.0 / float(factor)
@@ -140,7 +182,8 @@ def load_model(path) -> Model:
     return m
 
 
-QWEN_ARCHS = ("qwen2", "qwen3", "qwen3moe")   # NeoX RoPE, default eps 1e-6
+QWEN_ARCHS = ("qwen2", "qwen3", "qwen3moe")
+NEOX_ARCHS = QWEN_ARCHS + ("smallthinker",)     # NeoX RoPE, default eps 1e-6
 QK_NORM_ARCHS = ("qwen3", "qwen3moe")         # per-head RMSNorm of q and k before RoPE
 
 
@@ -184,13 +227,16 @@ def rope(x, n_rot, base, neox, scale=1.0):
     return out
 
 
-def attention(q, k, v):
+def attention(q, k, v, window=0):
     """Causal multi-head attention. q [n, n_head, d], k and v [n, n_head_kv, d];
-    query head h reads kv head h // (n_head / n_head_kv). Returns [n, n_head * d]."""
+    query head h reads kv head h // (n_head / n_head_kv). window W > 0: the query at position
+    p sees only the keys at p - W < q <= p (sliding window). Returns [n, n_head * d]."""
     n, n_head, d = q.shape
     group = n_head // k.shape[1]
     out = np.zeros_like(q)
     causal = np.triu(np.ones((n, n), dtype=bool), k=1)
+    if window:
+        causal |= np.tril(np.ones((n, n), dtype=bool), k=-window)
     for h in range(n_head):
         scores = q[:, h] @ k[:, h // group].T / math.sqrt(d)
         scores[causal] = -np.inf
@@ -235,48 +281,62 @@ def ffn(m: Model, il: int, x, mask=None):
 
 
 def moe_probs(m: Model, il: int, x):
-    """The router's probabilities softmax(ffn_gate_inp x) over all experts, [n_tok, N]."""
+    """The router's gating probabilities [n_tok, N] of the router input x: softmax of the
+    logits ffn_gate_inp x over all experts, or (m.gating == "sigmoid") the sigmoid of each."""
     logits = x @ m.w[f"blk.{il}.ffn_gate_inp.weight"].T            # [n_tok, N]
+    if m.gating == "sigmoid":
+        return 1.0 / (1.0 + np.exp(-logits))
     p = np.exp(logits - logits.max(axis=1, keepdims=True))
     return p / p.sum(axis=1, keepdims=True)
 
 
 def moe_route(m: Model, il: int, x):
-    """(ids, weights), both [n_tok, K]: per token the K experts of largest router probability
-    softmax(ffn_gate_inp x), in order of decreasing probability (ties: lower id first), and
-    their probabilities renormalized to sum 1. With m.forced_routes, those experts instead
-    (weights: their probabilities renormalized)."""
+    """(ids, weights), both [n_tok, K]: per token the K experts of largest gating probability
+    (see moe_probs; smallthinker: of largest router logit, the same order without rounding
+    ties), in order of decreasing probability (ties: lower id first), and their probabilities
+    renormalized to sum 1 (softmax: the softmax of the chosen logits; sigmoid: sigmoid(l_e) /
+    sum of the chosen sigmoid(l_j)). With m.forced_routes, those experts instead (weights:
+    their probabilities renormalized)."""
     p = moe_probs(m, il, x)
     if m.forced_routes is not None:
         ids = np.asarray(m.forced_routes[il][: len(x)], dtype=np.int64)
     else:
-        ids = np.argsort(-p, axis=1, kind="stable")[:, :m.n_expert_used]
+        key = x @ m.w[f"blk.{il}.ffn_gate_inp.weight"].T if m.arch == "smallthinker" else p
+        ids = np.argsort(-key, axis=1, kind="stable")[:, :m.n_expert_used]
     chosen = np.take_along_axis(p, ids, axis=1)
     return ids, chosen / chosen.sum(axis=1, keepdims=True)
 
 
-def moe(m: Model, il: int, x, hook=None):
-    """Mixture-of-experts FFN of x [n_tok, n_embd], the normalized FFN input."""
+def moe(m: Model, il: int, x, hook=None, router_in=None):
+    """Mixture-of-experts FFN of x [n_tok, n_embd], the normalized FFN input; the router reads
+    router_in (smallthinker: the raw layer input), x when None."""
     w, p = m.w, f"blk.{il}."
-    ids, weights = moe_route(m, il, x)
+    router_in = x if router_in is None else router_in
+    ids, weights = moe_route(m, il, router_in)
     if hook:
         hook(il, "routes", ids)
-        hook(il, "route_probs", moe_probs(m, il, x))
-    gate, up, down = (w[p + f"ffn_{s}_exps.weight"] for s in ("gate", "up", "down"))
+        hook(il, "route_probs", moe_probs(m, il, router_in))
+    gate, up = w[p + "ffn_gate_exps.weight"], w[p + "ffn_up_exps.weight"]
+    if p + "ffn_down_exps_t.weight" in w:   # [N, F, n_embd]: one row per expert neuron
+        down_t = w[p + "ffn_down_exps_t.weight"]
+    else:                                   # [N, n_embd, F]
+        down_t = np.swapaxes(w[p + "ffn_down_exps.weight"], 1, 2)
     out = np.zeros_like(x)
     for e in range(m.n_expert):
         tok, slot = np.nonzero(ids == e)
         if len(tok):
             xe = x[tok]
             a = ACT[m.act](xe @ gate[e].T) * (xe @ up[e].T)
-            out[tok] += weights[tok, slot][:, None] * (a @ down[e].T)
+            out[tok] += weights[tok, slot][:, None] * (a @ down_t[e])
     return out
 
 
 def forward(m: Model, tokens, sparse=False, threshold=None, hook=None):
     """Logits [n_tokens, n_vocab] (float64) for positions 0..n-1. `hook(layer, name, array)`
     if given sees 'ffn_in' (normalized FFN input) and 'pred_in' (predictor input) per layer,
-    and 'routes' (the chosen expert ids [n_tok, K], see moe_route) per qwen3moe layer."""
+    and per mixture-of-experts layer 'router_in' (what the router reads: ffn_in, or the raw
+    layer input for smallthinker), 'routes' (the chosen expert ids [n_tok, K], see moe_route)
+    and 'route_probs' (the gating probabilities [n_tok, N], see moe_probs)."""
     head = m.w.get("output.weight", m.w["token_embd.weight"])
     return hidden(m, tokens, sparse, threshold, hook) @ head.T
 
@@ -326,11 +386,15 @@ def hidden(m: Model, tokens, sparse=False, threshold=None, hook=None):
             if m.arch in QK_NORM_ARCHS:   # per head, over its head_dim values
                 q = rms_norm(q, w[p + "attn_q_norm.weight"], m.eps)
                 k = rms_norm(k, w[p + "attn_k_norm.weight"], m.eps)
-            if m.arch != "opt":
-                neox = m.arch in QWEN_ARCHS
+            if m.arch != "opt" and not (m.nope and m.nope[il]):
+                neox = m.arch in NEOX_ARCHS
                 q = rope(q, m.n_rot, m.rope_base, neox, m.rope_scale)
                 k = rope(k, m.n_rot, m.rope_base, neox, m.rope_scale)
-            x = x + linear(w, p + "attn_output.", attention(q, k, v))
+            window = m.windows[il] if m.windows else 0
+            layer_in = x
+            # (called without the window argument when global, so replacements of
+            # attention(q, k, v) such as tests/model/reference_f16kv.py keep working)
+            x = x + linear(w, p + "attn_output.", attention(q, k, v, window) if window else attention(q, k, v))
             if m.arch == "opt":
                 ffn_in = layer_norm(x, w[p + "ffn_norm.weight"], w[p + "ffn_norm.bias"], m.eps)
             else:
@@ -339,7 +403,13 @@ def hidden(m: Model, tokens, sparse=False, threshold=None, hook=None):
             if hook:
                 hook(il, "pred_in", x)
                 hook(il, "ffn_in", ffn_in)
-            x = x + (moe(m, il, ffn_in, hook) if m.n_expert else ffn(m, il, ffn_in, mask))
+            if m.n_expert:
+                router_in = layer_in if m.arch == "smallthinker" else ffn_in
+                if hook:
+                    hook(il, "router_in", router_in)
+                x = x + moe(m, il, ffn_in, hook, router_in)
+            else:
+                x = x + ffn(m, il, ffn_in, mask)
     if m.arch in ("falcon", "opt"):
         x = layer_norm(x, w["output_norm.weight"], w["output_norm.bias"], m.eps)
     else:
@@ -376,11 +446,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write float32 logits [n_tokens, n_vocab] here")
     ap.add_argument("--greedy", type=int, metavar="N", help="print N greedy next-token ids")
     ap.add_argument("--hidden", help="write float32 normalized hidden states [n_tokens, n_embd] here")
-    ap.add_argument("--routes", help="write the chosen experts int32 [n_layer, n_tokens, K] here (qwen3moe)")
+    ap.add_argument("--routes", help="write the chosen experts int32 [n_layer, n_tokens, K] here "
+                    "(qwen3moe, smallthinker, Mixtral)")
     ap.add_argument("--force-routes", help="use these experts, int32 [n_layer, n_tokens, K], instead of the "
-                    "router's choice (qwen3moe)")
-    ap.add_argument("--route-probs", help="write the router probabilities float64 [n_layer, n_tokens, "
-                    "expert_count] here (qwen3moe)")
+                    "router's choice (qwen3moe, smallthinker, Mixtral)")
+    ap.add_argument("--route-probs", help="write the router's gating probabilities float64 [n_layer, n_tokens, "
+                    "expert_count] here: softmax over all experts, or each logit's sigmoid for sigmoid gating")
     args = ap.parse_args(argv)
     if not args.out and not args.greedy and not args.hidden and not args.routes and not args.route_probs:
         ap.error("give --out, --greedy, --hidden, --routes and/or --route-probs")
@@ -398,7 +469,8 @@ def main(argv=None) -> int:
     if args.sparse and not m.pwri:
         ap.error("--sparse needs a PowerInfer (PWRI) file")
     if (args.routes or args.force_routes or args.route_probs) and m.n_expert == 0:
-        ap.error(f"--routes, --force-routes and --route-probs need a mixture-of-experts model (qwen3moe), "
+        ap.error(f"--routes, --force-routes and --route-probs need a mixture-of-experts model (qwen3moe, "
+                 f"smallthinker, llama with experts), "
                  f"not {m.arch}")
     if args.force_routes:
         forced = np.fromfile(args.force_routes, dtype="<i4")

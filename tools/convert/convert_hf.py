@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Converts a Hugging Face checkpoint (llama, bamboo, OPT, Qwen2, Qwen3, Qwen3-MoE, Mixtral) to
-GGUF, or with --predictors to a PowerInfer GGUF (magic PWRI) that carries the per-layer
-activation predictors.
+"""Converts a Hugging Face checkpoint (llama, bamboo, OPT, Qwen2, Qwen3, Qwen3-MoE, Mixtral,
+SmallThinker) to GGUF, or with --predictors to a PowerInfer GGUF (magic PWRI) that carries the
+per-layer activation predictors.
 
     convert_hf.py MODEL_DIR --outfile model.gguf [--outtype f16]
     convert_hf.py MODEL_DIR --predictors PRED_DIR --outfile model.powerinfer.gguf --outtype q4_0
+    convert_hf.py SMALLTHINKER_DIR --outfile model.gguf --outtype q4_0 [--transpose-down]
 
 MODEL_DIR: config.json, the tokenizer (tokenizer.model, SentencePiece; else tokenizer.json, a
 byte-level BPE as OPT, Qwen2 and Llama 3 have, with tokenizer_config.json when present), and
@@ -12,7 +13,13 @@ model.safetensors | model-0000K-of-0000N.safetensors (+ model.safetensors.index.
 pytorch_model*.bin. Architectures: LlamaForCausalLM / MistralForCausalLM (llama), bamboo,
 OPTForCausalLM (opt: see hf_archs.py; the OPT-350m layout is refused), Qwen2ForCausalLM (qwen2),
 Qwen3ForCausalLM (qwen3), Qwen3MoeForCausalLM (qwen3moe), MixtralForCausalLM (llama with
-llama.expert_count: see hf_archs.py for the mixture-of-experts tensors).
+llama.expert_count), SmallThinkerForCausalLM (smallthinker: PowerInfer's SmallThinker-21BA3B and
+-4BA0.6B; only llama.cpp's sliding-window / NoPE layer pattern); see hf_archs.py for the
+mixture-of-experts tensors.
+--transpose-down (SmallThinker only): writes each layer's experts' down projections transposed,
+as blk.N.ffn_down_exps_t.weight [n_expert, n_ff_exp, n_embd] (expert e's down.weight.T: one
+contiguous row per expert neuron, PowerInfer's ffn_down_t convention for the sparse ReGLU
+expert kernel) instead of blk.N.ffn_down_exps.weight [n_expert, n_embd, n_ff_exp].
 PRED_DIR: model_0.pt, model_1.pt, ... (one state dict per layer with fc1.weight [r, n_embd]
 and fc2.weight [n_ff, r]; .npz or .safetensors files with the same keys also work) and an
 optional config.json with "sparse_threshold". PyTorch is not needed: torch zip files are
@@ -55,20 +62,24 @@ FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7}
 ACTIVATIONS = ("silu", "relu", "gelu")
 HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "OPTForCausalLM": "opt",
             "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3moe",
-            "MixtralForCausalLM": "llama"}
+            "MixtralForCausalLM": "llama", "SmallThinkerForCausalLM": "smallthinker"}
 MODEL_TYPES = {"llama": "llama", "mistral": "llama", "opt": "opt", "qwen2": "qwen2", "qwen3": "qwen3",
-               "qwen3_moe": "qwen3moe", "mixtral": "llama"}
+               "qwen3_moe": "qwen3moe", "mixtral": "llama", "smallthinker": "smallthinker"}
 # Mixture-of-experts checkpoints (by architecture class or model_type): their HF layout, see hf_archs.
 MOE_KINDS = {"MixtralForCausalLM": "mixtral", "mixtral": "mixtral",
-             "Qwen3MoeForCausalLM": "qwen3moe", "qwen3_moe": "qwen3moe"}
+             "Qwen3MoeForCausalLM": "qwen3moe", "qwen3_moe": "qwen3moe",
+             "SmallThinkerForCausalLM": "smallthinker", "smallthinker": "smallthinker"}
 # GGUF architectures that keep HF's q/k rows (NeoX RoPE) instead of llama's permuted rows.
-NEOX_ARCHS = ("qwen2", "qwen3", "qwen3moe")
+NEOX_ARCHS = ("qwen2", "qwen3", "qwen3moe", "smallthinker")
+# GGUF architectures that write attention.key_length / value_length (head_dim may differ from
+# n_embd / n_head).
+HEAD_DIM_ARCHS = ("qwen3", "qwen3moe", "smallthinker")
 QK_NORM_ARCHS = ("qwen3", "qwen3moe")
 
 
 @dataclass
 class HParams:
-    arch: str           # GGUF architecture: llama | bamboo | opt | qwen2 | qwen3 | qwen3moe
+    arch: str           # GGUF architecture: llama | bamboo | opt | qwen2 | qwen3 | qwen3moe | smallthinker
     n_vocab: int
     n_embd: int
     n_ff: int
@@ -82,10 +93,12 @@ class HParams:
     act: str
     tied: bool
     rope_linear_factor: float = 1.0   # HF rope_scaling {"type": "linear", "factor": f}; 1 = none
-    moe: str = ""           # "" (dense FFN) | "mixtral" | "qwen3moe": the HF expert layout
+    moe: str = ""           # "" (dense FFN) | "mixtral" | "qwen3moe" | "smallthinker": the HF expert layout
     n_expert: int = 0
     n_expert_used: int = 0
     n_ff_exp: int = 0       # rows of one expert's gate/up matrix
+    expert_gating: int = 0  # smallthinker's expert_gating_func: 1 softmax, 2 sigmoid
+    sliding_window: int = 0  # smallthinker's attention.sliding_window (0: no sliding layers)
 
 
 def load_config(model_dir: str, arch_override: str | None) -> HParams:
@@ -108,7 +121,8 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
     if arch is None:
         raise ConvertError(f"{path}: unsupported architecture {names or model_type!r}: this converter "
                            "handles LlamaForCausalLM (model_type llama), bamboo, OPTForCausalLM, "
-                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM and MixtralForCausalLM")
+                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM and "
+                           "SmallThinkerForCausalLM")
     try:
         if arch == "opt":
             hp = HParams(arch=arch, **hf_archs.opt_hparams(cfg, path))
@@ -119,7 +133,10 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
             hf_archs.check_qwen2_config(cfg, path)
         if arch in QK_NORM_ARCHS:
             hf_archs.check_qwen3_config(cfg, path)
-        moe_fields = hf_archs.moe_hparams(cfg, path, moe) if moe else {}
+        if moe == "smallthinker":
+            moe_fields = hf_archs.smallthinker_hparams(cfg, path)
+        else:
+            moe_fields = hf_archs.moe_hparams(cfg, path, moe) if moe else {}
     except hf_archs.ArchError as e:
         raise ConvertError(str(e)) from None
     except KeyError as e:
@@ -135,7 +152,8 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
         if kind != "linear":
             raise ConvertError(f"{path}: rope_scaling {scaling!r} is not supported (only linear)")
         factor = float(scaling["factor"])
-    act = cfg.get("hidden_act", "silu")
+    # SmallThinker's experts are always ReGLU (the smallthinker GGUF has no activation choice).
+    act = "relu" if moe == "smallthinker" else cfg.get("hidden_act", "silu")
     if act == "gelu_new" or act == "gelu_pytorch_tanh":
         act = "gelu"
     if act not in ACTIVATIONS:
@@ -143,7 +161,9 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
     try:
         n_embd, n_head = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
         hp = HParams(arch=arch, n_vocab=int(cfg["vocab_size"]), n_embd=n_embd,
-                     n_ff=int(cfg["intermediate_size"]), n_layer=int(cfg["num_hidden_layers"]),
+                     # SmallThinker has no dense FFN: llama.cpp writes the expert width here.
+                     n_ff=int(cfg["moe_ffn_hidden_size" if moe == "smallthinker" else "intermediate_size"]),
+                     n_layer=int(cfg["num_hidden_layers"]),
                      n_head=n_head, n_head_kv=int(cfg.get("num_key_value_heads") or n_head),
                      head_dim=int(cfg.get("head_dim") or n_embd // n_head),
                      n_ctx=int(cfg.get("max_position_embeddings", 2048)),
@@ -227,6 +247,10 @@ def check_model_tensors(src: dict, hp: HParams, model_dir: str):
             exp.update(hf_archs.qwen2_bias_shapes(hp))
     if hp.tied and "lm_head.weight" in src:
         exp["lm_head.weight"] = (hp.n_vocab, hp.n_embd)
+    try:
+        hf_archs.check_moe_routers(src, hp, model_dir)
+    except hf_archs.ArchError as e:
+        raise ConvertError(str(e)) from None
     unknown = [k for k in src if k not in exp and not k.endswith("rotary_emb.inv_freq")]
     if unknown:
         raise ConvertError(f"{model_dir}: unexpected tensor(s) for a {hp.arch} model: "
@@ -273,7 +297,7 @@ def load_predictors(pred_dir: str, hp: HParams):
     return layers, threshold
 
 
-def build_plan(src: dict, hp: HParams, outtype: str, predictors) -> list:
+def build_plan(src: dict, hp: HParams, outtype: str, predictors, transpose_down: bool = False) -> list:
     items = []
 
     def add(name, shape, produce):
@@ -290,7 +314,12 @@ def build_plan(src: dict, hp: HParams, outtype: str, predictors) -> list:
 
     add("token_embd.weight", src["model.embed_tokens.weight"].shape, copy("model.embed_tokens.weight"))
     add("output_norm.weight", (hp.n_embd,), copy("model.norm.weight"))
-    if "lm_head.weight" in src:
+    head = "lm_head.weight" in src
+    if head and hp.arch == "smallthinker" and hp.tied:
+        # A tied SmallThinker checkpoint may carry lm_head as a copy of the embedding: then the
+        # head is token_embd (no output.weight), as llama.cpp writes it.
+        head = not np.array_equal(src["lm_head.weight"].load(), src["model.embed_tokens.weight"].load())
+    if head:
         add("output.weight", src["lm_head.weight"].shape, copy("lm_head.weight"))
     for i in range(hp.n_layer):
         p, b = f"model.layers.{i}.", f"blk.{i}."
@@ -310,7 +339,7 @@ def build_plan(src: dict, hp: HParams, outtype: str, predictors) -> list:
         add(b + "attn_output.weight", src[p + "self_attn.o_proj.weight"].shape, copy(p + "self_attn.o_proj.weight"))
         add(b + "ffn_norm.weight", (hp.n_embd,), copy(p + "post_attention_layernorm.weight"))
         if hp.moe:
-            hf_archs.moe_plan(src, hp, add, i)
+            hf_archs.moe_plan(src, hp, add, i, transpose_down)
             continue
         add(b + "ffn_gate.weight", (hp.n_ff, hp.n_embd), copy(p + "mlp.gate_proj.weight"))
         add(b + "ffn_up.weight", (hp.n_ff, hp.n_embd), copy(p + "mlp.up_proj.weight"))
@@ -364,14 +393,18 @@ def metadata(hp: HParams, vocab, outtype: str, name: str, threshold):
         (f"{a}.attention.head_count_kv", hp.n_head_kv, VT.UINT32),
         (f"{a}.feed_forward_activation", hp.act, VT.STRING),
     ]
-    if a in QK_NORM_ARCHS:
+    if a in HEAD_DIM_ARCHS:
         md += [(f"{a}.attention.key_length", hp.head_dim, VT.UINT32),
                (f"{a}.attention.value_length", hp.head_dim, VT.UINT32)]
     if hp.moe:
         md += [(f"{a}.expert_count", hp.n_expert, VT.UINT32),
                (f"{a}.expert_used_count", hp.n_expert_used, VT.UINT32)]
-        if hp.moe == "qwen3moe":   # Mixtral's experts are feed_forward_length wide (llama.cpp writes no key)
+        if hp.moe != "mixtral":   # Mixtral's experts are feed_forward_length wide (llama.cpp writes no key)
             md.append((f"{a}.expert_feed_forward_length", hp.n_ff_exp, VT.UINT32))
+        if hp.moe == "smallthinker":
+            md.append((f"{a}.expert_gating_func", hp.expert_gating, VT.UINT32))
+    if hp.sliding_window:
+        md.append((f"{a}.attention.sliding_window", hp.sliding_window, VT.UINT32))
     if a == "opt":   # layer norms, learned positions: no RoPE keys
         md.append((f"{a}.attention.layer_norm_epsilon", hp.eps, VT.FLOAT32))
     else:
@@ -480,9 +513,12 @@ def convert(args) -> str:
         threshold = args.threshold if args.threshold is not None else (threshold if threshold is not None else 0.0)
     elif args.threshold is not None:
         raise ConvertError("--threshold only applies with --predictors")
+    transpose_down = getattr(args, "transpose_down", False)
+    if transpose_down and hp.moe != "smallthinker":
+        raise ConvertError(f"{model_dir}: --transpose-down only applies to SmallThinker models, not {hp.arch}")
 
     name = args.name or os.path.basename(os.path.normpath(model_dir))
-    items = build_plan(src, hp, args.outtype, predictors)
+    items = build_plan(src, hp, args.outtype, predictors, transpose_down)
     md = metadata(hp, vocab, args.outtype, name, threshold)
     nbytes = write(args.outfile, magic, md, items, not args.quiet)
     if not args.quiet:
@@ -500,6 +536,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threshold", type=float, help="powerinfer.sparse_threshold (default: predictor "
                     "config.json, else 0.0)")
     ap.add_argument("--arch", choices=("llama", "bamboo"), help="override the GGUF architecture")
+    ap.add_argument("--transpose-down", action="store_true", help="SmallThinker: write the experts' "
+                    "down projections transposed, blk.N.ffn_down_exps_t.weight [n_expert, n_ff_exp, n_embd], "
+                    "instead of ffn_down_exps")
     ap.add_argument("--name", help="general.name (default: the directory name)")
     ap.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     args = ap.parse_args(argv)

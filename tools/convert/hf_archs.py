@@ -1,5 +1,6 @@
-"""The Hugging Face checkpoints of OPT and Qwen2 as GGUF tensors (convert_hf.py handles llama
-and bamboo itself): which tensors a checkpoint must hold, and the plan that writes them.
+"""The Hugging Face checkpoints of OPT, Qwen2, Qwen3 and the mixture-of-experts models as GGUF
+tensors (convert_hf.py handles llama and bamboo itself): which tensors a checkpoint must hold,
+and the plan that writes them.
 
 OPT (OPTForCausalLM; facts from HF's modeling_opt and the original PowerInfer's OPT files):
   model.decoder.embed_tokens / embed_positions ([max_position_embeddings + 2, hidden]: position p
@@ -17,14 +18,32 @@ Qwen3 (Qwen3ForCausalLM -> qwen3, as llama.cpp writes it): qwen2's layout withou
   (attention_bias true is refused), head_dim from config.json (it may differ from
   hidden_size / num_attention_heads), and a per-head RMSNorm of q and of k before RoPE:
   self_attn.{q,k}_norm.weight [head_dim] -> attn_{q,k}_norm.weight.
-Mixture of experts (FFN replaced by a router and n_expert SwiGLU experts; each token runs the
-  top-k experts of softmax(router logits), weights renormalised to sum to 1):
+Mixture of experts (FFN replaced by a router and n_expert experts; Qwen3-MoE and Mixtral: SwiGLU
+  experts, each token runs the top-k experts of softmax(router logits), weights renormalised to
+  sum to 1):
   Qwen3-MoE (Qwen3MoeForCausalLM -> qwen3moe): qwen3's attention; mlp.gate -> ffn_gate_inp,
     mlp.experts.E.{gate,up,down}_proj -> ffn_{gate,up,down}_exps. Only the layout where every
     layer is sparse and the top-k weights are renormalised is supported.
   Mixtral (MixtralForCausalLM -> llama with llama.expert_count, as llama.cpp writes it):
     llama's attention (q/k rows permuted); block_sparse_moe.gate -> ffn_gate_inp,
     block_sparse_moe.experts.E.{w1,w3,w2} -> ffn_{gate,up,down}_exps.
+  SmallThinker (SmallThinkerForCausalLM -> smallthinker, PowerInfer's SmallThinker-21BA3B and
+    -4BA0.6B; the file as llama.cpp writes it): qwen3's attention without the q/k norms (no
+    biases, q/k rows in HF order: NeoX RoPE, head_dim from config.json);
+    block_sparse_moe.primary_router -> ffn_gate_inp, block_sparse_moe.experts.E.{gate,up,down}
+    -> ffn_{gate,up,down}_exps. Unlike the others, the router reads the raw layer input (before
+    input_layernorm), the experts are ReGLU (down(up(y) * relu(gate(y)))), and the top-k router
+    logits are weighted by their softmax (moe_primary_router_apply_softmax true:
+    expert_gating_func 1) or by their sigmoids normalised to sum 1 (false or absent:
+    expert_gating_func 2); feed_forward_length = expert_feed_forward_length = moe_ffn_hidden_size.
+    Only llama.cpp's layer pattern is supported: with sliding-window layers
+    (sliding_window_layout), exactly the layers il % 4 != 0 slide (attention.sliding_window =
+    sliding_window_size) and use RoPE, and the layers il % 4 == 0 attend globally without RoPE
+    (rope_layout 0: NoPE); without them every layer uses RoPE. Every layer must be sparse (a
+    layer without primary_router, i.e. dense, is refused). With convert_hf.py --transpose-down,
+    each expert's down projection is written transposed, blk.N.ffn_down_exps_t.weight
+    [n_expert, n_ff_exp, n_embd] (one contiguous row per expert neuron: PowerInfer's ffn_down_t
+    convention, for the sparse ReGLU expert kernel), instead of ffn_down_exps.
   The experts are stacked into 3-D tensors, outermost first: ffn_gate_exps / ffn_up_exps
   [n_expert, n_ff_exp, n_embd], ffn_down_exps [n_expert, n_embd, n_ff_exp]; the router
   ffn_gate_inp [n_expert, n_embd] stays F32 in every output type (as llama.cpp keeps it).
@@ -141,9 +160,10 @@ def check_qwen3_config(cfg: dict, path: str):
         raise ArchError(f"{path}: attention_bias is true: Qwen3 attention with q/k/v/o biases is not supported")
 
 
-# HF's MoE block per layer: (module prefix, expert projection names for gate, up, down).
-MOE_LAYOUTS = {"mixtral": ("block_sparse_moe.", ("w1", "w3", "w2")),
-               "qwen3moe": ("mlp.", ("gate_proj", "up_proj", "down_proj"))}
+# HF's MoE block per layer: (module prefix, router name, expert projection names for gate, up, down).
+MOE_LAYOUTS = {"mixtral": ("block_sparse_moe.", "gate", ("w1", "w3", "w2")),
+               "qwen3moe": ("mlp.", "gate", ("gate_proj", "up_proj", "down_proj")),
+               "smallthinker": ("block_sparse_moe.", "primary_router", ("gate", "up", "down"))}
 
 
 def moe_hparams(cfg: dict, path: str, kind: str) -> dict:
@@ -173,6 +193,58 @@ def moe_hparams(cfg: dict, path: str, kind: str) -> dict:
     return dict(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=n_ff_exp)
 
 
+def smallthinker_hparams(cfg: dict, path: str) -> dict:
+    """The mixture-of-experts HParams fields of a SmallThinker config.json plus expert_gating
+    (1 softmax, 2 sigmoid) and sliding_window (0: none), or an error naming the key whose
+    value the smallthinker GGUF cannot express."""
+    n_expert = int(cfg["moe_num_primary_experts"])
+    n_used = int(cfg["moe_num_active_primary_experts"])
+    if not 1 <= n_used <= n_expert:
+        raise ArchError(f"{path}: moe_num_active_primary_experts {n_used} is not between 1 and "
+                        f"moe_num_primary_experts {n_expert}")
+    n_layer = int(cfg["num_hidden_layers"])
+    layouts = {k: cfg.get(k) for k in ("sliding_window_layout", "rope_layout")}
+    for key, lay in layouts.items():
+        if lay is not None and (not isinstance(lay, list) or len(lay) != n_layer
+                                or any(v not in (0, 1) for v in lay)):
+            raise ArchError(f"{path}: {key} {lay!r} is not a list of 0/1, one for each of the {n_layer} layers")
+    sliding, rope = layouts["sliding_window_layout"] or [], layouts["rope_layout"]
+    # llama.cpp's smallthinker: with a sliding window, layers il % 4 != 0 slide with RoPE and
+    # layers il % 4 == 0 are global without RoPE; without one, every layer is global with RoPE.
+    pattern = [0 if il % 4 == 0 else 1 for il in range(n_layer)]
+    window = 0
+    if any(sliding):
+        if list(sliding) != pattern:
+            raise ArchError(f"{path}: sliding_window_layout {sliding!r} is not supported: the smallthinker "
+                            f"GGUF can only express sliding windows in the layers il % 4 != 0 ({pattern!r})")
+        if rope is None or list(rope) != pattern:
+            raise ArchError(f"{path}: rope_layout {rope!r} is not supported: with sliding windows the "
+                            f"smallthinker GGUF has RoPE exactly in the sliding layers il % 4 != 0 ({pattern!r})")
+        window = cfg.get("sliding_window_size")
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise ArchError(f"{path}: sliding_window_size {window!r} is not a positive window size "
+                            "(sliding_window_layout has sliding layers)")
+    elif rope is not None and not all(rope):
+        raise ArchError(f"{path}: rope_layout {rope!r} is not supported: without sliding-window layers "
+                        "the smallthinker GGUF has RoPE in every layer (needs all 1)")
+    return dict(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=int(cfg["moe_ffn_hidden_size"]),
+                expert_gating=1 if cfg.get("moe_primary_router_apply_softmax", False) else 2,
+                sliding_window=window)
+
+
+def check_moe_routers(src: dict, hp, where: str):
+    """A SmallThinker layer without primary_router is dense, which llama.cpp's smallthinker
+    cannot load: refuse it naming the missing tensor (before the tensor list is compared)."""
+    if hp.moe != "smallthinker":
+        return
+    pre, router, _ = MOE_LAYOUTS[hp.moe]
+    for i in range(hp.n_layer):
+        name = f"model.layers.{i}.{pre}{router}.weight"
+        if name not in src:
+            raise ArchError(f"{where}: missing tensor {name}: layer {i} has no router (a dense layer), "
+                            "which the smallthinker GGUF cannot express (every layer must be sparse)")
+
+
 def qk_norm_shapes(hp) -> dict:
     """Qwen3's per-head RMSNorm weights of q and k."""
     shapes = {}
@@ -184,31 +256,38 @@ def qk_norm_shapes(hp) -> dict:
 
 def moe_shapes(hp, i: int) -> dict:
     """The router and expert tensors of layer i (they replace mlp.{gate,up,down}_proj)."""
-    pre, (g, u, d) = MOE_LAYOUTS[hp.moe]
+    pre, router, (g, u, d) = MOE_LAYOUTS[hp.moe]
     p = f"model.layers.{i}.{pre}"
     e, f = hp.n_embd, hp.n_ff_exp
-    shapes = {p + "gate.weight": (hp.n_expert, e)}
+    shapes = {f"{p}{router}.weight": (hp.n_expert, e)}
     for x in range(hp.n_expert):
         q = f"{p}experts.{x}."
         shapes.update({q + g + ".weight": (f, e), q + u + ".weight": (f, e), q + d + ".weight": (e, f)})
     return shapes
 
 
-def stack_experts(tensors: list) -> np.ndarray:
+def stack_experts(tensors: list, transpose: bool = False) -> np.ndarray:
     """Loads the experts' matrices one at a time into one float32 array [n_expert, rows, cols]
-    (only that array is held: one of a layer's three expert tensors)."""
-    out = np.empty((len(tensors),) + tuple(tensors[0].shape), np.float32)
+    ([n_expert, cols, rows] with transpose: each matrix transposed; only that array is held:
+    one of a layer's three expert tensors)."""
+    shape = tuple(tensors[0].shape)
+    out = np.empty((len(tensors),) + (shape[::-1] if transpose else shape), np.float32)
     for x, t in enumerate(tensors):
-        out[x] = t.load()
+        out[x] = t.load().T if transpose else t.load()
     return out
 
 
-def moe_plan(src: dict, hp, add, i: int):
-    """Calls add(gguf_name, shape, produce) for layer i's router and stacked experts."""
-    pre, names = MOE_LAYOUTS[hp.moe]
+def moe_plan(src: dict, hp, add, i: int, transpose_down: bool = False):
+    """Calls add(gguf_name, shape, produce) for layer i's router and stacked experts (with
+    transpose_down, ffn_down_exps_t [n_expert, n_ff_exp, n_embd] instead of ffn_down_exps)."""
+    pre, router_name, names = MOE_LAYOUTS[hp.moe]
     p, b = f"model.layers.{i}.{pre}", f"blk.{i}."
-    router = src[p + "gate.weight"]
+    router = src[f"{p}{router_name}.weight"]
     add(b + "ffn_gate_inp.weight", router.shape, router.load)
     for gg, hf in zip(("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"), names):
         ts = [src[f"{p}experts.{x}.{hf}.weight"] for x in range(hp.n_expert)]
-        add(f"{b}{gg}.weight", (hp.n_expert,) + ts[0].shape, lambda ts=ts: stack_experts(ts))
+        if gg == "ffn_down_exps" and transpose_down:
+            add(f"{b}ffn_down_exps_t.weight", (hp.n_expert,) + ts[0].shape[::-1],
+                lambda ts=ts: stack_experts(ts, transpose=True))
+        else:
+            add(f"{b}{gg}.weight", (hp.n_expert,) + ts[0].shape, lambda ts=ts: stack_experts(ts))

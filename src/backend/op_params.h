@@ -104,6 +104,10 @@ struct KvBatch {
   const int32_t* attn_cells = nullptr;  // cells, shared storage; nullptr: 0, 1, 2, ...
   const int64_t* attn_begin = nullptr;  // [m]; unused when attn_cells == nullptr
   const int64_t* attn_len = nullptr;    // [m]
+  // The positions of the attn_cells entries (same indexing), ascending within each token's
+  // list; only a sliding-window model's pass reads them (to cut each list to the window). The
+  // ops do not.
+  const int32_t* attn_pos = nullptr;
 };
 
 }  // namespace pi::backend

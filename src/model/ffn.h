@@ -29,6 +29,10 @@ class FfnStep {
   // Writes the FFN output of layer `il` for in.m tokens to out, f32 [in.m, n_embd]
   // (overwritten). in.m never exceeds the batch size the step was built for.
   virtual void run(int64_t il, const FfnInput& in, float* out) = 0;
+  // Called before layer il's attention with the layer's input (the residual stream, f32
+  // [m, n_embd]) when the model routes on it (HParams::router_before_attn); run() for the
+  // same layer follows.
+  virtual void before_attention(int64_t /*il*/, const float* /*x*/, int64_t /*m*/) {}
 };
 
 // Every neuron, with the architecture's FFN kind and activation. PowerInfer files (down_t)
@@ -67,6 +71,9 @@ class LaneFfn final : public FfnStep {
       : steps_(std::move(steps)), lane_(std::move(layer_lane)) {}
   void run(int64_t il, const FfnInput& in, float* out) override {
     steps_[static_cast<size_t>(lane_[static_cast<size_t>(il)])]->run(il, in, out);
+  }
+  void before_attention(int64_t il, const float* x, int64_t m) override {
+    steps_[static_cast<size_t>(lane_[static_cast<size_t>(il)])]->before_attention(il, x, m);
   }
 
  private:

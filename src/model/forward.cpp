@@ -196,6 +196,8 @@ Status Forward::eval_batch(std::span<const int32_t> tokens, const KvBatch& b, co
     if (outputs[k] < 0 || outputs[k] >= m || (k > 0 && outputs[k] <= outputs[k - 1]))
       return err("logit rows must be ascending token indices in [0, %lld)", static_cast<long long>(m));
   }
+  if (model_.hparams().n_swa > 0 && b.attn_pos == nullptr)
+    return err("a sliding-window model's batch must give the positions of the cells it attends");
   const auto bad_cell = [&](int64_t c) { return c < 0 || c >= kv.n_ctx; };
   for (int64_t i = 0; i < m; ++i) {
     if (b.pos[i] < 0 || bad_cell(b.cell[i]))
@@ -265,6 +267,7 @@ void Forward::layers(std::span<const int32_t> tokens, const KvBatch& at, const K
   const int64_t n_embd = hp.n_embd;
   const backend::NormParams np = hp.norm_params();
   embed(tokens, at.pos);
+  const KvBatch swa_at = hp.n_swa > 0 ? window(at, m, kv.n_ctx) : at;
 
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     move_residual(x_lane_, plan_.layers[static_cast<size_t>(il)], m);
@@ -276,8 +279,9 @@ void Forward::layers(std::span<const int32_t> tokens, const KvBatch& at, const K
     float* ffn_in = Ln.buf.ffn_in.as<float>();
     float* proj = Ln.buf.proj.as<float>();
     float* ffn_out = Ln.buf.ffn_out.as<float>();
+    if (hp.router_before_attn) ffn_->before_attention(il, x, m);
     ops.norm(np, x, L.attn.norm, L.attn.norm_b, m, n_embd, h);
-    attention_block(Ln, il, m, at, kv.layers[static_cast<size_t>(il)]);
+    attention_block(Ln, il, m, hp.layer_swa(il) ? swa_at : at, kv.layers[static_cast<size_t>(il)]);
 
     if (hp.parallel_residual) {
       // Falcon: attention and FFN both read the layer input; the 7B layout shares its norm.
@@ -296,6 +300,38 @@ void Forward::layers(std::span<const int32_t> tokens, const KvBatch& at, const K
       ops.add(x, ffn_out, m * n_embd);
     }
   }
+}
+
+KvBatch Forward::window(const KvBatch& at, int64_t m, int64_t n_ctx) {
+  const int64_t w = model_.hparams().n_swa;
+  swa_begin_.resize(static_cast<size_t>(m));
+  swa_len_.resize(static_cast<size_t>(m));
+  KvBatch b = at;
+  if (at.attn_cells == nullptr) {
+    // Cell c holds position c: token i's window is cells pos - w + 1 .. pos.
+    if (static_cast<int64_t>(iota_cells_.size()) < n_ctx) {
+      iota_cells_.resize(static_cast<size_t>(n_ctx));
+      for (int64_t c = 0; c < n_ctx; ++c) iota_cells_[static_cast<size_t>(c)] = static_cast<int32_t>(c);
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t first = std::max<int64_t>(0, at.attn_len[i] - w);
+      swa_begin_[static_cast<size_t>(i)] = first;
+      swa_len_[static_cast<size_t>(i)] = at.attn_len[i] - first;
+    }
+    b.attn_cells = iota_cells_.data();
+  } else {
+    // Each list ascends in position: drop its entries at or below pos - w.
+    for (int64_t i = 0; i < m; ++i) {
+      const int32_t* p = at.attn_pos + at.attn_begin[i];
+      const int32_t* first = std::upper_bound(p, p + at.attn_len[i], static_cast<int64_t>(at.pos[i]) - w,
+                                              [](int64_t v, int32_t q) { return v < q; });
+      swa_begin_[static_cast<size_t>(i)] = at.attn_begin[i] + (first - p);
+      swa_len_[static_cast<size_t>(i)] = at.attn_len[i] - (first - p);
+    }
+  }
+  b.attn_begin = swa_begin_.data();
+  b.attn_len = swa_len_.data();
+  return b;
 }
 
 void Forward::attention_block(Lane& Ln, int64_t il, int64_t m, const KvBatch& at,
@@ -317,7 +353,7 @@ void Forward::attention_block(Lane& Ln, int64_t il, int64_t m, const KvBatch& at
   if (a.q_norm.present()) ops.norm(head_norm, q, a.q_norm, {}, m * hp.n_head, hp.head_dim, q);
   if (a.k_norm.present()) ops.norm(head_norm, k, a.k_norm, {}, m * hp.n_head_kv, hp.head_dim, k);
   const backend::AttnParams ap = hp.attn_params();
-  if (hp.has_rope) {
+  if (hp.layer_rope(il)) {
     const backend::RopeParams rp = hp.rope_params();
     ops.rope(rp, q, m, hp.n_head, at.pos);
     ops.rope(rp, k, m, hp.n_head_kv, at.pos);

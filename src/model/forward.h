@@ -178,6 +178,9 @@ class Forward {
   void embed(std::span<const int32_t> tokens, const int32_t* pos);
   void layers(std::span<const int32_t> tokens, const KvBatch& at, const KvView& kv);
   void attention_block(Lane& L, int64_t il, int64_t m, const KvBatch& at, const KvLayer& kv);
+  // `at` with each token's list cut to the sliding window (hp.n_swa latest positions), in
+  // swa_begin_ / swa_len_ (and iota_cells_ for eval()'s implicit lists).
+  KvBatch window(const KvBatch& at, int64_t m, int64_t n_ctx);
   // Copies the residual stream of m tokens from lane `from` to lane `to`.
   void move_residual(int from, int to, int64_t m);
   // Logits of the rows listed in `rows` (ascending), or of the last `n` rows when rows is empty.
@@ -196,6 +199,10 @@ class Forward {
   std::vector<int32_t> pos_;
   std::vector<int64_t> len_;
   std::vector<int32_t> pos_rows_;  // rows of position_embd of a batch's tokens, [n_batch]
+  // Sliding-window layers' lists (window()): 0, 1, .., n_ctx - 1 as explicit cells, and each
+  // token's cut list, [n_batch].
+  std::vector<int32_t> iota_cells_;
+  std::vector<int64_t> swa_begin_, swa_len_;
   std::unique_ptr<FfnStep> ffn_;
   std::unique_ptr<ProjStep> proj_;
   size_t n_logit_rows_ = 0;

@@ -71,20 +71,38 @@ Status read_moe_hparams(const gguf::File& f, HParams& hp) {
                "than there are)",
                path, used.c_str(), static_cast<long long>(*k), count.c_str(), static_cast<long long>(*n));
   }
+  if (*k > kMaxExpertsUsed) {
+    return err("%s: metadata key '%s' = %lld: at most %lld experts per token are supported", path, used.c_str(),
+               static_cast<long long>(*k), static_cast<long long>(kMaxExpertsUsed));
+  }
   auto width = positive_or(f, key(hp, "expert_feed_forward_length"), hp.n_ff);
   if (!width.ok()) return width.error();
   const std::string gating = key(hp, "expert_gating_func");
   if (f.find(gating) != nullptr) {
     auto g = f.get_int(gating);
     if (!g.ok()) return g.error();
-    if (*g != 1) {
-      return err("%s: metadata key '%s' = %lld: only softmax gating (1) is supported", path,
-                 gating.c_str(), static_cast<long long>(*g));
+    if (*g != static_cast<int64_t>(Gating::Softmax) && *g != static_cast<int64_t>(Gating::Sigmoid)) {
+      return err("%s: metadata key '%s' = %lld: unknown gating function (1 softmax and 2 sigmoid "
+                 "are supported)",
+                 path, gating.c_str(), static_cast<long long>(*g));
     }
+    hp.gating = static_cast<Gating>(*g);
   }
   hp.n_expert = *n;
   hp.n_expert_used = *k;
   hp.n_ff_exp = *width;
+  return Status::Ok();
+}
+
+Status read_swa_hparams(const gguf::File& f, HParams& hp) {
+  const std::string window = key(hp, "attention.sliding_window");
+  if (f.find(window) == nullptr) return Status::Ok();
+  auto w = positive(f, window);
+  if (!w.ok()) return w.error();
+  auto pattern = positive_or(f, key(hp, "attention.sliding_window_pattern"), 4);
+  if (!pattern.ok()) return pattern.error();
+  hp.n_swa = *w;
+  hp.swa_pattern = *pattern;
   return Status::Ok();
 }
 

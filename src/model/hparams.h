@@ -12,7 +12,17 @@
 
 namespace pi::model {
 
-enum class Arch { Llama, Bamboo, Falcon, Opt, Qwen2, Qwen3, Qwen3Moe };
+enum class Arch { Llama, Bamboo, Falcon, Opt, Qwen2, Qwen3, Qwen3Moe, SmallThinker };
+
+// The most experts a token may use (expert_used_count; released models use 2 to 10).
+inline constexpr int64_t kMaxExpertsUsed = 64;
+
+// How a mixture-of-experts router's logits become the chosen experts' weights (GGUF
+// <arch>.expert_gating_func): the top-k experts by logit either way.
+enum class Gating {
+  Softmax = 1,  // softmax over the k chosen logits (= over all, renormalized)
+  Sigmoid = 2,  // sigmoid of each chosen logit, divided by their sum
+};
 
 // The op-level enums are the backend's (backend/op_params.h); the model names them here too.
 using backend::Activation;
@@ -54,12 +64,24 @@ struct HParams {
   bool parallel_residual = false;  // falcon: x + attn(n(x)) + ffn(n'(x))
 
   // Mixture of experts (n_expert == 0: every layer has a dense FFN). A token's router logits
-  // (ffn_gate_inp) go through a softmax over all experts; the n_expert_used most probable are
-  // computed, weighted by their probabilities renormalized to sum 1 (Mixtral, Qwen3-MoE).
+  // (ffn_gate_inp) pick the n_expert_used largest; those experts are computed, weighted as
+  // `gating` says (Mixtral, Qwen3-MoE: softmax; SmallThinker: either).
   int64_t n_expert = 0;       // <arch>.expert_count
   int64_t n_expert_used = 0;  // <arch>.expert_used_count (top-k)
   int64_t n_ff_exp = 0;       // an expert's width: <arch>.expert_feed_forward_length, else n_ff
+  Gating gating = Gating::Softmax;
+  // SmallThinker: the router reads the layer's input before attn_norm (so the experts are
+  // known before attention runs), not the normalized FFN input.
+  bool router_before_attn = false;
   bool is_moe() const { return n_expert > 0; }
+
+  // Sliding-window attention (SmallThinker's layer pattern, as llama.cpp reads it): with
+  // n_swa > 0, layer il with il % swa_pattern != 0 attends only the n_swa latest positions
+  // (its own included) and the others attend every position without RoPE (NoPE).
+  int64_t n_swa = 0;        // <arch>.attention.sliding_window; 0: every layer global
+  int64_t swa_pattern = 4;  // <arch>.attention.sliding_window_pattern
+  bool layer_swa(int64_t il) const { return n_swa > 0 && il % swa_pattern != 0; }
+  bool layer_rope(int64_t il) const { return has_rope && (n_swa == 0 || il % swa_pattern != 0); }
 
   int64_t n_embd_q() const { return n_head * head_dim; }
   // The parameters of the ops this model runs.
@@ -83,8 +105,12 @@ Status read_common_hparams(const gguf::File& f, HParams& hp);
 
 // The expert keys (<arch>.expert_count, expert_used_count, expert_feed_forward_length,
 // expert_gating_func) into `hp`; none of them: a dense model. Errors name the key: a top-k
-// of 0 or above the expert count, a gating function other than softmax (1).
+// of 0 or above the expert count, a gating function other than softmax (1) or sigmoid (2).
 Status read_moe_hparams(const gguf::File& f, HParams& hp);
+
+// The sliding-window keys (<arch>.attention.sliding_window, .sliding_window_pattern, a
+// number) into hp.n_swa and hp.swa_pattern; no window key: every layer global.
+Status read_swa_hparams(const gguf::File& f, HParams& hp);
 
 // The FFN activation: `<arch>.feed_forward_activation` ("relu" | "silu" | "gelu") when
 // present; otherwise ReLU for PowerInfer files and `fallback` for plain GGUF files.

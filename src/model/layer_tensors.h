@@ -132,13 +132,19 @@ inline constexpr LayerTensor kFfnUpExps{.stem = "ffn_up_exps", .group = Group::F
 inline constexpr LayerTensor kFfnDownExps{.stem = "ffn_down_exps", .group = Group::Ffn, .rows = Dim::Embd,
                                           .cols = Dim::FfExp, .stack = Dim::Expert,
                                           .ffn_matrix = &FfnWeights::down_exps};
+// SmallThinker's converter stores the experts' down projections transposed, so that a ReGLU
+// expert's zero gates skip contiguous rows (as ffn_down_t does for a dense ReLU FFN).
+inline constexpr LayerTensor kFfnDownExpsT{.stem = "ffn_down_exps", .transposed = true, .powerinfer_native = true,
+                                           .group = Group::Ffn, .rows = Dim::FfExp, .cols = Dim::Embd,
+                                           .stack = Dim::Expert, .ffn_matrix = &FfnWeights::down_exps_t};
 
 // Every tensor a layer may hold, each member once.
 inline constexpr std::array kLayerTensors = {
     &kAttnNorm, &kAttnNormB, &kAttnQ,    &kAttnQT,  &kAttnK,    &kAttnKT,   &kAttnV,
     &kAttnVT,   &kAttnQkv,   &kAttnOut,  &kAttnOutT, &kAttnQB,  &kAttnKB,   &kAttnVB,
     &kAttnOutB, &kAttnQNorm, &kAttnKNorm, &kFfnNorm,   &kFfnNormB, &kFfnGate, &kFfnGateT, &kFfnUp,    &kFfnDown,
-    &kFfnDownT, &kFfnUpB,    &kFfnDownB, &kFfnGateInp, &kFfnGateExps, &kFfnUpExps, &kFfnDownExps};
+    &kFfnDownT, &kFfnUpB,    &kFfnDownB, &kFfnGateInp, &kFfnGateExps, &kFfnUpExps, &kFfnDownExps,
+    &kFfnDownExpsT};
 
 // The row with `t`'s stem in the other layout (transposed <-> not), or nullptr.
 const LayerTensor* layout_twin(const LayerTensor& t);

@@ -1,7 +1,7 @@
-// The mixture-of-experts FFN (Mixtral, Qwen3-MoE): per token, the router's logits
-// (ffn_gate_inp) pick the n_expert_used most probable experts under a softmax over all of
-// them, and the token's output is the sum of those experts' SwiGLU FFNs weighted by their
-// probabilities renormalized to sum 1. Only the chosen experts are computed; a batch's tokens
+// The mixture-of-experts FFN (Mixtral, Qwen3-MoE, SmallThinker): per token, the router's
+// logits (ffn_gate_inp) pick the n_expert_used largest, and the token's output is the sum of
+// those experts' gated FFNs (SwiGLU, or ReGLU for SmallThinker) weighted as HParams::gating
+// says. Only the chosen experts are computed; a batch's tokens
 // are grouped by expert so that each chosen expert's weights are read once per batch.
 #pragma once
 
@@ -18,20 +18,25 @@
 namespace pi::model {
 
 // Routing of m tokens: ids[i * k + j] is token i's j-th expert and weights[i * k + j] its
-// weight, in order of decreasing probability (ties: the lower id first). logits f32 [m, n_expert].
-// The softmax is taken over all n_expert logits (max subtracted, sums in double), the weights
-// are the k probabilities divided by their sum. Deterministic: a token's routing depends on its
-// logits alone.
-void route_top_k(const float* logits, int64_t m, int64_t n_expert, int64_t k, int32_t* ids, float* weights);
+// weight, in order of decreasing logit (ties: the lower id first; NaN last, weight 0).
+// logits f32 [m, n_expert]. The k chosen logits l_j become gates g_j = exp(l_j - max l)
+// (softmax: the same as a softmax over all n_expert renormalized over the k) or sigmoid(l_j),
+// in double, and the weights are g_j / sum g. Deterministic: a token's routing depends on its
+// logits alone. k <= kMaxExpertsUsed.
+void route_top_k(const float* logits, int64_t m, int64_t n_expert, int64_t k, Gating gating, int32_t* ids,
+                 float* weights);
 
 class MoeFfn final : public FfnStep {
  public:
   // Computes `weights` (views in dev's memory) on `dev`, with scratch from dev for up to
   // `max_tokens` tokens. The device must address host memory (routing reads the router's
-  // logits on the host); `model`, `weights` and `dev` must outlive it.
+  // logits on the host); `model`, `weights` and `dev` must outlive it. `dense`: ReGLU experts
+  // compute every neuron too (the baseline their sparsity is measured against).
   static Result<std::unique_ptr<MoeFfn>> create(const Model& model, const ModelWeights& weights,
-                                                backend::Device& dev, int64_t max_tokens);
+                                                backend::Device& dev, int64_t max_tokens, bool dense = false);
   void run(int64_t il, const FfnInput& in, float* out) override;
+  // Routes layer il's tokens on the layer input (SmallThinker's router before attention).
+  void before_attention(int64_t il, const float* x, int64_t m) override;
   // Device bytes create() allocates.
   static uint64_t device_bytes(const HParams& hp, int64_t max_tokens);
   // Records every token's experts from now on (off by default: it grows with every token):
@@ -39,9 +44,19 @@ class MoeFfn final : public FfnStep {
   // in the order the tokens ran. For tests and routing statistics.
   void trace_routes(bool on) { trace_ = on; }
   const std::vector<std::vector<int32_t>>& routes() const { return routes_; }
+  // ReGLU experts (relu(gate) * up) compute the up rows and read the down rows of the neurons
+  // whose gate is positive only: the rows each token computed, and all it could have, since
+  // creation (both 0 for SwiGLU experts).
+  bool sparse_experts() const { return sparse_; }
+  uint64_t rows_computed() const { return rows_computed_; }
+  uint64_t rows_possible() const { return rows_possible_; }
 
  private:
-  MoeFfn(const Model& model, const ModelWeights& weights, backend::Device& dev);
+  MoeFfn(const Model& model, const ModelWeights& weights, backend::Device& dev, bool dense);
+  // The router's choice for m tokens of layer il from its input x into ids_ / weights_.
+  void route(int64_t il, const float* x, int64_t m);
+  // Expert e's FFN of its n tokens (inputs xe_) into ye_.
+  void expert(const FfnWeights& w, int64_t e, int64_t n);
 
   const Model& model_;
   const ModelWeights& w_;
@@ -55,13 +70,20 @@ class MoeFfn final : public FfnStep {
   std::vector<float> weights_;   // [m, k]
   std::vector<int32_t> order_;   // slots i * k + j grouped by expert, tokens ascending
   std::vector<int64_t> starts_;  // [n_expert + 1] each expert's range in order_
+  int64_t routed_ = -1;           // the layer ids_ / weights_ hold
+  bool sparse_ = false;           // ReGLU experts: only the rows of positive gates
+  std::vector<int32_t> all_rows_;  // 0 .. n_ff_exp - 1 (a dense ffn_down_exps_t product)
+  std::vector<int32_t> idx_;      // the rows of positive gates, per token (CSR) ...
+  std::vector<int64_t> offsets_;  // ... [max_tokens + 1]
+  uint64_t rows_computed_ = 0, rows_possible_ = 0;
   bool trace_ = false;
   std::vector<std::vector<int32_t>> routes_;  // [n_layer][tokens * n_expert_used] while tracing
 };
 
-// The FFN step of a model: MoeFfn for a mixture-of-experts model, else DenseFfn.
+// The FFN step of a model: MoeFfn for a mixture-of-experts model (`dense_experts`: every
+// neuron of ReGLU experts), else DenseFfn.
 Result<std::unique_ptr<FfnStep>> make_ffn(const Model& model, const ModelWeights& weights, backend::Device& dev,
-                                          int64_t max_tokens);
+                                          int64_t max_tokens, bool dense_experts = false);
 // Device bytes make_ffn's step allocates.
 uint64_t ffn_device_bytes(const HParams& hp, int64_t max_tokens);
 

@@ -5,7 +5,7 @@
 namespace pi::model {
 namespace {
 
-constexpr std::array<ArchDef, 7> kArchs = {{
+constexpr std::array<ArchDef, 8> kArchs = {{
     {"llama", Arch::Llama, &load_llama},
     {"bamboo", Arch::Bamboo, &load_bamboo},
     {"falcon", Arch::Falcon, &load_falcon},
@@ -13,6 +13,7 @@ constexpr std::array<ArchDef, 7> kArchs = {{
     {"qwen2", Arch::Qwen2, &load_qwen2},
     {"qwen3", Arch::Qwen3, &load_qwen3},
     {"qwen3moe", Arch::Qwen3Moe, &load_qwen3moe},
+    {"smallthinker", Arch::SmallThinker, &load_smallthinker},
 }};
 
 }  // namespace

@@ -61,10 +61,11 @@ struct FfnWeights {
   // Mixture of experts (instead of gate/up/down): the router and the experts' matrices stacked
   // as the file stores them (3-D [n_expert, rows, cols] viewed as [n_expert * rows, cols]);
   // expert_rows() is expert e's matrix.
-  Matrix gate_inp;   // [n_expert, n_embd]  ffn_gate_inp: the router's logits
-  Matrix gate_exps;  // [n_expert * n_ff_exp, n_embd]
-  Matrix up_exps;    // [n_expert * n_ff_exp, n_embd]
-  Matrix down_exps;  // [n_expert * n_embd, n_ff_exp]
+  Matrix gate_inp;     // [n_expert, n_embd]  ffn_gate_inp: the router's logits
+  Matrix gate_exps;    // [n_expert * n_ff_exp, n_embd]
+  Matrix up_exps;      // [n_expert * n_ff_exp, n_embd]
+  Matrix down_exps;    // [n_expert * n_embd, n_ff_exp]
+  Matrix down_exps_t;  // [n_expert * n_ff_exp, n_embd]  ffn_down_exps_t: one row per expert neuron
 };
 
 // Expert e's matrix of a stack of n_expert equal matrices ([n_expert * rows, cols]).

@@ -25,6 +25,7 @@ Context::Context(const model::Model& model, ContextOptions opts,
   const auto n_batch = static_cast<size_t>(opts.n_batch);
   const auto n_ctx = static_cast<size_t>(opts.n_ctx);
   lists_.cells.reserve(n_ctx * std::min(static_cast<size_t>(opts.n_seq_max), n_batch));
+  lists_.pos.reserve(lists_.cells.capacity());
   lists_.begin.reserve(n_batch);
   lists_.len.reserve(n_batch);
   lists_.scratch.reserve(n_ctx);
@@ -192,6 +193,12 @@ Status Context::build_forward() {
     ffn = std::move(steps->ffn);
     proj = std::move(steps->proj);
   }
+  if (ffn == nullptr && model_.hparams().is_moe()) {
+    auto moe = model::MoeFfn::create(model_, weights(), *dev_, opts_.n_batch, opts_.dense);
+    if (!moe.ok()) return moe.error();
+    moe_ = moe->get();
+    ffn = std::move(*moe);
+  }
   auto f = model::Forward::create(model_, weights(), *dev_, fo, std::move(ffn));
   if (!f.ok()) return f.error();
   forward_ = std::move(*f);
@@ -228,7 +235,7 @@ Status Context::eval_slot(std::span<const int32_t> tokens, const KvSlot& slot,
   } else {
     cache_.attention_lists(slot, lists_);
     const model::KvBatch b{slot.pos.data(), slot.cells.data(), lists_.cells.data(),
-                           lists_.begin.data(), lists_.len.data()};
+                           lists_.begin.data(), lists_.len.data(), lists_.pos.data()};
     PI_TRY(forward_->eval_batch(tokens, b, cache_.view(), outputs, head));
   }
   return cache_.apply(KvEdit::commit(slot));

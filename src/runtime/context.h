@@ -35,6 +35,10 @@
 #include "sparse/sparse_ffn.h"
 #include "sparse/threshold_steps.h"
 
+namespace pi::model {
+class MoeFfn;
+}  // namespace pi::model
+
 namespace pi::runtime {
 
 class Context {
@@ -106,6 +110,8 @@ class Context {
   // Hybrid contexts: the plan, the ledger and the FFN split; nullptr otherwise.
   const HybridSetup* hybrid() const { return hybrid_ ? &*hybrid_ : nullptr; }
   const sparse::HybridFfn* hybrid_ffn() const { return hybrid_ffn_; }
+  // The mixture-of-experts FFN step of a MoE model on the host, else nullptr.
+  model::MoeFfn* moe_ffn() const { return moe_; }
   // The weights as the device sees them.
   const model::ModelWeights& weights() const { return weights_.weights; }
   const KvCache& cache() const { return cache_; }
@@ -159,6 +165,7 @@ class Context {
   KvCache cache_;
   std::unique_ptr<model::Forward> forward_;
   sparse::SparseFfn* sparse_ = nullptr;  // owned by forward_
+  model::MoeFfn* moe_ = nullptr;         // owned by forward_
   sparse::Threshold threshold_;
   sparse::ThresholdFfn* threshold_ffn_ = nullptr;    // owned by forward_
   sparse::ThresholdProj* threshold_proj_ = nullptr;  // owned by forward_

@@ -29,7 +29,8 @@ struct ContextOptions {
   backend::DeviceOptions device;
   bool all_logits = false;  // keep logits of every token (tests, perplexity)
   // PowerInfer (PWRI) files run the sparse FFN (src/sparse) unless `dense` is set; a PWRI file
-  // without predictors runs dense (with a warning). Ordinary GGUF files always run dense.
+  // without predictors runs dense (with a warning). Ordinary GGUF files always run dense, except
+  // that ReGLU experts (smallthinker) skip the rows of their zero gates unless `dense` is set.
   bool dense = false;
   // Predictor threshold; unset: $LLAMA_SPARSE_PRED_THRESHOLD, else powerinfer.sparse_threshold,
   // else 0 (sparse::resolve_threshold).

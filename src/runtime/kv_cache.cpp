@@ -166,6 +166,7 @@ Result<KvSlot> KvCache::find_slot(int64_t n) const {
 void KvCache::attention_lists(const KvSlot& slot, AttnLists& out) const {
   const auto m = static_cast<size_t>(slot.size());
   out.cells.clear();
+  out.pos.clear();
   out.begin.resize(m);
   out.len.resize(m);
   uint64_t done = 0;
@@ -177,11 +178,15 @@ void KvCache::attention_lists(const KvSlot& slot, AttnLists& out) const {
     // positions are above the cached ones and increase (what a commit checks).
     const SeqEntries& cached = seq_entries_[static_cast<size_t>(s)];
     const auto begin = static_cast<int64_t>(out.cells.size());
-    for (const auto& e : cached) out.cells.push_back(e.second);
+    for (const auto& e : cached) {
+      out.cells.push_back(e.second);
+      out.pos.push_back(e.first);
+    }
     auto n = static_cast<int64_t>(cached.size());
     for (size_t j = i; j < m; ++j) {
       if (slot.seq[j] != s) continue;
       out.cells.push_back(slot.cells[j]);
+      out.pos.push_back(slot.pos[j]);
       out.begin[j] = begin;
       out.len[j] = ++n;
     }

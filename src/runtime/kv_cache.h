@@ -56,6 +56,7 @@ struct KvSlot {
 // share storage (each list is a prefix of its sequence's list).
 struct AttnLists {
   std::vector<int32_t> cells;
+  std::vector<int32_t> pos;  // the position each entry of `cells` holds
   std::vector<int64_t> begin, len;
   std::vector<std::pair<int32_t, int32_t>> scratch;  // (pos, cell) while sorting
 };

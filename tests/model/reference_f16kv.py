@@ -16,9 +16,9 @@ import reference_forward as ref  # noqa: E402
 _attention = ref.attention
 
 
-def attention_f16_cache(q, k, v):
+def attention_f16_cache(q, k, v, *args, **kwargs):
     as_f16 = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
-    return _attention(q, as_f16(k), as_f16(v))
+    return _attention(q, as_f16(k), as_f16(v), *args, **kwargs)
 
 
 ref.attention = attention_f16_cache

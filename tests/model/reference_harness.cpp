@@ -35,6 +35,9 @@ std::string TinyPyModel::file_name() const {
   if (experts > 0) n += "_e" + std::to_string(experts);
   if (experts_used > 0) n += "_k" + std::to_string(experts_used);
   if (expert_ff > 0) n += "_f" + std::to_string(expert_ff);
+  if (!gating.empty()) n += "_" + gating;
+  if (swa > 0) n += "_swa" + std::to_string(swa);
+  if (transpose_down) n += "_dt";
   return n + (pwri ? ".pwri.gguf" : ".gguf");
 }
 
@@ -56,6 +59,9 @@ Result<std::string> make_py_model(const TinyPyModel& m) {
   if (m.experts > 0) cmd += " --experts " + std::to_string(m.experts);
   if (m.experts_used > 0) cmd += " --experts-used " + std::to_string(m.experts_used);
   if (m.expert_ff > 0) cmd += " --expert-ff " + std::to_string(m.expert_ff);
+  if (!m.gating.empty()) cmd += " --gating " + m.gating;
+  if (m.swa > 0) cmd += " --swa " + std::to_string(m.swa);
+  if (m.transpose_down) cmd += " --transpose-down";
   CommandResult r = run_command(cmd);
   if (r.exit_code != 0) return err("make_tiny_model.py failed: %s", r.output.c_str());
   return path;

@@ -12,7 +12,7 @@
 namespace pi::testing {
 
 struct TinyPyModel {
-  std::string arch = "llama";   // llama | bamboo | falcon | qwen2 | qwen3 | qwen3moe | opt
+  std::string arch = "llama";   // llama | bamboo | falcon | qwen2 | qwen3 | qwen3moe | opt | smallthinker
   std::string outtype = "f32";  // f32 | f16 | q8_0 | q4_0
   bool pwri = false;
   int kv_heads = 2;  // falcon: 1 = 7B layout, more = 40B layout; opt: ignored (MHA)
@@ -22,6 +22,11 @@ struct TinyPyModel {
   int head_dim = 0;  // --head-dim (qwen3, qwen3moe); 0: n_embd / n_head
   // qwen3moe: --experts, --experts-used, --expert-ff; 0: the script's defaults.
   int experts = 0, experts_used = 0, expert_ff = 0;
+  // smallthinker: --gating (empty: the script's default, sigmoid), --swa W (0: no window),
+  // --transpose-down.
+  std::string gating;
+  int swa = 0;
+  bool transpose_down = false;
 
   std::string file_name() const;
 };

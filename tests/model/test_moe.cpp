@@ -3,6 +3,7 @@
 // malformed expert files, and that a token computes only the experts it routes to.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -16,6 +17,7 @@ namespace {
 
 using pi::DType;
 using pi::Shape;
+using pi::model::Gating;
 using pi::model::route_top_k;
 using pi::testing::temp_path;
 using pi::testing::TinySpec;
@@ -27,7 +29,7 @@ TEST(MoeRoute, TopKOfTheSoftmaxRenormalized) {
                           0.5f, 0.5f, 0.5f, 0.25f};  // ties: lower ids first -> 0, 1
   int32_t ids[4];
   float w[4];
-  route_top_k(logits, 2, 4, 2, ids, w);
+  route_top_k(logits, 2, 4, 2, Gating::Softmax, ids, w);
   EXPECT_EQ(ids[0], 1);
   EXPECT_EQ(ids[1], 2);
   const double e1 = std::exp(3.0), e2 = std::exp(2.0);
@@ -39,12 +41,38 @@ TEST(MoeRoute, TopKOfTheSoftmaxRenormalized) {
   EXPECT_FLOAT_EQ(w[3], 0.5f);
 }
 
+TEST(MoeRoute, SigmoidGatingNormalizesTheChosenSigmoids) {
+  // SmallThinker's gating: the same top-k by logit, weights sigmoid(l) / sum of the chosen.
+  const float logits[] = {-2.0f, 0.5f, 1.5f, 0.5f, 40.0f, 39.0f};  // sigmoids of 40 and 39 round to 1
+  int32_t ids[3];
+  float w[3];
+  route_top_k(logits, 1, 4, 3, Gating::Sigmoid, ids, w);
+  EXPECT_EQ(ids[0], 2);
+  EXPECT_EQ(ids[1], 1);  // tie with expert 3: the lower id first
+  EXPECT_EQ(ids[2], 3);
+  const auto sig = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  const double sum = sig(1.5) + 2 * sig(0.5);
+  EXPECT_NEAR(w[0], sig(1.5) / sum, 1e-7);
+  EXPECT_NEAR(w[1], sig(0.5) / sum, 1e-7);
+  EXPECT_NEAR(w[2], sig(0.5) / sum, 1e-7);
+  // Softmax chooses the same experts and weighs them differently.
+  int32_t soft_ids[3];
+  float soft_w[3];
+  route_top_k(logits, 1, 4, 3, Gating::Softmax, soft_ids, soft_w);
+  EXPECT_TRUE(std::equal(ids, ids + 3, soft_ids));
+  EXPECT_GT(std::abs(soft_w[0] - w[0]), 0.1f);
+  // Saturated gates still rank by logit.
+  route_top_k(logits + 4, 1, 2, 1, Gating::Sigmoid, ids, w);
+  EXPECT_EQ(ids[0], 0);
+  EXPECT_FLOAT_EQ(w[0], 1.0f);
+}
+
 TEST(MoeRoute, AllExpertsAndNonFiniteLogits) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   const float logits[] = {nan, 0.0f, 1.0f, -inf};
   int32_t ids[4];
   float w[4];
-  route_top_k(logits, 1, 4, 4, ids, w);
+  route_top_k(logits, 1, 4, 4, Gating::Softmax, ids, w);
   // NaN ranks last with weight 0; -inf has probability 0 but ranks before it.
   EXPECT_EQ(ids[0], 2);
   EXPECT_EQ(ids[1], 1);
@@ -54,7 +82,7 @@ TEST(MoeRoute, AllExpertsAndNonFiniteLogits) {
   EXPECT_EQ(w[2], 0.0f);
   EXPECT_EQ(w[3], 0.0f);
   const float all_nan[] = {nan, nan};
-  route_top_k(all_nan, 1, 2, 1, ids, w);
+  route_top_k(all_nan, 1, 2, 1, Gating::Softmax, ids, w);
   EXPECT_EQ(w[0], 0.0f);  // no expert has a probability: the token's FFN output is zero
 }
 
@@ -122,30 +150,36 @@ TEST(MoeLoad, MalformedExpertFilesFailInOneLine) {
   e = load_error(s, "moe_no_router.gguf");
   EXPECT_NE(e.find("missing tensor 'blk.0.ffn_gate_inp.weight' (expected shape [4, 64])"), std::string::npos) << e;
   s = moe_spec();
-  s.int_keys["qwen3moe.expert_gating_func"] = 2;
-  e = load_error(s, "moe_sigmoid.gguf");
-  EXPECT_NE(e.find("'qwen3moe.expert_gating_func' = 2: only softmax gating (1) is supported"), std::string::npos)
+  s.int_keys["qwen3moe.expert_gating_func"] = 3;
+  e = load_error(s, "moe_gating3.gguf");
+  EXPECT_NE(e.find("'qwen3moe.expert_gating_func' = 3: unknown gating function (1 softmax and 2 sigmoid are "
+                   "supported)"),
+            std::string::npos)
       << e;
 }
 
 struct MoeTrace {
   std::vector<float> logits;
   std::vector<std::vector<int32_t>> routes;  // per layer
+  uint64_t rows_computed = 0, rows_possible = 0;
 };
 
-MoeTrace run(const pi::model::Model& m, const std::vector<int32_t>& tokens) {
+MoeTrace run(const pi::model::Model& m, const std::vector<int32_t>& tokens, bool dense = false) {
   pi::runtime::ContextOptions o;
   o.n_ctx = 32;
   o.n_batch = 8;
   o.all_logits = true;
+  o.dense = dense;
   auto ctx = pi::runtime::Context::create(m, o);
   EXPECT_TRUE(ctx.ok()) << ctx.error().message;
-  auto* moe = dynamic_cast<pi::model::MoeFfn*>(&(*ctx)->forward().ffn());
+  pi::model::MoeFfn* moe = (*ctx)->moe_ffn();
   EXPECT_NE(moe, nullptr);
   moe->trace_routes(true);
   MoeTrace r;
   EXPECT_TRUE((*ctx)->decode(tokens, &r.logits).ok());
   r.routes = moe->routes();
+  r.rows_computed = moe->rows_computed();
+  r.rows_possible = moe->rows_possible();
   return r;
 }
 
@@ -191,6 +225,68 @@ TEST(MoeRun, ATokenComputesOnlyItsExperts) {
   bool finite = true;
   for (float x : third.logits) finite = finite && std::isfinite(x);
   EXPECT_FALSE(finite);
+}
+
+TEST(MoeRun, ReGluExpertsComputeOnlyPositiveGatesAndEqualDense) {
+  // smallthinker's experts, down stored either way: the rows of zero gates are skipped, and
+  // the logits are the dense evaluation's up to the order of the sums.
+  for (bool down_t : {false, true}) {
+    TinySpec s = moe_spec();
+    s.arch = "smallthinker";
+    s.wtype = DType::F32;
+    s.n_expert = 8;
+    s.n_expert_used = 3;
+    s.n_swa = 2;
+    s.down_exps_t = down_t;
+    auto m = load(s, down_t ? "st_sparse_dt.gguf" : "st_sparse.gguf");
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    const std::vector<int32_t> tokens = {5, 17, 99, 3, 250, 8, 8, 140, 33, 1};
+    const MoeTrace sparse = run(**m, tokens);
+    const MoeTrace dense = run(**m, tokens, /*dense=*/true);
+    EXPECT_EQ(sparse.routes, dense.routes);
+    ASSERT_EQ(sparse.logits.size(), dense.logits.size());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < dense.logits.size(); ++i) {
+      num += std::pow(sparse.logits[i] - dense.logits[i], 2.0);
+      den += std::pow(dense.logits[i], 2.0);
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-5) << "down_t " << down_t;
+    // 2 layers x 10 tokens x 3 experts x 32 neurons could have been computed; random gates
+    // are positive about half the time.
+    EXPECT_EQ(sparse.rows_possible, 2u * 10 * 3 * 32);
+    EXPECT_GT(sparse.rows_computed, sparse.rows_possible / 4);
+    EXPECT_LT(sparse.rows_computed, sparse.rows_possible * 3 / 4);
+    EXPECT_EQ(dense.rows_possible, 0u);
+  }
+}
+
+TEST(MoeRun, SmallThinkerFileErrors) {
+  TinySpec s = moe_spec();
+  s.arch = "smallthinker";
+  s.drop = {};
+  std::string e;
+  {
+    TinySpec bad = s;
+    bad.int_keys["smallthinker.attention.sliding_window"] = 0;
+    e = load_error(bad, "st_window0.gguf");
+    EXPECT_NE(e.find("smallthinker.attention.sliding_window"), std::string::npos) << e;
+  }
+  {
+    TinySpec bad = s;
+    bad.down_exps_t = true;
+    bad.extra["blk.1.ffn_down_exps.weight"] = pi::Shape{4, 64, 32};
+    auto m = load(bad, "st_both_downs.gguf");  // the transposed layout wins, as ffn_down_t does
+    EXPECT_TRUE(m.ok()) << m.error().message;
+  }
+  {
+    TinySpec bad = s;
+    bad.n_expert_used = 65;
+    bad.n_expert = 70;
+    e = load_error(bad, "st_topk65.gguf");
+    EXPECT_NE(e.find("'smallthinker.expert_used_count' = 65: at most 64 experts per token are supported"),
+              std::string::npos)
+        << e;
+  }
 }
 
 TEST(MoeRun, OtherDevicesRefuseInOneLine) {

@@ -22,13 +22,13 @@
 //    3.5e-2 (measured 1.0% .. 1.6%).
 // Greedy continuations of 64 tokens must be identical for f32 weights.
 //
-// Mixture-of-experts models (qwen3moe): routing is discontinuous. A token whose k-th and
+// Mixture-of-experts models (qwen3moe, Mixtral, smallthinker): routing is discontinuous. A token whose k-th and
 // (k+1)-th router probabilities are closer than our rounding (8-bit activations perturb the
 // router's input by about eps_a per product upstream, a few percent of a logit) may pick the
 // other expert, which changes its row by far more than the bounds above. So the oracle
 // computes with our routes forced (reference_forward.py --force-routes), the logits bounds
 // apply to that, and every token we routed differently from the oracle's own top-k (under
-// the probabilities of that same pass) must be a near-tie: ln p(best left out) - ln p(worst
+// the probabilities of that same pass) must be a near-tie: logit(best left out) - logit(worst
 // chosen) <= kRouteTie (f32/f16 weights: 1e-3, rounding alone; block formats: 0.05, a few
 // eps_a of a router logit, whose scale is ~2; measured 0.006 on the one q4_0 tie).
 //
@@ -150,10 +150,15 @@ MoeRun our_moe_run(const model::Model& m, const std::vector<int32_t>& tokens, in
   return r;
 }
 
-// The worst ln p(best left out) - ln p(worst chosen) over the tokens we routed differently from
-// the oracle's own top-k, and how many there were. probs f64 [n_layer, n_tokens, n_expert].
+// The worst logit(best left out) - logit(worst chosen) over the tokens we routed differently
+// from the oracle's own top-k, and how many there were. probs f64 [n_layer, n_tokens, n_expert]:
+// softmax probabilities (logit differences are ln p differences) or sigmoids (the logit is
+// ln(p / (1 - p))).
 std::pair<double, int> route_ties(const std::vector<int32_t>& routes, const std::vector<double>& probs,
-                                  int64_t n_expert, int64_t k) {
+                                  int64_t n_expert, int64_t k, model::Gating gating) {
+  const auto logit = [&](double p) {
+    return gating == model::Gating::Sigmoid ? std::log(p) - std::log1p(-p) : std::log(p);
+  };
   double worst = 0;
   int differ = 0;
   for (size_t t = 0; t * static_cast<size_t>(n_expert) < probs.size(); ++t) {
@@ -170,7 +175,7 @@ std::pair<double, int> route_ties(const std::vector<int32_t>& routes, const std:
       if (!ours[static_cast<size_t>(e)]) best_left = std::max(best_left, p[e]);
     if (best_left > worst_chosen) {
       ++differ;
-      worst = std::max(worst, std::log(best_left) - std::log(worst_chosen));
+      worst = std::max(worst, logit(best_left) - logit(worst_chosen));
     }
   }
   return {worst, differ};
@@ -195,7 +200,7 @@ TEST_P(ReferenceTest, LogitsAgree) {
     ASSERT_EQ(ours.logits.size(), exact->logits.size());
     const double e_exact = rel_error(ours.logits, exact->logits, hp.n_vocab);
     const double e_f16kv = rel_error(ours.logits, f16kv->logits, hp.n_vocab);
-    const auto [tie, differ] = route_ties(ours.routes, exact->probs, hp.n_expert, hp.n_expert_used);
+    const auto [tie, differ] = route_ties(ours.routes, exact->probs, hp.n_expert, hp.n_expert_used, hp.gating);
     const double tie_bound = c.model.outtype[0] == 'q' ? kRouteTieQuant : kRouteTieFloat;
     std::printf("  %-40s rel error %.3g vs exact (bound %.3g), %.3g vs f16-KV oracle (bound %.3g), "
                 "%d of %zu routes differ, by <= %.3g in ln p (bound %.3g)\n",
@@ -242,6 +247,21 @@ TinyPyModel with_experts(TinyPyModel m, int n, int used, int width = 0) {
   m.experts = n;
   m.experts_used = used;
   m.expert_ff = width;
+  return m;
+}
+
+TinyPyModel with_swa(TinyPyModel m, int window) {
+  m.swa = window;
+  return m;
+}
+
+TinyPyModel with_gating(TinyPyModel m, const char* gating) {
+  m.gating = gating;
+  return m;
+}
+
+TinyPyModel with_down_t(TinyPyModel m) {
+  m.transpose_down = true;
   return m;
 }
 
@@ -300,6 +320,13 @@ std::vector<Case> all_cases() {
       {py("qwen3moe", "q4_0", false, 2), true},
       {with_experts(py("qwen3moe", "f16", false, 2), 4, 4), false},
       {with_experts(py("qwen3moe", "f32", false, 2), 16, 1), false},
+      // smallthinker: the router on the layer input before attn_norm, sigmoid or softmax
+      // gating, ReGLU experts (sparse inside: only positive gates' rows), layer 0 NoPE and
+      // global, layer 1 through a sliding window (3 positions, so the test's sequences cross it).
+      {with_swa(py("smallthinker", "f32", false, 2), 3), true},
+      {with_gating(with_experts(py("smallthinker", "q8_0", false, 1, "", true), 6, 3, 32), "softmax"), true},
+      {with_down_t(with_swa(py("smallthinker", "q4_0", false, 2), 3)), true},
+      {with_down_t(py("smallthinker", "f16", false, 2)), false},
       // Mixtral: llama with llama.expert_count, experts feed_forward_length wide.
       {with_experts(py("llama", "f32", false, 2), 8, 2), true},
       {with_experts(py("llama", "q8_0", false, 1, "", true), 4, 2, 96), true},
@@ -356,7 +383,7 @@ std::vector<TinyPyModel> greedy_models() {
           py("falcon", "f32", false, 1), py("falcon", "f32", true, 2),
           py("opt", "f32", false, 4),    py("qwen2", "f32", false, 2),
           with_head_dim(py("qwen3", "f32", false, 2), 32), py("qwen3moe", "f32", false, 2),
-          with_experts(py("llama", "f32", false, 2), 8, 2)};
+          with_experts(py("llama", "f32", false, 2), 8, 2), with_down_t(with_swa(py("smallthinker", "f32", false, 2), 3))};
 }
 
 std::string model_name(const ::testing::TestParamInfo<TinyPyModel>& info) {

@@ -58,11 +58,15 @@ std::vector<TensorSpec> tensor_list(const TinySpec& s) {
     if (opt) t.push_back({b + "attn_output.bias", {s.n_embd}, false, 0.0f});
     if (!falcon) t.push_back({b + "ffn_norm.weight", {s.n_embd}, false, 1.0f});
     if (opt) t.push_back({b + "ffn_norm.bias", {s.n_embd}, false, 0.0f});
-    if (s.arch == "qwen3moe") {
+    if (s.arch == "qwen3moe" || s.arch == "smallthinker") {
       t.push_back({b + "ffn_gate_inp.weight", {s.n_expert, s.n_embd}, true, 0.0f});
       t.push_back({b + "ffn_gate_exps.weight", {s.n_expert, s.n_ff_exp, s.n_embd}, true, 0.0f});
       t.push_back({b + "ffn_up_exps.weight", {s.n_expert, s.n_ff_exp, s.n_embd}, true, 0.0f});
-      t.push_back({b + "ffn_down_exps.weight", {s.n_expert, s.n_embd, s.n_ff_exp}, true, 0.0f});
+      if (s.down_exps_t) {
+        t.push_back({b + "ffn_down_exps_t.weight", {s.n_expert, s.n_ff_exp, s.n_embd}, true, 0.0f});
+      } else {
+        t.push_back({b + "ffn_down_exps.weight", {s.n_expert, s.n_embd, s.n_ff_exp}, true, 0.0f});
+      }
       continue;
     }
     if (!falcon && !opt) t.push_back({b + "ffn_gate.weight", {s.n_ff, s.n_embd}, true, 0.0f});
@@ -148,10 +152,14 @@ Status write_tiny_model(const TinySpec& s, const std::string& path) {
   }
   if (!s.activation.empty()) PI_TRY(w.add_kv(a + ".feed_forward_activation", Value(s.activation)));
   if (s.pwri) PI_TRY(w.add_kv("powerinfer.sparse_threshold", Value(0.0f)));
-  if (a == "qwen3moe") {
+  if (a == "qwen3moe" || a == "smallthinker") {
     PI_TRY(w.add_kv(a + ".expert_count", Value(static_cast<uint32_t>(s.n_expert))));
     PI_TRY(w.add_kv(a + ".expert_used_count", Value(static_cast<uint32_t>(s.n_expert_used))));
     PI_TRY(w.add_kv(a + ".expert_feed_forward_length", Value(static_cast<uint32_t>(s.n_ff_exp))));
+  }
+  if (a == "smallthinker") {
+    PI_TRY(w.add_kv(a + ".expert_gating_func", Value(uint32_t{2})));
+    if (s.n_swa > 0) PI_TRY(w.add_kv(a + ".attention.sliding_window", Value(static_cast<uint32_t>(s.n_swa))));
   }
   for (const auto& [key, v] : s.int_keys) {
     PI_TRY(v >= 0 ? w.add_kv(key, Value(static_cast<uint32_t>(v))) : w.add_kv(key, Value(static_cast<int32_t>(v))));

@@ -1,5 +1,5 @@
 // Writes tiny random models of every supported architecture (llama, bamboo, falcon, opt,
-// qwen2, qwen3, qwen3moe; any other name gets llama's tensors) with gguf::Writer, for tests that
+// qwen2, qwen3, qwen3moe, smallthinker; any other name gets llama's tensors) with gguf::Writer, for tests that
 // need no Python: loading errors (dropped or mis-shaped tensors), thread and batch invariance,
 // KV-cache behaviour. Weights are seeded and deterministic. With `vocab`, the file also carries
 // a small SentencePiece-style vocabulary (byte fallback pieces plus a few words).
@@ -42,8 +42,12 @@ struct TinySpec {
   float norm_eps = 1e-5f;                  // the norm epsilon key
   std::map<std::string, Shape> extra;      // additional f32 tensors no architecture reads
   std::map<std::string, float> poison;     // tensor -> value of its last element (NaN, Inf)
-  // qwen3moe: experts per layer, experts per token, an expert's width.
+  // qwen3moe, smallthinker: experts per layer, experts per token, an expert's width.
   int64_t n_expert = 4, n_expert_used = 2, n_ff_exp = 32;
+  // smallthinker (sigmoid gating, ReGLU experts): attention.sliding_window (0: no key, every
+  // layer global), and ffn_down_exps_t instead of ffn_down_exps.
+  int64_t n_swa = 0;
+  bool down_exps_t = false;
   std::map<std::string, int64_t> int_keys;  // extra integer keys (u32 >= 0, i32 < 0), e.g. a bad gating
   // Rows (of the tensor viewed as [rows, cols]) written as 1e30: finite, so a load accepts them,
   // but any product that reads one overflows.

@@ -184,6 +184,15 @@ TinySpec tiny(const char* arch, DType t, bool pwri, int64_t kv, bool two_norms =
   return pi::testing::tiny_variant(arch, t, pwri, kv, two_norms, 5);
 }
 
+// smallthinker with a 3-position sliding window on layers 1..3: several sequences' attention
+// lists, each cut to its window by position.
+TinySpec smallthinker_swa(DType t) {
+  TinySpec s = tiny("smallthinker", t, false, 2);
+  s.n_layer = 4;
+  s.n_swa = 3;
+  return s;
+}
+
 TEST(BatchedDecode, TinyModelsOfEveryArchAndFormatAreBatchInvariant) {
   const struct {
     const char* name;
@@ -201,6 +210,7 @@ TEST(BatchedDecode, TinyModelsOfEveryArchAndFormatAreBatchInvariant) {
       {"qwen2_q4_0", tiny("qwen2", DType::Q4_0, false, 1)},
       {"qwen3_q8_0", tiny("qwen3", DType::Q8_0, false, 2)},
       {"qwen3moe_q4_0", tiny("qwen3moe", DType::Q4_0, false, 2)},
+      {"smallthinker_q8_0_swa", smallthinker_swa(DType::Q8_0)},
   };
   for (const auto& c : cases) {
     const std::string path = pi::testing::temp_path(std::string("batched_") + c.name + ".gguf");

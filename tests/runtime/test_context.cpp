@@ -31,6 +31,16 @@ TinySpec spec(const char* arch, DType t, bool pwri, int64_t kv, bool two_norms =
   return pi::testing::tiny_variant(arch, t, pwri, kv, two_norms, 3);
 }
 
+// Five layers (layers 0 and 4 global without RoPE, 1..3 through a 3-position window, which
+// the tests' prompts cross), sparse ReGLU experts with the down projections either way.
+TinySpec smallthinker(DType t, bool down_t) {
+  TinySpec s = spec("smallthinker", t, false, 2);
+  s.n_layer = 5;
+  s.n_swa = 3;
+  s.down_exps_t = down_t;
+  return s;
+}
+
 // Matrix x matrix and matrix x vector kernels sum in different orders (f32: ~1e-6); the f16
 // KV cache is the same either way. Quantized weights use the same 8-bit activation blocks in
 // both paths.
@@ -46,6 +56,8 @@ std::vector<Variant> variants() {
       {"qwen2_q8_0", spec("qwen2", DType::Q8_0, false, 2), 1e-3},
       {"qwen3_f16", spec("qwen3", DType::F16, false, 2), 1e-4},
       {"qwen3moe_q8_0", spec("qwen3moe", DType::Q8_0, false, 2), 1e-3},
+      {"smallthinker_q4_0", smallthinker(DType::Q4_0, true), 1e-3},
+      {"smallthinker_f32", smallthinker(DType::F32, false), 1e-4},
   };
 }
 

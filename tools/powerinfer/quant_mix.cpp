@@ -86,7 +86,8 @@ DType mix_type(const std::string& name, int64_t cols, Mix mix, int n_layer) {
     if (mix == Mix::Q2_K) t = DType::Q3_K;
     if (mix == Mix::Q3_K_M) t = i < 2 ? DType::Q5_K : DType::Q4_K;
     if ((mix == Mix::Q4_K_M || mix == Mix::Q5_K_M) && use_more_bits(i, n)) t = DType::Q6_K;
-  } else if (has_suffix(name, "ffn_down") || has_suffix(name, "ffn_down_t") || has_suffix(name, "ffn_down_exps")) {
+  } else if (has_suffix(name, "ffn_down") || has_suffix(name, "ffn_down_t") || has_suffix(name, "ffn_down_exps") ||
+             has_suffix(name, "ffn_down_exps_t")) {
     if (mix == Mix::Q2_K) t = DType::Q3_K;
     if (mix == Mix::Q3_K_M) {
       t = i < n / 16 ? DType::Q5_K : use_more_bits(i, n) ? DType::Q4_K : DType::Q3_K;

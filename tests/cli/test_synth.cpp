@@ -20,6 +20,9 @@
 #include "cli/run_command.h"
 #include "gguf/reader.h"
 #include "tensor/quant.h"
+#include "model/model.h"
+#include "model/moe_ffn.h"
+#include "runtime/context.h"
 
 namespace {
 
@@ -362,6 +365,46 @@ TEST(CliSynth, MixtureOfExpertsLayouts) {
   r = run_command(kBin + "/powerinfer synth -o " + tmp("x.gguf") + " --preset tiny-moe --pwri");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("cannot be a PowerInfer file"), std::string::npos) << r.output;
+}
+
+TEST(CliSynth, SmallThinkerExpertsAreSparseAsAsked) {
+  // ReGLU experts whose gates fire on --activity of the tokens routed to them: the engine's
+  // sparse expert path computes about that share of the experts' rows.
+  const std::string p = tmp("st.gguf");
+  synth("-o " + p + " --preset smallthinker-21b-a3b --layers 4 --embd 256 --heads 4 --kv-heads 2 --head-dim 64 "
+        "--vocab 512 --experts 16 --experts-used 4 --expert-ff 128 --swa 8 --activity 0.1 --transpose-down "
+        "--type q8_0");
+  auto f = gguf::File::open(p);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(*f->get_string("general.architecture"), "smallthinker");
+  EXPECT_EQ(*f->get_int("smallthinker.expert_gating_func"), 2);
+  EXPECT_EQ(*f->get_int("smallthinker.attention.sliding_window"), 8);
+  EXPECT_EQ(*f->get_int("smallthinker.feed_forward_length"), 128);
+  EXPECT_EQ(f->find_tensor("blk.1.attn_q_norm.weight"), nullptr);
+  EXPECT_EQ(f->find_tensor("blk.1.ffn_down_exps_t.weight")->shape, (pi::Shape{16, 128, 256}));
+  EXPECT_EQ(f->find_tensor("blk.1.ffn_down_exps.weight"), nullptr);
+  auto m = pi::model::Model::load(p);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  pi::runtime::ContextOptions o;
+  o.n_ctx = 64;
+  o.n_batch = 8;
+  auto ctx = pi::runtime::Context::create(**m, o);
+  ASSERT_TRUE(ctx.ok()) << ctx.error().message;
+  std::vector<int32_t> tokens(40);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(3 + (i * 37) % 500);
+  ASSERT_TRUE((*ctx)->decode(tokens).ok());
+  const pi::model::MoeFfn* moe = (*ctx)->moe_ffn();
+  ASSERT_NE(moe, nullptr);
+  ASSERT_GT(moe->rows_possible(), 0u);
+  const double computed = static_cast<double>(moe->rows_computed()) / static_cast<double>(moe->rows_possible());
+  std::printf("  expert rows computed: %.3f (activity 0.1)\n", computed);
+  EXPECT_GT(computed, 0.05);
+  EXPECT_LT(computed, 0.2);
+  auto r = run_command(kBin + "/powerinfer run -m " + p + " -p \"a b\" -n 4 -t 2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(kBin + "/powerinfer synth -o " + tmp("x.gguf") + " --preset tiny-moe --transpose-down");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--transpose-down and --swa need --arch smallthinker"), std::string::npos) << r.output;
 }
 
 TEST(CliSynth, BadFlagsFailWithClearMessage) {

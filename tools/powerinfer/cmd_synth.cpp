@@ -24,14 +24,21 @@ Runner add_synth(CLI::App& app) {
   sub->add_option("-o,--output", o->output, "Output model file")->required();
   sub->add_option("--preset", o->preset,
                   "Shapes: tiny, llama2-7b, llama2-13b, bamboo-7b, falcon-40b, and the "
-                  "mixture-of-experts tiny-moe, qwen3-30b-a3b, mixtral-8x7b")
+                  "mixture-of-experts tiny-moe, qwen3-30b-a3b, mixtral-8x7b, smallthinker-21b-a3b, "
+                  "smallthinker-4b-a0.6b")
       ->capture_default_str();
-  sub->add_option("--arch", o->arch, "Override the architecture: llama, bamboo, falcon, qwen3moe");
+  sub->add_option("--arch", o->arch, "Override the architecture: llama, bamboo, falcon, qwen3moe, smallthinker");
   sub->add_option("--experts", o->experts,
                   "Mixture of experts: experts per layer (qwen3moe, or llama as Mixtral); SwiGLU experts");
   sub->add_option("--experts-used", o->experts_used, "Experts each token routes to (top-k)");
   sub->add_option("--expert-ff", o->expert_ff, "An expert's FFN width");
-  sub->add_option("--head-dim", o->head_dim, "Attention head width when not embd / heads (qwen3moe)");
+  sub->add_option("--head-dim", o->head_dim,
+                  "Attention head width when not embd / heads (qwen3moe, smallthinker)");
+  sub->add_flag("--transpose-down", o->transpose_down,
+                "smallthinker: store the experts' down projections transposed (ffn_down_exps_t), so "
+                "zero gates skip whole rows");
+  sub->add_option("--swa", o->swa,
+                  "smallthinker: sliding window of layers 1-3, 5-7, ... (0: none; default: the preset's)");
   sub->add_option("--layers", o->layers, "Number of blocks");
   sub->add_option("--embd", o->embd, "Embedding width (multiple of 32)");
   sub->add_option("--ff", o->ff, "FFN width (neurons per layer)");
@@ -92,9 +99,13 @@ Runner add_synth(CLI::App& app) {
                 spec->pwri ? "PowerInfer" : "GGUF", spec->name.c_str(), rep->n_tensors,
                 static_cast<double>(rep->file_bytes) / 1048576.0, secs);
     if (spec->is_moe()) {
-      std::printf("experts: %lld per layer, %lld per token, SwiGLU of width %lld (random routing)\n",
+      const bool reglu = spec->act == model::Activation::ReLU;
+      std::printf("experts: %lld per layer, %lld per token, %s of width %lld (random routing)\n",
                   static_cast<long long>(spec->n_expert), static_cast<long long>(spec->n_expert_used),
-                  static_cast<long long>(spec->n_ff_exp));
+                  reglu ? "ReGLU" : "SwiGLU", static_cast<long long>(spec->n_ff_exp));
+      if (reglu)
+        std::printf("expert neurons: activity %.4f, top %.0f%% carry %.0f%% (power law exponent %.4f)\n",
+                    rep->expected_activity, 100 * spec->hot_fraction, 100 * spec->hot_share, rep->alpha);
     } else {
       std::printf("activity %.4f, top %.0f%% of neurons carry %.0f%% (power law exponent %.4f)\n",
                   rep->expected_activity, 100 * spec->hot_fraction, 100 * spec->hot_share, rep->alpha);

@@ -85,7 +85,7 @@ Result<Report> write_model(const Spec& s, int threads, bool progress) {
   double p_sum = 0;
   int64_t p_count = 0;
   for (const TensorPlan& t : plan) {
-    if (t.layer >= 0 && t.kind == Kind::Key) {
+    if (t.layer >= 0 && (t.kind == Kind::Key || t.kind == Kind::ExpertKey)) {
       gen.prepare_layer(t.layer);
       for (float p : gen.probabilities()) p_sum += p;
       p_count += static_cast<int64_t>(gen.probabilities().size());

@@ -16,12 +16,15 @@ struct Preset {
   int64_t embd, ff, layers, heads, kv_heads, vocab, ctx;
   int64_t head_dim = 0;                                 // 0: embd / heads
   int64_t experts = 0, experts_used = 0, expert_ff = 0;  // mixture of experts
+  int64_t swa = 0;                                       // smallthinker's sliding window
 };
 
 // Shapes of the published models (docs/reference: PowerInfer compatibility facts, table 7).
 // The MoE shapes are the published configs': Qwen3-30B-A3B (48 layers, 128 experts of 768,
-// top 8, heads of 128) and Mixtral-8x7B (32 layers, 8 experts of 14336, top 2).
-constexpr std::array<Preset, 8> kPresets{{
+// top 8, heads of 128), Mixtral-8x7B (32 layers, 8 experts of 14336, top 2), SmallThinker-21B-A3B
+// (52 layers, 64 ReGLU experts of 768, top 6, 28 heads of 128 over 4 KV heads) and -4B-A0.6B
+// (32 layers, 32 experts of 768, top 4, 12 heads over 2, no sliding window).
+constexpr std::array<Preset, 10> kPresets{{
     {"tiny", Arch::Llama, 128, 512, 2, 4, 4, 512, 256},
     {"llama2-7b", Arch::Llama, 4096, 11008, 32, 32, 32, 32000, 4096},
     {"llama2-13b", Arch::Llama, 5120, 13824, 40, 40, 40, 32000, 4096},
@@ -30,10 +33,13 @@ constexpr std::array<Preset, 8> kPresets{{
     {"tiny-moe", Arch::Qwen3Moe, 128, 512, 2, 4, 2, 512, 256, 0, 8, 2, 64},
     {"qwen3-30b-a3b", Arch::Qwen3Moe, 2048, 6144, 48, 32, 4, 151936, 4096, 128, 128, 8, 768},
     {"mixtral-8x7b", Arch::Llama, 4096, 14336, 32, 32, 8, 32000, 4096, 0, 8, 2, 14336},
+    {"smallthinker-21b-a3b", Arch::SmallThinker, 2560, 768, 52, 28, 4, 151936, 4096, 128, 64, 6, 768, 4096},
+    {"smallthinker-4b-a0.6b", Arch::SmallThinker, 1536, 768, 32, 12, 2, 151936, 4096, 128, 32, 4, 768},
 }};
 
 constexpr const char* kPresetNames =
-    "tiny, llama2-7b, llama2-13b, bamboo-7b, falcon-40b, tiny-moe, qwen3-30b-a3b, mixtral-8x7b";
+    "tiny, llama2-7b, llama2-13b, bamboo-7b, falcon-40b, tiny-moe, qwen3-30b-a3b, mixtral-8x7b, "
+    "smallthinker-21b-a3b, smallthinker-4b-a0.6b";
 
 Status positive(const char* flag, int64_t v, int64_t max = int64_t{1} << 24) {
   if (v <= 0 || v > max) {
@@ -92,15 +98,23 @@ Result<Spec> resolve(const Options& o) {
       s.arch = Arch::Falcon;
     else if (*o.arch == "qwen3moe")
       s.arch = Arch::Qwen3Moe;
+    else if (*o.arch == "smallthinker")
+      s.arch = Arch::SmallThinker;
     else
-      return err("synth: unknown --arch '%s' (llama, bamboo, falcon, qwen3moe)", o.arch->c_str());
+      return err("synth: unknown --arch '%s' (llama, bamboo, falcon, qwen3moe, smallthinker)", o.arch->c_str());
   }
+  const bool st = s.arch == Arch::SmallThinker;
+  if (!st && (o.transpose_down || o.swa)) return err("synth: --transpose-down and --swa need --arch smallthinker");
+  s.down_t = o.transpose_down;
+  s.n_swa = o.swa.value_or(st && p->arch == Arch::SmallThinker ? p->swa : 0);
+  if (s.n_swa < 0) return err("synth: --swa %lld must be >= 0", static_cast<long long>(s.n_swa));
   s.n_expert = o.experts.value_or(p->experts);
   s.n_expert_used = o.experts_used.value_or(p->experts_used);
-  if (s.arch == Arch::Qwen3Moe && s.n_expert == 0) return err("synth: --arch qwen3moe needs --experts");
+  if ((s.arch == Arch::Qwen3Moe || st) && s.n_expert == 0)
+    return err("synth: --arch %s needs --experts", arch_name(s.arch));
   if (s.n_expert > 0) {
-    if (s.arch != Arch::Qwen3Moe && s.arch != Arch::Llama)
-      return err("synth: --experts needs --arch qwen3moe or llama (Mixtral)");
+    if (s.arch != Arch::Qwen3Moe && s.arch != Arch::Llama && !st)
+      return err("synth: --experts needs --arch qwen3moe, smallthinker or llama (Mixtral)");
     PI_TRY(positive("--experts", s.n_expert, 4096));
     if (s.n_expert_used == 0) s.n_expert_used = std::min<int64_t>(2, s.n_expert);
     if (s.n_expert_used < 1 || s.n_expert_used > s.n_expert)
@@ -113,8 +127,8 @@ Result<Spec> resolve(const Options& o) {
     return err("synth: --experts-used and --expert-ff need --experts (or a MoE preset)");
   }
   if (s.is_moe()) {
-    // SwiGLU experts (Mixtral, Qwen3-MoE); ReLU experts (SmallThinker) are not built yet.
-    s.act = model::Activation::SiLU;
+    // SwiGLU experts (Mixtral, Qwen3-MoE); ReGLU ones (SmallThinker).
+    s.act = st ? model::Activation::ReLU : model::Activation::SiLU;
   } else if (o.act == "silu") {
     s.act = model::Activation::SiLU;
     if (s.arch != Arch::Llama) return err("synth: --act silu needs --arch llama");
@@ -142,7 +156,8 @@ Result<Spec> resolve(const Options& o) {
                static_cast<long long>(2 * kBiasDims));
   }
   const int64_t head_dim = o.head_dim.value_or(p->head_dim);
-  if (head_dim != 0 && s.arch != Arch::Qwen3Moe) return err("synth: --head-dim needs --arch qwen3moe");
+  if (head_dim != 0 && s.arch != Arch::Qwen3Moe && !st)
+    return err("synth: --head-dim needs --arch qwen3moe or smallthinker");
   if (head_dim == 0 && s.n_embd % s.n_head != 0) return err("synth: --embd must be a multiple of --heads");
   if (s.n_head % s.n_head_kv != 0) return err("synth: --heads must be a multiple of --kv-heads");
   s.head_dim = head_dim != 0 ? head_dim : s.n_embd / s.n_head;
@@ -159,11 +174,13 @@ Result<Spec> resolve(const Options& o) {
   if (s.is_moe()) {
     s.n_ff_exp = o.expert_ff.value_or(p->expert_ff != 0 ? p->expert_ff : s.n_ff);
     PI_TRY(positive("--expert-ff", s.n_ff_exp));
-    if (s.arch == Arch::Llama) s.n_ff = s.n_ff_exp;  // Mixtral: the experts are feed_forward_length wide
+    // Mixtral, SmallThinker: the experts are feed_forward_length wide (and for SmallThinker the
+    // power law of the gates' firing is over an expert's neurons).
+    if (s.arch == Arch::Llama || st) s.n_ff = s.n_ff_exp;
     if (s.n_ff_exp % block != 0)
       return err("synth: --expert-ff %lld must be a multiple of %lld for %s", static_cast<long long>(s.n_ff_exp),
                  static_cast<long long>(block), o.type.c_str());
-    if (s.arch == Arch::Qwen3Moe) s.rope_base = 1e6f, s.norm_eps = 1e-6f;
+    if (s.arch == Arch::Qwen3Moe || st) s.rope_base = 1e6f, s.norm_eps = 1e-6f;
   }
   if (s.n_ff % block != 0) {
     return err("synth: --ff %lld must be a multiple of %lld for %s", static_cast<long long>(s.n_ff),
@@ -285,7 +302,7 @@ Status add_metadata(gguf::Writer& w, const Spec& s, double alpha) {
   PI_TRY(w.add_kv(a + eps_key, f32(s.norm_eps)));
   PI_TRY(w.add_kv(a + ".rope.freq_base", f32(s.rope_base)));
   PI_TRY(w.add_kv(a + ".rope.dimension_count", u32(s.head_dim)));
-  if (s.arch == Arch::Qwen3Moe) {
+  if (s.arch == Arch::Qwen3Moe || s.arch == Arch::SmallThinker) {
     PI_TRY(w.add_kv(a + ".attention.key_length", u32(s.head_dim)));
     PI_TRY(w.add_kv(a + ".attention.value_length", u32(s.head_dim)));
     PI_TRY(w.add_kv(a + ".expert_feed_forward_length", u32(s.n_ff_exp)));
@@ -293,6 +310,10 @@ Status add_metadata(gguf::Writer& w, const Spec& s, double alpha) {
   if (s.is_moe()) {
     PI_TRY(w.add_kv(a + ".expert_count", u32(s.n_expert)));
     PI_TRY(w.add_kv(a + ".expert_used_count", u32(s.n_expert_used)));
+  }
+  if (s.arch == Arch::SmallThinker) {
+    PI_TRY(w.add_kv(a + ".expert_gating_func", u32(2)));  // sigmoid, as the released models
+    if (s.n_swa > 0) PI_TRY(w.add_kv(a + ".attention.sliding_window", u32(s.n_swa)));
   }
   PI_TRY(w.add_kv(a + ".feed_forward_activation",
                   Value(std::string(s.act == model::Activation::SiLU ? "silu" : "relu"))));

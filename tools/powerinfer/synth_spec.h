@@ -26,6 +26,10 @@ struct Options {
   // Mixture of experts (qwen3moe, or llama as Mixtral): experts per layer, per token, and an
   // expert's width; head_dim: qwen3's head width when it is not embd / heads.
   std::optional<int64_t> experts, experts_used, expert_ff, head_dim;
+  // smallthinker: each expert's down projection stored transposed (ffn_down_exps_t), for the
+  // sparse expert kernel; and the sliding window (unset: the preset's; 0: none).
+  bool transpose_down = false;
+  std::optional<int64_t> swa;
   std::string type = "f16";
   bool pwri = false;
   std::string act = "relu";  // relu | silu (llama only: heavy-tailed hidden states, see SYNTH.md)
@@ -58,9 +62,14 @@ struct Spec {
   int64_t n_layer = 0, n_embd = 0, n_ff = 0, n_head = 0, n_head_kv = 0, n_vocab = 0, n_ctx = 0;
   int64_t head_dim = 0;
   // Mixture of experts: n_expert > 0 replaces each layer's FFN with the router and
-  // n_expert stacked SwiGLU experts of width n_ff_exp (random weights, no neuron sparsity).
+  // n_expert stacked experts of width n_ff_exp: SwiGLU with random weights and no neuron
+  // sparsity (qwen3moe, Mixtral), or ReGLU (smallthinker, below).
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   bool is_moe() const { return n_expert > 0; }
+  // smallthinker: ReGLU experts whose gates fire as the dense ReLU FFN's do (power law of
+  // `activity`), sigmoid gating, down stored transposed or not, the sliding window (0: none).
+  bool down_t = false;
+  int64_t n_swa = 0;
   float rope_base = 10000.0f;
   float norm_eps = 1e-5f;
   uint64_t seed = 0;

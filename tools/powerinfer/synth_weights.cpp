@@ -59,20 +59,26 @@ std::vector<TensorPlan> plan_tensors(const Spec& s) {
       mat(blk(l, "attn_q.weight"), Kind::Dense, Shape{s.n_head * hd, n}, l);
       mat(blk(l, "attn_k.weight"), Kind::Dense, Shape{s.n_head_kv * hd, n}, l);
       mat(blk(l, "attn_v.weight"), Kind::Dense, Shape{s.n_head_kv * hd, n}, l);
-      if (s.arch == Arch::Qwen3Moe) {
+      if (s.arch == Arch::Qwen3Moe) {  // qwen3's per-head q/k norms (smallthinker has none)
         add(blk(l, "attn_q_norm.weight"), Kind::HeadNorm, Shape{hd}, l, DType::F32, "");
         add(blk(l, "attn_k_norm.weight"), Kind::HeadNorm, Shape{hd}, l, DType::F32, "");
       }
     }
     mat(blk(l, "attn_output.weight"), Kind::AttnOut, Shape{n, s.n_head * hd}, l);
     if (s.is_moe()) {
-      // The router stays f32 (llama.cpp never quantizes it); SwiGLU experts, random.
+      // The router stays f32 (llama.cpp never quantizes it) and routes at random. SwiGLU
+      // experts are random; ReGLU ones (smallthinker) have gates that fire as the power law says.
       const int64_t e = s.n_expert, f = s.n_ff_exp;
+      const bool reglu = s.act == model::Activation::ReLU;
       vec(blk(l, "ffn_norm.weight"), Kind::NormWeight, l);
       add(blk(l, "ffn_gate_inp.weight"), Kind::Dense, Shape{e, n}, l, DType::F32, "");
-      mat(blk(l, "ffn_gate_exps.weight"), Kind::Dense, Shape{e, f, n}, l);
+      mat(blk(l, "ffn_gate_exps.weight"), reglu ? Kind::ExpertKey : Kind::Dense, Shape{e, f, n}, l);
       mat(blk(l, "ffn_up_exps.weight"), Kind::Dense, Shape{e, f, n}, l);
-      mat(blk(l, "ffn_down_exps.weight"), Kind::ExpertDown, Shape{e, n, f}, l);
+      if (s.down_t) {
+        mat(blk(l, "ffn_down_exps_t.weight"), Kind::ExpertDownT, Shape{e, f, n}, l);
+      } else {
+        mat(blk(l, "ffn_down_exps.weight"), Kind::ExpertDown, Shape{e, n, f}, l);
+      }
       continue;
     }
     if (falcon) {
@@ -182,7 +188,7 @@ float Generator::bias_for(double t, double v_norm) const {
 // Row i of the key matrix without its bias block: v = su * (U_i · B) + se * e_i (n' floats),
 // with |su U_i| = S / sqrt(1 + rho^2) and |se e_i| = rho S / sqrt(1 + rho^2). Fills u with
 // the raw coefficients U_i (n_pairs floats).
-Generator::KeyRow Generator::key_row(int64_t i, float* v, float* u) const {
+Generator::KeyRow Generator::key_row(int64_t i, float* v, float* u, int64_t neuron) const {
   const int64_t nf = s_.n_free(), k = s_.n_pairs;
   const double S = s_.row_norm(), rho = s_.noise;
   fill_uniform(derive(u_key_, static_cast<uint64_t>(i)), 1.0f, u, k);
@@ -206,7 +212,7 @@ Generator::KeyRow Generator::key_row(int64_t i, float* v, float* u) const {
     v[c] = x;
     vv += static_cast<double>(x) * x;
   }
-  return KeyRow{bias_for(t_[static_cast<size_t>(i)], std::sqrt(vv)), su};
+  return KeyRow{bias_for(t_[static_cast<size_t>(neuron)], std::sqrt(vv)), su};
 }
 
 void Generator::row(const TensorPlan& t, int64_t r, float* out, float* scratch) const {
@@ -230,6 +236,10 @@ void Generator::row(const TensorPlan& t, int64_t r, float* out, float* scratch) 
         std::fill(out, out + cols, 0.0f);
       else
         fill_uniform(rk, static_cast<float>(s_.sigma_o * kSqrt3), out, cols);
+      return;
+    case Kind::ExpertDownT:
+      zero_bias_block();
+      fill_uniform(rk, static_cast<float>(s_.sigma_o * kSqrt3), out + D, nf);
       return;
     case Kind::Dense:
       fill_uniform(rk, static_cast<float>(s_.sigma_w * kSqrt3), out, cols);
@@ -271,8 +281,9 @@ void Generator::row(const TensorPlan& t, int64_t r, float* out, float* scratch) 
         out[i] = a * uniform_at(down_keys_[static_cast<size_t>(i)], r - D);
       return;
     }
-    case Kind::Key: {
-      KeyRow kr = key_row(r, out + D, scratch);
+    case Kind::Key:
+    case Kind::ExpertKey: {
+      KeyRow kr = key_row(r, out + D, scratch, t.kind == Kind::Key ? r : r % s_.n_ff);
       std::fill(out, out + D, kr.beta);
       for (int64_t c = 0; c < nf; ++c) out[D + c] -= kr.beta * shift;
       return;
@@ -311,7 +322,7 @@ void Generator::row(const TensorPlan& t, int64_t r, float* out, float* scratch) 
     case Kind::Fc2: {
       float* u = scratch;
       float* v = scratch + s_.n_pairs;
-      KeyRow kr = key_row(r, v, u);
+      KeyRow kr = key_row(r, v, u, r);
       const float bias = kr.beta / (s0 * static_cast<float>(s_.n_bias_rows));
       std::fill(out, out + s_.n_bias_rows, bias);
       for (int64_t j = 0; j < s_.n_pairs; ++j) {

@@ -30,6 +30,8 @@ enum class Kind {
   Fc2,         // [n_ff, r]          predictor layer 2
   HeadNorm,    // f32 [head_dim] ones (qwen3's per-head q/k norms)
   ExpertDown,  // [n_expert, n_embd, n_ff_exp]  each expert's bias-block rows zero, rest uniform sigma_o
+  ExpertKey,   // [n_expert, n_ff_exp, n_embd]  ReGLU experts' gates: row r fires as Key row r % n_ff_exp
+  ExpertDownT, // [n_expert, n_ff_exp, n_embd]  ffn_down_exps_t: bias-block columns zero, rest uniform sigma_o
 };
 
 struct TensorPlan {
@@ -66,7 +68,8 @@ class Generator {
     float beta;  // bias-block weight
     float su;    // scale of the low-rank coefficients
   };
-  KeyRow key_row(int64_t i, float* v, float* u) const;
+  // `neuron` picks the firing probability (Key: i; ExpertKey: i's row in its expert).
+  KeyRow key_row(int64_t i, float* v, float* u, int64_t neuron) const;
   float bias_for(double t, double v_norm) const;
 
   const Spec& s_;

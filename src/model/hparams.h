@@ -74,6 +74,8 @@ struct HParams {
   // known before attention runs), not the normalized FFN input.
   bool router_before_attn = false;
   bool is_moe() const { return n_expert > 0; }
+  // ReGLU experts (relu(gate) * up, smallthinker): a zero gate skips its rows of up and down.
+  bool sparse_experts() const { return is_moe() && ffn == FfnKind::Gated && act == Activation::ReLU; }
 
   // Sliding-window attention (SmallThinker's layer pattern, as llama.cpp reads it): with
   // n_swa > 0, layer il with il % swa_pattern != 0 attends only the n_swa latest positions

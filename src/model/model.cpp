@@ -43,7 +43,7 @@ Status Model::repack_in_place(DType layout) {
 DenseOnly Model::dense_only() const {
   if (file_.find(kCalibrationKey) != nullptr) return DenseOnly::None;
   // ReGLU experts read the rows of their up (and transposed down) projections one by one.
-  if (hp_.is_moe() && hp_.ffn == FfnKind::Gated && hp_.act == Activation::ReLU) return DenseOnly::AttentionAndHead;
+  if (hp_.sparse_experts()) return DenseOnly::AttentionAndHead;
   return hp_.powerinfer ? DenseOnly::AttentionAndHead : DenseOnly::All;
 }
 

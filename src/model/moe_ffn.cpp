@@ -45,7 +45,9 @@ void route_top_k(const float* logits, int64_t m, int64_t n_expert, int64_t k, Ga
 MoeFfn::MoeFfn(const Model& model, const ModelWeights& weights, backend::Device& dev, bool dense)
     : model_(model), w_(weights), ops_(dev.ops()) {
   const HParams& hp = model.hparams();
-  sparse_ = !dense && hp.ffn == FfnKind::Gated && hp.act == Activation::ReLU;
+  sparse_ = !dense && hp.sparse_experts();
+  stats_.resize(static_cast<size_t>(hp.n_layer));
+  row_seen_.resize(static_cast<size_t>(hp.n_ff_exp));
 }
 
 uint64_t MoeFfn::device_bytes(const HParams& hp, int64_t max_tokens) {
@@ -98,15 +100,18 @@ void MoeFfn::route(int64_t il, const float* x, int64_t m) {
 
 void MoeFfn::before_attention(int64_t il, const float* x, int64_t m) { route(il, x, m); }
 
-void MoeFfn::expert(const FfnWeights& w, int64_t e, int64_t n) {
+void MoeFfn::expert(const FfnWeights& w, int64_t e, int64_t n, LayerStats& st) {
   const HParams& hp = model_.hparams();
   const int64_t n_ff = hp.n_ff_exp, n_exp = hp.n_expert;
   const float* xe = xe_.as<float>();
   float* gate = gate_.as<float>();
   float* up = up_.as<float>();
   float* ye = ye_.as<float>();
+  const Matrix& down = w.down_exps_t.present() ? w.down_exps_t : w.down_exps;
+  const uint64_t expert_bytes = (w.gate_exps.nbytes() + w.up_exps.nbytes() + down.nbytes()) / n_exp;
   ops_.linear(expert_rows(w.gate_exps, e, n_exp), xe, n, gate);
   if (!sparse_) {
+    st.bytes += expert_bytes;
     ops_.linear(expert_rows(w.up_exps, e, n_exp), xe, n, up);
     ops_.ffn_combine(FfnKind::Gated, hp.act, gate, up, n, n_ff);
     if (w.down_exps_t.present()) {
@@ -128,6 +133,20 @@ void MoeFfn::expert(const FfnWeights& w, int64_t e, int64_t n) {
   }
   rows_computed_ += idx_.size();
   rows_possible_ += static_cast<uint64_t>(n * n_ff);
+  st.rows_computed += static_cast<int64_t>(idx_.size());
+  st.rows_possible += n * n_ff;
+  // Bytes: the whole gate, the union of the listed rows of up (and of down_t; a plain down
+  // is read whole).
+  std::fill(row_seen_.begin(), row_seen_.end(), 0);
+  uint64_t n_union = 0;
+  for (int32_t j : idx_) {
+    uint8_t& seen = row_seen_[static_cast<size_t>(j)];
+    n_union += seen == 0 ? 1 : 0;
+    seen = 1;
+  }
+  const auto rows_of = [&](const Matrix& stack) { return stack.nbytes() / n_exp / static_cast<uint64_t>(n_ff) * n_union; };
+  st.bytes += w.gate_exps.nbytes() / n_exp + rows_of(w.up_exps) +
+              (w.down_exps_t.present() ? rows_of(w.down_exps_t) : down.nbytes() / n_exp);
   ops_.linear_rows(expert_rows(w.up_exps, e, n_exp), xe, n, idx_.data(), offsets_.data(), up);
   for (int64_t r = 0; r < n; ++r) {
     float* g = gate + r * n_ff;
@@ -166,6 +185,9 @@ void MoeFfn::run(int64_t il, const FfnInput& in, float* out) {
   if (!hp.router_before_attn) route(il, in.x, m);
   assert(routed_ == il);
   routed_ = -1;
+  LayerStats& st = stats_[static_cast<size_t>(il)];
+  st.tokens += m;
+  st.bytes += w.gate_inp.nbytes();
 
   // Group the (token, slot) pairs by expert, tokens ascending within each (a counting sort).
   std::fill(starts_.begin(), starts_.end(), 0);
@@ -190,7 +212,7 @@ void MoeFfn::run(int64_t il, const FfnInput& in, float* out) {
       const int64_t token = order_[static_cast<size_t>(first + r)] / k;
       std::memcpy(xe + r * n_embd, in.x + token * n_embd, static_cast<size_t>(n_embd) * sizeof(float));
     }
-    expert(w, e, n);
+    expert(w, e, n, st);
     for (int64_t r = 0; r < n; ++r) {
       const int32_t slot = order_[static_cast<size_t>(first + r)];
       const float wt = weights_[static_cast<size_t>(slot)];

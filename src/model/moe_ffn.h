@@ -46,17 +46,27 @@ class MoeFfn final : public FfnStep {
   const std::vector<std::vector<int32_t>>& routes() const { return routes_; }
   // ReGLU experts (relu(gate) * up) compute the up rows and read the down rows of the neurons
   // whose gate is positive only: the rows each token computed, and all it could have, since
-  // creation (both 0 for SwiGLU experts).
+  // creation (both 0 for SwiGLU experts or a dense step).
   bool sparse_experts() const { return sparse_; }
   uint64_t rows_computed() const { return rows_computed_; }
   uint64_t rows_possible() const { return rows_possible_; }
+  // Per layer since the last reset_stats(): tokens run, the expert rows they computed of those
+  // they could have, and the weight bytes read (router, and each chosen expert's gate, up and
+  // down: all of them, or the rows of positive gates, a row read once per batch).
+  struct LayerStats {
+    int64_t tokens = 0;
+    int64_t rows_possible = 0, rows_computed = 0;
+    uint64_t bytes = 0;
+  };
+  const std::vector<LayerStats>& stats() const { return stats_; }
+  void reset_stats() { stats_.assign(stats_.size(), LayerStats{}); }
 
  private:
   MoeFfn(const Model& model, const ModelWeights& weights, backend::Device& dev, bool dense);
   // The router's choice for m tokens of layer il from its input x into ids_ / weights_.
   void route(int64_t il, const float* x, int64_t m);
-  // Expert e's FFN of its n tokens (inputs xe_) into ye_.
-  void expert(const FfnWeights& w, int64_t e, int64_t n);
+  // Expert e's FFN of its n tokens (inputs xe_) into ye_, counted in `st`.
+  void expert(const FfnWeights& w, int64_t e, int64_t n, LayerStats& st);
 
   const Model& model_;
   const ModelWeights& w_;
@@ -76,6 +86,8 @@ class MoeFfn final : public FfnStep {
   std::vector<int32_t> idx_;      // the rows of positive gates, per token (CSR) ...
   std::vector<int64_t> offsets_;  // ... [max_tokens + 1]
   uint64_t rows_computed_ = 0, rows_possible_ = 0;
+  std::vector<LayerStats> stats_;  // [n_layer]
+  std::vector<uint8_t> row_seen_;  // [n_ff_exp] scratch: the union of a batch's rows
   bool trace_ = false;
   std::vector<std::vector<int32_t>> routes_;  // [n_layer][tokens * n_expert_used] while tracing
 };

@@ -15,6 +15,7 @@
 #include "core/mapped_file.h"
 #include "grammar/gbnf.h"
 #include "grammar/token_filter.h"
+#include "model/moe_ffn.h"
 #include "model/model.h"
 #include "runtime/context.h"
 #include "runtime/sampler.h"
@@ -505,9 +506,29 @@ void add_site_reports(const runtime::Context& ctx, SparsityReport& r) {
 SparsityReport Session::sparsity() const {
   SparsityReport r;
   if (ctx_->threshold_ffn() != nullptr) add_site_reports(*ctx_, r);
+  const model::Model& m = ctx_->model();
+  if (const model::MoeFfn* moe = ctx_->moe_ffn(); moe != nullptr && moe->sparse_experts()) {
+    // ReGLU experts: each token's chosen experts computed only where their gates fire.
+    r.sparse = true;
+    r.threshold_source = "ReGLU experts";
+    for (const model::LayerWeights& L : m.weights().layers) {
+      model::each_layer_matrix(L, [&](const model::LayerTensor& t, const model::Matrix& w) {
+        if (t.group == model::Group::Ffn) r.ffn_bytes_dense += model::token_bytes(m.hparams(), t, w);
+      });
+    }
+    for (const model::MoeFfn::LayerStats& s : moe->stats()) {
+      LayerSparsity l;
+      l.tokens = s.tokens;
+      l.n_ff = m.hparams().n_expert_used * m.hparams().n_ff_exp;
+      l.predicted = s.rows_computed;
+      l.computed = s.rows_computed;
+      l.bytes = s.bytes;
+      r.layers.push_back(l);
+    }
+    return r;
+  }
   const sparse::SparseFfn* ffn = ctx_->sparse_ffn();
   if (ffn == nullptr) return r;
-  const model::Model& m = ctx_->model();
   r.sparse = true;
   r.checked = ffn->config().check_predictor;
   r.threshold = ctx_->sparse_threshold().value;
@@ -591,6 +612,7 @@ std::vector<MemoryLine> Session::memory() const {
 
 void Session::reset_sparsity() {
   if (sparse::SparseFfn* ffn = ctx_->sparse_ffn(); ffn != nullptr) ffn->reset_stats();
+  if (model::MoeFfn* moe = ctx_->moe_ffn(); moe != nullptr) moe->reset_stats();
   if (ctx_->threshold_ffn() != nullptr) ctx_->threshold_ffn()->reset_stats();
   if (ctx_->threshold_proj() != nullptr) ctx_->threshold_proj()->reset_stats();
 }

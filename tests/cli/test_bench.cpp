@@ -351,6 +351,36 @@ TEST_F(BenchCli, NaturalModeAndDefaultsPerFile) {
   EXPECT_EQ(j["results"][1]["mode"], "sparse");
 }
 
+TEST_F(BenchCli, ReGluExpertsRunSparseAndCountTheRowsTheyRead) {
+  // smallthinker: the natural mode is sparse (only the positive gates' rows of up and down_t),
+  // dense computes every row; the sparse row's FFN bytes are the routers, the chosen experts'
+  // gates whole, and the active share of their up and down_t rows.
+  const std::string st = dir_ + "/st.gguf";
+  const auto made = run_command(kBin + "/powerinfer synth --no-progress --preset smallthinker-4b-a0.6b --layers 2 "
+                                       "--embd 128 --heads 4 --kv-heads 2 --head-dim 32 --vocab 512 --experts 8 "
+                                       "--experts-used 2 --expert-ff 64 --transpose-down --type q8_0 -o " + st);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  Run r = bench("-m " + st + " -p 0 -n 4 -t 1 -r 1 -o json");
+  ASSERT_EQ(r.exit_code, 0) << r.log;
+  EXPECT_EQ(Json::parse(r.out)["results"][0]["mode"], "sparse");
+  r = bench("-m " + st + " --mode dense,sparse -p 0 -n 4 -t 1 -r 1 -o json");
+  ASSERT_EQ(r.exit_code, 0) << r.log;
+  const Json j = Json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 2u);
+  const Json& dense = j["results"][0];
+  const Json& sparse = j["results"][1];
+  EXPECT_EQ(dense["mode"], "dense");
+  EXPECT_EQ(sparse["mode"], "sparse");
+  const double a = sparse["active_fraction"];
+  EXPECT_GT(a, 0.02);
+  EXPECT_LT(a, 0.3);  // built for 10% activity
+  const double all = j["models"][0]["ffn_bytes"].get<double>();
+  EXPECT_DOUBLE_EQ(dense["bytes_per_token"]["ffn"].get<double>(), all);
+  const double router = 2.0 * 8 * 128 * 4;  // f32 [8, 128] per layer
+  const double experts = all - router;      // per token: 2 experts' gate, up and down_t, equal sizes
+  EXPECT_NEAR(sparse["bytes_per_token"]["ffn"].get<double>(), router + experts * (1 + 2 * a) / 3, 1e-6 * all);
+}
+
 // The report says how much of a model the CPU repacked at load (transposed Q4_0 matrices,
 // for the AVX-512 axpy: cpu::axpy_layout), and --no-repack makes no copy at all, not even in
 // the throwaway session that maps the weights before the sparse rows.

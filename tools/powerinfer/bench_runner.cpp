@@ -55,6 +55,9 @@ Status check_models(const BenchOptions& o) {
     auto f = gguf::File::open(path);
     if (!f.ok()) return f.error();
     if (sparse::has_act_sparsity(*f)) continue;  // calibrated: sparse is thresholded
+    // A mixture of experts may have sparse (ReGLU) experts: the session says whether it started sparse.
+    const auto arch = f->get_string("general.architecture");
+    if (arch.ok() && f->find(*arch + ".expert_count") != nullptr) continue;
     const bool wants_sparse =
         std::find(o.modes.begin(), o.modes.end(), BenchMode::Sparse) != o.modes.end();
     const bool only_sparse = wants_sparse && o.modes.size() == 1;
@@ -87,6 +90,7 @@ ModelSummary summarize_model(const Engine& engine) {
   s.powerinfer = info.powerinfer;
   s.has_predictors = has_predictors(f);
   s.calibrated = sparse::has_act_sparsity(f);
+  s.sparse_experts = hp.sparse_experts();
   s.activation = info.activation;
   s.synth_activity = f.get_number_or("synth.activity", -1.0);
   s.file_bytes = info.file_bytes;
@@ -426,7 +430,7 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
   // Calibrated files in sparse mode: one pass per sparsity asked for (none: the file's target).
   std::vector<std::optional<double>> levels = {std::nullopt};
   if (model.calibrated && !o.sparsities.empty()) levels.assign(o.sparsities.begin(), o.sparsities.end());
-  for (BenchMode mode : modes_for(o, model.powerinfer || model.calibrated)) {
+  for (BenchMode mode : modes_for(o, model.powerinfer || model.calibrated || model.sparse_experts)) {
    for (const std::optional<double>& level : mode == BenchMode::Sparse ? levels : std::vector<std::optional<double>>{std::nullopt}) {
     for (int threads : o.threads) {
      for (const std::optional<uint64_t>& budget : o.budgets) {

@@ -32,6 +32,7 @@ struct ModelSummary {
   bool powerinfer = false;  // PWRI file
   bool has_predictors = false;
   bool calibrated = false;  // activation thresholds (powerinfer calibrate)
+  bool sparse_experts = false;  // ReGLU experts (smallthinker): sparse unless run dense
   std::string activation;
   double synth_activity = -1;  // synth.activity of `powerinfer synth` files, else -1
   uint64_t file_bytes = 0;

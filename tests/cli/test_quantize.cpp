@@ -138,10 +138,30 @@ TEST(CliQuantize, ExpertStacksQuantizedRouterKept) {
         // i >= 7n/8 or (i - n/8) % 3 == 2, layers 2 and 3), the expert stacks as the dense one.
         EXPECT_EQ(down, il >= 2 ? pi::DType::Q6_K : pi::DType::Q4_K) << il;
       }
+      // Exactly 8 experts (Mixtral's count): llama.cpp keeps attn_k and attn_v at Q8_0 under any
+      // block target and gives attn_output Q5_K under Q2_K..Q4_K_M.
+      EXPECT_EQ(type_of(b + "attn_k.weight"), pi::DType::Q8_0) << type;
+      EXPECT_EQ(type_of(b + "attn_v.weight"), pi::DType::Q8_0) << type;
+      EXPECT_EQ(type_of(b + "attn_q.weight"), std::string(type) == "q4_0" ? pi::DType::Q4_0 : pi::DType::Q4_K);
+      EXPECT_EQ(type_of(b + "attn_output.weight"), std::string(type) == "q4_0" ? pi::DType::Q4_0 : pi::DType::Q5_K);
     }
     r = run_command(kBin + "/powerinfer run -m " + out + " -p the -n 4 -t 2");
     EXPECT_EQ(r.exit_code, 0) << r.output;
   }
+  // Any other expert count: the dense recipe.
+  const std::string in4 = tmp("moe4.f32.gguf"), out4 = tmp("moe4.q4_k_m.gguf");
+  r = run_command(std::string(PI_PYTHON) + " " + PI_SOURCE_DIR +
+                  "/tests/reference/make_tiny_model.py --arch qwen3moe --outtype f32 --embd 256 --experts 4 "
+                  "--expert-ff 256 --layers 4 --seed 5 --out " + in4);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(kBin + "/powerinfer quantize " + in4 + " " + out4 + " q4_k_m");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto f4 = pi::gguf::File::open(out4);
+  ASSERT_TRUE(f4.ok()) << f4.error().message;
+  EXPECT_EQ(f4->find_tensor("blk.0.attn_k.weight")->type, pi::DType::Q4_K);
+  EXPECT_EQ(f4->find_tensor("blk.0.attn_v.weight")->type, pi::DType::Q4_K);
+  EXPECT_EQ(f4->find_tensor("blk.2.attn_v.weight")->type, pi::DType::Q6_K);  // use_more_bits(2 of 4)
+  EXPECT_EQ(f4->find_tensor("blk.0.attn_output.weight")->type, pi::DType::Q4_K);
 }
 
 TEST(CliQuantize, KQuantMixesFollowTheRecipes) {

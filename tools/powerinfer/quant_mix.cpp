@@ -75,7 +75,7 @@ int layer_of(const std::string& name) {
   return static_cast<int>(v);
 }
 
-DType mix_type(const std::string& name, int64_t cols, Mix mix, int n_layer) {
+DType mix_type(const std::string& name, int64_t cols, Mix mix, int n_layer, int64_t n_expert) {
   const DType base = base_of(mix);
   const int i = layer_of(name);
   const int n = n_layer > 0 ? n_layer : 1;
@@ -86,6 +86,9 @@ DType mix_type(const std::string& name, int64_t cols, Mix mix, int n_layer) {
     if (mix == Mix::Q2_K) t = DType::Q3_K;
     if (mix == Mix::Q3_K_M) t = i < 2 ? DType::Q5_K : DType::Q4_K;
     if ((mix == Mix::Q4_K_M || mix == Mix::Q5_K_M) && use_more_bits(i, n)) t = DType::Q6_K;
+    if (n_expert == 8) t = DType::Q8_0;
+  } else if (has_suffix(name, "attn_k")) {
+    if (n_expert == 8) t = DType::Q8_0;
   } else if (has_suffix(name, "ffn_down") || has_suffix(name, "ffn_down_t") || has_suffix(name, "ffn_down_exps") ||
              has_suffix(name, "ffn_down_exps_t")) {
     if (mix == Mix::Q2_K) t = DType::Q3_K;
@@ -94,8 +97,12 @@ DType mix_type(const std::string& name, int64_t cols, Mix mix, int n_layer) {
     }
     if ((mix == Mix::Q4_K_M || mix == Mix::Q5_K_M) && use_more_bits(i, n)) t = DType::Q6_K;
   } else if (has_suffix(name, "attn_output")) {
-    if (mix == Mix::Q2_K) t = DType::Q3_K;
-    if (mix == Mix::Q3_K_M) t = DType::Q4_K;
+    if (n_expert == 8) {
+      if (mix == Mix::Q2_K || mix == Mix::Q3_K_M || mix == Mix::Q4_K_M) t = DType::Q5_K;
+    } else {
+      if (mix == Mix::Q2_K) t = DType::Q3_K;
+      if (mix == Mix::Q3_K_M) t = DType::Q4_K;
+    }
   } else if (has_suffix(name, "attn_qkv")) {
     if (mix == Mix::Q3_K_M) t = DType::Q4_K;
     if (mix == Mix::Q4_K_M) t = DType::Q5_K;

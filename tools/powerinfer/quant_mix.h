@@ -46,6 +46,8 @@ int layer_of(const std::string& name);
 // A row length that is not a multiple of 256 falls back as llama.cpp does: Q4_K -> Q5_0,
 // Q5_K -> Q5_1, Q6_K -> Q8_0, and Q2_K/Q3_K -> Q4_0 (llama.cpp now uses IQ4_NL there, which
 // this engine does not compute).
-DType mix_type(const std::string& name, int64_t cols, Mix mix, int n_layer);
+// - models of exactly 8 experts (Mixtral; n_expert): attn_k and attn_v Q8_0, attn_output Q5_K
+//   for Q2_K, Q3_K_M and Q4_K_M (llama.cpp: "bumping this to Q8_0 trades just ~128MB").
+DType mix_type(const std::string& name, int64_t cols, Mix mix, int n_layer, int64_t n_expert = 0);
 
 }  // namespace pi::tools

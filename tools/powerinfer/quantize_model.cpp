@@ -97,7 +97,8 @@ uint32_t file_type_for(DType target) {
   }
 }
 
-DType choose_type(const std::string& name, int rank, int64_t cols, DType source, DType target) {
+DType choose_type(const std::string& name, int rank, int64_t cols, DType source, DType target,
+                  int64_t n_expert) {
   // Matrices and stacks of them (experts, 3-D), quantized row by row. The router
   // (ffn_gate_inp) keeps its type, as llama.cpp keeps it: its few bytes decide every expert.
   const bool matrix = (rank == 2 || rank == 3) && name.size() > 7 && name.ends_with(".weight");
@@ -108,6 +109,9 @@ DType choose_type(const std::string& name, int rank, int64_t cols, DType source,
        target == DType::Q5_1)) {
     t = cols % 256 == 0 ? DType::Q6_K : DType::Q8_0;
   }
+  const bool block_quantized = dtype_info(target).block_size > 1 && target != DType::Q8_0;
+  if (n_expert == 8 && block_quantized && (name.ends_with("attn_k.weight") || name.ends_with("attn_v.weight")))
+    t = DType::Q8_0;
   if (cols % dtype_info(t).block_size != 0) t = DType::F16;
   return t;
 }
@@ -125,6 +129,12 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& o) {
 
   const uint32_t file_type = o.mix != Mix::None ? mix_file_type(o.mix) : file_type_for(o.target);
   const int n_layer = count_layers(f);
+  const auto arch = f.get_string("general.architecture");
+  int64_t n_expert = 0;
+  if (arch.ok() && f.find(*arch + ".expert_count") != nullptr) {
+    auto n = f.get_int(*arch + ".expert_count");
+    if (n.ok()) n_expert = *n;
+  }
   gguf::Writer w(f.magic());
   if (f.alignment() != gguf::kDefaultAlignment) PI_TRY(w.set_alignment(f.alignment()));
   bool has_file_type = false;
@@ -143,9 +153,9 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& o) {
   std::vector<DType> types;
   QuantizeReport rep;
   for (const auto& t : f.tensors()) {
-    DType dst = choose_type(t.name, t.shape.rank, t.shape.cols(), t.type, o.target);
+    DType dst = choose_type(t.name, t.shape.rank, t.shape.cols(), t.type, o.target, n_expert);
     if (o.mix != Mix::None && dst != t.type) {
-      dst = mix_type(t.name, t.shape.cols(), o.mix, n_layer);
+      dst = mix_type(t.name, t.shape.cols(), o.mix, n_layer, n_expert);
       if (t.shape.cols() % dtype_info(dst).block_size != 0) dst = DType::F16;
     }
     for (const auto& [pattern, type] : o.overrides) {

@@ -49,9 +49,12 @@ struct QuantizeReport {
 // - tensors that are not 2-D "*.weight" matrices (norms, biases, gpu index) keep their type;
 // - predictor matrices (blk.N.fc1/fc2) get the target type;
 // - output.weight gets Q6_K for 4- and 5-bit targets when its rows allow (else Q8_0);
+// - a model of exactly 8 experts (n_expert: Mixtral) keeps attn_k and attn_v at Q8_0 under a
+//   block-quantized target, as llama.cpp does;
 // - everything else gets the target; a row length the target's block cannot divide falls
 //   back to F16 (and is reported).
-DType choose_type(const std::string& name, int rank, int64_t cols, DType source, DType target);
+DType choose_type(const std::string& name, int rank, int64_t cols, DType source, DType target,
+                  int64_t n_expert = 0);
 
 Result<QuantizeReport> quantize_model(const QuantizeOptions& opts);
 

@@ -36,6 +36,12 @@ TEST(CliInspect, PrintsGgufAndPowerInferFiles) {
   EXPECT_NE(r.output.find("runs sparse"), std::string::npos);
   EXPECT_NE(r.output.find("powerinfer.sparse_threshold"), std::string::npos);
 
+  const std::string moe = tmp("ex_moe.gguf");
+  ASSERT_EQ(run_command(kBin + "/powerinfer synth --no-progress --preset tiny-moe --type f32 -o " + moe).exit_code, 0);
+  r = run_command(kBin + "/powerinfer inspect " + moe);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ordinary GGUF: a mixture of 8 experts, 2 per token"), std::string::npos) << r.output;
+
   r = run_command(kBin + "/powerinfer inspect --json " + p);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("\"magic\": \"PWRI\""), std::string::npos) << r.output;

@@ -88,8 +88,18 @@ int print_json(const gguf::File& f, const InspectOptions& o) {
 
 int print_text(const gguf::File& f, const InspectOptions& o) {
   std::printf("file:       %s (%s)\n", f.path().c_str(), human_bytes(f.file_size()).c_str());
-  std::printf("magic:      %s (%s)\n", f.is_powerinfer() ? "PWRI" : "GGUF",
-              f.is_powerinfer() ? "PowerInfer file: runs sparse" : "ordinary GGUF: runs dense");
+  std::string kind = f.is_powerinfer() ? "PowerInfer file: runs sparse" : "ordinary GGUF: runs dense";
+  const auto arch = f.get_string("general.architecture");
+  if (arch.ok() && f.find(*arch + ".expert_count") != nullptr && f.find(*arch + ".expert_used_count") != nullptr) {
+    auto n = f.get_int(*arch + ".expert_count");
+    auto k = f.get_int(*arch + ".expert_used_count");
+    if (n.ok() && k.ok()) {
+      // Which experts skip their zero gates' rows (ReGLU) is the architecture's: run or bench says.
+      kind = "ordinary GGUF: a mixture of " + std::to_string(*n) + " experts, " + std::to_string(*k) +
+             " per token";
+    }
+  }
+  std::printf("magic:      %s (%s)\n", f.is_powerinfer() ? "PWRI" : "GGUF", kind.c_str());
   std::printf("version:    %u\n", f.version());
   std::printf("alignment:  %u\n", f.alignment());
   std::printf("data at:    %llu\n", static_cast<unsigned long long>(f.data_offset()));

@@ -31,6 +31,16 @@ const LayerTensor* layout_twin(const LayerTensor& t) {
   return nullptr;
 }
 
+const LayerTensor* layer_tensor_of(std::string_view tensor_name) {
+  if (!tensor_name.starts_with("blk.")) return nullptr;
+  const size_t dot = tensor_name.find('.', 4);
+  if (dot == std::string_view::npos || dot == 4) return nullptr;
+  const std::string_view rest = tensor_name.substr(dot + 1);
+  for (const LayerTensor* t : kLayerTensors)
+    if (t->name() == rest) return t;
+  return nullptr;
+}
+
 uint64_t token_bytes(const HParams& hp, const LayerTensor& t, const Matrix& m) {
   if (!m.present()) return 0;
   if (t.stack == Dim::None || hp.n_expert <= 0) return m.nbytes();

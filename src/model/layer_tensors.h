@@ -50,6 +50,9 @@ struct LayerTensor {
   // PowerInfer's own files store this one transposed (ffn_down_t): preferred when a file has
   // both, and not a sign that `powerinfer calibrate` wrote the file.
   bool powerinfer_native = false;
+  // `powerinfer quantize` leaves it in the file's type: a router's few bytes decide every expert
+  // (llama.cpp keeps it F32 too).
+  bool keep_type = false;
   Group group = Group::Dense;
   std::optional<Site> site = std::nullopt;  // the mask that skips its rows (up, down_t) or inputs (the others)
   Dim rows = Dim::None;      // shape as stored: [rows, cols], or [rows] for 1-D tensors
@@ -122,8 +125,9 @@ inline constexpr LayerTensor kFfnUpB{.stem = "ffn_up", .role = Role::Bias, .grou
 inline constexpr LayerTensor kFfnDownB{.stem = "ffn_down", .role = Role::Bias, .group = Group::Ffn,
                                        .rows = Dim::Embd, .ffn_vector = &FfnWeights::down_b};
 
-inline constexpr LayerTensor kFfnGateInp{.stem = "ffn_gate_inp", .group = Group::Ffn, .rows = Dim::Expert,
-                                         .cols = Dim::Embd, .ffn_matrix = &FfnWeights::gate_inp};
+inline constexpr LayerTensor kFfnGateInp{.stem = "ffn_gate_inp", .keep_type = true, .group = Group::Ffn,
+                                         .rows = Dim::Expert, .cols = Dim::Embd,
+                                         .ffn_matrix = &FfnWeights::gate_inp};
 inline constexpr LayerTensor kFfnGateExps{.stem = "ffn_gate_exps", .group = Group::Ffn, .rows = Dim::FfExp,
                                           .cols = Dim::Embd, .stack = Dim::Expert,
                                           .ffn_matrix = &FfnWeights::gate_exps};
@@ -148,6 +152,10 @@ inline constexpr std::array kLayerTensors = {
 
 // The row with `t`'s stem in the other layout (transposed <-> not), or nullptr.
 const LayerTensor* layout_twin(const LayerTensor& t);
+
+// The row a file's tensor "blk.<il>.<name>" holds under the table's naming, or nullptr (a
+// tensor outside the layers, or one an architecture names its own way).
+const LayerTensor* layer_tensor_of(std::string_view tensor_name);
 
 // The view `t` names in layer `L` (const or not, as L is).
 template <typename L>

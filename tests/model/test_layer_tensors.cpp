@@ -61,6 +61,18 @@ TEST(LayerTensors, NamesAreUniqueAndTwinsPair) {
   EXPECT_EQ(pi::model::kFfnNormB.name("attn_norm_2"), "attn_norm_2.bias");
 }
 
+TEST(LayerTensors, AFileTensorNameFindsItsRow) {
+  using pi::model::layer_tensor_of;
+  for (const LayerTensor* t : pi::model::kLayerTensors)
+    EXPECT_EQ(layer_tensor_of("blk.17." + t->name()), t) << t->name();
+  EXPECT_EQ(layer_tensor_of("blk.0.ffn_down_exps_t.weight"), &pi::model::kFfnDownExpsT);
+  EXPECT_TRUE(layer_tensor_of("blk.3.ffn_gate_inp.weight")->keep_type);
+  EXPECT_FALSE(layer_tensor_of("blk.3.ffn_gate_exps.weight")->keep_type);
+  for (const char* other : {"output.weight", "token_embd.weight", "blk.0.attn_norm_2.weight", "blk..attn_q.weight",
+                            "blk.1.fc1.weight", "blk.1.attn_q.weight.extra"})
+    EXPECT_EQ(layer_tensor_of(other), nullptr) << other;
+}
+
 // Every blk.* tensor a loaded file holds is a present view reached through the table.
 void expect_all_reached(const TinySpec& spec, const std::string& file) {
   const std::string path = temp_path(file);

@@ -9,6 +9,7 @@
 #include "core/progress.h"
 #include "gguf/reader.h"
 #include "gguf/writer.h"
+#include "model/layer_tensors.h"
 #include "tensor/quant.h"
 
 namespace pi::tools {
@@ -99,10 +100,11 @@ uint32_t file_type_for(DType target) {
 
 DType choose_type(const std::string& name, int rank, int64_t cols, DType source, DType target,
                   int64_t n_expert) {
-  // Matrices and stacks of them (experts, 3-D), quantized row by row. The router
-  // (ffn_gate_inp) keeps its type, as llama.cpp keeps it: its few bytes decide every expert.
+  // Matrices and stacks of them (experts, 3-D), quantized row by row, except the layer
+  // table's keep_type rows (the router).
   const bool matrix = (rank == 2 || rank == 3) && name.size() > 7 && name.ends_with(".weight");
-  if (!matrix || source == DType::I32 || name.ends_with("ffn_gate_inp.weight")) return source;
+  const model::LayerTensor* row = model::layer_tensor_of(name);
+  if (!matrix || source == DType::I32 || (row != nullptr && row->keep_type)) return source;
   DType t = target;
   if (name == "output.weight" &&
       (target == DType::Q4_0 || target == DType::Q4_1 || target == DType::Q5_0 ||

@@ -136,39 +136,50 @@ void expect_any_split(const model::Model& m, const runtime::ContextOptions& o, c
   expect_identical(run(m, single), got, "batch 1 vs 8");
 }
 
-TEST(CpuDenseLayout, R16AgreesWithTheFileLayoutForAnyThreadCountAndBatch) {
-  if (cpu::dot_layout(cpu::default_isa(), DType::Q4_0, 64) == DType::Q4_0)
-    GTEST_SKIP() << "the " << cpu::isa_name(cpu::default_isa()) << " kernels read Q4_0 as the file lays it out";
-  for (DType wt : {DType::Q4_0, DType::Q8_0, DType::Q4_K}) {
-  SCOPED_TRACE(dtype_name(wt));
-  if (cpu::dot_layout(cpu::default_isa(), wt, 64) == wt) continue;  // no leaf for it on this ISA
-  testing::TinySpec spec = testing::tiny_variant("llama", wt, false, 2, false, 5);
-  spec.n_vocab = 304;  // whole groups of 16 rows: the head too
-  if (wt == DType::Q4_K) spec.n_embd = spec.n_ff = 256;  // whole super-blocks
-  const std::string path = testing::temp_path(std::string("cpu_dense_layout_") + std::string(dtype_name(wt)) + ".gguf");
-  ASSERT_TRUE(testing::write_tiny_model(spec, path).ok());
+// Writes and loads `spec`, runs it in the file's layout (no copies) and with the CPU's R16
+// layouts (`dense_repack`): the logits within `tol` (relative), the R16 run's the same bits for
+// any thread count and batch split. Returns the model, whose layout cache then holds the copies.
+std::unique_ptr<model::Model> r16_matches_file_layout(const testing::TinySpec& spec, const std::string& name,
+                                                      double tol) {
+  const std::string path = testing::temp_path(name + ".gguf");
+  EXPECT_TRUE(testing::write_tiny_model(spec, path).ok());
   auto m = load(path);
-  ASSERT_NE(m, nullptr);
+  if (m == nullptr) return nullptr;
   runtime::ContextOptions file = options("cpu", false);
   const Logits want = run(*m, file);
   EXPECT_EQ(m->layouts().bytes(), 0u);
   runtime::ContextOptions r16 = file;
   r16.device.dense_repack = true;
   const Logits got = run(*m, r16);
-  // q, k, v, out, gate, up, down of every layer and the head, copied once.
-  uint64_t dense_bytes = m->weights().output.nbytes();
-  for (const auto& L : m->weights().layers)
-    for (const Matrix* w : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.out, &L.ffn.gate, &L.ffn.up, &L.ffn.down})
-      dense_bytes += w->nbytes();
-  EXPECT_EQ(m->layouts().bytes(), dense_bytes);
-  // Q4_K: both layouts quantize each activation to int8 with one scale per 256 elements, so a
-  // last-bit difference (another order of sums: 1e-6 of attn_output's result in the second
-  // prompt batch, traced with AVX2) can move a quant of the FFN's input by one step (1/254 of
-  // its super-block's largest value), which this tiny random model carries to the logits at
-  // up to ~2% of the largest one. Whether a step moves depends on the ISA's last bits (none
-  // did with AVX-512 here), so Q4_K gets that bound everywhere.
-  expect_close(got, want, "R16 vs the file's layout", wt == DType::Q4_K ? 3e-2 : 1e-4);
+  expect_close(got, want, "R16 vs the file's layout", tol);
   expect_any_split(*m, r16, got);
+  return m;
+}
+
+TEST(CpuDenseLayout, R16AgreesWithTheFileLayoutForAnyThreadCountAndBatch) {
+  if (cpu::dot_layout(cpu::default_isa(), DType::Q4_0, 64) == DType::Q4_0)
+    GTEST_SKIP() << "the " << cpu::isa_name(cpu::default_isa()) << " kernels read Q4_0 as the file lays it out";
+  for (DType wt : {DType::Q4_0, DType::Q8_0, DType::Q4_K}) {
+    SCOPED_TRACE(dtype_name(wt));
+    if (cpu::dot_layout(cpu::default_isa(), wt, 64) == wt) continue;  // no leaf for it on this ISA
+    testing::TinySpec spec = testing::tiny_variant("llama", wt, false, 2, false, 5);
+    spec.n_vocab = 304;  // whole groups of 16 rows: the head too
+    if (wt == DType::Q4_K) spec.n_embd = spec.n_ff = 256;  // whole super-blocks
+    // Q4_K: both layouts quantize each activation to int8 with one scale per 256 elements, so a
+    // last-bit difference (another order of sums: 1e-6 of attn_output's result in the second
+    // prompt batch, traced with AVX2) can move a quant of the FFN's input by one step (1/254 of
+    // its super-block's largest value), which this tiny random model carries to the logits at
+    // up to ~2% of the largest one. Whether a step moves depends on the ISA's last bits (none
+    // did with AVX-512 here), so Q4_K gets that bound everywhere.
+    auto m = r16_matches_file_layout(spec, "cpu_dense_layout_" + std::string(dtype_name(wt)),
+                                     wt == DType::Q4_K ? 3e-2 : 1e-4);
+    ASSERT_NE(m, nullptr);
+    // q, k, v, out, gate, up, down of every layer and the head, copied once.
+    uint64_t dense_bytes = m->weights().output.nbytes();
+    for (const auto& L : m->weights().layers)
+      for (const Matrix* w : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.out, &L.ffn.gate, &L.ffn.up, &L.ffn.down})
+        dense_bytes += w->nbytes();
+    EXPECT_EQ(m->layouts().bytes(), dense_bytes);
   }
 }
 
@@ -181,22 +192,12 @@ TEST(CpuDenseLayout, ExpertStacksInR16) {
     testing::TinySpec spec = testing::tiny_variant("qwen3moe", wt, false, 2, false, 5);
     spec.n_vocab = 304;
     spec.n_expert = 8;
-    const std::string path = testing::temp_path(std::string("cpu_moe_layout_") + std::string(dtype_name(wt)) + ".gguf");
-    ASSERT_TRUE(testing::write_tiny_model(spec, path).ok());
-    auto m = load(path);
+    auto m = r16_matches_file_layout(spec, "cpu_moe_layout_" + std::string(dtype_name(wt)), 1e-4);
     ASSERT_NE(m, nullptr);
-    runtime::ContextOptions file = options("cpu", false);
-    const Logits want = run(*m, file);
-    EXPECT_EQ(m->layouts().bytes(), 0u);
-    runtime::ContextOptions r16 = file;
-    r16.device.dense_repack = true;
-    const Logits got = run(*m, r16);
     uint64_t experts = 0;
     for (const auto& L : m->weights().layers)
       experts += L.ffn.gate_exps.nbytes() + L.ffn.up_exps.nbytes() + L.ffn.down_exps.nbytes();
     EXPECT_GE(m->layouts().bytes(), experts);  // the stacks were copied (with q, k, v, out, head)
-    expect_close(got, want, "R16 vs the file's layout", 1e-4);
-    expect_any_split(*m, r16, got);
   }
 }
 

@@ -17,8 +17,8 @@ MODEL = os.path.join(ROOT, "models", "kjv-relu", "kjv-relu.pwri.gguf")
 
 
 class Server:
-    def __init__(self, *args):
-        self.args = [BIN, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "-t", "1",
+    def __init__(self, *args, model=MODEL):
+        self.args = [BIN, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "-t", "1",
                      *map(str, args)]
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)
@@ -105,8 +105,8 @@ class Server:
 def start_server():
     servers = []
 
-    def start(*args):
-        s = Server(*args)
+    def start(*args, **kwargs):
+        s = Server(*args, **kwargs)
         servers.append(s)
         return s
 
@@ -116,9 +116,9 @@ def start_server():
         assert code == 0, "server did not stop cleanly:\n" + "".join(s.log[-20:])
 
 
-def run_cli(prompt, n, seed, temp=None, extra=()):
+def run_cli(prompt, n, seed, temp=None, extra=(), model=MODEL):
     """The text `powerinfer run` generates (stdout without the prompt and the final newline)."""
-    args = [BIN, "run", "-m", MODEL, "-p", prompt, "-n", str(n), "-s", str(seed), "-t", "1",
+    args = [BIN, "run", "-m", model, "-p", prompt, "-n", str(n), "-s", str(seed), "-t", "1",
             "--no-display-prompt", *extra]
     if temp is not None:
         args += ["--temp", str(temp)]

@@ -395,6 +395,24 @@ def make_qwen3(d, *, moe=False, layers=2, embd=64, heads=4, kv_heads=2, head_dim
     return v, tok
 
 
+def add_moe_layers(v, rng, layers, embd, q_rows, kv_rows, experts, ff, router, expert_names):
+    """Random attention, norms, router and experts of a Mixtral-layout checkpoint into `v`:
+    block_sparse_moe.experts.E.<gate>, <up> [ff, embd] and <down> [embd, ff], expert_names
+    being (gate, up, down) as the checkpoint names them."""
+    gate, up, down = expert_names
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        mats = [("self_attn.q_proj", q_rows, embd), ("self_attn.k_proj", kv_rows, embd),
+                ("self_attn.v_proj", kv_rows, embd), ("self_attn.o_proj", embd, q_rows), (router, experts, embd)]
+        for e in range(experts):
+            q = f"block_sparse_moe.experts.{e}."
+            mats += [(q + gate, ff, embd), (q + up, ff, embd), (q + down, embd, ff)]
+        for name, rows, cols in mats:
+            v[p + name + ".weight"] = rng.standard_normal((rows, cols)) / math.sqrt(cols)
+        v[p + "input_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(embd)
+        v[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(embd)
+
+
 def make_mixtral(d, spm_path, *, layers=2, embd=64, heads=4, kv_heads=2, ff=64, experts=4, top_k=2, vocab=320):
     import shutil
     os.makedirs(d, exist_ok=True)
@@ -412,18 +430,8 @@ def make_mixtral(d, spm_path, *, layers=2, embd=64, heads=4, kv_heads=2, ff=64, 
     v = {"model.embed_tokens.weight": rng.standard_normal((vocab, embd)),
          "model.norm.weight": 1 + 0.1 * rng.standard_normal(embd),
          "lm_head.weight": rng.standard_normal((vocab, embd)) / 4}
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        mats = [("self_attn.q_proj", heads * hd, embd), ("self_attn.k_proj", kv_heads * hd, embd),
-                ("self_attn.v_proj", kv_heads * hd, embd), ("self_attn.o_proj", embd, heads * hd),
-                ("block_sparse_moe.gate", experts, embd)]
-        for e in range(experts):
-            q = f"block_sparse_moe.experts.{e}."
-            mats += [(q + "w1", ff, embd), (q + "w3", ff, embd), (q + "w2", embd, ff)]
-        for name, rows, cols in mats:
-            v[p + name + ".weight"] = rng.standard_normal((rows, cols)) / math.sqrt(cols)
-        v[p + "input_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(embd)
-        v[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(embd)
+    add_moe_layers(v, rng, layers, embd, heads * hd, kv_heads * hd, experts, ff,
+                   "block_sparse_moe.gate", ("w1", "w3", "w2"))
     v = {k: x.astype(np.float32) for k, x in v.items()}
     save(d, v)
     return v
@@ -816,19 +824,8 @@ def make_smallthinker(d, *, layers=5, embd=64, heads=4, kv_heads=2, head_dim=32,
          "model.norm.weight": 1 + 0.1 * rng.standard_normal(embd)}
     if not tied:
         v["lm_head.weight"] = rng.standard_normal((vocab, embd)) / 4
-    q_rows, kv_rows = heads * head_dim, kv_heads * head_dim
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        mats = [("self_attn.q_proj", q_rows, embd), ("self_attn.k_proj", kv_rows, embd),
-                ("self_attn.v_proj", kv_rows, embd), ("self_attn.o_proj", embd, q_rows),
-                ("block_sparse_moe.primary_router", experts, embd)]
-        for e in range(experts):
-            q = f"block_sparse_moe.experts.{e}."
-            mats += [(q + "gate", moe_ff, embd), (q + "up", moe_ff, embd), (q + "down", embd, moe_ff)]
-        for name, rows, cols in mats:
-            v[p + name + ".weight"] = rng.standard_normal((rows, cols)) / math.sqrt(cols)
-        v[p + "input_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(embd)
-        v[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(embd)
+    add_moe_layers(v, rng, layers, embd, heads * head_dim, kv_heads * head_dim, experts, moe_ff,
+                   "block_sparse_moe.primary_router", ("gate", "up", "down"))
     v = {k: x.astype(np.float32) for k, x in v.items()}
     if tied and lm_head_copy:
         v["lm_head.weight"] = v["model.embed_tokens.weight"].copy()

@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "gen_options.h"
 #include "interrupt.h"
+#include "llama_flags.h"
 #include "powerinfer/engine.h"
 
 namespace pi::cli {
@@ -287,8 +288,7 @@ Runner add_batched_bench(CLI::App& app) {
   sub->add_flag("--pps", o->pps, "One shared prompt, evaluated once and copied to every sequence");
   add_load_flags(sub, o->load);
   add_device_option(sub, o->device);
-  sub->add_flag("--dense", o->dense,
-                "PowerInfer files: compute every FFN neuron instead of the predicted ones");
+  sub->add_flag("--dense", o->dense, kDenseHelp);
   sub->add_option("-o,--output", o->output, "Table format: md or json")->capture_default_str();
   sub->add_flag("!--no-warmup", o->warmup, "Skip the warm-up pass that maps the weights");
   add_model_flags(sub, *o);

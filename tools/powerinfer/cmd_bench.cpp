@@ -14,6 +14,7 @@
 #include "bench_runner.h"
 #include "commands.h"
 #include "gen_options.h"
+#include "llama_flags.h"
 #include "core/log.h"
 
 namespace pi::cli {
@@ -74,8 +75,7 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("-b,--batch-size", f->n_batch, "Prompt tokens per forward pass")
       ->capture_default_str();
   add_load_flags(sub, f->load);
-  sub->add_flag("--dense", f->dense,
-                "Run the dense FFN (PowerInfer files: every neuron; with --sparse: both modes)");
+  sub->add_flag("--dense", f->dense, std::string(kDenseHelp) + " (with --sparse: both modes)");
   sub->add_flag("--sparse", f->sparse,
                 "Run PowerInfer files sparse (predictor + active neurons); an error for dense "
                 "GGUF files unless --dense is also given");

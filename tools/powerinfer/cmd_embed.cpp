@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "gen_options.h"
 #include "powerinfer/engine.h"
+#include "llama_flags.h"
 #include "text_file.h"
 
 namespace pi::cli {
@@ -242,7 +243,7 @@ Runner add_embed(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("-b,--batch-size", o->n_batch, "Tokens per forward pass")->capture_default_str();
   add_device_option(sub, o->device);
-  sub->add_flag("--dense", o->dense, "PowerInfer files: compute every FFN neuron instead of the predicted ones");
+  sub->add_flag("--dense", o->dense, kDenseHelp);
   add_load_flags(sub, o->load);
   add_model_flags(sub, *o);
   return [o]() -> int { return embed(*o); };

@@ -402,9 +402,7 @@ Runner add_perplexity(CLI::App& app) {
           ->capture_default_str();
   add_load_flags(sub, o->load);
   add_device_option(sub, o->device);
-  sub->add_flag("--dense", o->dense,
-                "PowerInfer files: compute every FFN neuron instead of the predicted ones; "
-                "calibrated files: no activation thresholds");
+  sub->add_flag("--dense", o->dense, kDenseHelp);
   add_act_sparsity_flags(sub, o->act);
   CLI::Option* save = sub->add_option(
       "--kl-save", o->kl_save,

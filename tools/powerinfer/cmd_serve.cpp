@@ -271,7 +271,7 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Default repetition penalty")->capture_default_str();
   sub->add_option("--repeat-last-n", o->sampling.repeat_last_n, "Default penalty window")->capture_default_str();
   add_load_flags(sub, o->load);
-  sub->add_flag("--dense", o->dense, "PowerInfer files: compute every FFN neuron");
+  sub->add_flag("--dense", o->dense, kDenseHelp);
   sub->add_option("--sparse-threshold", o->sparse_threshold, "Predictor threshold (see run)");
   add_act_sparsity_flags(sub, o->act);
   add_device_option(sub, o->device);

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "cli_checks.h"
+#include "llama_flags.h"
 #include "core/log.h"
 #include "powerinfer/grammar.h"
 #include "sparse/act_sparsity.h"
@@ -65,9 +66,7 @@ void add_gen_flags(CLI::App* sub, GenOptions& o, const std::string& n_help) {
       "its cost is part of the load time");
   add_load_flags(sub, o.load);
   add_device_option(sub, o.device);
-  sub->add_flag("--dense", o.dense,
-                "PowerInfer files: compute every FFN neuron (still ReLU) instead of the "
-                "predicted ones; calibrated files: no activation thresholds");
+  sub->add_flag("--dense", o.dense, kDenseHelp);
   sub->add_option("--sparse-threshold", o.sparse_threshold,
                   "Predictor threshold: neuron active iff logit >= T (default: the environment "
                   "variable LLAMA_SPARSE_PRED_THRESHOLD, else the file's "

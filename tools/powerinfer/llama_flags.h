@@ -51,6 +51,11 @@ LoadOptions load_options(const ModelFlags& f, ModelLoad load);
 // available, else mapped).
 void add_load_flags(CLI::App* sub, ModelLoad& load);
 
+// --dense: what it turns off, said once for every command that has it.
+inline constexpr const char* kDenseHelp =
+    "Compute every FFN neuron: PowerInfer files all of them (still ReLU) instead of the predicted ones, "
+    "ReGLU experts (smallthinker) every row of up and down, calibrated files without activation thresholds";
+
 // --vram-budget GiB as bytes (one value); unset when the flag is absent.
 Result<std::optional<uint64_t>> vram_budget_bytes(const std::string& gib);
 

@@ -6,6 +6,12 @@ kjv-silu (SwiGLU, the ordinary Llama FFN) with everything else identical (data, 
 schedule). The activation picks the default output places: work/hf, models/kjv-relu and
 work/train_state.pt for relu; work/hf-silu, models/kjv-silu and work/train_state-silu.pt for silu.
 
+--arch smallthinker trains the bundled mixture of experts kjv-moe (SmallThinkerForCausalLM:
+--experts ReGLU experts of width --expert-ffn, top --top-k sigmoid routing from the raw layer
+input, GQA with --kv-heads 4) with the same data, tokenizer, seed and schedule; the loss adds
+--aux-coef times the mean over layers of the Switch-Transformer load-balancing loss (1.0 when
+balanced). Output places: work/hf-moe, models/kjv-moe, work/train_state-moe.pt.
+
 AdamW + linear warm-up + cosine decay, fixed number of steps (deterministic: seeded
 initialisation and batch sampling, fixed thread count). The validation loss is measured
 on the whole validation split every --eval-every steps; the checkpoint with the best
@@ -64,10 +70,22 @@ def plot_losses(log, path, title):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", default="tools/train/work")
-    ap.add_argument("--act", choices=("relu", "silu"), default="relu", help="FFN activation (hidden_act)")
-    ap.add_argument("--out", help="HF checkpoint folder (default: <work>/hf, or <work>/hf-silu for silu)")
-    ap.add_argument("--model-dir", help="where loss.png / train_metrics.json go (default: models/kjv-<act>)")
+    ap.add_argument("--arch", choices=("llama", "smallthinker"), default="llama",
+                    help="llama (dense, kjv-relu / kjv-silu) or smallthinker (mixture of experts, kjv-moe)")
+    ap.add_argument("--act", choices=("relu", "silu"), default="relu", help="FFN activation (hidden_act; llama only)")
+    ap.add_argument("--out", help="HF checkpoint folder (default: <work>/hf, <work>/hf-silu for silu, "
+                    "<work>/hf-moe for smallthinker)")
+    ap.add_argument("--model-dir", help="where loss.png / train_metrics.json go (default: models/kjv-<act>, "
+                    "models/kjv-moe for smallthinker)")
     ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--kv-heads", type=int, help="KV heads (default 8 for llama, 4 for smallthinker)")
+    ap.add_argument("--experts", type=int, default=8, help="smallthinker: number of experts")
+    ap.add_argument("--top-k", type=int, default=2, help="smallthinker: experts per token")
+    ap.add_argument("--expert-ffn", type=int, default=384, help="smallthinker: expert width (moe_ffn_hidden_size)")
+    ap.add_argument("--aux-coef", type=float, default=0.01, help="smallthinker: load-balancing loss coefficient")
+    ap.add_argument("--moe-impl", choices=("grouped", "dense"), default="grouped",
+                    help="smallthinker: run only the chosen experts on their tokens (grouped) or every expert on "
+                    "every token (dense; same result, for timing)")
     ap.add_argument("--ctx", type=int, default=256)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=1800)
@@ -82,9 +100,15 @@ def main():
     ap.add_argument("--measure", action="store_true", help="time 10 training steps and exit")
     ap.add_argument("--resume", action="store_true", help="continue from <work>/train_state.pt")
     args = ap.parse_args()
-    suffix = "" if args.act == "relu" else "-" + args.act
+    moe = args.arch == "smallthinker"
+    if moe and args.act != "relu":
+        ap.error("--arch smallthinker has ReGLU experts: --act must be relu")
+    name = "moe" if moe else args.act
+    suffix = "-moe" if moe else ("" if args.act == "relu" else "-" + args.act)
     args.out = args.out or os.path.join(args.work, "hf" + suffix)
-    args.model_dir = args.model_dir or "models/kjv-" + args.act
+    args.model_dir = args.model_dir or "models/kjv-" + name
+    if args.kv_heads is None:
+        args.kv_heads = 4 if moe else 8
     os.makedirs(args.model_dir, exist_ok=True)
 
     torch.set_num_threads(args.threads)
@@ -94,7 +118,12 @@ def main():
     tok_path = os.path.join(args.work, "tokenizer.model")
     sp = spm.SentencePieceProcessor(model_file=tok_path)
     cfg = Config(vocab_size=sp.vocab_size(), num_hidden_layers=args.layers, max_position_embeddings=args.ctx,
-                 bos_token_id=sp.bos_id(), eos_token_id=sp.eos_id(), hidden_act=args.act)
+                 bos_token_id=sp.bos_id(), eos_token_id=sp.eos_id(), hidden_act=args.act,
+                 num_key_value_heads=args.kv_heads)
+    if moe:
+        cfg.model_type = "smallthinker"
+        cfg.moe_num_primary_experts, cfg.moe_num_active_primary_experts = args.experts, args.top_k
+        cfg.moe_ffn_hidden_size = args.expert_ffn
     train = load_stream(sp, os.path.join(args.work, "train.txt"))
     val = load_stream(sp, os.path.join(args.work, "val.txt"))
     test = load_stream(sp, os.path.join(args.work, "heldout.txt"))
@@ -103,8 +132,11 @@ def main():
 
     model = LlamaReLU(cfg)
     model.init_weights(args.seed)
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"model: {cfg.num_hidden_layers} layers, {n_params / 1e6:.2f} M parameters")
+    if moe:
+        model.set_moe_impl(args.moe_impl)
+    n_params, n_active = model.param_counts()
+    print(f"model: {cfg.num_hidden_layers} layers, {n_params / 1e6:.2f} M parameters"
+          + (f", {n_active / 1e6:.2f} M active per token" if moe else ""))
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
@@ -113,6 +145,7 @@ def main():
 
     steps = 10 if args.measure else args.steps
     log, best, acc, acc_n, start, t_prev = [], float("inf"), 0.0, 0, 0, 0.0
+    acc_aux = 0.0
     state_path = os.path.join(args.work, f"train_state{suffix}.pt")
     if args.resume:
         st = torch.load(state_path, weights_only=False)
@@ -129,8 +162,13 @@ def main():
             g["lr"] = lr_at(step, args)
         x, y = random_batch(train, args.batch, args.ctx, cfg.bos_token_id, rng)
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        total = loss
+        if moe:
+            aux = torch.stack(model.aux_losses).mean()
+            total = loss + args.aux_coef * aux
+            acc_aux += aux.item()
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         acc, acc_n = acc + loss.item(), acc_n + 1
@@ -143,10 +181,14 @@ def main():
         if done % args.log_every == 0:
             el = time.time() - t0
             eta = (time.time() - t_session) / (done - start) * (steps - done)
-            log.append({"step": done, "train_loss": acc / acc_n, "lr": lr_at(step, args), "elapsed_s": el})
-            print(f"step {done:5d}/{steps} loss {acc / acc_n:.4f} lr {lr_at(step, args):.2e} "
-                  f"{el:6.0f}s elapsed, eta {eta:5.0f}s", flush=True)
-            acc, acc_n = 0.0, 0
+            rec = {"step": done, "train_loss": acc / acc_n, "lr": lr_at(step, args), "elapsed_s": el}
+            if moe:
+                rec["aux_loss"] = acc_aux / acc_n
+            log.append(rec)
+            print(f"step {done:5d}/{steps} loss {acc / acc_n:.4f}"
+                  + (f" aux {acc_aux / acc_n:.4f}" if moe else "")
+                  + f" lr {lr_at(step, args):.2e} {el:6.0f}s elapsed, eta {eta:5.0f}s", flush=True)
+            acc, acc_n, acc_aux = 0.0, 0, 0.0
         if done % args.eval_every == 0 or done == steps:
             model.eval()
             vl, _ = mean_nll(model, val_windows)
@@ -160,12 +202,12 @@ def main():
                         "log": log, "best": best, "step": done, "elapsed_s": time.time() - t0}, state_path)
             with open(os.path.join(args.work, f"train_log{suffix}.json"), "w") as f:
                 json.dump({"args": vars(args), "log": log}, f, indent=1)
-            plot_losses(log, os.path.join(args.model_dir, "loss.png"), f"kjv-{args.act} training")
+            plot_losses(log, os.path.join(args.model_dir, "loss.png"), f"kjv-{name} training")
 
     if args.measure:
         dt = (time.time() - t1) / (steps - 2)
-        print(f"{dt:.3f} s/step, {args.batch * args.ctx / dt:.0f} tokens/s; "
-              f"40 min budget ~ {int(2400 / dt)} steps (minus ~5% for evaluation)")
+        print(f"{dt:.3f} s/step, {args.batch * args.ctx / dt:.0f} tokens/s; 40 min budget ~ {int(2400 / dt)} "
+              f"steps, 50 min ~ {int(3000 / dt)} steps (minus ~5% for evaluation)")
         return
 
     train_s = time.time() - t0
@@ -183,6 +225,11 @@ def main():
         "heldout_loss": tl, "heldout_ppl_per_token": math.exp(tl), "heldout_tokens": n_test,
         "heldout_ppl_llamacpp_style_ctx%d" % args.ctx: lppl, "heldout_llamacpp_scored_tokens": n_lc,
     }
+    if moe:
+        metrics = {"arch": "smallthinker", "experts": args.experts, "top_k": args.top_k,
+                   "expert_ffn": args.expert_ffn, "kv_heads": args.kv_heads, "active_parameters": n_active,
+                   "aux_coef": args.aux_coef,
+                   "final_aux_loss": next(r["aux_loss"] for r in reversed(log) if "aux_loss" in r), **metrics}
     with open(os.path.join(args.model_dir, "train_metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
     print(json.dumps(metrics, indent=2))

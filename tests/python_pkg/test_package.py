@@ -26,8 +26,11 @@ def engine():
     return powerinfer.Engine(MODEL)
 
 
-def run_text(prompt, n):
-    out = subprocess.run([POWERINFER, "run", "-m", MODEL, "-p", prompt, "-n", str(n), "--temp", "0",
+MOE_MODEL = str(ROOT / "models" / "kjv-moe" / "kjv-moe.gguf")
+
+
+def run_text(prompt, n, model=MODEL):
+    out = subprocess.run([POWERINFER, "run", "-m", model, "-p", prompt, "-n", str(n), "--temp", "0",
                           "--no-display-prompt"], capture_output=True, check=True)
     return out.stdout.decode("utf-8").removesuffix("\n")
 
@@ -36,6 +39,15 @@ def test_greedy_text_equals_powerinfer_run(engine):
     got = engine.generate("In the beginning", max_tokens=40, temperature=0)
     assert got == run_text("In the beginning", 40)
     assert "".join(engine.generate("In the beginning", max_tokens=40, temperature=0, stream=True)) == got
+
+
+def test_mixture_of_experts_model():
+    """The bundled MoE (smallthinker: routed before attention, sparse ReGLU experts) through the
+    package: its info, and greedy text equal to `powerinfer run`'s."""
+    moe = powerinfer.Engine(MOE_MODEL)
+    assert moe.info["architecture"] == "smallthinker"
+    got = moe.generate("In the beginning", max_tokens=32, temperature=0)
+    assert got and got == run_text("In the beginning", 32, MOE_MODEL)
 
 
 def test_info_tokens_and_sessions(engine):

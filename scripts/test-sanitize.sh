@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # AddressSanitizer + UndefinedBehaviorSanitizer run of the fast unit tests of the layers
 # (core, tensor, gguf, kernels (with the GPU kernels' arithmetic on the host), tokenizer, grammar,
-# model and its mixture-of-experts FFN, sparse, runtime and its multi-sequence batches, and the
+# model and its mixture-of-experts FFN, sparse, runtime, and the
 # server's request parsing and scheduler and the chat templates, which read what clients and
 # model files send, and the C API), once per kernel ISA
 # (PI_KERNELS_ISA=scalar and avx2; the best one too where the CPU has AVX-512). Any report
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(test_core test_tensor test_gguf test_kernels_ref test_kernels_cpu test_cuda_host_math
-         test_tokenizer test_grammar test_model test_moe test_sparse test_runtime test_batched
+         test_tokenizer test_grammar test_model test_moe test_sparse test_runtime
          test_chat test_server test_capi fuzz_gguf_replay fuzz_grammar_replay)
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DPI_SANITIZE=ON >/dev/null
 ninja -C build-asan "${targets[@]}"

@@ -9,8 +9,10 @@
 namespace pi::model {
 
 void route_top_k(const float* logits, int64_t m, int64_t n_expert, int64_t k, Gating gating, int32_t* ids,
-                 float* weights) {
-  std::vector<int32_t> order(static_cast<size_t>(n_expert));
+                 float* weights, std::vector<int32_t>* scratch) {
+  std::vector<int32_t> own;
+  std::vector<int32_t>& order = scratch != nullptr ? *scratch : own;
+  order.resize(static_cast<size_t>(n_expert));
   for (int64_t i = 0; i < m; ++i) {
     const float* l = logits + i * n_expert;
     // Both gatings are increasing in the logit: rank by logit, equal logits keep the lower id
@@ -90,7 +92,7 @@ void MoeFfn::route(int64_t il, const float* x, int64_t m) {
   ops_.linear(w_.layers[static_cast<size_t>(il)].ffn.gate_inp, x, m, logits);
   ids_.resize(static_cast<size_t>(m * k));
   weights_.resize(static_cast<size_t>(m * k));
-  route_top_k(logits, m, hp.n_expert, k, hp.gating, ids_.data(), weights_.data());
+  route_top_k(logits, m, hp.n_expert, k, hp.gating, ids_.data(), weights_.data(), &route_order_);
   if (trace_) {
     routes_.resize(static_cast<size_t>(hp.n_layer));
     routes_[static_cast<size_t>(il)].insert(routes_[static_cast<size_t>(il)].end(), ids_.begin(), ids_.end());
@@ -194,9 +196,9 @@ void MoeFfn::run(int64_t il, const FfnInput& in, float* out) {
   for (int32_t e : ids_) ++starts_[static_cast<size_t>(e) + 1];
   for (size_t e = 0; e + 1 < starts_.size(); ++e) starts_[e + 1] += starts_[e];
   order_.resize(ids_.size());
-  std::vector<int64_t> next(starts_.begin(), starts_.end() - 1);
+  next_.assign(starts_.begin(), starts_.end() - 1);
   for (size_t s = 0; s < ids_.size(); ++s) {
-    int64_t& at = next[static_cast<size_t>(ids_[s])];
+    int64_t& at = next_[static_cast<size_t>(ids_[s])];
     order_[static_cast<size_t>(at++)] = static_cast<int32_t>(s);
   }
 

@@ -108,6 +108,14 @@ class Ops {
   // apart.
   virtual void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
                          int64_t rows, int64_t n) = 0;
+  // Y[i, :] = sum over j < k, in j order, of w[i * k + j] * X[rows[i * k + j], :]: the sum
+  // starts at 0 and each product and each sum is rounded to f32 (no fused multiply-add), so
+  // every device gives the same bits. w == nullptr (then k must be 1): Y[i, :] = X[rows[i], :]
+  // exactly, a gather. The mixture-of-experts FFN gathers a batch's inputs by expert with it
+  // and sums each token's experts' outputs with their routing weights.
+  //   X f32 [*, n], rows i32 and w f32 [m * k] (host), Y f32 [m, n] (must not overlap X)
+  virtual void combine_rows(const float* X, int64_t n, const int32_t* rows, const float* w,
+                            int64_t m, int64_t k, float* Y) = 0;
 
   // ---- The sparse FFN over neuron lists that live in device memory ----
   // The device half of the hybrid executor picks and computes its neurons without a round trip

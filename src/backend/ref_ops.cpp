@@ -126,6 +126,11 @@ class RefOps final : public Ops {
     for (int64_t r = 0; r < rows; ++r)
       std::copy(src + r * src_stride, src + r * src_stride + n, dst + r * dst_stride);
   }
+  void combine_rows(const float* X, int64_t n, const int32_t* rows, const float* w, int64_t m,
+                    int64_t k, float* Y) override {
+    for (int64_t i = 0; i < m; ++i)
+      ref::combine_row(X, n, rows + i * k, w != nullptr ? w + i * k : nullptr, k, Y + i * n);
+  }
   void threshold_mask(const float* X, int64_t m, int64_t n, float thr, uint32_t* bits) override {
     host::threshold_mask(X, m, n, thr, bits);
   }

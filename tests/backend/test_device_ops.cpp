@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <tuple>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -398,6 +399,60 @@ TEST_F(DeviceOps, AddBiasOverRows) {
       std::vector<float> want(y);
       for (size_t i = 0; i < want.size(); ++i) want[i] += b[i % static_cast<size_t>(n)];
       expect_close(w, want, exact, what + " (ref vs y + b)");
+    }
+  }
+}
+
+// The MoE FFN's gather and weighted sum: the same bits on every device (each product and sum
+// rounded once, from 0, in the listed order), at sizes on both sides of the CPU device's inline
+// threshold; repeated source rows, NaN and Inf in X propagate; a gather copies exactly.
+TEST_F(DeviceOps, CombineRowsGathersAndSumsExactly) {
+  for (const DeviceCase& dc : devices()) {
+    auto dev = dc.make();
+    for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 2, 5}, {3, 1, 80}, {40, 4, 1000}}) {
+      const int64_t n_src = m * k + 3;
+      std::vector<float> x = cpu::test::gaussian(n_src * n, 41);
+      x[static_cast<size_t>(n + 2)] = std::numeric_limits<float>::quiet_NaN();
+      x[static_cast<size_t>(2 * n)] = std::numeric_limits<float>::infinity();
+      x[static_cast<size_t>(3)] = -0.0f;
+      std::vector<int32_t> rows(static_cast<size_t>(m * k));
+      std::vector<float> w(rows.size());
+      for (size_t s = 0; s < rows.size(); ++s) {
+        rows[s] = static_cast<int32_t>((s * 7 + 2) % static_cast<size_t>(n_src));
+        w[s] = 0.25f + 0.5f * static_cast<float>(s % 3) - 0.1f * static_cast<float>(s % 5);
+      }
+      rows[0] = rows.size() > 1 ? rows[1] : rows[0];  // a source row used twice
+      const DevBuf dx(*dev, x), rx(ref_, x);
+      const std::vector<float> init(static_cast<size_t>(m * n), -7.0f);
+      const std::vector<double> exact(init.size(), 0.0);
+      const std::string what = dc.label + " combine_rows " + std::to_string(m) + "x" +
+                               std::to_string(k) + "x" + std::to_string(n);
+      auto g = run_on(*dev, init, [&](Device& d, float* y) {
+        d.ops().combine_rows(dx.p(), n, rows.data(), w.data(), m, k, y);
+      });
+      auto r = run_on(ref_, init, [&](Device& d, float* y) {
+        d.ops().combine_rows(rx.p(), n, rows.data(), w.data(), m, k, y);
+      });
+      expect_close(g, r, exact, what);
+      // The reference is the plain rounded sum.
+      std::vector<float> want(init.size(), 0.0f);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < k; ++j)
+          for (int64_t c = 0; c < n; ++c) {
+            const size_t s = static_cast<size_t>(i * k + j);
+            const volatile float p = w[s] * x[static_cast<size_t>(rows[s] * n + c)];  // not fused
+            want[static_cast<size_t>(i * n + c)] = want[static_cast<size_t>(i * n + c)] + p;
+          }
+      expect_close(r, want, exact, what + " (ref vs the rounded sum)");
+      // A gather: the first m sources of the list, bit for bit (-0 stays -0).
+      auto gg = run_on(*dev, init, [&](Device& d, float* y) {
+        d.ops().combine_rows(dx.p(), n, rows.data(), nullptr, m, 1, y);
+      });
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t c = 0; c < n; ++c)
+          ASSERT_TRUE(Guarded::same_bits(gg[static_cast<size_t>(i * n + c)],
+                                         x[static_cast<size_t>(rows[static_cast<size_t>(i)] * n + c)]))
+              << what << " gather [" << i << ", " << c << "]";
     }
   }
 }

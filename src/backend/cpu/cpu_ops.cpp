@@ -272,6 +272,20 @@ void CpuOps::copy_rows(const float* src, int64_t src_stride, float* dst, int64_t
   }
 }
 
+void CpuOps::combine_rows(const float* X, int64_t n, const int32_t* rows, const float* w, int64_t m,
+                          int64_t k, float* Y) {
+  // The reference's rows (each row's arithmetic is fixed), one row per task above the inline
+  // threshold.
+  const auto row = [&](int64_t i, int) {
+    ref::combine_row(X, n, rows + i * k, w != nullptr ? w + i * k : nullptr, k, Y + i * n);
+  };
+  if (m * k * n >= kInlineElems) {
+    pool_.parallel_for(m, row);
+  } else {
+    for (int64_t i = 0; i < m; ++i) row(i, 0);
+  }
+}
+
 void CpuOps::threshold_mask(const float* X, int64_t m, int64_t n, float thr, uint32_t* bits) {
   host::threshold_mask(X, m, n, thr, bits);
 }

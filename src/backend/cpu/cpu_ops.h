@@ -44,6 +44,8 @@ class CpuOps final : public Ops {
   void add_bias(float* Y, const Vector& b, int64_t m, int64_t n) override;
   void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
                  int64_t n) override;
+  void combine_rows(const float* X, int64_t n, const int32_t* rows, const float* w, int64_t m,
+                    int64_t k, float* Y) override;
   void threshold_mask(const float* X, int64_t m, int64_t n, float thr, uint32_t* bits) override;
   void compact_rows(const uint32_t* bits, int64_t m, int64_t n, const int32_t* ids, int64_t n_ids,
                     int32_t* idx, int64_t* offsets) override;

@@ -272,6 +272,27 @@ class CudaOps final : public Ops {
     }
   }
 
+  void combine_rows(const float* X, int64_t n, const int32_t* rows, const float* w, int64_t m, int64_t k,
+                    float* Y) override {
+    begin();
+    // The host lists go through the staging ring in chunks of output rows.
+    constexpr int64_t kChunk = 8192;
+    for (int64_t i0 = 0; i0 < m; i0 += kChunk) {
+      const int64_t mc = std::min(kChunk, m - i0);
+      void* d[2] = {};
+      if (w != nullptr) {
+        if (!stage("combine_rows", StageKey::kNone, {{rows + i0 * k, bytes(mc * k, 4)}, {w + i0 * k, bytes(mc * k, 4)}}, d))
+          return;
+      } else if (!stage("combine_rows", StageKey::kNone, {{rows + i0 * k, bytes(mc * k, 4)}}, d)) {
+        return;
+      }
+      if (!launched(gpu::combine_rows(X, n, static_cast<const int32_t*>(d[0]), static_cast<const float*>(d[1]), mc, k,
+                                      Y + i0 * n, s()),
+                    "combine_rows"))
+        return;
+    }
+  }
+
   void threshold_mask(const float* X, int64_t m, int64_t n, float thr, uint32_t* bits) override {
     begin();
     launched(gpu::threshold_mask(X, m, n, thr, bits, s()), "threshold_mask");

@@ -129,6 +129,13 @@ class SimOps final : public Ops {
           im_.cpu.copy_rows(s, src_stride, d, dst_stride, rows, n);
         });
   }
+  void combine_rows(const float* X, int64_t n, const int32_t* rows, const float* w, int64_t m,
+                    int64_t k, float* Y) override {
+    run("combine_rows", {{X, false}, {Y, true}},
+        [this, X = im_.real(X), n, r = copy_of(rows, m * k), wt = copy_of(w, m * k), m, k, Y = im_.real(Y)] {
+          im_.cpu.combine_rows(X, n, r.data(), wt.empty() ? nullptr : wt.data(), m, k, Y);
+        });
+  }
   void threshold_mask(const float* X, int64_t m, int64_t n, float thr, uint32_t* bits) override {
     run("threshold_mask", {{X, false}, {bits, true}},
         [this, X = im_.real(X), m, n, thr, bits = im_.real(bits)] {

@@ -51,6 +51,22 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__global__ void __launch_bounds__(kThreads) combine_kernel_rows(const float* X, int64_t n, const int32_t* rows,
+                                                               const float* w, int64_t m, int64_t k,
+                                                               float* Y) {
+  for (int64_t i = first(); i < m * n; i += step()) {
+    const int64_t r = i / n, c = i % n;
+    if (w == nullptr) {
+      Y[i] = X[static_cast<int64_t>(rows[r]) * n + c];
+      continue;
+    }
+    float acc = 0.0f;
+    for (int64_t j = 0; j < k; ++j)
+      acc = add_rn(acc, mul_rn(w[r * k + j], X[static_cast<int64_t>(rows[r * k + j]) * n + c]));
+    Y[i] = acc;
+  }
+}
+
 }  // namespace
 
 cudaError_t activate(int act, float* x, int64_t n, cudaStream_t stream) {
@@ -79,6 +95,12 @@ cudaError_t copy_rows(const float* src, int64_t src_stride, float* dst, int64_t 
   if (rows == 0 || n == 0) return cudaSuccess;
   return launch(copy_kernel, grid_for(rows * n), kThreads, 0, stream, src, src_stride, dst,
                 dst_stride, rows, n);
+}
+
+cudaError_t combine_rows(const float* X, int64_t n, const int32_t* rows, const float* w, int64_t m,
+                         int64_t k, float* Y, cudaStream_t stream) {
+  if (m == 0 || n == 0) return cudaSuccess;
+  return launch(combine_kernel_rows, grid_for(m * n), kThreads, 0, stream, X, n, rows, w, m, k, Y);
 }
 
 }  // namespace pi::gpu

@@ -2,6 +2,7 @@
 // double and rounded once to f32. NaN inputs give NaN outputs everywhere; infinities give the
 // mathematical limit (silu(-inf) = 0, relu(inf) = inf, ...).
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <vector>
 
@@ -81,6 +82,19 @@ void relu_squared(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const double r = (std::isnan(x[i]) || x[i] > 0.0f) ? x[i] : 0.0;
     y[i] = static_cast<float>(r * r);
+  }
+}
+
+void combine_row(const float* X, int64_t n, const int32_t* rows, const float* w, int64_t k, float* y) {
+  if (w == nullptr) {
+    std::memcpy(y, X + static_cast<int64_t>(rows[0]) * n, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  for (int64_t c = 0; c < n; ++c) y[c] = 0.0f;
+  for (int64_t j = 0; j < k; ++j) {
+    const float* x = X + static_cast<int64_t>(rows[j]) * n;
+    const float wj = w[j];
+    for (int64_t c = 0; c < n; ++c) y[c] = y[c] + wj * x[c];
   }
 }
 

@@ -51,6 +51,9 @@ void relu(const float* x, float* y, int64_t n);
 void relu_squared(const float* x, float* y, int64_t n);
 void add(const float* a, const float* b, float* y, int64_t n);
 void mul(const float* a, const float* b, float* y, int64_t n);
+// One row of Ops::combine_rows: y = sum over j < k of w[j] * X[rows[j], :] (n columns), from
+// 0, each product and sum rounded; w == nullptr: y = X[rows[0], :] (k == 1).
+void combine_row(const float* X, int64_t n, const int32_t* rows, const float* w, int64_t k, float* y);
 
 // Causal attention of one query token over an f16 KV cache, grouped-query:
 // q: f32 [n_head, head_dim]; k_cache, v_cache: f16 bits [n_ctx_used, n_kv_head, head_dim]

@@ -45,38 +45,50 @@ void route_top_k(const float* logits, int64_t m, int64_t n_expert, int64_t k, Ga
 }
 
 MoeFfn::MoeFfn(const Model& model, const ModelWeights& weights, backend::Device& dev, bool dense)
-    : model_(model), w_(weights), ops_(dev.ops()) {
+    : model_(model), w_(weights), dev_(dev), ops_(dev.ops()), host_(dev.host_addressable()) {
   const HParams& hp = model.hparams();
-  sparse_ = !dense && hp.sparse_experts();
+  // Off the host, the dense down product would read the gate entries the sparse path leaves
+  // unset (the host zeroes them): such experts run dense there.
+  const bool down_t = !weights.layers.empty() && weights.layers[0].ffn.down_exps_t.present();
+  sparse_ = !dense && hp.sparse_experts() && (host_ || down_t);
   stats_.resize(static_cast<size_t>(hp.n_layer));
   row_seen_.resize(static_cast<size_t>(hp.n_ff_exp));
 }
 
+std::vector<uint64_t> MoeFfn::device_allocations(const HParams& hp, int64_t max_tokens) {
+  std::vector<uint64_t> sizes;
+  for (int64_t per_token : {hp.n_expert, hp.n_embd, hp.n_ff_exp, hp.n_ff_exp, hp.n_expert_used * hp.n_embd})
+    sizes.push_back(static_cast<uint64_t>(max_tokens * per_token) * sizeof(float));
+  return sizes;
+}
+
 uint64_t MoeFfn::device_bytes(const HParams& hp, int64_t max_tokens) {
-  const auto per_token = static_cast<uint64_t>(hp.n_expert + 2 * hp.n_embd + 2 * hp.n_ff_exp);
-  return static_cast<uint64_t>(max_tokens) * per_token * sizeof(float);
+  const std::vector<uint64_t> sizes = device_allocations(hp, max_tokens);
+  return std::accumulate(sizes.begin(), sizes.end(), uint64_t{0});
 }
 
 Result<std::unique_ptr<MoeFfn>> MoeFfn::create(const Model& model, const ModelWeights& weights,
                                                backend::Device& dev, int64_t max_tokens, bool dense) {
   const HParams& hp = model.hparams();
-  if (!dev.host_addressable()) {
-    return err("%s: mixture-of-experts models run on the CPU for now (the %s device cannot run "
-               "their routing); drop -ngl / --vram-budget or use --device cpu",
-               model.file().path().c_str(), dev.name().c_str());
-  }
   std::unique_ptr<MoeFfn> f(new MoeFfn(model, weights, dev, dense));
-  const auto alloc = [&](int64_t per_token, backend::Buffer& b) -> Status {
-    auto r = dev.alloc(static_cast<size_t>(max_tokens * per_token) * sizeof(float), "MoE FFN scratch");
+  const std::vector<uint64_t> sizes = device_allocations(hp, max_tokens);
+  backend::Buffer* bufs[] = {&f->logits_, &f->xe_, &f->gate_, &f->up_, &f->ye_};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    auto r = dev.alloc(static_cast<size_t>(sizes[i]), "MoE FFN scratch");
     if (!r.ok()) return r.error();
-    b = std::move(*r);
-    return Status::Ok();
-  };
-  PI_TRY(alloc(hp.n_expert, f->logits_));
-  PI_TRY(alloc(hp.n_embd, f->xe_));
-  PI_TRY(alloc(hp.n_ff_exp, f->gate_));
-  PI_TRY(alloc(hp.n_ff_exp, f->up_));
-  PI_TRY(alloc(hp.n_embd, f->ye_));
+    *bufs[i] = std::move(*r);
+  }
+  if (!f->host_) {
+    // Pinned host copies of the logits and (sparse experts) of the gate values.
+    auto r = dev.alloc_host(static_cast<size_t>(sizes[0]), "MoE routing (host)");
+    if (!r.ok()) return r.error();
+    f->logits_host_ = std::move(*r);
+    if (f->sparse_) {
+      r = dev.alloc_host(static_cast<size_t>(sizes[2]), "MoE gate values (host)");
+      if (!r.ok()) return r.error();
+      f->gate_host_ = std::move(*r);
+    }
+  }
   f->starts_.resize(static_cast<size_t>(hp.n_expert + 1));
   f->all_rows_.resize(static_cast<size_t>(hp.n_ff_exp));
   std::iota(f->all_rows_.begin(), f->all_rows_.end(), 0);
@@ -85,11 +97,18 @@ Result<std::unique_ptr<MoeFfn>> MoeFfn::create(const Model& model, const ModelWe
   return f;
 }
 
+const float* MoeFfn::on_host(const float* p, int64_t n, backend::Buffer& host) {
+  if (host_) return p;
+  dev_.copy_out(backend::kCompute, host.data(), p, static_cast<size_t>(n) * sizeof(float));
+  dev_.sync(backend::kCompute);
+  return host.as<float>();
+}
+
 void MoeFfn::route(int64_t il, const float* x, int64_t m) {
   const HParams& hp = model_.hparams();
   const int64_t k = hp.n_expert_used;
-  float* logits = logits_.as<float>();
-  ops_.linear(w_.layers[static_cast<size_t>(il)].ffn.gate_inp, x, m, logits);
+  ops_.linear(w_.layers[static_cast<size_t>(il)].ffn.gate_inp, x, m, logits_.as<float>());
+  const float* logits = on_host(logits_.as<float>(), m * hp.n_expert, logits_host_);
   ids_.resize(static_cast<size_t>(m * k));
   weights_.resize(static_cast<size_t>(m * k));
   route_top_k(logits, m, hp.n_expert, k, hp.gating, ids_.data(), weights_.data(), &route_order_);
@@ -102,13 +121,12 @@ void MoeFfn::route(int64_t il, const float* x, int64_t m) {
 
 void MoeFfn::before_attention(int64_t il, const float* x, int64_t m) { route(il, x, m); }
 
-void MoeFfn::expert(const FfnWeights& w, int64_t e, int64_t n, LayerStats& st) {
+void MoeFfn::expert(const FfnWeights& w, int64_t e, int64_t n, float* ye, LayerStats& st) {
   const HParams& hp = model_.hparams();
   const int64_t n_ff = hp.n_ff_exp, n_exp = hp.n_expert;
   const float* xe = xe_.as<float>();
   float* gate = gate_.as<float>();
   float* up = up_.as<float>();
-  float* ye = ye_.as<float>();
   const Matrix& down = w.down_exps_t.present() ? w.down_exps_t : w.down_exps;
   const uint64_t expert_bytes = (w.gate_exps.nbytes() + w.up_exps.nbytes() + down.nbytes()) / n_exp;
   ops_.linear(expert_rows(w.gate_exps, e, n_exp), xe, n, gate);
@@ -125,10 +143,11 @@ void MoeFfn::expert(const FfnWeights& w, int64_t e, int64_t n, LayerStats& st) {
   }
   // ReGLU: a neuron whose gate is not positive contributes nothing, so each token lists its
   // positive gates and computes those rows of up, and of down when it is stored transposed.
+  const float* gate_seen = on_host(gate, n * n_ff, gate_host_);
   idx_.clear();
   offsets_[0] = 0;
   for (int64_t r = 0; r < n; ++r) {
-    const float* g = gate + r * n_ff;
+    const float* g = gate_seen + r * n_ff;
     for (int64_t j = 0; j < n_ff; ++j)
       if (g[j] > 0.0f) idx_.push_back(static_cast<int32_t>(j));
     offsets_[static_cast<size_t>(r + 1)] = static_cast<int64_t>(idx_.size());
@@ -150,34 +169,30 @@ void MoeFfn::expert(const FfnWeights& w, int64_t e, int64_t n, LayerStats& st) {
   st.bytes += w.gate_exps.nbytes() / n_exp + rows_of(w.up_exps) +
               (w.down_exps_t.present() ? rows_of(w.down_exps_t) : down.nbytes() / n_exp);
   ops_.linear_rows(expert_rows(w.up_exps, e, n_exp), xe, n, idx_.data(), offsets_.data(), up);
+  if (w.down_exps_t.present()) {
+    // relu(g) * u = g * u at the listed entries (the only ones linear_t_rows reads; the others
+    // hold whatever up held).
+    ops_.ffn_combine(FfnKind::Gated, hp.act, gate, up, n, n_ff);
+    ops_.linear_t_rows(expert_rows(w.down_exps_t, e, n_exp), gate, n, idx_.data(), offsets_.data(), ye);
+    return;
+  }
+  // The dense down product reads every entry: the unlisted ones are zero (host memory: the
+  // constructor runs such experts dense elsewhere).
   for (int64_t r = 0; r < n; ++r) {
     float* g = gate + r * n_ff;
     const float* u = up + r * n_ff;
-    if (w.down_exps_t.present()) {
-      // Only the listed entries are read.
-      for (int64_t s = offsets_[static_cast<size_t>(r)]; s < offsets_[static_cast<size_t>(r + 1)]; ++s) {
-        const int32_t j = idx_[static_cast<size_t>(s)];
+    int64_t s = offsets_[static_cast<size_t>(r)];
+    const int64_t end = offsets_[static_cast<size_t>(r + 1)];
+    for (int64_t j = 0; j < n_ff; ++j) {
+      if (s < end && idx_[static_cast<size_t>(s)] == j) {
         g[j] *= u[j];
-      }
-    } else {
-      // The dense down product reads every entry: the unlisted ones are zero.
-      int64_t s = offsets_[static_cast<size_t>(r)];
-      const int64_t end = offsets_[static_cast<size_t>(r + 1)];
-      for (int64_t j = 0; j < n_ff; ++j) {
-        if (s < end && idx_[static_cast<size_t>(s)] == j) {
-          g[j] *= u[j];
-          ++s;
-        } else {
-          g[j] = 0.0f;
-        }
+        ++s;
+      } else {
+        g[j] = 0.0f;
       }
     }
   }
-  if (w.down_exps_t.present()) {
-    ops_.linear_t_rows(expert_rows(w.down_exps_t, e, n_exp), gate, n, idx_.data(), offsets_.data(), ye);
-  } else {
-    ops_.linear(expert_rows(w.down_exps, e, n_exp), gate, n, ye);
-  }
+  ops_.linear(expert_rows(w.down_exps, e, n_exp), gate, n, ye);
 }
 
 void MoeFfn::run(int64_t il, const FfnInput& in, float* out) {
@@ -202,27 +217,29 @@ void MoeFfn::run(int64_t il, const FfnInput& in, float* out) {
     order_[static_cast<size_t>(at++)] = static_cast<int32_t>(s);
   }
 
-  std::memset(out, 0, static_cast<size_t>(m * n_embd) * sizeof(float));
-  float* xe = xe_.as<float>();
-  const float* ye = ye_.as<float>();
-  // Experts in ascending id order, so each token's sum runs over its experts in that order
-  // whatever else is in the batch (identical output for any batch split).
+  // Each grouped place's token; each token's places in ascending expert order with their
+  // weights, so that its sum runs over its experts in id order whatever else is in the batch
+  // (identical output for any batch split).
+  tokens_.resize(order_.size());
+  comb_rows_.resize(order_.size());
+  comb_w_.resize(order_.size());
+  filled_.assign(static_cast<size_t>(m), 0);
+  for (size_t p = 0; p < order_.size(); ++p) {
+    const int32_t slot = order_[p];
+    const int32_t token = slot / static_cast<int32_t>(k);
+    tokens_[p] = token;
+    const size_t at = static_cast<size_t>(token) * static_cast<size_t>(k) + static_cast<size_t>(filled_[static_cast<size_t>(token)]++);
+    comb_rows_[at] = static_cast<int32_t>(p);
+    comb_w_[at] = weights_[static_cast<size_t>(slot)];
+  }
+  float* ye = ye_.as<float>();
   for (int64_t e = 0; e < hp.n_expert; ++e) {
     const int64_t first = starts_[static_cast<size_t>(e)], n = starts_[static_cast<size_t>(e) + 1] - first;
     if (n == 0) continue;
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t token = order_[static_cast<size_t>(first + r)] / k;
-      std::memcpy(xe + r * n_embd, in.x + token * n_embd, static_cast<size_t>(n_embd) * sizeof(float));
-    }
-    expert(w, e, n, st);
-    for (int64_t r = 0; r < n; ++r) {
-      const int32_t slot = order_[static_cast<size_t>(first + r)];
-      const float wt = weights_[static_cast<size_t>(slot)];
-      float* y = out + (slot / k) * n_embd;
-      const float* src = ye + r * n_embd;
-      for (int64_t c = 0; c < n_embd; ++c) y[c] += wt * src[c];
-    }
+    ops_.combine_rows(in.x, n_embd, tokens_.data() + first, nullptr, n, 1, xe_.as<float>());
+    expert(w, e, n, ye + first * n_embd, st);
   }
+  ops_.combine_rows(ye, n_embd, comb_rows_.data(), comb_w_.data(), m, k, out);
 }
 
 Result<std::unique_ptr<FfnStep>> make_ffn(const Model& model, const ModelWeights& weights, backend::Device& dev,
@@ -235,6 +252,12 @@ Result<std::unique_ptr<FfnStep>> make_ffn(const Model& model, const ModelWeights
   auto f = DenseFfn::create(model, weights, dev, max_tokens);
   if (!f.ok()) return f.error();
   return std::unique_ptr<FfnStep>(std::move(*f));
+}
+
+std::vector<uint64_t> ffn_device_allocations(const HParams& hp, int64_t max_tokens) {
+  if (hp.is_moe()) return MoeFfn::device_allocations(hp, max_tokens);
+  const uint64_t b = DenseFfn::device_bytes(hp, max_tokens) / 2;
+  return {b, b};  // DenseFfn: gate and up
 }
 
 uint64_t ffn_device_bytes(const HParams& hp, int64_t max_tokens) {

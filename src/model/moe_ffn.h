@@ -29,15 +29,20 @@ void route_top_k(const float* logits, int64_t m, int64_t n_expert, int64_t k, Ga
 class MoeFfn final : public FfnStep {
  public:
   // Computes `weights` (views in dev's memory) on `dev`, with scratch from dev for up to
-  // `max_tokens` tokens. The device must address host memory (routing reads the router's
-  // logits on the host); `model`, `weights` and `dev` must outlive it. `dense`: ReGLU experts
-  // compute every neuron too (the baseline their sparsity is measured against).
+  // `max_tokens` tokens; `model`, `weights` and `dev` must outlive it. Routing runs on the
+  // host: on a device whose memory is not the host's, each layer copies its router logits
+  // out (and, for sparse ReGLU experts, each expert's gate values: the row lists are host
+  // arrays), one sync each. `dense`: ReGLU experts compute every neuron too (the baseline
+  // their sparsity is measured against); ReGLU experts whose down is not stored transposed
+  // run dense on such a device.
   static Result<std::unique_ptr<MoeFfn>> create(const Model& model, const ModelWeights& weights,
                                                 backend::Device& dev, int64_t max_tokens, bool dense = false);
   void run(int64_t il, const FfnInput& in, float* out) override;
   // Routes layer il's tokens on the layer input (SmallThinker's router before attention).
   void before_attention(int64_t il, const float* x, int64_t m) override;
-  // Device bytes create() allocates.
+  // The device allocations create() makes, in bytes (logits, one expert's inputs, gate, up,
+  // every expert's outputs), and their sum.
+  static std::vector<uint64_t> device_allocations(const HParams& hp, int64_t max_tokens);
   static uint64_t device_bytes(const HParams& hp, int64_t max_tokens);
   // Records every token's experts from now on (off by default: it grows with every token):
   // routes()[il] holds layer il's ids as route_top_k writes them, [tokens run, n_expert_used],
@@ -65,20 +70,30 @@ class MoeFfn final : public FfnStep {
   MoeFfn(const Model& model, const ModelWeights& weights, backend::Device& dev, bool dense);
   // The router's choice for m tokens of layer il from its input x into ids_ / weights_.
   void route(int64_t il, const float* x, int64_t m);
-  // Expert e's FFN of its n tokens (inputs xe_) into ye_, counted in `st`.
-  void expert(const FfnWeights& w, int64_t e, int64_t n, LayerStats& st);
+  // Expert e's FFN of its n tokens (inputs xe_) into ye (f32 [n, n_embd]), counted in `st`.
+  void expert(const FfnWeights& w, int64_t e, int64_t n, float* ye, LayerStats& st);
+  // The host's copy of device memory written by the ops submitted so far (a sync on a device
+  // whose memory is not the host's).
+  const float* on_host(const float* p, int64_t n, backend::Buffer& host);
 
   const Model& model_;
   const ModelWeights& w_;
+  backend::Device& dev_;
   backend::Ops& ops_;
+  bool host_;               // dev_'s memory is the host's
   backend::Buffer logits_;  // f32 [max_tokens, n_expert]
   backend::Buffer xe_;      // f32 [max_tokens, n_embd]    one expert's tokens' inputs
   backend::Buffer gate_;    // f32 [max_tokens, n_ff_exp]
   backend::Buffer up_;      // f32 [max_tokens, n_ff_exp]
-  backend::Buffer ye_;      // f32 [max_tokens, n_embd]    one expert's outputs
+  backend::Buffer ye_;      // f32 [max_tokens * k, n_embd] every expert's outputs, grouped
+  backend::Buffer logits_host_, gate_host_;  // pinned host copies (devices off the host)
   std::vector<int32_t> ids_;     // [m, k]
   std::vector<float> weights_;   // [m, k]
   std::vector<int32_t> order_;   // slots i * k + j grouped by expert, tokens ascending
+  std::vector<int32_t> tokens_;  // [m * k] the token of each grouped place
+  std::vector<int32_t> comb_rows_;  // [m, k] token i's places, experts ascending ...
+  std::vector<float> comb_w_;       // ... and their weights (combine_rows)
+  std::vector<int32_t> filled_;     // [m] scratch
   std::vector<int64_t> starts_;  // [n_expert + 1] each expert's range in order_
   std::vector<int64_t> next_;    // [n_expert] the counting sort's next place per expert
   std::vector<int32_t> route_order_;  // route_top_k's scratch
@@ -98,7 +113,8 @@ class MoeFfn final : public FfnStep {
 // neuron of ReGLU experts), else DenseFfn.
 Result<std::unique_ptr<FfnStep>> make_ffn(const Model& model, const ModelWeights& weights, backend::Device& dev,
                                           int64_t max_tokens, bool dense_experts = false);
-// Device bytes make_ffn's step allocates.
+// Device bytes make_ffn's step allocates, each allocation and in all.
+std::vector<uint64_t> ffn_device_allocations(const HParams& hp, int64_t max_tokens);
 uint64_t ffn_device_bytes(const HParams& hp, int64_t max_tokens);
 
 }  // namespace pi::model

@@ -11,6 +11,7 @@
 #include "backend/registry.h"
 #include "core/log.h"
 #include "model/layout_cache.h"
+#include "model/moe_ffn.h"
 #include "runtime/context.h"
 #include "sparse/act_sparsity.h"
 #include "sparse/placement_model.h"
@@ -67,11 +68,6 @@ Result<std::unique_ptr<Context>> Context::create_hybrid(const model::Model& mode
                                                         ContextOptions opts,
                                                         std::unique_ptr<backend::Device> dev) {
   const model::HParams& hp = model.hparams();
-  if (hp.is_moe()) {
-    return err("%s: mixture-of-experts models run on the CPU for now (placing experts on the %s "
-               "device is not built yet); use --device cpu",
-               model.file().path().c_str(), dev->name().c_str());
-  }
   // The device took the budget at creation (ContextOptions::vram_budget) and took its own
   // working memory out of it (cuda: scratch arena, cuBLAS): the plan gets what is left, so
   // that everything the process holds on the device stays within --vram-budget.
@@ -189,8 +185,9 @@ Status Context::build_hybrid_forward() {
     std::vector<std::unique_ptr<model::FfnStep>> steps(2);
     for (int lane : {kHostLane, kDeviceLane}) {
       if (lane == kDeviceLane && h.plan.n_dense_layers == 0) continue;
-      auto d = model::DenseFfn::create(model_, *lanes[sz(lane)].weights, *lanes[sz(lane)].dev,
-                                       opts_.n_batch);
+      // Whole layers: a mixture of experts routes on the lane that runs the layer.
+      auto d = model::make_ffn(model_, *lanes[sz(lane)].weights, *lanes[sz(lane)].dev, opts_.n_batch,
+                               opts_.dense);
       if (!d.ok()) return d.error();
       steps[sz(lane)] = std::move(*d);
     }

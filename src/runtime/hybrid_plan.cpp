@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "model/ffn.h"
+#include "model/moe_ffn.h"
 #include "sparse/activation_stats.h"
 #include "sparse/gpu_index.h"
 #include "sparse/placement_model.h"
@@ -81,11 +82,6 @@ sparse::ScratchBytes lane_scratch(const model::HParams& hp, const ContextOptions
   return s;
 }
 
-std::vector<uint64_t> dense_ffn_allocations(const model::HParams& hp, int64_t n_batch) {
-  const uint64_t b = static_cast<uint64_t>(n_batch * hp.n_ff) * sizeof(float);
-  return {b, b};  // model::DenseFfn: gate and up scratch
-}
-
 }  // namespace
 
 bool HybridSetup::uses_device() const {
@@ -155,7 +151,7 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
     // the ids after them are not linear in the neurons; this bounds them.
     s.neurons = f.neurons + static_cast<uint64_t>(hp.n_layer) * (dev.alloc_footprint(1) - 1 + 63);
   } else {
-    s.dense += footprints(dev, dense_ffn_allocations(hp, o.n_batch));
+    s.dense += footprints(dev, model::ffn_device_allocations(hp, o.n_batch));
   }
   req.scratch = s;
   auto problem = sparse::placement_problem(m, stats ? &*stats : nullptr, req);
@@ -250,7 +246,7 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
     if (!allocs.ok()) return allocs.error();
     for (const sparse::DeviceAlloc& a : *allocs) out.ledger.add(a.what, a.bytes);
   } else if (out.plan.n_dense_layers > 0) {
-    out.ledger.add_all("FFN scratch", dense_ffn_allocations(hp, o.n_batch));
+    out.ledger.add_all("FFN scratch", model::ffn_device_allocations(hp, o.n_batch));
   }
   PI_TRY(out.ledger.check(path + ": the placement"));
   return out;

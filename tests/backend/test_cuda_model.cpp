@@ -143,6 +143,9 @@ TEST_F(CudaModel, TinyModelsOfEveryArchAndFormatAreAsAccurateAsTheCpu) {
       {"opt_f16", testing::tiny_variant("opt", DType::F16, false, 4, false, 3)},
       {"qwen2_q8_0", testing::tiny_variant("qwen2", DType::Q8_0, false, 2, false, 3)},
       {"qwen3_f16", testing::tiny_variant("qwen3", DType::F16, false, 2, false, 3)},
+      // Mixtures of experts: routing on the host from the logits the device computed.
+      {"qwen3moe_f16", testing::tiny_variant("qwen3moe", DType::F16, false, 2, false, 5)},
+      {"smallthinker_q8_0", testing::tiny_variant("smallthinker", DType::Q8_0, false, 2, false, 9)},
   };
   for (const auto& c : cases) {
     const std::string path = testing::temp_path(std::string("cuda_") + c.name + ".gguf");
@@ -151,6 +154,23 @@ TEST_F(CudaModel, TinyModelsOfEveryArchAndFormatAreAsAccurateAsTheCpu) {
     ASSERT_NE(m, nullptr);
     check(*m, c.name);
   }
+}
+
+// SmallThinker's ReGLU experts run sparse (down stored transposed): each expert's gate values
+// come back to the host, which lists the rows the device computes.
+TEST_F(CudaModel, SparseReGluExpertsAreAsAccurateAsTheCpu) {
+  testing::TinySpec spec = testing::tiny_variant("smallthinker", DType::F32, false, 2, false, 9);
+  spec.down_exps_t = true;
+  spec.n_swa = 8;
+  const std::string path = testing::temp_path("cuda_smallthinker_down_t.gguf");
+  ASSERT_TRUE(testing::write_tiny_model(spec, path).ok());
+  auto m = load(path);
+  ASSERT_NE(m, nullptr);
+  runtime::ContextOptions sparse = options("cuda");
+  sparse.dense = false;
+  runtime::ContextOptions sparse_cpu = options("cpu");
+  sparse_cpu.dense = false;
+  expect_as_accurate(run(*m, sparse), run(*m, sparse_cpu), run(*m, options("ref")), "smallthinker sparse");
 }
 
 TEST_F(CudaModel, BundledModelIsAsAccurateAsTheCpu) {

@@ -289,16 +289,4 @@ TEST(MoeRun, SmallThinkerFileErrors) {
   }
 }
 
-TEST(MoeRun, OtherDevicesRefuseInOneLine) {
-  auto m = load(moe_spec(), "moe_sim.gguf");
-  ASSERT_TRUE(m.ok()) << m.error().message;
-  pi::runtime::ContextOptions o;
-  o.n_ctx = 32;
-  o.device.name = "sim";
-  auto ctx = pi::runtime::Context::create(**m, o);
-  ASSERT_FALSE(ctx.ok());
-  EXPECT_NE(ctx.error().message.find("mixture-of-experts models run on the CPU for now"), std::string::npos)
-      << ctx.error().message;
-}
-
 }  // namespace

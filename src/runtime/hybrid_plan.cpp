@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "model/ffn.h"
+#include "model/layout_cache.h"
 #include "model/moe_ffn.h"
 #include "sparse/activation_stats.h"
 #include "sparse/gpu_index.h"
@@ -37,16 +38,19 @@ struct DeviceCan {
 };
 
 // The device's ffn_rows has no biases: a biased FFN (opt) keeps its neurons on the CPU, whose
-// sparse FFN adds them (its dense blocks still move).
+// sparse FFN adds them (its dense blocks still move). A model read into memory may hold a
+// matrix in the CPU's layout (R16, Model::load): the device gets it in the file's layout
+// (place_planned), so that is the type asked about.
 DeviceCan device_can(const model::Model& m, const backend::Device& dev, bool split) {
   DeviceCan c;
   const model::ModelWeights& w = m.weights();
   const auto vectors_ok = [](const model::Vector&) {};
+  const auto linear_ok = [&](const model::Matrix& t) {
+    return dev.supports(backend::Op::Linear, model::file_layout(t.type));
+  };
   for (const model::LayerWeights& L : w.layers) {
     model::each_dense_view(
-        L, !split,
-        [&](const model::Matrix& t) { c.dense = c.dense && dev.supports(backend::Op::Linear, t.type); },
-        vectors_ok);
+        L, !split, [&](const model::Matrix& t) { c.dense = c.dense && linear_ok(t); }, vectors_ok);
     if (split) {
       for (const model::Matrix* t : {&L.ffn.gate, &L.ffn.up, &L.ffn.down_t})
         if (t->present()) c.neurons = c.neurons && dev.supports(backend::Op::FfnRows, t->type);
@@ -54,7 +58,7 @@ DeviceCan device_can(const model::Model& m, const backend::Device& dev, bool spl
     }
   }
   model::each_head_view(
-      w, [&](const model::Matrix& t) { c.head = c.head && dev.supports(backend::Op::Linear, t.type); },
+      w, [&](const model::Matrix& t) { c.head = c.head && linear_ok(t); },
       vectors_ok);
   return c;
 }

@@ -256,6 +256,10 @@ TEST(CpuDenseLayout, ReadModelHoldsR16InPlace) {
     // (the host lane's R16 order of sums) can move one step of the FFN's per-256 activation
     // quantization, which the logits carry at up to about 1% (seen on one row of eight).
     expect_close(run(**held, options("sim", false)), file, "sim over the held model", wt == DType::Q4_K ? 3e-2 : 1e-4);
+    // -ngl: the device can run the layers it is given (it holds them in the file's layout).
+    runtime::ContextOptions ngl = options("sim", false);
+    ngl.n_gpu_layers = 1;
+    expect_close(run(**held, ngl), file, "sim -ngl 1 over the held model", wt == DType::Q4_K ? 3e-2 : 1e-4);
   }
   }
 }

@@ -167,6 +167,9 @@ struct SessionOptions {
   // Whole layers on the device for dense placements (llama.cpp's -ngl; more than the layer
   // count also puts the output head there); -1: as many as the budget holds.
   int n_gpu_layers = -1;
+  // Mixtures of experts: the router and experts of the first n_cpu_moe layers stay on the CPU
+  // in layers placed on the device (llama.cpp's --n-cpu-moe N; --cpu-moe: INT32_MAX).
+  int n_cpu_moe = 0;
   std::string gpu_index;           // the plan's index file; empty: MODEL.generated.gpuidx
   bool reset_gpu_index = false;    // solve the plan again even when the index matches
   bool disable_gpu_index = false;  // keep every FFN neuron on the CPU; no index

@@ -40,4 +40,33 @@ void DenseFfn::run(int64_t il, const FfnInput& in, float* out) {
   if (w.down_b.present()) ops_.add_bias(out, w.down_b, in.m, hp.n_embd);
 }
 
+Result<std::unique_ptr<HostFfnBridge>> HostFfnBridge::create(FfnStep& host_step, backend::Device& dev,
+                                                             int64_t n_embd, int64_t max_tokens) {
+  std::unique_ptr<HostFfnBridge> b(new HostFfnBridge(host_step, dev, n_embd));
+  const auto bytes = static_cast<size_t>(max_tokens * n_embd) * sizeof(float);
+  for (backend::Buffer* buf : {&b->x_, &b->out_}) {
+    auto r = dev.alloc_host(bytes, "FFN hand-off (host)");
+    if (!r.ok()) return r.error();
+    *buf = std::move(*r);
+  }
+  return b;
+}
+
+const float* HostFfnBridge::fetch(const float* x, int64_t m) {
+  dev_.copy_out(backend::kCompute, x_.data(), x, static_cast<size_t>(m * n_embd_) * sizeof(float));
+  dev_.sync(backend::kCompute);
+  return x_.as<float>();
+}
+
+void HostFfnBridge::before_attention(int64_t il, const float* x, int64_t m) {
+  host_.before_attention(il, fetch(x, m), m);
+}
+
+void HostFfnBridge::run(int64_t il, const FfnInput& in, float* out) {
+  const float* x = fetch(in.x, in.m);
+  host_.run(il, FfnInput{x, x, in.m}, out_.as<float>());
+  // Queued behind the copy out of the next call's sync, so out_ is free again by then.
+  dev_.copy_in(backend::kCompute, out, out_.data(), static_cast<size_t>(in.m * n_embd_) * sizeof(float));
+}
+
 }  // namespace pi::model

@@ -81,4 +81,29 @@ class LaneFfn final : public FfnStep {
   std::vector<int> lane_;
 };
 
+// The FFN of a layer that runs on a device while its FFN weights stay on the host (llama.cpp's
+// --cpu-moe: attention on the GPU, experts on the CPU): the input goes out to host memory,
+// the host's step computes, the output comes back, one hand-off each way (the input's copy
+// is a sync). A router before attention gets the layer input the same way.
+class HostFfnBridge final : public FfnStep {
+ public:
+  // `host_step` runs on host memory; `dev` is the device whose memory the inputs and the
+  // output are in; both must outlive the bridge.
+  static Result<std::unique_ptr<HostFfnBridge>> create(FfnStep& host_step, backend::Device& dev, int64_t n_embd,
+                                                       int64_t max_tokens);
+  void run(int64_t il, const FfnInput& in, float* out) override;
+  void before_attention(int64_t il, const float* x, int64_t m) override;
+
+ private:
+  HostFfnBridge(FfnStep& host_step, backend::Device& dev, int64_t n_embd)
+      : host_(host_step), dev_(dev), n_embd_(n_embd) {}
+  // x (device, [m, n_embd]) copied into x_ once the device has computed it.
+  const float* fetch(const float* x, int64_t m);
+
+  FfnStep& host_;
+  backend::Device& dev_;
+  int64_t n_embd_;
+  backend::Buffer x_, out_;  // pinned host f32 [max_tokens, n_embd]
+};
+
 }  // namespace pi::model

@@ -21,6 +21,9 @@ namespace {
 
 size_t sz(int64_t n) { return static_cast<size_t>(n); }
 
+// The FFN step of device layers whose FFN runs on the host (LaneFfn's third step).
+constexpr int kBridgeStep = 2;
+
 // Places the views of the parts the plan puts on the device; the others stay host views (the
 // device lane never reads them).
 Result<model::PlacedWeights> place_planned(backend::Device& dev, const model::Model& m,
@@ -55,7 +58,7 @@ Result<model::PlacedWeights> place_planned(backend::Device& dev, const model::Mo
   };
   for (int64_t il = 0; il < m.hparams().n_layer; ++il) {
     if (h.plan.layers[sz(il)].dense_on_device)
-      model::each_dense_view(p.weights.layers[sz(il)], !h.split, each, each);
+      model::each_dense_view(p.weights.layers[sz(il)], h.ffn_on_device(m.hparams(), il), each, each);
   }
   if (h.plan.head_on_device) model::each_head_view(p.weights, each, each);
   if (!st.ok()) return st.error();
@@ -182,16 +185,35 @@ Status Context::build_hybrid_forward() {
     sparse_ = &(*hf)->cpu_part();
     ffn = std::move(*hf);
   } else {
-    std::vector<std::unique_ptr<model::FfnStep>> steps(2);
+    // Whole layers: each runs its FFN on its lane (a mixture of experts routes there too),
+    // except device layers whose experts stay on the CPU (--cpu-moe), which hand their FFN
+    // input to the host step and take its output back.
+    const model::HParams& hp = model_.hparams();
+    std::vector<int> step_of = h.lanes.layers;
+    bool device_ffn = false, bridged = false;
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+      if (h.lanes.layers[sz(il)] != kDeviceLane) continue;
+      if (h.ffn_on_device(hp, il)) {
+        device_ffn = true;
+      } else {
+        step_of[sz(il)] = kBridgeStep;
+        bridged = true;
+      }
+    }
+    std::vector<std::unique_ptr<model::FfnStep>> steps(3);
     for (int lane : {kHostLane, kDeviceLane}) {
-      if (lane == kDeviceLane && h.plan.n_dense_layers == 0) continue;
-      // Whole layers: a mixture of experts routes on the lane that runs the layer.
+      if (lane == kDeviceLane && !device_ffn) continue;
       auto d = model::make_ffn(model_, *lanes[sz(lane)].weights, *lanes[sz(lane)].dev, opts_.n_batch,
                                opts_.dense);
       if (!d.ok()) return d.error();
       steps[sz(lane)] = std::move(*d);
     }
-    ffn = std::make_unique<model::LaneFfn>(std::move(steps), h.lanes.layers);
+    if (bridged) {
+      auto b = model::HostFfnBridge::create(*steps[sz(kHostLane)], *dev_, hp.n_embd, opts_.n_batch);
+      if (!b.ok()) return b.error();
+      steps[sz(kBridgeStep)] = std::move(*b);
+    }
+    ffn = std::make_unique<model::LaneFfn>(std::move(steps), std::move(step_of));
   }
   auto f = model::Forward::create(model_, std::move(lanes), h.lanes, fo, std::move(ffn));
   if (!f.ok()) return f.error();

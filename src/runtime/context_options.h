@@ -54,6 +54,9 @@ struct ContextOptions {
   // Dense placements (GGUF files, --dense): this many whole layers on the device (llama.cpp
   // -ngl; more than n_layer also puts the head there); -1: the planner decides.
   int n_gpu_layers = -1;
+  // Mixtures of experts: the router and experts of the first n_cpu_moe layers stay on the CPU
+  // even in layers placed on the device (llama.cpp's --n-cpu-moe; --cpu-moe: INT32_MAX).
+  int n_cpu_moe = 0;
   std::string gpu_index_path;     // empty: <model>.generated.gpuidx
   bool reset_gpu_index = false;   // solve again even when the index matches
   bool disable_gpu_index = false; // every FFN neuron on the CPU; no index read or written

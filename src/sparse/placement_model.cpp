@@ -96,8 +96,9 @@ Result<PlacementProblem> placement_problem(const model::Model& m, const Activati
     const model::FfnWeights& f = w.layers[l].ffn;
     LayerCost& L = p.layers[l];
     Bytes b;
+    const bool with_ffn = !split && !experts_on_cpu(hp, static_cast<int64_t>(l), req.n_cpu_moe);
     model::each_dense_view(
-        w.layers[l], !split, [&](const model::Matrix& m) { b.add(m.nbytes(), fp); },
+        w.layers[l], with_ffn, [&](const model::Matrix& m) { b.add(m.nbytes(), fp); },
         [&](const model::Vector& v) { b.add(v.nbytes(), fp); });
     if (!preds->empty()) {
       b.add((*preds)[l].fc1.nbytes(), fp);

@@ -46,7 +46,16 @@ struct PlacementRequest {
   // failing. The dense blocks go first (they save a byte per byte), then any neurons (each is
   // as good as another without statistics: the lowest ids, deterministically).
   bool allow_missing_stats = false;
+  // Mixtures of experts: the FFN (router and experts) of the first n_cpu_moe layers stays on
+  // the CPU whatever else of those layers is placed (llama.cpp's --n-cpu-moe N; --cpu-moe:
+  // every layer).
+  int64_t n_cpu_moe = 0;
 };
+
+// Whether layer il's experts stay on the CPU under `n_cpu_moe` (PlacementRequest).
+inline bool experts_on_cpu(const model::HParams& hp, int64_t il, int64_t n_cpu_moe) {
+  return hp.is_moe() && il < n_cpu_moe;
+}
 
 // The firing frequency assumed for every neuron when there are no statistics: the activity
 // typical of ReLU-family models (PowerInfer's published ones fire 5-25% of their neurons).

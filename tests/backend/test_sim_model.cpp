@@ -76,11 +76,11 @@ Logits run(const model::Model& m, const runtime::ContextOptions& o) {
       EXPECT_TRUE(sim->hazards().empty()) << sim->hazards().front();
       // Everything fits the default capacity: every weight but the embeddings (which stay on
       // the CPU: only the fed tokens' rows are read) went to the device, unless its FFN
-      // neurons must stay on the CPU (a biased FFN: opt).
+      // neurons must stay on the CPU (a biased FFN: opt) or its experts (--cpu-moe).
       const runtime::HybridSetup* h = (*c)->hybrid();
       EXPECT_NE(h, nullptr);
       const model::HParams& hp = m.hparams();
-      if (h != nullptr && h->plan.n_dense_layers == hp.n_layer && h->plan.head_on_device &&
+      if (h != nullptr && h->plan.n_dense_layers == hp.n_layer && h->plan.head_on_device && o.n_cpu_moe == 0 &&
           (!h->split || h->plan.n_device_neurons() == hp.n_layer * hp.n_ff))
         EXPECT_GE(sim->counters().bytes_in, model::weight_bytes(m.weights()) -
                                                 m.weights().tok_embd.nbytes() -
@@ -321,7 +321,35 @@ TEST(SimModel, MixturesOfExpertsMatchTheCpuBitForBit) {
     // -ngl 1: the first layer (attention, router, experts) on the sim, the second on the CPU.
     runtime::ContextOptions half = options("sim", false);
     half.n_gpu_layers = 1;
-    expect_identical(run(*m, half), run(*m, options("cpu", false)), std::string(c.name) + " -ngl 1");
+    const Logits cpu = run(*m, options("cpu", false));
+    expect_identical(run(*m, half), cpu, std::string(c.name) + " -ngl 1");
+    // --cpu-moe and --n-cpu-moe 1: every layer on the sim but the experts of all / the first.
+    for (int n_cpu_moe : {INT32_MAX, 1}) {
+      runtime::ContextOptions o = options("sim", false);
+      o.n_gpu_layers = INT32_MAX;
+      o.n_cpu_moe = n_cpu_moe;
+      const std::string what = std::string(c.name) + " --n-cpu-moe " + std::to_string(n_cpu_moe);
+      expect_identical(run(*m, o), cpu, what);
+      expect_any_split(*m, o, cpu);
+      // The experts that stay on the CPU never reach the device; the device holds what its
+      // ledger counted.
+      auto ctx = runtime::Context::create(*m, o);
+      ASSERT_TRUE(ctx.ok()) << ctx.error().message;
+      const auto* sim = dynamic_cast<backend::SimDevice*>(&(*ctx)->device());
+      ASSERT_NE(sim, nullptr);
+      uint64_t kept = 0, all = 0;
+      for (int64_t il = 0; il < m->hparams().n_layer; ++il) {
+        const model::FfnWeights& f = m->weights().layers[static_cast<size_t>(il)].ffn;
+        const uint64_t ffn = f.gate_inp.nbytes() + f.gate_exps.nbytes() + f.up_exps.nbytes() +
+                             f.down_exps.nbytes() + f.down_exps_t.nbytes();
+        all += ffn;
+        if (il < n_cpu_moe) kept += ffn;
+      }
+      const uint64_t weights = model::weight_bytes(m->weights()) - m->weights().tok_embd.nbytes();
+      EXPECT_LE(sim->counters().bytes_in, weights - kept) << what;
+      EXPECT_GE(sim->counters().bytes_in, weights - all) << what;
+      EXPECT_EQ(sim->memory().used, (*ctx)->hybrid()->ledger.allocated()) << what;
+    }
   }
 }
 

@@ -67,6 +67,31 @@ TEST(LlamaFlags, NglIsStoredAndWarnedWithoutAGpu) {
   }
 }
 
+// llama.cpp's --cpu-moe/-cmoe and --n-cpu-moe/-ncmoe: on the sim, every layer there but the
+// experts, the same text as the CPU; without a GPU a warning; a negative count refused.
+TEST(LlamaFlags, CpuMoeKeepsTheExpertsOnTheCpu) {
+  pi::testing::TinySpec spec = pi::testing::tiny_variant("qwen3moe", pi::DType::Q8_0, false, 2, false, 5);
+  spec.vocab = true;
+  const std::string path = pi::testing::temp_path("flags_moe.gguf");
+  ASSERT_TRUE(pi::testing::write_tiny_model(spec, path).ok());
+  const std::string base = kPi + "run -m " + path + " -p 'the and' -n 6 --temp 0 --ignore-eos";
+  const std::string cpu = text_of(base);
+  for (const char* flags : {" -cmoe", " --cpu-moe", " -ncmoe 1", " --n-cpu-moe 2"}) {
+    auto r = run_command(base + " --device sim -ngl 99" + flags);
+    ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.output;
+    EXPECT_EQ(text_of(base + " --device sim -ngl 99" + flags), cpu) << flags;
+  }
+  // All experts on the CPU: no FFN weights line in the device's ledger; one layer's: there is.
+  EXPECT_FALSE(has(stderr_of(base + " --device sim -ngl 99 -cmoe").output, "FFN weights"));
+  EXPECT_TRUE(has(stderr_of(base + " --device sim -ngl 99 -ncmoe 1").output, "FFN weights"));
+  auto warn = run_command(base + " --cpu-moe");
+  EXPECT_EQ(warn.exit_code, 0) << warn.output;
+  EXPECT_TRUE(has(warn.output, "every expert runs on cpu already")) << warn.output;
+  auto bad = run_command(base + " --n-cpu-moe -1");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_TRUE(has(bad.output, "--n-cpu-moe must be >= 0")) << bad.output;
+}
+
 TEST(LlamaFlags, FlashAttentionIsANoOpWithANote) {
   const std::string ref = text_of(run_base());
   // -fa must not read a file named 'a', and must not swallow the next flag.

@@ -25,7 +25,8 @@ constexpr Spelling kRenamed[] = {
     {"-ngl", "--n-gpu-layers"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
     {"-np", "--np"},           {"-npp", "--npp"},          {"-ntg", "--ntg"},
     {"-npl", "--npl"},         {"-pps", "--pps"},          {"-cnv", "--cnv"},
-    {"-sys", "--sys"},         {"-jf", "--json-schema-file"},
+    {"-sys", "--sys"},         {"-jf", "--json-schema-file"}, {"-cmoe", "--cpu-moe"},
+    {"-ncmoe", "--n-cpu-moe"},
 };
 
 // llama.cpp flags with no counterpart here, refused by name with what they do there.
@@ -46,8 +47,6 @@ constexpr Spelling kRefused[] = {
     {"-dev", "choose devices"},
     {"-ot", "override where tensors are placed"},
     {"-nkvo", "keep the KV cache off the GPU"},
-    {"-cmoe", "keep MoE weights on the CPU"},
-    {"-ncmoe", "keep MoE weights on the CPU"},
     {"-lcs", "lookup-decoding cache"},
     {"-lcd", "lookup-decoding cache"},
     {"-md", "speculative decoding draft model"},
@@ -88,6 +87,13 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
                   "for dense files, with --device sim|cuda; default: as many as --vram-budget "
                   "holds. PowerInfer files run sparse are placed by --vram-budget")
       ->each([&f](const std::string&) { f.ngl_given = true; });
+  sub->add_flag("--cpu-moe", f.cpu_moe,
+                "Mixtures of experts: keep every layer's router and experts on the CPU, the "
+                "rest of the placed layers (attention, norms, KV cache) on the device "
+                "(llama.cpp's --cpu-moe)");
+  sub->add_option("--n-cpu-moe", f.n_cpu_moe,
+                  "Mixtures of experts: keep the routers and experts of the first N layers on "
+                  "the CPU (llama.cpp's --n-cpu-moe)");
   sub->add_option("--vram-budget", f.vram_budget,
                   "Device memory to use, GiB (weights, KV cache, scratch, margin: every byte "
                   "counted), with --device sim|cuda; default: the device's free memory");
@@ -130,6 +136,8 @@ Status check_model_flags(const ModelFlags& f) {
       return err("%s %s: unknown KV cache type (supported: f16, q8_0, q4_0)", flag, v->c_str());
     }
   }
+  if (f.n_cpu_moe < 0)
+    return err("--n-cpu-moe must be >= 0 (got %lld)", static_cast<long long>(f.n_cpu_moe));
   if (f.n_gpu_layers < -1)
     return err("-ngl must be >= -1 (-1: all layers; got %lld)",
                static_cast<long long>(f.n_gpu_layers));
@@ -170,6 +178,9 @@ Status apply_hybrid_flags(const ModelFlags& f, SessionOptions& so) {
     if (f.ngl_given && f.n_gpu_layers != 0)
       log_warn("no GPU device selected (--device sim|cuda): -ngl ignored, running on %s",
                so.device.c_str());
+    if (f.cpu_moe || f.n_cpu_moe > 0)
+      log_warn("no GPU device selected (--device sim|cuda): every expert runs on %s already",
+               so.device.c_str());
     return Status::Ok();
   }
   so.vram_budget = *budget;
@@ -179,6 +190,7 @@ Status apply_hybrid_flags(const ModelFlags& f, SessionOptions& so) {
   so.disable_gpu_index = f.disable_gpu_index;
   if (f.ngl_given)
     so.n_gpu_layers = f.n_gpu_layers < 0 ? INT32_MAX : static_cast<int>(std::min<int64_t>(f.n_gpu_layers, INT32_MAX));
+  so.n_cpu_moe = f.cpu_moe ? INT32_MAX : static_cast<int>(std::min<int64_t>(f.n_cpu_moe, INT32_MAX));
   return Status::Ok();
 }
 

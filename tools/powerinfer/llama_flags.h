@@ -20,6 +20,10 @@ struct ModelFlags {
   // device that is not the host (--device sim|cuda); warned about otherwise.
   int64_t n_gpu_layers = 0;
   bool ngl_given = false;
+  // --cpu-moe / --n-cpu-moe N: mixture-of-experts layers whose router and experts stay on the
+  // CPU while the rest of the layer may go to the device (all of them / the first N).
+  bool cpu_moe = false;
+  int64_t n_cpu_moe = 0;
   // Hybrid execution (--device sim|cuda; SessionOptions): --vram-budget GiB (bench: a
   // comma-separated list, one row each), --stats FILE, --gpu-index FILE, --reset-gpu-index,
   // --disable-gpu-index.

@@ -121,7 +121,15 @@ void MoeFfn::route(int64_t il, const float* x, int64_t m) {
 
 void MoeFfn::before_attention(int64_t il, const float* x, int64_t m) { route(il, x, m); }
 
-void MoeFfn::expert(const FfnWeights& w, int64_t e, int64_t n, float* ye, LayerStats& st) {
+void MoeFfn::count_neurons(bool on) {
+  const HParams& hp = model_.hparams();
+  neuron_counts_.clear();
+  if (on && sparse_)
+    neuron_counts_.assign(static_cast<size_t>(hp.n_layer), std::vector<float>(static_cast<size_t>(hp.n_expert * hp.n_ff_exp)));
+}
+
+void MoeFfn::expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st) {
+  const FfnWeights& w = w_.layers[static_cast<size_t>(il)].ffn;
   const HParams& hp = model_.hparams();
   const int64_t n_ff = hp.n_ff_exp, n_exp = hp.n_expert;
   const float* xe = xe_.as<float>();
@@ -151,6 +159,10 @@ void MoeFfn::expert(const FfnWeights& w, int64_t e, int64_t n, float* ye, LayerS
     for (int64_t j = 0; j < n_ff; ++j)
       if (g[j] > 0.0f) idx_.push_back(static_cast<int32_t>(j));
     offsets_[static_cast<size_t>(r + 1)] = static_cast<int64_t>(idx_.size());
+  }
+  if (!neuron_counts_.empty()) {
+    float* c = neuron_counts_[static_cast<size_t>(il)].data() + e * n_ff;
+    for (int32_t j : idx_) c[j] += 1.0f;
   }
   rows_computed_ += idx_.size();
   rows_possible_ += static_cast<uint64_t>(n * n_ff);
@@ -237,7 +249,7 @@ void MoeFfn::run(int64_t il, const FfnInput& in, float* out) {
     const int64_t first = starts_[static_cast<size_t>(e)], n = starts_[static_cast<size_t>(e) + 1] - first;
     if (n == 0) continue;
     ops_.combine_rows(in.x, n_embd, tokens_.data() + first, nullptr, n, 1, xe_.as<float>());
-    expert(w, e, n, ye + first * n_embd, st);
+    expert(il, e, n, ye + first * n_embd, st);
   }
   ops_.combine_rows(ye, n_embd, comb_rows_.data(), comb_w_.data(), m, k, out);
 }

@@ -49,6 +49,11 @@ class MoeFfn final : public FfnStep {
   // in the order the tokens ran. For tests and routing statistics.
   void trace_routes(bool on) { trace_ = on; }
   const std::vector<std::vector<int32_t>>& routes() const { return routes_; }
+  void clear_routes() { routes_.clear(); }
+  // Counts, per layer, the tokens on which each neuron of each expert fired (a positive gate
+  // of a ReGLU expert run sparse; nothing otherwise): neuron_counts()[il][e * n_ff_exp + j].
+  void count_neurons(bool on);
+  const std::vector<std::vector<float>>& neuron_counts() const { return neuron_counts_; }
   // ReGLU experts (relu(gate) * up) compute the up rows and read the down rows of the neurons
   // whose gate is positive only: the rows each token computed, and all it could have, since
   // creation (both 0 for SwiGLU experts or a dense step).
@@ -71,7 +76,7 @@ class MoeFfn final : public FfnStep {
   // The router's choice for m tokens of layer il from its input x into ids_ / weights_.
   void route(int64_t il, const float* x, int64_t m);
   // Expert e's FFN of its n tokens (inputs xe_) into ye (f32 [n, n_embd]), counted in `st`.
-  void expert(const FfnWeights& w, int64_t e, int64_t n, float* ye, LayerStats& st);
+  void expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st);
   // The host's copy of device memory written by the ops submitted so far (a sync on a device
   // whose memory is not the host's).
   const float* on_host(const float* p, int64_t n, backend::Buffer& host);
@@ -106,6 +111,7 @@ class MoeFfn final : public FfnStep {
   std::vector<LayerStats> stats_;  // [n_layer]
   std::vector<uint8_t> row_seen_;  // [n_ff_exp] scratch: the union of a batch's rows
   bool trace_ = false;
+  std::vector<std::vector<float>> neuron_counts_;  // [n_layer][n_expert * n_ff_exp] when counting
   std::vector<std::vector<int32_t>> routes_;  // [n_layer][tokens * n_expert_used] while tracing
 };
 

@@ -15,6 +15,22 @@ namespace pi::sparse {
 namespace {
 
 std::string layer_tensor(int64_t l) { return "blk." + std::to_string(l) + ".activation_counts"; }
+std::string expert_tensor(int64_t l) { return "blk." + std::to_string(l) + ".expert_counts"; }
+std::string reuse_tensor(int64_t l) { return "blk." + std::to_string(l) + ".expert_reuse"; }
+
+// A 1-D f32 tensor of n values (n < 0: any length), or an error naming it.
+Result<std::vector<float>> read_f32(const gguf::File& f, const std::string& path, const std::string& name,
+                                    int64_t n) {
+  auto t = f.tensor(name);
+  if (!t.ok()) return t.error();
+  if (t->type() != DType::F32 || t->shape().rank != 1 || (n >= 0 && t->shape()[0] != n)) {
+    return err("%s: tensor '%s' must be 1-D f32%s", path.c_str(), name.c_str(),
+               n >= 0 ? (" of " + std::to_string(n) + " values").c_str() : "");
+  }
+  std::vector<float> v(static_cast<size_t>(t->shape()[0]));
+  std::memcpy(v.data(), t->data, v.size() * sizeof(float));
+  return v;
+}
 
 Status check_counts(const std::vector<float>& c, uint64_t n_tokens, const std::string& what,
                     int64_t layer) {
@@ -60,17 +76,46 @@ Result<ActivationStats> read_stats_file(const std::string& path) {
     if (!fp.ok()) return fp.error();
     s.model_fingerprint = *fp;
   }
-  s.counts.resize(static_cast<size_t>(*n_layer));
-  for (int64_t l = 0; l < *n_layer; ++l) {
-    auto t = f->tensor(layer_tensor(l));
-    if (!t.ok()) return t.error();
-    if (t->type() != DType::F32 || t->shape().rank != 1) {
-      return err("%s: tensor '%s' must be 1-D f32", path.c_str(), layer_tensor(l).c_str());
+  if (f->find("activation_stats.expert_count") != nullptr) {
+    auto n = f->get_int("activation_stats.expert_count");
+    auto k = f->get_int("activation_stats.expert_used_count");
+    auto pairs = f->get_int("activation_stats.expert_pairs");
+    if (!n.ok()) return n.error();
+    if (!k.ok()) return k.error();
+    if (!pairs.ok()) return pairs.error();
+    if (*n <= 0 || *n > 65536 || *k <= 0 || *k > *n || *pairs < 0) {
+      return err("%s: activation_stats.expert_count %lld, expert_used_count %lld, expert_pairs %lld: "
+                 "want 0 < used <= count <= 65536 and pairs >= 0",
+                 path.c_str(), static_cast<long long>(*n), static_cast<long long>(*k),
+                 static_cast<long long>(*pairs));
     }
-    auto& c = s.counts[static_cast<size_t>(l)];
-    c.resize(static_cast<size_t>(t->shape()[0]));
-    std::memcpy(c.data(), t->data, c.size() * sizeof(float));
-    PI_TRY(check_counts(c, s.n_tokens, path, l));
+    s.n_expert = *n;
+    s.n_expert_used = *k;
+    s.expert_pairs = static_cast<uint64_t>(*pairs);
+  }
+  s.counts.resize(static_cast<size_t>(*n_layer));
+  // A mixture of experts may have no neuron counts (experts that are not ReLU-family).
+  const bool neurons = !s.has_experts() || f->find_tensor(layer_tensor(0)) != nullptr;
+  for (int64_t l = 0; l < *n_layer; ++l) {
+    if (neurons) {
+      auto c = read_f32(*f, path, layer_tensor(l), -1);
+      if (!c.ok()) return c.error();
+      s.counts[static_cast<size_t>(l)] = std::move(*c);
+      PI_TRY(check_counts(s.counts[static_cast<size_t>(l)], s.n_tokens, path, l));
+    }
+    if (!s.has_experts()) continue;
+    auto e = read_f32(*f, path, expert_tensor(l), s.n_expert);
+    if (!e.ok()) return e.error();
+    PI_TRY(check_counts(*e, s.n_tokens, path, l));
+    s.expert_counts.push_back(std::move(*e));
+    auto r = read_f32(*f, path, reuse_tensor(l), 1);
+    if (!r.ok()) return r.error();
+    if (!std::isfinite((*r)[0]) || (*r)[0] < 0 || static_cast<double>((*r)[0]) > static_cast<double>(s.expert_pairs) * (1 + 1e-6)) {
+      return err("%s: layer %lld: expert reuse %g is not in [0, expert_pairs = %llu]", path.c_str(),
+                 static_cast<long long>(l), static_cast<double>((*r)[0]),
+                 static_cast<unsigned long long>(s.expert_pairs));
+    }
+    s.expert_reuse.push_back((*r)[0]);
   }
   return s;
 }
@@ -128,6 +173,40 @@ double ActivationStats::count_scale() const {
   return mx > 0 ? 1.0 / static_cast<double>(mx) : 0.0;
 }
 
+Status count_routes(ActivationStats& s, int64_t layer, std::span<const int32_t> ids) {
+  const int64_t k = s.n_expert_used;
+  auto& counts = s.expert_counts[static_cast<size_t>(layer)];
+  float& reuse = s.expert_reuse[static_cast<size_t>(layer)];
+  const auto n_tok = static_cast<int64_t>(ids.size()) / k;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = ids[static_cast<size_t>(t * k + j)];
+      if (e < 0 || e >= s.n_expert)
+        return err("layer %lld token %lld: expert id %d outside [0, %lld)", static_cast<long long>(layer),
+                   static_cast<long long>(t), e, static_cast<long long>(s.n_expert));
+      counts[static_cast<size_t>(e)] += 1.0f;
+      if (t == 0) continue;
+      const auto prev = ids.subspan(static_cast<size_t>((t - 1) * k), static_cast<size_t>(k));
+      if (std::find(prev.begin(), prev.end(), e) != prev.end()) reuse += 1.0f;
+    }
+  }
+  if (layer == 0 && n_tok > 1) s.expert_pairs += static_cast<uint64_t>((n_tok - 1) * k);
+  return Status::Ok();
+}
+
+std::vector<double> ActivationStats::expert_shares(int64_t layer) const {
+  const auto& c = expert_counts[static_cast<size_t>(layer)];
+  const double k = count_scale();
+  std::vector<double> f(c.size());
+  for (size_t i = 0; i < c.size(); ++i) f[i] = std::min(1.0, static_cast<double>(c[i]) * k);
+  return f;
+}
+
+double ActivationStats::reuse_rate(int64_t layer) const {
+  if (expert_pairs == 0) return 0.0;
+  return static_cast<double>(expert_reuse[static_cast<size_t>(layer)]) / static_cast<double>(expert_pairs);
+}
+
 std::vector<double> ActivationStats::frequencies(int64_t layer) const {
   const auto& c = counts[static_cast<size_t>(layer)];
   const double k = count_scale();
@@ -146,16 +225,45 @@ Status write_activation_stats(const std::string& path, const ActivationStats& s)
   if (!s.model_fingerprint.empty()) {
     PI_TRY(w.add_kv("activation_stats.model_fingerprint", gguf::Value(s.model_fingerprint)));
   }
-  for (int64_t l = 0; l < s.n_layer(); ++l) {
-    const auto& c = s.counts[static_cast<size_t>(l)];
-    if (c.empty()) return err("%s: layer %lld has no neurons", path.c_str(), static_cast<long long>(l));
-    PI_TRY(check_counts(c, s.n_tokens, path, l));
-    PI_TRY(w.add_tensor(layer_tensor(l), DType::F32, Shape{static_cast<int64_t>(c.size())}));
+  const auto n_layer = static_cast<size_t>(s.n_layer());
+  if (s.has_experts()) {
+    if (s.expert_counts.size() != n_layer || s.expert_reuse.size() != n_layer || s.n_expert_used <= 0 ||
+        s.n_expert_used > s.n_expert) {
+      return err("%s: expert statistics of %zu / %zu layers (want %zu), %lld of %lld experts per token",
+                 path.c_str(), s.expert_counts.size(), s.expert_reuse.size(), n_layer,
+                 static_cast<long long>(s.n_expert_used), static_cast<long long>(s.n_expert));
+    }
+    PI_TRY(w.add_kv("activation_stats.expert_count", gguf::Value(static_cast<uint32_t>(s.n_expert))));
+    PI_TRY(w.add_kv("activation_stats.expert_used_count", gguf::Value(static_cast<uint32_t>(s.n_expert_used))));
+    PI_TRY(w.add_kv("activation_stats.expert_pairs", gguf::Value(s.expert_pairs)));
+  }
+  // Neuron counts: every layer, or (a mixture of experts that are not ReLU-family) none.
+  const bool neurons = !s.has_experts() || !s.counts[0].empty();
+  std::vector<std::span<const float>> parts;
+  for (size_t l = 0; l < n_layer; ++l) {
+    const auto il = static_cast<int64_t>(l);
+    const auto& c = s.counts[l];
+    if (neurons) {
+      if (c.empty()) return err("%s: layer %lld has no neurons", path.c_str(), static_cast<long long>(il));
+      PI_TRY(check_counts(c, s.n_tokens, path, il));
+      PI_TRY(w.add_tensor(layer_tensor(il), DType::F32, Shape{static_cast<int64_t>(c.size())}));
+      parts.emplace_back(c);
+    } else if (!c.empty()) {
+      return err("%s: layer %lld has neuron counts, layer 0 none", path.c_str(), static_cast<long long>(il));
+    }
+    if (!s.has_experts()) continue;
+    const auto& e = s.expert_counts[l];
+    if (static_cast<int64_t>(e.size()) != s.n_expert)
+      return err("%s: layer %lld has %zu expert counts, want %lld", path.c_str(), static_cast<long long>(il),
+                 e.size(), static_cast<long long>(s.n_expert));
+    PI_TRY(check_counts(e, s.n_tokens, path, il));
+    PI_TRY(w.add_tensor(expert_tensor(il), DType::F32, Shape{s.n_expert}));
+    parts.emplace_back(e);
+    PI_TRY(w.add_tensor(reuse_tensor(il), DType::F32, Shape{int64_t{1}}));
+    parts.emplace_back(&s.expert_reuse[l], 1);
   }
   PI_TRY(w.begin(path));
-  for (int64_t l = 0; l < s.n_layer(); ++l) {
-    PI_TRY(w.write(std::as_bytes(std::span(s.counts[static_cast<size_t>(l)]))));
-  }
+  for (std::span<const float> p : parts) PI_TRY(w.write(std::as_bytes(p)));
   return w.finish();
 }
 

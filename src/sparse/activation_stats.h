@@ -10,7 +10,15 @@
 //       activation_stats.source       str   "profile", "synth", "pt", ...
 //       activation_stats.model_fingerprint  str (optional; model_fingerprint() of the model)
 //     and per layer N a tensor blk.N.activation_counts, f32 [n_ff]: tokens on which neuron i
-//     fired (fractional for expected counts);
+//     fired (fractional for expected counts). A mixture of experts' profile adds
+//       activation_stats.expert_count       u32  experts per layer
+//       activation_stats.expert_used_count  u32  experts per token
+//       activation_stats.expert_pairs       u64  (token, slot) pairs whose token had a previous
+//                                                token in its sequence
+//     and per layer blk.N.expert_counts f32 [n_expert] (tokens routed to each expert) and
+//     blk.N.expert_reuse f32 [1] (slots whose expert the previous token chose too); its
+//     activation_counts, present for ReLU-family (ReGLU) experts only, are [n_expert * n_ff_exp],
+//     expert by expert: tokens on which each expert's neuron fired (only tokens routed there);
 //   - a directory of activation_N.npy files (1-D float32/float64/int32/int64 arrays, as synth
 //     writes them beside its statistics file and numpy users make them): values all <= 1 are
 //     frequencies per token (n_tokens = 1), otherwise counts over unknown tokens (n_tokens = 0).
@@ -20,6 +28,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,9 +41,22 @@ inline constexpr const char* kStatsArch = "activation_stats";
 
 struct ActivationStats {
   uint64_t n_tokens = 0;                   // 0: unknown, counts are relative
-  std::vector<std::vector<float>> counts;  // [n_layer][n_ff] firing counts, >= 0
+  std::vector<std::vector<float>> counts;  // [n_layer][n_ff] firing counts, >= 0 (MoE: see above;
+                                           // empty rows when the experts are not ReLU-family)
   std::string source;
   std::string model_fingerprint;  // empty: not recorded
+  // Mixture of experts (n_expert > 0): routing per layer.
+  int64_t n_expert = 0, n_expert_used = 0;
+  uint64_t expert_pairs = 0;
+  std::vector<std::vector<float>> expert_counts;  // [n_layer][n_expert]
+  std::vector<float> expert_reuse;                // [n_layer]
+
+  bool has_experts() const { return n_expert > 0; }
+  // Share of tokens routed to each expert of `layer` (k / n_expert each when uniform).
+  std::vector<double> expert_shares(int64_t layer) const;
+  // Of the slots whose token had a predecessor, the fraction whose expert the predecessor
+  // chose too (k / n_expert for routing independent of the previous token); 0 when none.
+  double reuse_rate(int64_t layer) const;
 
   int64_t n_layer() const { return static_cast<int64_t>(counts.size()); }
   // Counts -> frequency per token: 1 / n_tokens, or when n_tokens is 0, 1 / (largest count),
@@ -44,6 +66,13 @@ struct ActivationStats {
   // Firing frequency per token of each neuron of `layer`, in [0, 1] up to rounding.
   std::vector<double> frequencies(int64_t layer) const;
 };
+
+// Counts one sequence's routing of layer `layer` into s.expert_counts / expert_reuse /
+// expert_pairs (sized by the caller: n_expert, n_expert_used, one row per layer): ids holds
+// consecutive tokens' experts, [tokens, n_expert_used] (MoeFfn::routes()); a slot is reused
+// when the token before it chose the same expert. Pairs are counted on layer 0's calls only.
+// Ids outside [0, n_expert) are an error naming them.
+Status count_routes(ActivationStats& s, int64_t layer, std::span<const int32_t> ids);
 
 // Writes `s` as our GGUF statistics file. Fails on an empty or ragged `counts`.
 Status write_activation_stats(const std::string& path, const ActivationStats& s);

@@ -173,20 +173,71 @@ TEST_F(PlanCli, ProfileCountsActivations) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
-// The neuron tools do not know experts yet: profile, plan and calibrate refuse an MoE file in
-// one line instead of measuring or placing the wrong thing.
-TEST_F(PlanCli, NeuronToolsRefuseMixtureOfExperts) {
+// The neuron tools do not place experts yet: plan and calibrate refuse an MoE file in one line
+// instead of placing the wrong thing. Profile measures routing (a SwiGLU mixture: expert
+// counts and reuse, no neuron counts).
+TEST_F(PlanCli, NeuronToolsRefuseMixtureOfExpertsAndProfileMeasuresRouting) {
   const std::string moe = dir_ + "/moe.gguf", text = dir_ + "/moe.txt";
   auto r = run_command(std::string(PI_PYTHON) + " " + PI_SOURCE_DIR +
                        "/tests/reference/make_tiny_model.py --arch qwen3moe --outtype q8_0 --seed 2 --out " + moe);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::ofstream(text) << "the beginning\n";
-  for (const std::string& cmd : {"profile -m " + moe + " -f " + text + " -o " + dir_ + "/moe.stats",
-                                 "plan -m " + moe + " --vram-budget 1",
+  std::ofstream(text) << "the beginning of the tokens, and then the end of them; and the beginning again\n";
+  for (const std::string& cmd : {"plan -m " + moe + " --vram-budget 1",
                                  "calibrate -m " + moe + " -f " + text + " -o " + dir_ + "/moe.cal.gguf"}) {
     r = run_command(kBin + "/powerinfer " + cmd);
     EXPECT_EQ(r.exit_code, 1) << cmd << "\n" << r.output;
     EXPECT_NE(r.output.find("mixture-of-experts models are not supported"), std::string::npos) << r.output;
+  }
+  r = run_command(kBin + "/powerinfer profile --no-progress -c 8 -m " + moe + " -f " + text + " -o " + dir_ + "/moe.stats");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("least chosen"), std::string::npos) << r.output;
+  auto s = pi::sparse::read_activation_stats(dir_ + "/moe.stats");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  ASSERT_TRUE(s->has_experts());
+  const auto n = static_cast<uint64_t>(s->n_tokens), k = static_cast<uint64_t>(s->n_expert_used);
+  EXPECT_EQ(s->expert_pairs, (n - (n + 7) / 8) * k);  // chunks of 8: each chunk's first token has no predecessor
+  for (int64_t l = 0; l < s->n_layer(); ++l) {
+    EXPECT_TRUE(s->counts[static_cast<size_t>(l)].empty()) << "SwiGLU experts have no neuron counts";
+    double sum = 0;
+    for (float c : s->expert_counts[static_cast<size_t>(l)]) sum += c;
+    EXPECT_EQ(sum, static_cast<double>(n * k)) << l;
+    EXPECT_LE(s->expert_reuse[static_cast<size_t>(l)], static_cast<float>(s->expert_pairs));
+  }
+}
+
+// The bundled trained MoE: the profile's routing agrees with what training measured on its own
+// validation text (routing_stats.json, PyTorch): each layer's most chosen expert, its share
+// within 5 points, reuse within 3 points; each expert neuron fires on at most the tokens routed
+// to its expert, and the fired share matches 1 - the measured sparsity within 3 points.
+TEST_F(PlanCli, ProfileOfTheBundledMoeAgreesWithTraining) {
+  const std::string dir = std::string(PI_SOURCE_DIR) + "/models/kjv-moe";
+  const std::string out = dir_ + "/kjv-moe.stats";
+  auto r = run_command(kBin + "/powerinfer profile --no-progress -c 256 --max-tokens 12000 -m " + dir +
+                       "/kjv-moe.gguf -f " + PI_SOURCE_DIR + "/models/kjv-relu/heldout.txt -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = pi::sparse::read_activation_stats(out);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  std::ifstream in(dir + "/routing_stats.json");
+  const nlohmann::json want = nlohmann::json::parse(in);
+  ASSERT_EQ(s->n_layer(), static_cast<int64_t>(want["layers"].size()));
+  for (int64_t l = 0; l < s->n_layer(); ++l) {
+    const nlohmann::json& L = want["layers"][static_cast<size_t>(l)];
+    const std::vector<double> share = s->expert_shares(l);
+    const std::vector<double> ref = L["share"].get<std::vector<double>>();
+    const auto top = std::max_element(share.begin(), share.end()) - share.begin();
+    EXPECT_EQ(top, std::max_element(ref.begin(), ref.end()) - ref.begin()) << "layer " << l;
+    EXPECT_NEAR(share[static_cast<size_t>(top)], ref[static_cast<size_t>(top)], 0.05) << "layer " << l;
+    EXPECT_NEAR(s->reuse_rate(l), L["reuse"].get<double>(), 0.03) << "layer " << l;
+    const auto& c = s->counts[static_cast<size_t>(l)];
+    ASSERT_EQ(static_cast<int64_t>(c.size()), s->n_expert * want["expert_ffn"].get<int64_t>());
+    const size_t n_ff = c.size() / static_cast<size_t>(s->n_expert);
+    double fired = 0, routed = 0;
+    for (size_t i = 0; i < c.size(); ++i) {
+      EXPECT_LE(c[i], s->expert_counts[static_cast<size_t>(l)][i / n_ff]);
+      fired += c[i];
+    }
+    for (float e : s->expert_counts[static_cast<size_t>(l)]) routed += e * static_cast<double>(n_ff);
+    EXPECT_NEAR(fired / routed, 1.0 - L["sparsity"].get<double>(), 0.03) << "layer " << l;
   }
 }
 

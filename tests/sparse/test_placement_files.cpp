@@ -143,6 +143,61 @@ TEST(ActivationStats, DamagedFilesFailClearly) {
   std::filesystem::remove_all(dir);
 }
 
+// Routing counted by hand: three tokens of one sequence, top 2 of 4, then a second sequence.
+TEST(ActivationStats, ExpertRoutesCountSharesAndReuse) {
+  ActivationStats s;
+  s.n_expert = 4;
+  s.n_expert_used = 2;
+  s.expert_counts.assign(2, std::vector<float>(4));
+  s.expert_reuse.assign(2, 0.0f);
+  s.counts.resize(2);
+  const std::vector<int32_t> seq1 = {0, 1, /**/ 1, 2, /**/ 2, 1};  // reuses: 1, then 2 and 1
+  const std::vector<int32_t> seq2 = {3, 0};                        // alone: no predecessor
+  for (int64_t l : {0, 1}) {
+    ASSERT_TRUE(count_routes(s, l, seq1).ok());
+    ASSERT_TRUE(count_routes(s, l, seq2).ok());
+  }
+  EXPECT_EQ(s.expert_counts[0], (std::vector<float>{2, 3, 2, 1}));
+  EXPECT_EQ(s.expert_reuse[0], 3.0f);
+  EXPECT_EQ(s.expert_pairs, 4u);  // tokens 2 and 3 of the first sequence, 2 slots each
+  s.n_tokens = 4;
+  EXPECT_DOUBLE_EQ(s.reuse_rate(1), 0.75);
+  EXPECT_DOUBLE_EQ(s.expert_shares(0)[1], 0.75);
+  const std::vector<int32_t> bad = {0, 4};
+  auto e = count_routes(s, 0, bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("expert id 4 outside [0, 4)"), std::string::npos) << e.error().message;
+
+  // The file keeps it, with neuron counts (ReGLU experts) and without (SwiGLU).
+  const std::string dir = temp_dir("experts");
+  for (bool neurons : {false, true}) {
+    s.counts.assign(2, neurons ? std::vector<float>(4 * 3, 1.0f) : std::vector<float>{});
+    const std::string path = dir + (neurons ? "/reglu.gguf" : "/swiglu.gguf");
+    ASSERT_TRUE(write_activation_stats(path, s).ok());
+    auto r = read_activation_stats(path);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->n_expert, 4);
+    EXPECT_EQ(r->n_expert_used, 2);
+    EXPECT_EQ(r->expert_pairs, 4u);
+    EXPECT_EQ(r->expert_counts, s.expert_counts);
+    EXPECT_EQ(r->expert_reuse, s.expert_reuse);
+    EXPECT_EQ(r->counts, s.counts);
+  }
+  // Reuse above the pairs counted, and a layer's expert counts of the wrong length.
+  ActivationStats over = s;
+  over.expert_reuse[1] = 5.0f;
+  ASSERT_TRUE(write_activation_stats(dir + "/over.gguf", over).ok());
+  auto r = read_activation_stats(dir + "/over.gguf");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("layer 1: expert reuse 5"), std::string::npos) << r.error().message;
+  ActivationStats ragged = s;
+  ragged.expert_counts[1].push_back(0.0f);
+  auto w = write_activation_stats(dir + "/ragged.gguf", ragged);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.error().message.find("layer 1 has 5 expert counts, want 4"), std::string::npos) << w.error().message;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ActivationStats, TorchFilesAskForConversion) {
   const std::string dir = temp_dir("pt");
   std::ofstream(dir + "/activation_0.pt") << "x";

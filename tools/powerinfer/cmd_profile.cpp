@@ -4,6 +4,10 @@
 // vocabulary adds one; per layer and neuron the tokens with a nonzero activation are counted
 // (sparse::ProfilingFfn) and written as the statistics file `powerinfer plan --stats` reads,
 // with the model's fingerprint. Progress goes to stderr, a per-layer summary to stdout.
+// A mixture of experts runs as it always does (ReGLU experts sparse: the positive gates are the
+// neurons that fire) and the statistics record, per layer, how often each expert is chosen,
+// how often a token reuses an expert of the token before it, and, for ReGLU experts, each
+// expert neuron's firing count.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -23,6 +27,7 @@
 #include "core/log.h"
 #include "core/progress.h"
 #include "model/model.h"
+#include "model/moe_ffn.h"
 #include "runtime/context.h"
 #include "sparse/activation_stats.h"
 #include "sparse/placement_model.h"
@@ -41,6 +46,34 @@ struct ProfileOptions {
   bool progress = true;
 };
 
+// Per layer: the least and most chosen experts' shares of the tokens (uniform: k / n), how
+// often a token reuses an expert of the token before it (chance: k / n), and the share of the
+// routed experts' neurons that fired.
+void print_expert_summary(const sparse::ActivationStats& s) {
+  const double uniform = static_cast<double>(s.n_expert_used) / static_cast<double>(s.n_expert);
+  std::printf("experts: %lld per layer, %lld per token (uniform share and chance reuse %.1f%%)\n",
+              static_cast<long long>(s.n_expert), static_cast<long long>(s.n_expert_used), 100.0 * uniform);
+  std::printf("layer  least chosen  most chosen  reuse  neurons fired\n");
+  for (int64_t l = 0; l < s.n_layer(); ++l) {
+    const std::vector<double> sh = s.expert_shares(l);
+    const auto [lo, hi] = std::minmax_element(sh.begin(), sh.end());
+    std::string fired = "-";
+    const auto& c = s.counts[static_cast<size_t>(l)];
+    if (!c.empty()) {
+      // Fired neurons over the neurons of the experts the tokens were routed to.
+      const int64_t n_ff_exp = static_cast<int64_t>(c.size()) / s.n_expert;
+      double on = 0, routed = 0;
+      for (float v : c) on += v;
+      for (float v : s.expert_counts[static_cast<size_t>(l)]) routed += static_cast<double>(v) * static_cast<double>(n_ff_exp);
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.1f%%", routed > 0 ? 100.0 * on / routed : 0.0);
+      fired = buf;
+    }
+    std::printf("%5lld  %11.1f%%  %10.1f%%  %4.1f%%  %13s\n", static_cast<long long>(l), 100.0 * *lo,
+                100.0 * *hi, 100.0 * s.reuse_rate(l), fired.c_str());
+  }
+}
+
 int run_profile(const ProfileOptions& o) {
   if (o.n_ctx < 2) return fail(err("-c must be >= 2 (got %lld)", static_cast<long long>(o.n_ctx)));
   if (o.n_batch < 1) return fail(err("-b must be >= 1 (got %lld)", static_cast<long long>(o.n_batch)));
@@ -50,10 +83,6 @@ int run_profile(const ProfileOptions& o) {
   auto model = model::Model::load(o.model);
   if (!model.ok()) return fail(model.error());
   const model::Model& m = **model;
-  if (m.hparams().is_moe())
-    return fail(err("%s: `powerinfer %s` works on dense FFN layers; mixture-of-experts models are not supported "
-                    "by it yet (they run with `powerinfer run`)",
-                    o.model.c_str(), "profile"));
   auto tok = Tokenizer::from_gguf(m.file());
   if (!tok.ok()) return fail(tok.error());
   std::vector<int32_t> tokens = tok->encode(*text, false, /*parse_special=*/false);
@@ -66,13 +95,28 @@ int run_profile(const ProfileOptions& o) {
   co.n_ctx = o.n_ctx;
   co.n_batch = std::min(o.n_batch, o.n_ctx);
   co.n_threads = o.n_threads > 0 ? o.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  co.dense = true;
+  const model::HParams& hp = m.hparams();
+  co.dense = !hp.is_moe();
   auto ctx = runtime::Context::create(m, co);
   if (!ctx.ok()) return fail(ctx.error());
-  auto step = sparse::ProfilingFfn::create(m, (*ctx)->weights(), (*ctx)->device(), co.n_batch);
-  if (!step.ok()) return fail(step.error());
-  sparse::ProfilingFfn* profiler = step->get();
-  (*ctx)->forward().set_ffn(std::move(*step));
+  sparse::ProfilingFfn* profiler = nullptr;
+  model::MoeFfn* moe = (*ctx)->moe_ffn();
+  sparse::ActivationStats moe_stats;
+  if (hp.is_moe()) {
+    if (moe == nullptr) return fail(err("%s: the context runs no mixture-of-experts step", o.model.c_str()));
+    moe->trace_routes(true);
+    moe->count_neurons(true);
+    moe_stats.source = "profile";
+    moe_stats.n_expert = hp.n_expert;
+    moe_stats.n_expert_used = hp.n_expert_used;
+    moe_stats.expert_counts.assign(static_cast<size_t>(hp.n_layer), std::vector<float>(static_cast<size_t>(hp.n_expert)));
+    moe_stats.expert_reuse.assign(static_cast<size_t>(hp.n_layer), 0.0f);
+  } else {
+    auto step = sparse::ProfilingFfn::create(m, (*ctx)->weights(), (*ctx)->device(), co.n_batch);
+    if (!step.ok()) return fail(step.error());
+    profiler = step->get();
+    (*ctx)->forward().set_ffn(std::move(*step));
+  }
 
   // Chunks of n_ctx tokens, the first of each replaced by BOS when the vocabulary adds one.
   const bool bos = tok->add_bos() && tok->bos() >= 0;
@@ -87,15 +131,34 @@ int run_profile(const ProfileOptions& o) {
     if (bos) piece[0] = tok->bos();
     if (Status s = (*ctx)->truncate(0); !s.ok()) return fail(s.error());
     if (Status s = (*ctx)->decode(piece); !s.ok()) return fail(s.error());
+    if (moe != nullptr) {
+      // Each chunk is one sequence from its first token.
+      for (int64_t il = 0; il < hp.n_layer; ++il)
+        if (Status s = sparse::count_routes(moe_stats, il, moe->routes()[static_cast<size_t>(il)]); !s.ok())
+          return fail(s.error());
+      moe->clear_routes();
+      moe_stats.n_tokens += piece.size();
+    }
     if (o.progress) bar.update(at + piece.size());
   }
   bar.finish();
 
-  sparse::ActivationStats stats = profiler->stats();
+  sparse::ActivationStats stats;
+  if (moe != nullptr) {
+    stats = std::move(moe_stats);
+    stats.counts = moe->neuron_counts();
+    stats.counts.resize(static_cast<size_t>(hp.n_layer));  // empty rows: no neuron counts
+  } else {
+    stats = profiler->stats();
+  }
   stats.model_fingerprint = sparse::model_fingerprint(m.file());
   if (Status s = sparse::write_activation_stats(o.output, stats); !s.ok()) return fail(s.error());
   std::printf("profiled %llu tokens of %s; wrote %s\n",
               static_cast<unsigned long long>(stats.n_tokens), o.text_file.c_str(), o.output.c_str());
+  if (stats.has_experts()) {
+    print_expert_summary(stats);
+    return 0;
+  }
   std::printf("layer  activity  top-20%% share\n");
   for (int64_t l = 0; l < stats.n_layer(); ++l) {
     std::vector<double> f = stats.frequencies(l);

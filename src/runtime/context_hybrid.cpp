@@ -58,7 +58,7 @@ Result<model::PlacedWeights> place_planned(backend::Device& dev, const model::Mo
   };
   for (int64_t il = 0; il < m.hparams().n_layer; ++il) {
     if (h.plan.layers[sz(il)].dense_on_device)
-      model::each_dense_view(p.weights.layers[sz(il)], h.ffn_on_device(m.hparams(), il), each, each);
+      model::each_dense_view(p.weights.layers[sz(il)], h.ffn_on_device(il), each, each);
   }
   if (h.plan.head_on_device) model::each_head_view(p.weights, each, each);
   if (!st.ok()) return st.error();
@@ -193,7 +193,7 @@ Status Context::build_hybrid_forward() {
     bool device_ffn = false, bridged = false;
     for (int64_t il = 0; il < hp.n_layer; ++il) {
       if (h.lanes.layers[sz(il)] != kDeviceLane) continue;
-      if (h.ffn_on_device(hp, il)) {
+      if (h.ffn_on_device(il)) {
         device_ffn = true;
       } else {
         step_of[sz(il)] = kBridgeStep;

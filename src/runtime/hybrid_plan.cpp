@@ -88,9 +88,9 @@ sparse::ScratchBytes lane_scratch(const model::HParams& hp, const ContextOptions
 
 }  // namespace
 
-bool HybridSetup::ffn_on_device(const model::HParams& hp, int64_t il) const {
+bool HybridSetup::ffn_on_device(int64_t il) const {
   return plan.layers[static_cast<size_t>(il)].dense_on_device && !split &&
-         !sparse::experts_on_cpu(hp, il, n_cpu_moe);
+         !sparse::ffn_kept_on_cpu(ffn_on_cpu, il);
 }
 
 bool HybridSetup::uses_device() const {
@@ -120,7 +120,8 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
   HybridSetup out;
   out.budget = budget;
   out.split = runs_sparse(m, o);
-  out.n_cpu_moe = o.n_cpu_moe;
+  if (hp.is_moe())
+    for (int64_t il = 0; il < hp.n_layer; ++il) out.ffn_on_cpu.push_back(il < o.n_cpu_moe);
   const uint64_t margin = dev.runtime_margin();
   if (budget < margin) {
     return err("--vram-budget: %s is less than the %s device %s keeps for its runtime",
@@ -149,7 +150,7 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
   req.n_outputs = logit_rows(o);
   req.granularity = o.granularity;
   req.split = out.split;
-  req.n_cpu_moe = o.n_cpu_moe;
+  req.ffn_on_cpu = out.ffn_on_cpu;
   req.allow_neurons = !o.disable_gpu_index && can.neurons;
   req.allow_missing_stats = true;
   req.footprint = [&dev](uint64_t n) { return dev.alloc_footprint(n); };
@@ -243,7 +244,7 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
     if (!out.plan.layers[sz(il)].dense_on_device) continue;
     const model::LayerWeights& L = w.layers[sz(il)];
     model::each_dense_view(
-        L, out.ffn_on_device(hp, il), [&](const model::Matrix& t) { out.ledger.add(line_of(t, L), t.nbytes()); },
+        L, out.ffn_on_device(il), [&](const model::Matrix& t) { out.ledger.add(line_of(t, L), t.nbytes()); },
         [&](const model::Vector& v) { out.ledger.add("norms and biases", v.nbytes()); });
     out.ledger.add("KV cache", sparse::kv_layer_bytes(hp, o.n_ctx, o.kv_types.k, o.kv_types.v));
   }
@@ -258,7 +259,7 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
     for (const sparse::DeviceAlloc& a : *allocs) out.ledger.add(a.what, a.bytes);
   } else {
     bool ffn = false;
-    for (int64_t il = 0; il < hp.n_layer; ++il) ffn = ffn || out.ffn_on_device(hp, il);
+    for (int64_t il = 0; il < hp.n_layer; ++il) ffn = ffn || out.ffn_on_device(il);
     if (ffn) out.ledger.add_all("FFN scratch", model::ffn_device_allocations(hp, o.n_batch));
   }
   PI_TRY(out.ledger.check(path + ": the placement"));

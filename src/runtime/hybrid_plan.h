@@ -51,13 +51,13 @@ struct HybridSetup {
   std::vector<LayerBytes> layer_bytes;
   double head_bytes = 0;
 
-  int64_t n_cpu_moe = 0;  // ContextOptions::n_cpu_moe
+  std::vector<bool> ffn_on_cpu;  // per layer: its FFN group stays on the CPU (PlacementRequest)
 
   // Whether anything at all runs on the device.
   bool uses_device() const;
   // Whether layer il's FFN weights are on the device: a whole layer placed there (no neuron
   // split) whose experts do not stay on the CPU.
-  bool ffn_on_device(const model::HParams& hp, int64_t il) const;
+  bool ffn_on_device(int64_t il) const;
 };
 
 // The device lane's roles in Forward's terms (StepBuffers::Role); 0: no device lane.

@@ -96,7 +96,7 @@ Result<PlacementProblem> placement_problem(const model::Model& m, const Activati
     const model::FfnWeights& f = w.layers[l].ffn;
     LayerCost& L = p.layers[l];
     Bytes b;
-    const bool with_ffn = !split && !experts_on_cpu(hp, static_cast<int64_t>(l), req.n_cpu_moe);
+    const bool with_ffn = !split && !ffn_kept_on_cpu(req.ffn_on_cpu, static_cast<int64_t>(l));
     model::each_dense_view(
         w.layers[l], with_ffn, [&](const model::Matrix& m) { b.add(m.nbytes(), fp); },
         [&](const model::Vector& v) { b.add(v.nbytes(), fp); });

@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "gguf/reader.h"
@@ -46,15 +47,14 @@ struct PlacementRequest {
   // failing. The dense blocks go first (they save a byte per byte), then any neurons (each is
   // as good as another without statistics: the lowest ids, deterministically).
   bool allow_missing_stats = false;
-  // Mixtures of experts: the FFN (router and experts) of the first n_cpu_moe layers stays on
-  // the CPU whatever else of those layers is placed (llama.cpp's --n-cpu-moe N; --cpu-moe:
-  // every layer).
-  int64_t n_cpu_moe = 0;
+  // Per layer (empty: none): its FFN group (a mixture's router and experts) stays on the CPU
+  // whatever else of the layer is placed (llama.cpp's --cpu-moe, --n-cpu-moe N, -ot ...=CPU).
+  std::vector<bool> ffn_on_cpu;
 };
 
-// Whether layer il's experts stay on the CPU under `n_cpu_moe` (PlacementRequest).
-inline bool experts_on_cpu(const model::HParams& hp, int64_t il, int64_t n_cpu_moe) {
-  return hp.is_moe() && il < n_cpu_moe;
+// Whether `mask` (PlacementRequest::ffn_on_cpu) keeps layer il's FFN on the CPU.
+inline bool ffn_kept_on_cpu(const std::vector<bool>& mask, int64_t il) {
+  return il < static_cast<int64_t>(mask.size()) && mask[static_cast<size_t>(il)];
 }
 
 // The firing frequency assumed for every neuron when there are no statistics: the activity

@@ -57,6 +57,11 @@ struct ContextOptions {
   // Mixtures of experts: the router and experts of the first n_cpu_moe layers stay on the CPU
   // even in layers placed on the device (llama.cpp's --n-cpu-moe; --cpu-moe: INT32_MAX).
   int n_cpu_moe = 0;
+  // llama.cpp's -ot/--override-tensor, "REGEX=TARGET" each (a comma-separated list in one
+  // string also works); the first pattern that finds a tensor's name decides: a layer any of
+  // whose FFN matrices go to CPU keeps its whole FFN group on the CPU; another target is the
+  // device (placed by -ngl / the budget); CPU for a non-FFN matrix is an error.
+  std::vector<std::string> tensor_overrides;
   std::string gpu_index_path;     // empty: <model>.generated.gpuidx
   bool reset_gpu_index = false;   // solve again even when the index matches
   bool disable_gpu_index = false; // every FFN neuron on the CPU; no index read or written

@@ -172,6 +172,7 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.stats_path = o.activation_stats;
   co.n_gpu_layers = o.n_gpu_layers;
   co.n_cpu_moe = o.n_cpu_moe;
+  co.tensor_overrides = o.tensor_overrides;
   co.gpu_index_path = o.gpu_index;
   co.reset_gpu_index = o.reset_gpu_index;
   co.disable_gpu_index = o.disable_gpu_index;

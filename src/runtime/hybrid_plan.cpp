@@ -1,7 +1,9 @@
 #include "runtime/hybrid_plan.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
+#include <regex>
 
 #include "core/log.h"
 #include "model/ffn.h"
@@ -88,6 +90,80 @@ sparse::ScratchBytes lane_scratch(const model::HParams& hp, const ContextOptions
 
 }  // namespace
 
+Result<std::vector<bool>> ffn_on_cpu_layers(const model::Model& m, const ContextOptions& o, bool split) {
+  const model::HParams& hp = m.hparams();
+  std::vector<bool> kept(static_cast<size_t>(hp.n_layer), false);
+  if (hp.is_moe())
+    for (int64_t il = 0; il < hp.n_layer; ++il) kept[static_cast<size_t>(il)] = il < o.n_cpu_moe;
+  // "A=CPU,B=CPU" in one string is llama.cpp's spelling too.
+  std::vector<std::string> specs;
+  for (const std::string& s : o.tensor_overrides) {
+    size_t at = 0;
+    while (at <= s.size()) {
+      const size_t comma = s.find(',', at);
+      const std::string part = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+      if (!part.empty()) specs.push_back(part);
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+  }
+  if (!specs.empty() && split) {
+    return err("-ot: a PowerInfer file run sparse places its FFN neuron by neuron (--vram-budget); "
+               "--disable-gpu-index keeps every FFN neuron on the CPU");
+  }
+  // llama.cpp's rule: a tensor goes where the first pattern that finds it says. CPU keeps it
+  // on the CPU; any other target (CUDA0, ...) names the device, which takes what -ngl or
+  // --vram-budget give it.
+  struct Rule {
+    std::string spec;
+    std::regex re;
+    bool cpu = false;
+    bool found = false;
+  };
+  std::vector<Rule> rules;
+  for (const std::string& spec : specs) {
+    const size_t eq = spec.rfind('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+      return err("-ot '%s': expected PATTERN=TARGET (TARGET: CPU, or the device)", spec.c_str());
+    const std::string pattern = spec.substr(0, eq), target = spec.substr(eq + 1);
+    std::string upper = target;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    Rule r;
+    r.spec = spec;
+    r.cpu = upper.rfind("CPU", 0) == 0;
+    try {
+      r.re = std::regex(pattern);
+    } catch (const std::regex_error& e) {
+      return err("-ot '%s': '%s' is not a regular expression: %s", spec.c_str(), pattern.c_str(), e.what());
+    }
+    if (!r.cpu)
+      log_info("-ot '%s': %s is the device here: what the pattern finds goes where -ngl or --vram-budget put it",
+               spec.c_str(), target.c_str());
+    rules.push_back(std::move(r));
+  }
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    Status st = Status::Ok();
+    model::each_layer_matrix(m.weights().layers[static_cast<size_t>(il)],
+                             [&](const model::LayerTensor& t, const model::Matrix& x) {
+                               if (!x.present() || !st.ok()) return;
+                               for (Rule& r : rules) {
+                                 if (!std::regex_search(x.name, r.re)) continue;
+                                 r.found = true;
+                                 if (r.cpu && t.group == model::Group::Ffn) kept[static_cast<size_t>(il)] = true;
+                                 if (r.cpu && t.group != model::Group::Ffn)
+                                   st = err("-ot '%s' finds %s: only a layer's FFN matrices (a mixture's router "
+                                            "and experts) can be kept on the CPU here (-ngl places whole layers)",
+                                            r.spec.c_str(), x.name.c_str());
+                                 break;  // the first pattern that finds it decides
+                               }
+                             });
+    if (!st.ok()) return st.error();
+  }
+  for (const Rule& r : rules)
+    if (!r.found) log_warn("-ot '%s': the pattern finds no tensor of %s", r.spec.c_str(), m.file().path().c_str());
+  return kept;
+}
+
 bool HybridSetup::ffn_on_device(int64_t il) const {
   return plan.layers[static_cast<size_t>(il)].dense_on_device && !split &&
          !sparse::ffn_kept_on_cpu(ffn_on_cpu, il);
@@ -120,8 +196,9 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
   HybridSetup out;
   out.budget = budget;
   out.split = runs_sparse(m, o);
-  if (hp.is_moe())
-    for (int64_t il = 0; il < hp.n_layer; ++il) out.ffn_on_cpu.push_back(il < o.n_cpu_moe);
+  auto kept = ffn_on_cpu_layers(m, o, out.split);
+  if (!kept.ok()) return kept.error();
+  out.ffn_on_cpu = std::move(*kept);
   const uint64_t margin = dev.runtime_margin();
   if (budget < margin) {
     return err("--vram-budget: %s is less than the %s device %s keeps for its runtime",

@@ -63,6 +63,10 @@ struct HybridSetup {
 // The device lane's roles in Forward's terms (StepBuffers::Role); 0: no device lane.
 unsigned device_lane_roles(const model::LanePlan& lanes);
 
+// The layers whose FFN group stays on the CPU under o.n_cpu_moe (mixtures of experts) and
+// o.tensor_overrides (-ot REGEX=CPU); errors name the override at fault.
+Result<std::vector<bool>> ffn_on_cpu_layers(const model::Model& m, const ContextOptions& o, bool split);
+
 // `o` must be resolved (Context::create: n_ctx, n_batch); `dev` is not host-addressable;
 // `budget` is the device bytes the context may use (the runtime margin included).
 Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,

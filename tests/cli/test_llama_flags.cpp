@@ -92,6 +92,42 @@ TEST(LlamaFlags, CpuMoeKeepsTheExpertsOnTheCpu) {
   EXPECT_TRUE(has(bad.output, "--n-cpu-moe must be >= 0")) << bad.output;
 }
 
+// llama.cpp's -ot/--override-tensor REGEX=TARGET: the first pattern that finds a tensor
+// decides; CPU keeps a layer's FFN there (any model: a dense FFN too), another target is the
+// device; the same text as the CPU; patterns on attention, bad regexes refused by name.
+TEST(LlamaFlags, OverrideTensorKeepsFfnOnTheCpu) {
+  pi::testing::TinySpec spec = pi::testing::tiny_variant("qwen3moe", pi::DType::Q8_0, false, 2, false, 5);
+  spec.vocab = true;
+  const std::string path = pi::testing::temp_path("flags_ot_moe.gguf");
+  ASSERT_TRUE(pi::testing::write_tiny_model(spec, path).ok());
+  for (const std::string& m : {path, model()}) {
+    const std::string base = kPi + "run -m " + m + " -p 'the and' -n 6 --temp 0 --ignore-eos";
+    const std::string cpu = text_of(base);
+    for (const char* flags : {" -ot exps=CPU", " -ot 'ffn_(gate|up|down)=CPU'", " --override-tensor 'blk\\.0\\.ffn=CPU'",
+                              " -ot 'blk\\.0\\.=CUDA0,ffn=CPU'"}) {
+      auto r = run_command(base + " --device sim -ngl 99" + flags);
+      const bool dense_exps = m != path && std::string(flags) == " -ot exps=CPU";  // finds nothing: a warning
+      ASSERT_EQ(r.exit_code, 0) << m << flags << "\n" << r.output;
+      EXPECT_EQ(has(r.output, "finds no tensor"), dense_exps) << flags << "\n" << r.output;
+      EXPECT_EQ(text_of(base + " --device sim -ngl 99" + flags), cpu) << m << flags;
+    }
+    // Layer 0's FFN on the device, the others' on the CPU (first match wins), or all on the CPU.
+    EXPECT_TRUE(has(stderr_of(base + " --device sim -ngl 99 -ot 'blk\\.0\\.=CUDA0' -ot ffn=CPU").output, "FFN weights"));
+    EXPECT_FALSE(has(stderr_of(base + " --device sim -ngl 99 -ot ffn=CPU").output, "FFN weights"));
+  }
+  const std::string base = kPi + "run -m " + path + " -p 'the' -n 2 --device sim -ngl 99";
+  for (auto [flags, message] : {std::pair{" -ot attn_q=CPU", "-ot 'attn_q=CPU' finds blk.0.attn_q.weight"},
+                                {" -ot '[x=CPU'", "'[x' is not a regular expression"},
+                                {" -ot exps", "expected PATTERN=TARGET"}}) {
+    auto r = run_command(base + flags);
+    EXPECT_EQ(r.exit_code, 1) << flags << "\n" << r.output;
+    EXPECT_TRUE(has(r.output, message)) << flags << "\n" << r.output;
+  }
+  auto warn = run_command(kPi + "run -m " + path + " -p 'the' -n 2 -ot exps=CPU");
+  EXPECT_EQ(warn.exit_code, 0) << warn.output;
+  EXPECT_TRUE(has(warn.output, "-ot ignored")) << warn.output;
+}
+
 TEST(LlamaFlags, FlashAttentionIsANoOpWithANote) {
   const std::string ref = text_of(run_base());
   // -fa must not read a file named 'a', and must not swallow the next flag.

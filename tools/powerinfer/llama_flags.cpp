@@ -26,7 +26,7 @@ constexpr Spelling kRenamed[] = {
     {"-np", "--np"},           {"-npp", "--npp"},          {"-ntg", "--ntg"},
     {"-npl", "--npl"},         {"-pps", "--pps"},          {"-cnv", "--cnv"},
     {"-sys", "--sys"},         {"-jf", "--json-schema-file"}, {"-cmoe", "--cpu-moe"},
-    {"-ncmoe", "--n-cpu-moe"},
+    {"-ncmoe", "--n-cpu-moe"}, {"-ot", "--override-tensor"},
 };
 
 // llama.cpp flags with no counterpart here, refused by name with what they do there.
@@ -45,7 +45,6 @@ constexpr Spelling kRefused[] = {
     {"-ts", "split the model across GPUs"},
     {"-mg", "choose the main GPU"},
     {"-dev", "choose devices"},
-    {"-ot", "override where tensors are placed"},
     {"-nkvo", "keep the KV cache off the GPU"},
     {"-lcs", "lookup-decoding cache"},
     {"-lcd", "lookup-decoding cache"},
@@ -94,6 +93,10 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_option("--n-cpu-moe", f.n_cpu_moe,
                   "Mixtures of experts: keep the routers and experts of the first N layers on "
                   "the CPU (llama.cpp's --n-cpu-moe)");
+  sub->add_option("--override-tensor", f.override_tensor,
+                  "llama.cpp's -ot REGEX=CPU[,REGEX=CPU...] (repeatable): a layer whose FFN "
+                  "matrices the pattern finds in their names keeps its FFN (a mixture's router and "
+                  "experts) on the CPU, e.g. -ot exps=CPU or -ot 'blk\\.[0-9]\\.ffn_.*_exps=CPU'");
   sub->add_option("--vram-budget", f.vram_budget,
                   "Device memory to use, GiB (weights, KV cache, scratch, margin: every byte "
                   "counted), with --device sim|cuda; default: the device's free memory");
@@ -181,6 +184,9 @@ Status apply_hybrid_flags(const ModelFlags& f, SessionOptions& so) {
     if (f.cpu_moe || f.n_cpu_moe > 0)
       log_warn("no GPU device selected (--device sim|cuda): every expert runs on %s already",
                so.device.c_str());
+    if (!f.override_tensor.empty())
+      log_warn("no GPU device selected (--device sim|cuda): -ot ignored, every tensor is on %s",
+               so.device.c_str());
     return Status::Ok();
   }
   so.vram_budget = *budget;
@@ -190,6 +196,7 @@ Status apply_hybrid_flags(const ModelFlags& f, SessionOptions& so) {
   so.disable_gpu_index = f.disable_gpu_index;
   if (f.ngl_given)
     so.n_gpu_layers = f.n_gpu_layers < 0 ? INT32_MAX : static_cast<int>(std::min<int64_t>(f.n_gpu_layers, INT32_MAX));
+  so.tensor_overrides = f.override_tensor;
   so.n_cpu_moe = f.cpu_moe ? INT32_MAX : static_cast<int>(std::min<int64_t>(f.n_cpu_moe, INT32_MAX));
   return Status::Ok();
 }

@@ -24,6 +24,9 @@ struct ModelFlags {
   // CPU while the rest of the layer may go to the device (all of them / the first N).
   bool cpu_moe = false;
   int64_t n_cpu_moe = 0;
+  // -ot/--override-tensor REGEX=CPU[,...] (repeatable): layers whose FFN matrices match keep
+  // their FFN on the CPU.
+  std::vector<std::string> override_tensor;
   // Hybrid execution (--device sim|cuda; SessionOptions): --vram-budget GiB (bench: a
   // comma-separated list, one row each), --stats FILE, --gpu-index FILE, --reset-gpu-index,
   // --disable-gpu-index.

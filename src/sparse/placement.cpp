@@ -265,11 +265,12 @@ Result<PlacementPlan> evaluate_placement(const PlacementProblem& p, int64_t n_de
     out.device_bytes = (out.dense_on_device ? L.dense_bytes : 0) +
                        padded_rows(ids.size(), p.granularity) * L.neuron_bytes;
     out.cpu_bytes_per_token = (out.dense_on_device ? 0.0 : static_cast<double>(L.dense_read_bytes)) +
-                              cold * static_cast<double>(L.neuron_bytes);
+                              cold * static_cast<double>(L.neuron_bytes) + static_cast<double>(L.cpu_read_bytes);
     any_neurons = any_neurons || !ids.empty();
     bytes += out.device_bytes;
     cpu += out.cpu_bytes_per_token;
-    all_cpu += static_cast<double>(L.dense_read_bytes) + out.mass_total * static_cast<double>(L.neuron_bytes);
+    all_cpu += static_cast<double>(L.dense_read_bytes + L.cpu_read_bytes) +
+               out.mass_total * static_cast<double>(L.neuron_bytes);
   }
   plan.scratch_bytes = scratch_for(p, n_dense_layers > 0, head_on_device, any_neurons);
   plan.device_bytes = bytes + plan.scratch_bytes;

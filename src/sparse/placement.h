@@ -34,6 +34,8 @@ namespace pi::sparse {
 struct LayerCost {
   uint64_t dense_bytes = 0;       // device bytes of the layer's dense block
   uint64_t dense_read_bytes = 0;  // CPU bytes read per token while it stays on the CPU
+  uint64_t cpu_read_bytes = 0;    // CPU bytes read per token wherever the rest goes (an FFN
+                                  // kept on the CPU: --cpu-moe, -ot)
   bool split = true;              // false: no neuron split (dense GGUF: FFN in the dense block)
   uint64_t neuron_bytes = 0;      // one neuron's gate + up + down_t rows (split layers)
   std::vector<float> freq;        // [n_ff] firing frequency per token in [0, 1] (split layers)

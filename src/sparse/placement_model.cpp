@@ -62,8 +62,18 @@ Result<PlacementProblem> placement_problem(const model::Model& m, const Activati
   if (!preds.ok()) return preds.error();
   const auto fp = [&req](uint64_t n) { return req.footprint ? req.footprint(n) : n; };
   // Read bytes and device bytes of a group of tensors.
+  // A token reads n_expert_used of a stack's n_expert experts.
+  const auto read_of = [&hp](const model::Matrix& x) {
+    return x.stack > 1 ? x.nbytes() / static_cast<uint64_t>(x.stack) * static_cast<uint64_t>(hp.n_expert_used)
+                       : x.nbytes();
+  };
   struct Bytes {
     uint64_t read = 0, device = 0;
+    void add(uint64_t n, const std::function<uint64_t(uint64_t)>& f, uint64_t n_read) {
+      if (n == 0) return;
+      read += n_read;
+      device += f(n);
+    }
     void add(uint64_t n, const std::function<uint64_t(uint64_t)>& f) {
       if (n == 0) return;
       read += n;
@@ -98,8 +108,19 @@ Result<PlacementProblem> placement_problem(const model::Model& m, const Activati
     Bytes b;
     const bool with_ffn = !split && !ffn_kept_on_cpu(req.ffn_on_cpu, static_cast<int64_t>(l));
     model::each_dense_view(
-        w.layers[l], with_ffn, [&](const model::Matrix& m) { b.add(m.nbytes(), fp); },
+        w.layers[l], with_ffn, [&](const model::Matrix& m) { b.add(m.nbytes(), fp, read_of(m)); },
         [&](const model::Vector& v) { b.add(v.nbytes(), fp); });
+    if (!split && !with_ffn) {
+      // The FFN kept on the CPU: read there per token whatever the plan.
+      model::each_layer_tensor(
+          w.layers[l],
+          [&](const model::LayerTensor& t, const model::Matrix& m) {
+            if (m.present() && t.group == model::Group::Ffn) L.cpu_read_bytes += read_of(m);
+          },
+          [&](const model::LayerTensor& t, const model::Vector& v) {
+            if (v.present() && t.group == model::Group::Ffn) L.cpu_read_bytes += v.nbytes();
+          });
+    }
     if (!preds->empty()) {
       b.add((*preds)[l].fc1.nbytes(), fp);
       b.add((*preds)[l].fc2.nbytes(), fp);

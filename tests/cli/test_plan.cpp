@@ -173,21 +173,38 @@ TEST_F(PlanCli, ProfileCountsActivations) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
-// The neuron tools do not place experts yet: plan and calibrate refuse an MoE file in one line
-// instead of placing the wrong thing. Profile measures routing (a SwiGLU mixture: expert
-// counts and reuse, no neuron counts).
-TEST_F(PlanCli, NeuronToolsRefuseMixtureOfExpertsAndProfileMeasuresRouting) {
+// A mixture of experts: calibrate refuses it in one line; plan places whole layers, with the
+// experts --cpu-moe, --n-cpu-moe and -ot keep on the CPU; profile measures routing (a SwiGLU
+// mixture: expert counts and reuse, no neuron counts).
+TEST_F(PlanCli, MixtureOfExpertsPlanProfileAndCalibrate) {
   const std::string moe = dir_ + "/moe.gguf", text = dir_ + "/moe.txt";
   auto r = run_command(std::string(PI_PYTHON) + " " + PI_SOURCE_DIR +
                        "/tests/reference/make_tiny_model.py --arch qwen3moe --outtype q8_0 --seed 2 --out " + moe);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ofstream(text) << "the beginning of the tokens, and then the end of them; and the beginning again\n";
-  for (const std::string& cmd : {"plan -m " + moe + " --vram-budget 1",
-                                 "calibrate -m " + moe + " -f " + text + " -o " + dir_ + "/moe.cal.gguf"}) {
-    r = run_command(kBin + "/powerinfer " + cmd);
-    EXPECT_EQ(r.exit_code, 1) << cmd << "\n" << r.output;
-    EXPECT_NE(r.output.find("mixture-of-experts models are not supported"), std::string::npos) << r.output;
-  }
+  r = run_command(kBin + "/powerinfer calibrate -m " + moe + " -f " + text + " -o " + dir_ + "/moe.cal.gguf");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("mixture-of-experts models are not supported"), std::string::npos) << r.output;
+  // plan places whole layers; the experts kept on the CPU leave the device's share and stay
+  // in the CPU's bytes per token (a token reads k of the n experts).
+  const auto plan_json = [&](const std::string& flags) {
+    auto p = run_command("(" + kBin + "/powerinfer plan --json --no-write-index --vram-budget 1 -m " + moe + flags +
+                         " 2>/dev/null)");
+    EXPECT_EQ(p.exit_code, 0) << flags << "\n" << p.output;
+    return nlohmann::json::parse(p.output, nullptr, false);
+  };
+  const nlohmann::json all = plan_json(""), kept = plan_json(" --cpu-moe"), one = plan_json(" --n-cpu-moe 1"),
+                       ot = plan_json(" --override-tensor exps=CPU");
+  ASSERT_FALSE(all.is_discarded() || kept.is_discarded() || one.is_discarded() || ot.is_discarded());
+  EXPECT_EQ(all["cpu_bytes_per_token"].get<double>(), 0.0);  // everything fits on the device
+  EXPECT_GT(kept["cpu_bytes_per_token"].get<double>(), one["cpu_bytes_per_token"].get<double>());
+  EXPECT_GT(one["cpu_bytes_per_token"].get<double>(), 0.0);
+  EXPECT_LT(kept["device_bytes"].get<double>(), one["device_bytes"].get<double>());
+  EXPECT_LT(one["device_bytes"].get<double>(), all["device_bytes"].get<double>());
+  EXPECT_EQ(ot["device_bytes"], kept["device_bytes"]);
+  EXPECT_EQ(ot["cpu_bytes_per_token"], kept["cpu_bytes_per_token"]);
+  // All on the CPU: the experts count k / n of their bytes per token.
+  EXPECT_LT(kept["cpu_bytes_per_token"].get<double>(), kept["cpu_bytes_all_cpu"].get<double>());
   r = run_command(kBin + "/powerinfer profile --no-progress -c 8 -m " + moe + " -f " + text + " -o " + dir_ + "/moe.stats");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("least chosen"), std::string::npos) << r.output;

@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <sys/wait.h>
@@ -21,12 +22,14 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "cli_checks.h"
 #include "commands.h"
 #include "core/log.h"
 #include "model/model.h"
 #include "runtime/context.h"
+#include "runtime/hybrid_plan.h"
 #include "runtime/kv_cache.h"
 #include "sparse/activation_stats.h"
 #include "sparse/gpu_index.h"
@@ -52,6 +55,9 @@ struct PlanOptions {
   bool no_write = false;
   int sweep = 0;
   std::string plot;
+  bool cpu_moe = false;  // --cpu-moe, --n-cpu-moe N, -ot REGEX=CPU: FFNs kept on the CPU
+  int64_t n_cpu_moe = 0;
+  std::vector<std::string> override_tensor;
 };
 
 double mib(double bytes) { return bytes / 1048576.0; }
@@ -182,10 +188,7 @@ int run_plan(const PlanOptions& o) {
   auto model = model::Model::load(o.model);
   if (!model.ok()) return fail(model.error());
   const model::Model& m = **model;
-  if (m.hparams().is_moe())
-    return fail(err("%s: `powerinfer %s` works on dense FFN layers; mixture-of-experts models are not supported "
-                    "by it yet (they run with `powerinfer run`)",
-                    o.model.c_str(), "plan"));
+  if (o.n_cpu_moe < 0) return fail(err("--n-cpu-moe must be >= 0 (got %lld)", static_cast<long long>(o.n_cpu_moe)));
   if (Status s = runtime::check_kv_types(m.hparams(), kv); !s.ok()) return fail(s.error());
   std::optional<sparse::ActivationStats> stats;
   if (!o.stats.empty()) {
@@ -209,6 +212,14 @@ int run_plan(const PlanOptions& o) {
   req.kv_type_v = kv.v;
   req.granularity = o.granularity;
   req.allow_neurons = !o.disable_index;
+  {
+    runtime::ContextOptions co;
+    co.n_cpu_moe = o.cpu_moe ? INT32_MAX : static_cast<int>(std::min<int64_t>(o.n_cpu_moe, INT32_MAX));
+    co.tensor_overrides = o.override_tensor;
+    auto kept = runtime::ffn_on_cpu_layers(m, co, m.hparams().powerinfer);
+    if (!kept.ok()) return fail(kept.error());
+    req.ffn_on_cpu = std::move(*kept);
+  }
   auto problem = sparse::placement_problem(m, stats ? &*stats : nullptr, req);
   if (!problem.ok()) return fail(problem.error());
 
@@ -269,6 +280,10 @@ Runner add_plan(CLI::App& app) {
   sub->add_flag("--disable-gpu-index", o->disable_index, "No FFN split: every neuron on the CPU; no index");
   sub->add_flag("--no-write-index", o->no_write, "Do not write the index after solving");
   sub->add_flag("--json", o->json, "JSON output");
+  sub->add_flag("--cpu-moe", o->cpu_moe, "Mixtures of experts: every layer's router and experts stay on the CPU");
+  sub->add_option("--n-cpu-moe", o->n_cpu_moe, "Mixtures of experts: the first N layers' routers and experts stay on the CPU");
+  sub->add_option("--override-tensor", o->override_tensor,
+                  "llama.cpp's -ot REGEX=CPU: layers whose FFN matrices match keep their FFN on the CPU");
   sub->add_option("--sweep", o->sweep, "With --json: mass covered at N budgets from 0 to all");
   sub->add_option("--plot", o->plot,
                   "Draw mass covered and CPU bytes against the budget to this PNG (python3 + matplotlib)");

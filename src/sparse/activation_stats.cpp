@@ -194,12 +194,15 @@ Status count_routes(ActivationStats& s, int64_t layer, std::span<const int32_t> 
   return Status::Ok();
 }
 
-std::vector<double> ActivationStats::expert_shares(int64_t layer) const {
-  const auto& c = expert_counts[static_cast<size_t>(layer)];
+std::vector<double> ActivationStats::per_token(const std::vector<float>& c) const {
   const double k = count_scale();
   std::vector<double> f(c.size());
   for (size_t i = 0; i < c.size(); ++i) f[i] = std::min(1.0, static_cast<double>(c[i]) * k);
   return f;
+}
+
+std::vector<double> ActivationStats::expert_shares(int64_t layer) const {
+  return per_token(expert_counts[static_cast<size_t>(layer)]);
 }
 
 double ActivationStats::reuse_rate(int64_t layer) const {
@@ -208,11 +211,7 @@ double ActivationStats::reuse_rate(int64_t layer) const {
 }
 
 std::vector<double> ActivationStats::frequencies(int64_t layer) const {
-  const auto& c = counts[static_cast<size_t>(layer)];
-  const double k = count_scale();
-  std::vector<double> f(c.size());
-  for (size_t i = 0; i < c.size(); ++i) f[i] = std::min(1.0, static_cast<double>(c[i]) * k);
-  return f;
+  return per_token(counts[static_cast<size_t>(layer)]);
 }
 
 Status write_activation_stats(const std::string& path, const ActivationStats& s) {

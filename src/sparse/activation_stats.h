@@ -65,6 +65,8 @@ struct ActivationStats {
   double count_scale() const;
   // Firing frequency per token of each neuron of `layer`, in [0, 1] up to rounding.
   std::vector<double> frequencies(int64_t layer) const;
+  // Counts of `c` as frequencies per token (count_scale), at most 1.
+  std::vector<double> per_token(const std::vector<float>& c) const;
 };
 
 // Counts one sequence's routing of layer `layer` into s.expert_counts / expert_reuse /

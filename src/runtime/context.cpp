@@ -197,6 +197,7 @@ Status Context::build_forward() {
     auto moe = model::MoeFfn::create(model_, weights(), *dev_, opts_.n_batch, opts_.dense);
     if (!moe.ok()) return moe.error();
     moe_ = moe->get();
+    moe_all_ = {moe_};
     ffn = std::move(*moe);
   }
   auto f = model::Forward::create(model_, weights(), *dev_, fo, std::move(ffn));

@@ -110,8 +110,11 @@ class Context {
   // Hybrid contexts: the plan, the ledger and the FFN split; nullptr otherwise.
   const HybridSetup* hybrid() const { return hybrid_ ? &*hybrid_ : nullptr; }
   const sparse::HybridFfn* hybrid_ffn() const { return hybrid_ffn_; }
-  // The mixture-of-experts FFN step of a MoE model on the host, else nullptr.
+  // The mixture-of-experts FFN step of a MoE model on one device, else nullptr.
   model::MoeFfn* moe_ffn() const { return moe_; }
+  // Every mixture-of-experts FFN step (a hybrid context has one per lane that runs an FFN;
+  // each counts the layers it ran).
+  const std::vector<model::MoeFfn*>& moe_ffns() const { return moe_all_; }
   // The weights as the device sees them.
   const model::ModelWeights& weights() const { return weights_.weights; }
   const KvCache& cache() const { return cache_; }
@@ -166,6 +169,7 @@ class Context {
   std::unique_ptr<model::Forward> forward_;
   sparse::SparseFfn* sparse_ = nullptr;  // owned by forward_
   model::MoeFfn* moe_ = nullptr;         // owned by forward_
+  std::vector<model::MoeFfn*> moe_all_;  // owned by forward_
   sparse::Threshold threshold_;
   sparse::ThresholdFfn* threshold_ffn_ = nullptr;    // owned by forward_
   sparse::ThresholdProj* threshold_proj_ = nullptr;  // owned by forward_

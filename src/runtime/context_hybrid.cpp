@@ -206,6 +206,7 @@ Status Context::build_hybrid_forward() {
       auto d = model::make_ffn(model_, *lanes[sz(lane)].weights, *lanes[sz(lane)].dev, opts_.n_batch,
                                opts_.dense);
       if (!d.ok()) return d.error();
+      if (auto* moe = dynamic_cast<model::MoeFfn*>(d->get()); moe != nullptr) moe_all_.push_back(moe);
       steps[sz(lane)] = std::move(*d);
     }
     if (bridged) {

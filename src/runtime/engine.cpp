@@ -509,8 +509,10 @@ SparsityReport Session::sparsity() const {
   SparsityReport r;
   if (ctx_->threshold_ffn() != nullptr) add_site_reports(*ctx_, r);
   const model::Model& m = ctx_->model();
-  if (const model::MoeFfn* moe = ctx_->moe_ffn(); moe != nullptr && moe->sparse_experts()) {
-    // ReGLU experts: each token's chosen experts computed only where their gates fire.
+  const std::vector<model::MoeFfn*>& moes = ctx_->moe_ffns();
+  if (!moes.empty() && moes.front()->sparse_experts()) {
+    // ReGLU experts: each token's chosen experts computed only where their gates fire (each
+    // lane's step counts the layers it ran).
     r.sparse = true;
     r.threshold_source = "ReGLU experts";
     for (const model::LayerWeights& L : m.weights().layers) {
@@ -518,13 +520,16 @@ SparsityReport Session::sparsity() const {
         if (t.group == model::Group::Ffn) r.ffn_bytes_dense += model::token_bytes(m.hparams(), t, w);
       });
     }
-    for (const model::MoeFfn::LayerStats& s : moe->stats()) {
+    for (size_t il = 0; il < m.weights().layers.size(); ++il) {
       LayerSparsity l;
-      l.tokens = s.tokens;
       l.n_ff = m.hparams().n_expert_used * m.hparams().n_ff_exp;
-      l.predicted = s.rows_computed;
-      l.computed = s.rows_computed;
-      l.bytes = s.bytes;
+      for (const model::MoeFfn* moe : moes) {
+        const model::MoeFfn::LayerStats& s = moe->stats()[il];
+        l.tokens += s.tokens;
+        l.predicted += s.rows_computed;
+        l.computed += s.rows_computed;
+        l.bytes += s.bytes;
+      }
       r.layers.push_back(l);
     }
     return r;
@@ -614,7 +619,7 @@ std::vector<MemoryLine> Session::memory() const {
 
 void Session::reset_sparsity() {
   if (sparse::SparseFfn* ffn = ctx_->sparse_ffn(); ffn != nullptr) ffn->reset_stats();
-  if (model::MoeFfn* moe = ctx_->moe_ffn(); moe != nullptr) moe->reset_stats();
+  for (model::MoeFfn* moe : ctx_->moe_ffns()) moe->reset_stats();
   if (ctx_->threshold_ffn() != nullptr) ctx_->threshold_ffn()->reset_stats();
   if (ctx_->threshold_proj() != nullptr) ctx_->threshold_proj()->reset_stats();
 }

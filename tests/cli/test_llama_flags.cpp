@@ -87,6 +87,11 @@ TEST(LlamaFlags, CpuMoeKeepsTheExpertsOnTheCpu) {
   auto warn = run_command(base + " --cpu-moe");
   EXPECT_EQ(warn.exit_code, 0) << warn.output;
   EXPECT_TRUE(has(warn.output, "every expert runs on cpu already")) << warn.output;
+  // bench on a hybrid MoE run: the sparse ReGLU experts of the bundled model are counted over
+  // both lanes' steps (it refused to start: "did not start sparse").
+  auto bench = run_command(kPi + "bench -m " + std::string(PI_SOURCE_DIR) +
+                           "/models/kjv-moe/kjv-moe.gguf -p 8 -n 4 -r 1 -t 1 --device sim -ngl 99 --cpu-moe");
+  EXPECT_EQ(bench.exit_code, 0) << bench.output;
   auto bad = run_command(base + " --n-cpu-moe -1");
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
   EXPECT_TRUE(has(bad.output, "--n-cpu-moe must be >= 0")) << bad.output;

@@ -53,6 +53,14 @@ MoeFfn::MoeFfn(const Model& model, const ModelWeights& weights, backend::Device&
   sparse_ = !dense && hp.sparse_experts() && (host_ || down_t);
   stats_.resize(static_cast<size_t>(hp.n_layer));
   row_seen_.resize(static_cast<size_t>(hp.n_ff_exp));
+  slots_.resize(static_cast<size_t>(hp.n_layer));
+  n_stacked_.assign(static_cast<size_t>(hp.n_layer), hp.n_expert);
+}
+
+void MoeFfn::set_expert_slots(int64_t il, std::vector<int32_t> slot) {
+  n_stacked_[static_cast<size_t>(il)] =
+      std::count_if(slot.begin(), slot.end(), [](int32_t s) { return s >= 0; });
+  slots_[static_cast<size_t>(il)] = std::move(slot);
 }
 
 std::vector<uint64_t> MoeFfn::device_allocations(const HParams& hp, int64_t max_tokens) {
@@ -89,7 +97,6 @@ Result<std::unique_ptr<MoeFfn>> MoeFfn::create(const Model& model, const ModelWe
       f->gate_host_ = std::move(*r);
     }
   }
-  f->starts_.resize(static_cast<size_t>(hp.n_expert + 1));
   f->all_rows_.resize(static_cast<size_t>(hp.n_ff_exp));
   std::iota(f->all_rows_.begin(), f->all_rows_.end(), 0);
   f->offsets_.resize(static_cast<size_t>(max_tokens + 1));
@@ -112,6 +119,7 @@ void MoeFfn::route(int64_t il, const float* x, int64_t m) {
   ids_.resize(static_cast<size_t>(m * k));
   weights_.resize(static_cast<size_t>(m * k));
   route_top_k(logits, m, hp.n_expert, k, hp.gating, ids_.data(), weights_.data(), &route_order_);
+  stats_[static_cast<size_t>(il)].bytes += w_.layers[static_cast<size_t>(il)].ffn.gate_inp.nbytes();
   if (trace_) {
     routes_.resize(static_cast<size_t>(hp.n_layer));
     routes_[static_cast<size_t>(il)].insert(routes_[static_cast<size_t>(il)].end(), ids_.begin(), ids_.end());
@@ -131,7 +139,11 @@ void MoeFfn::count_neurons(bool on) {
 void MoeFfn::expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st) {
   const FfnWeights& w = w_.layers[static_cast<size_t>(il)].ffn;
   const HParams& hp = model_.hparams();
-  const int64_t n_ff = hp.n_ff_exp, n_exp = hp.n_expert;
+  const int64_t n_ff = hp.n_ff_exp, n_exp = n_stacked_[static_cast<size_t>(il)];
+  const std::vector<int32_t>& slot = slots_[static_cast<size_t>(il)];
+  const int64_t counted = e;  // neuron counts are by expert id
+  if (!slot.empty()) e = slot[static_cast<size_t>(e)];
+  assert(e >= 0 && e < n_exp);
   const float* xe = xe_.as<float>();
   float* gate = gate_.as<float>();
   float* up = up_.as<float>();
@@ -161,7 +173,7 @@ void MoeFfn::expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st)
     offsets_[static_cast<size_t>(r + 1)] = static_cast<int64_t>(idx_.size());
   }
   if (!neuron_counts_.empty()) {
-    float* c = neuron_counts_[static_cast<size_t>(il)].data() + e * n_ff;
+    float* c = neuron_counts_[static_cast<size_t>(il)].data() + counted * n_ff;
     for (int32_t j : idx_) c[j] += 1.0f;
   }
   rows_computed_ += idx_.size();
@@ -207,51 +219,76 @@ void MoeFfn::expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st)
   ops_.linear(expert_rows(w.down_exps, e, n_exp), gate, n, ye);
 }
 
-void MoeFfn::run(int64_t il, const FfnInput& in, float* out) {
+const MoeFfn::Groups& MoeFfn::group(int64_t il, int64_t m, const std::vector<uint8_t>* front) {
   const HParams& hp = model_.hparams();
-  const FfnWeights& w = w_.layers[static_cast<size_t>(il)].ffn;
-  const int64_t m = in.m, k = hp.n_expert_used, n_embd = hp.n_embd;
-  if (!hp.router_before_attn) route(il, in.x, m);
+  const int64_t k = hp.n_expert_used, n_exp = hp.n_expert;
   assert(routed_ == il);
   routed_ = -1;
-  LayerStats& st = stats_[static_cast<size_t>(il)];
-  st.tokens += m;
-  st.bytes += w.gate_inp.nbytes();
-
-  // Group the (token, slot) pairs by expert, tokens ascending within each (a counting sort).
-  std::fill(starts_.begin(), starts_.end(), 0);
-  for (int32_t e : ids_) ++starts_[static_cast<size_t>(e) + 1];
-  for (size_t e = 0; e + 1 < starts_.size(); ++e) starts_[e + 1] += starts_[e];
-  order_.resize(ids_.size());
-  next_.assign(starts_.begin(), starts_.end() - 1);
+  stats_[static_cast<size_t>(il)].tokens += m;
+  Groups& g = groups_;
+  g.m = m;
+  g.count.assign(static_cast<size_t>(n_exp), 0);
+  for (int32_t e : ids_) ++g.count[static_cast<size_t>(e)];
+  // Places: the front experts in id order, then the others (a counting sort, tokens
+  // ascending within each expert).
+  g.first.resize(static_cast<size_t>(n_exp));
+  int64_t at = 0;
+  g.n_front = 0;
+  for (int side = 1; side >= 0; --side) {
+    for (int64_t e = 0; e < n_exp; ++e) {
+      const bool is_front = front != nullptr && (*front)[static_cast<size_t>(e)] != 0;
+      if (is_front != (side == 1)) continue;
+      g.first[static_cast<size_t>(e)] = at;
+      at += g.count[static_cast<size_t>(e)];
+    }
+    if (side == 1) g.n_front = at;
+  }
+  next_.assign(g.first.begin(), g.first.end());
+  g.tokens.resize(ids_.size());
+  std::vector<int32_t>& place_of = g.comb_rows;  // slot -> place, then reordered below
+  place_of.resize(ids_.size());
   for (size_t s = 0; s < ids_.size(); ++s) {
-    int64_t& at = next_[static_cast<size_t>(ids_[s])];
-    order_[static_cast<size_t>(at++)] = static_cast<int32_t>(s);
+    const int64_t p = next_[static_cast<size_t>(ids_[s])]++;
+    g.tokens[static_cast<size_t>(p)] = static_cast<int32_t>(s / static_cast<size_t>(k));
+    place_of[s] = static_cast<int32_t>(p);
   }
+  // Each token's places in ascending expert order with their weights.
+  filled_.resize(ids_.size());
+  g.comb_w.resize(ids_.size());
+  for (int64_t i = 0; i < m; ++i) {
+    int32_t* slots = filled_.data() + i * k;
+    std::iota(slots, slots + k, static_cast<int32_t>(i * k));
+    std::sort(slots, slots + k, [&](int32_t a, int32_t b) { return ids_[static_cast<size_t>(a)] < ids_[static_cast<size_t>(b)]; });
+  }
+  for (size_t s = 0; s < ids_.size(); ++s) g.comb_w[s] = weights_[static_cast<size_t>(filled_[s])];
+  for (size_t s = 0; s < ids_.size(); ++s) filled_[s] = place_of[static_cast<size_t>(filled_[s])];
+  g.comb_rows.assign(filled_.begin(), filled_.end());
+  return g;
+}
 
-  // Each grouped place's token; each token's places in ascending expert order with their
-  // weights, so that its sum runs over its experts in id order whatever else is in the batch
-  // (identical output for any batch split).
-  tokens_.resize(order_.size());
-  comb_rows_.resize(order_.size());
-  comb_w_.resize(order_.size());
-  filled_.assign(static_cast<size_t>(m), 0);
-  for (size_t p = 0; p < order_.size(); ++p) {
-    const int32_t slot = order_[p];
-    const int32_t token = slot / static_cast<int32_t>(k);
-    tokens_[p] = token;
-    const size_t at = static_cast<size_t>(token) * static_cast<size_t>(k) + static_cast<size_t>(filled_[static_cast<size_t>(token)]++);
-    comb_rows_[at] = static_cast<int32_t>(p);
-    comb_w_[at] = weights_[static_cast<size_t>(slot)];
-  }
-  float* ye = ye_.as<float>();
+void MoeFfn::compute(int64_t il, const Groups& g, const float* x, const std::vector<uint8_t>* front, bool front_side,
+                     float* ye) {
+  const HParams& hp = model_.hparams();
+  LayerStats& st = stats_[static_cast<size_t>(il)];
   for (int64_t e = 0; e < hp.n_expert; ++e) {
-    const int64_t first = starts_[static_cast<size_t>(e)], n = starts_[static_cast<size_t>(e) + 1] - first;
-    if (n == 0) continue;
-    ops_.combine_rows(in.x, n_embd, tokens_.data() + first, nullptr, n, 1, xe_.as<float>());
-    expert(il, e, n, ye + first * n_embd, st);
+    const int64_t n = g.count[static_cast<size_t>(e)], first = g.first[static_cast<size_t>(e)];
+    const bool is_front = front != nullptr && (*front)[static_cast<size_t>(e)] != 0;
+    if (n == 0 || (front != nullptr && is_front != front_side)) continue;
+    ops_.combine_rows(x, hp.n_embd, g.tokens.data() + first, nullptr, n, 1, xe_.as<float>());
+    expert(il, e, n, ye + first * hp.n_embd, st);
   }
-  ops_.combine_rows(ye, n_embd, comb_rows_.data(), comb_w_.data(), m, k, out);
+}
+
+void MoeFfn::combine(const Groups& g, const float* ye, float* out) {
+  const HParams& hp = model_.hparams();
+  ops_.combine_rows(ye, hp.n_embd, g.comb_rows.data(), g.comb_w.data(), g.m, hp.n_expert_used, out);
+}
+
+void MoeFfn::run(int64_t il, const FfnInput& in, float* out) {
+  if (!model_.hparams().router_before_attn) route(il, in.x, in.m);
+  const Groups& g = group(il, in.m);
+  compute(il, g, in.x, nullptr, false, ye_.as<float>());
+  combine(g, ye_.as<float>(), out);
 }
 
 Result<std::unique_ptr<FfnStep>> make_ffn(const Model& model, const ModelWeights& weights, backend::Device& dev,

@@ -40,6 +40,39 @@ class MoeFfn final : public FfnStep {
   void run(int64_t il, const FfnInput& in, float* out) override;
   // Routes layer il's tokens on the layer input (SmallThinker's router before attention).
   void before_attention(int64_t il, const float* x, int64_t m) override;
+
+  // ---- run()'s pieces, for a layer whose experts two devices share (HybridMoeFfn) ----
+  // A batch's routed slots (token i's j-th choice) grouped by expert: each expert's places,
+  // the token of each place, and each token's places with their weights in ascending expert
+  // order (so that its sum runs over its experts in id order whatever else is in the batch:
+  // the same bits for any batch split).
+  struct Groups {
+    int64_t m = 0;                   // tokens
+    std::vector<int64_t> first;      // [n_expert] expert e's places: first[e] ..
+    std::vector<int64_t> count;      // [n_expert]                    .. first[e] + count[e]
+    std::vector<int32_t> tokens;     // [m * k] the token of each place
+    std::vector<int32_t> comb_rows;  // [m * k] token i's places, experts ascending ...
+    std::vector<float> comb_w;       // ... and their weights (combine_rows)
+    int64_t n_front = 0;             // places of the experts grouped first
+  };
+  // The router's choice for m tokens of layer il from its input x (this device's memory).
+  void route(int64_t il, const float* x, int64_t m);
+  // Groups the m tokens route() chose for layer il: the experts with (*front)[e] != 0 first
+  // (their places are 0 .. n_front - 1), each side in ascending expert order; counts the
+  // tokens in stats(). Valid until the next call.
+  const Groups& group(int64_t il, int64_t m, const std::vector<uint8_t>* front = nullptr);
+  // The experts of g (another MoeFfn's grouping, or this one's) on this device: those whose
+  // front flag equals `front_side` (every expert when front is nullptr), their tokens' inputs
+  // gathered from x (f32 [g.m, n_embd], this device's memory), each output row written to ye
+  // at its place (f32 [places, n_embd], this device's memory).
+  void compute(int64_t il, const Groups& g, const float* x, const std::vector<uint8_t>* front, bool front_side,
+               float* ye);
+  // out[i] = sum over token i's places of weight * ye[place], in ascending expert order.
+  void combine(const Groups& g, const float* ye, float* out);
+  // This device's stacks of layer il hold only some experts: slot[e] is expert e's position
+  // in them, -1 for an expert they lack (compute() must not be asked for it). Default: all
+  // n_expert experts in id order.
+  void set_expert_slots(int64_t il, std::vector<int32_t> slot);
   // The device allocations create() makes, in bytes (logits, one expert's inputs, gate, up,
   // every expert's outputs), and their sum.
   static std::vector<uint64_t> device_allocations(const HParams& hp, int64_t max_tokens);
@@ -73,8 +106,6 @@ class MoeFfn final : public FfnStep {
 
  private:
   MoeFfn(const Model& model, const ModelWeights& weights, backend::Device& dev, bool dense);
-  // The router's choice for m tokens of layer il from its input x into ids_ / weights_.
-  void route(int64_t il, const float* x, int64_t m);
   // Expert e's FFN of its n tokens (inputs xe_) into ye (f32 [n, n_embd]), counted in `st`.
   void expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st);
   // The host's copy of device memory written by the ops submitted so far (a sync on a device
@@ -94,13 +125,11 @@ class MoeFfn final : public FfnStep {
   backend::Buffer logits_host_, gate_host_;  // pinned host copies (devices off the host)
   std::vector<int32_t> ids_;     // [m, k]
   std::vector<float> weights_;   // [m, k]
-  std::vector<int32_t> order_;   // slots i * k + j grouped by expert, tokens ascending
-  std::vector<int32_t> tokens_;  // [m * k] the token of each grouped place
-  std::vector<int32_t> comb_rows_;  // [m, k] token i's places, experts ascending ...
-  std::vector<float> comb_w_;       // ... and their weights (combine_rows)
-  std::vector<int32_t> filled_;     // [m] scratch
-  std::vector<int64_t> starts_;  // [n_expert + 1] each expert's range in order_
-  std::vector<int64_t> next_;    // [n_expert] the counting sort's next place per expert
+  Groups groups_;                 // group()'s result
+  std::vector<int32_t> filled_;   // [m] scratch
+  std::vector<int64_t> next_;     // [n_expert] the counting sort's next place per expert
+  std::vector<std::vector<int32_t>> slots_;  // [n_layer] set_expert_slots (empty: all, in order)
+  std::vector<int64_t> n_stacked_;          // [n_layer] experts in this device's stacks
   std::vector<int32_t> route_order_;  // route_top_k's scratch
   int64_t routed_ = -1;           // the layer ids_ / weights_ hold
   bool sparse_ = false;           // ReGLU experts: only the rows of positive gates

@@ -73,6 +73,9 @@ class MoeFfn final : public FfnStep {
   // in them, -1 for an expert they lack (compute() must not be asked for it). Default: all
   // n_expert experts in id order.
   void set_expert_slots(int64_t il, std::vector<int32_t> slot);
+  // The expert outputs' scratch (this device's memory, f32 [max_tokens * k, n_embd]): the ye
+  // a step that owns this MoeFfn may pass to compute() and combine().
+  float* outputs() const { return ye_.as<float>(); }
   // The device allocations create() makes, in bytes (logits, one expert's inputs, gate, up,
   // every expert's outputs), and their sum.
   static std::vector<uint64_t> device_allocations(const HParams& hp, int64_t max_tokens);

@@ -77,6 +77,14 @@ inline Matrix expert_rows(const Matrix& stack, int64_t e, int64_t n_expert) {
   return m;
 }
 
+// on_stack(Matrix&) for each expert stack `ffn` holds (gate, up, down or down_t; const or not
+// as ffn is).
+template <typename Ffn, typename OnStack>
+void each_expert_stack(Ffn& ffn, OnStack&& on_stack) {
+  for (auto* m : {&ffn.gate_exps, &ffn.up_exps, &ffn.down_exps, &ffn.down_exps_t})
+    if (m->present()) on_stack(*m);
+}
+
 // One layer's views. Every member has a row in layer_tensors.h (kLayerTensors), through which
 // loading, placement and the ledger reach it: a member added here needs its row there.
 struct LayerWeights {

@@ -110,6 +110,8 @@ class Context {
   // Hybrid contexts: the plan, the ledger and the FFN split; nullptr otherwise.
   const HybridSetup* hybrid() const { return hybrid_ ? &*hybrid_ : nullptr; }
   const sparse::HybridFfn* hybrid_ffn() const { return hybrid_ffn_; }
+  // The expert split of a hybrid mixture of experts placed expert by expert, else nullptr.
+  const model::HybridMoeFfn* hybrid_moe() const { return hybrid_moe_; }
   // The mixture-of-experts FFN step of a MoE model on one device, else nullptr.
   model::MoeFfn* moe_ffn() const { return moe_; }
   // Every mixture-of-experts FFN step (a hybrid context has one per lane that runs an FFN;
@@ -165,6 +167,7 @@ class Context {
   model::PlacedWeights weights_;           // the weights as dev_ sees them
   std::optional<HybridSetup> hybrid_;
   sparse::HybridFfn* hybrid_ffn_ = nullptr;  // owned by forward_
+  model::HybridMoeFfn* hybrid_moe_ = nullptr;  // owned by forward_
   KvCache cache_;
   std::unique_ptr<model::Forward> forward_;
   sparse::SparseFfn* sparse_ = nullptr;  // owned by forward_

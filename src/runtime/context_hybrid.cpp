@@ -5,11 +5,13 @@
 // own weights (the file's mapping) and keeps the other layers' KV cache in host memory.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "backend/registry.h"
 #include "core/log.h"
+#include "model/hybrid_moe.h"
 #include "model/layout_cache.h"
 #include "model/moe_ffn.h"
 #include "runtime/context.h"
@@ -56,9 +58,29 @@ Result<model::PlacedWeights> place_planned(backend::Device& dev, const model::Mo
   const auto each = [&](auto& view) {
     if (st.ok()) st = place(view);
   };
+  std::vector<std::byte> gathered;
   for (int64_t il = 0; il < m.hparams().n_layer; ++il) {
-    if (h.plan.layers[sz(il)].dense_on_device)
-      model::each_dense_view(p.weights.layers[sz(il)], h.ffn_on_device(il), each, each);
+    model::LayerWeights& L = p.weights.layers[sz(il)];
+    if (h.plan.layers[sz(il)].dense_on_device) model::each_dense_view(L, h.ffn_on_device(il), each, each);
+    if (h.router_on_device(il)) each(L.ffn.gate_inp);
+    // Experts placed one by one: each stack on the device holds the layer's device experts,
+    // in id order (HybridMoeFfn maps ids to their places).
+    const std::vector<int32_t>& ids = h.experts ? h.layout.hot[sz(il)] : std::vector<int32_t>{};
+    if (ids.empty()) continue;
+    model::each_expert_stack(L.ffn, [&](model::Matrix& stack) {
+      if (!st.ok()) return;
+      const int64_t n_exp = m.hparams().n_expert;
+      const size_t one = stack.nbytes() / static_cast<size_t>(n_exp);
+      gathered.resize(one * ids.size());
+      for (size_t s = 0; s < ids.size(); ++s)
+        std::memcpy(gathered.data() + s * one, model::expert_rows(stack, ids[s], n_exp).data, one);
+      model::Matrix compact = stack;
+      compact.rows = stack.rows / n_exp * static_cast<int64_t>(ids.size());
+      compact.stack = static_cast<int64_t>(ids.size());
+      compact.data = gathered.data();
+      st = place(compact);
+      stack = compact;
+    });
   }
   if (h.plan.head_on_device) model::each_head_view(p.weights, each, each);
   if (!st.ok()) return st.error();
@@ -98,6 +120,13 @@ Result<std::unique_ptr<Context>> Context::create_hybrid(const model::Model& mode
              model.file().path().c_str());
   }
   const int64_t all_neurons = hp.n_layer * hp.n_ff;
+  if (setup->experts && setup->stats_path.empty() && setup->plan.n_device_neurons() > 0 &&
+      setup->plan.n_device_neurons() < hp.n_layer * hp.n_expert && setup->origin.rfind("loaded", 0) != 0) {
+    log_warn("%s: no routing statistics: the %lld experts on the device are any %lld, not the most "
+             "chosen (measure them with `powerinfer profile -m MODEL -f TEXT -o %s.activations.gguf`)",
+             model.file().path().c_str(), static_cast<long long>(setup->plan.n_device_neurons()),
+             static_cast<long long>(setup->plan.n_device_neurons()), model.file().path().c_str());
+  }
   if (setup->split && setup->stats_path.empty() && setup->plan.n_device_neurons() > 0 &&
       setup->plan.n_device_neurons() < all_neurons && setup->origin.rfind("loaded", 0) != 0) {
     log_warn("%s: no activation statistics: the %lld hot neurons on the device are any %lld, "
@@ -140,11 +169,12 @@ Result<std::unique_ptr<Context>> Context::create_hybrid(const model::Model& mode
     log_warn("%s: the device holds %s, the ledger counted %s", model.file().path().c_str(),
              mib_text(used).c_str(), mib_text(h.ledger.allocated()).c_str());
   }
-  log_info("hybrid: %s + cpu; plan %s; %lld of %lld layers' attention, head %s, %lld hot "
-           "neurons (%.1f%% of the activation mass) on %s",
+  log_info("hybrid: %s + cpu; plan %s; %lld of %lld layers' attention, head %s, %lld %s "
+           "(%.1f%% of the %s) on %s",
            ctx->dev_->name().c_str(), h.origin.c_str(), static_cast<long long>(h.plan.n_dense_layers),
            static_cast<long long>(hp.n_layer), h.plan.head_on_device ? "on the device" : "on the CPU",
-           static_cast<long long>(h.plan.n_device_neurons()), 100.0 * h.plan.mass_covered(),
+           static_cast<long long>(h.plan.n_device_neurons()), h.experts ? "experts" : "hot neurons",
+           100.0 * h.plan.mass_covered(), h.experts ? "routed tokens" : "activation mass",
            ctx->dev_->name().c_str());
   log_info("device memory (%s):\n%s", ctx->dev_->name().c_str(), h.ledger.table().c_str());
   return ctx;
@@ -184,6 +214,18 @@ Status Context::build_hybrid_forward() {
     hybrid_ffn_ = hf->get();
     sparse_ = &(*hf)->cpu_part();
     ffn = std::move(*hf);
+  } else if (h.experts) {
+    // Experts placed one by one: one step splits each layer's experts between the lanes.
+    auto on_host = model::MoeFfn::create(model_, model_.weights(), *host_, opts_.n_batch, opts_.dense);
+    if (!on_host.ok()) return on_host.error();
+    auto on_dev = model::MoeFfn::create(model_, weights_.weights, *dev_, opts_.n_batch, opts_.dense);
+    if (!on_dev.ok()) return on_dev.error();
+    moe_all_ = {on_host->get(), on_dev->get()};
+    auto hm = model::HybridMoeFfn::create(model_.hparams(), std::move(*on_host), std::move(*on_dev), *dev_,
+                                          moe_split(h), opts_.n_batch);
+    if (!hm.ok()) return hm.error();
+    hybrid_moe_ = hm->get();
+    ffn = std::move(*hm);
   } else {
     // Whole layers: each runs its FFN on its lane (a mixture of experts routes there too),
     // except device layers whose experts stay on the CPU (--cpu-moe), which hand their FFN

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "model/ffn.h"
 #include "model/layout_cache.h"
+#include "model/hybrid_moe.h"
 #include "model/moe_ffn.h"
 #include "sparse/activation_stats.h"
 #include "sparse/gpu_index.h"
@@ -62,6 +63,18 @@ DeviceCan device_can(const model::Model& m, const backend::Device& dev, bool spl
   model::each_head_view(
       w, [&](const model::Matrix& t) { c.head = c.head && linear_ok(t); },
       vectors_ok);
+  if (m.hparams().is_moe()) {
+    // Experts placed one by one: the device computes them with the dense products, the
+    // transposed down with linear_t.
+    for (const model::LayerWeights& L : w.layers) {
+      const model::FfnWeights& f = L.ffn;
+      for (const model::Matrix* t : {&f.gate_exps, &f.up_exps, &f.down_exps})
+        if (t->present()) c.neurons = c.neurons && linear_ok(*t);
+      if (f.down_exps_t.present())
+        c.neurons = c.neurons && dev.supports(backend::Op::LinearT, model::file_layout(f.down_exps_t.type));
+      c.dense = c.dense && linear_ok(f.gate_inp);
+    }
+  }
   return c;
 }
 
@@ -165,12 +178,27 @@ Result<std::vector<bool>> ffn_on_cpu_layers(const model::Model& m, const Context
 }
 
 bool HybridSetup::ffn_on_device(int64_t il) const {
-  return plan.layers[static_cast<size_t>(il)].dense_on_device && !split &&
+  return plan.layers[static_cast<size_t>(il)].dense_on_device && !split && !experts &&
          !sparse::ffn_kept_on_cpu(ffn_on_cpu, il);
 }
 
+bool HybridSetup::router_on_device(int64_t il) const {
+  return experts && plan.layers[static_cast<size_t>(il)].dense_on_device && !sparse::ffn_kept_on_cpu(ffn_on_cpu, il);
+}
+
+int64_t HybridSetup::n_device_experts() const { return experts ? plan.n_device_neurons() : 0; }
+
 bool HybridSetup::uses_device() const {
   return plan.n_dense_layers > 0 || plan.head_on_device || plan.n_device_neurons() > 0;
+}
+
+model::MoeSplit moe_split(const HybridSetup& h) {
+  model::MoeSplit s;
+  s.attn_on_device = h.layout.attn_on_device;
+  s.device_experts = h.layout.hot;
+  for (size_t il = 0; il < h.layout.attn_on_device.size(); ++il)
+    s.route_on_device.push_back(h.router_on_device(static_cast<int64_t>(il)));
+  return s;
 }
 
 unsigned device_lane_roles(const model::LanePlan& lanes) {
@@ -196,6 +224,8 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
   HybridSetup out;
   out.budget = budget;
   out.split = runs_sparse(m, o);
+  // -ngl places whole layers, as llama.cpp does; the planner places experts one by one.
+  out.experts = hp.is_moe() && o.n_gpu_layers < 0;
   auto kept = ffn_on_cpu_layers(m, o, out.split);
   if (!kept.ok()) return kept.error();
   out.ffn_on_cpu = std::move(*kept);
@@ -207,7 +237,7 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
 
   // Statistics (PowerInfer files run sparse).
   std::optional<sparse::ActivationStats> stats;
-  if (out.split) {
+  if (out.split || out.experts) {
     out.stats_path = find_stats(path, o.stats_path);
     if (!out.stats_path.empty()) {
       auto s = sparse::read_activation_stats(out.stats_path);
@@ -225,8 +255,9 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
   req.kv_type_v = o.kv_types.v;
   req.n_batch = o.n_batch;
   req.n_outputs = logit_rows(o);
-  req.granularity = o.granularity;
+  req.granularity = out.experts ? 1 : o.granularity;
   req.split = out.split;
+  req.experts = out.experts;
   req.ffn_on_cpu = out.ffn_on_cpu;
   req.allow_neurons = !o.disable_gpu_index && can.neurons;
   req.allow_missing_stats = true;
@@ -239,6 +270,13 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
     // The hot rows of a layer are one allocation: its footprint rounding and the alignment of
     // the ids after them are not linear in the neurons; this bounds them.
     s.neurons = f.neurons + static_cast<uint64_t>(hp.n_layer) * (dev.alloc_footprint(1) - 1 + 63);
+  } else if (out.experts) {
+    // The device's MoE step whenever anything is placed (a device layer routes there, a device
+    // expert computes there), the inputs of CPU layers with device experts, and the rounding of
+    // each layer's expert stacks.
+    s.common += footprints(dev, model::ffn_device_allocations(hp, o.n_batch));
+    s.neurons += dev.alloc_footprint(static_cast<uint64_t>(o.n_batch * hp.n_embd) * sizeof(float)) +
+                 static_cast<uint64_t>(hp.n_layer) * 3 * (dev.alloc_footprint(1) - 1);
   } else {
     s.dense += footprints(dev, model::ffn_device_allocations(hp, o.n_batch));
   }
@@ -323,6 +361,7 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
     model::each_dense_view(
         L, out.ffn_on_device(il), [&](const model::Matrix& t) { out.ledger.add(line_of(t, L), t.nbytes()); },
         [&](const model::Vector& v) { out.ledger.add("norms and biases", v.nbytes()); });
+    if (out.router_on_device(il)) out.ledger.add("routers", L.ffn.gate_inp.nbytes());
     out.ledger.add("KV cache", sparse::kv_layer_bytes(hp, o.n_ctx, o.kv_types.k, o.kv_types.v));
   }
   if (out.plan.head_on_device) {
@@ -330,7 +369,17 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
         w, [&](const model::Matrix& t) { out.ledger.add("output head", t.nbytes()); },
         [&](const model::Vector& v) { out.ledger.add("output head", v.nbytes()); });
   }
-  if (out.split) {
+  if (out.experts) {
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+      const auto n_dev = static_cast<uint64_t>(out.layout.hot[sz(il)].size());
+      if (n_dev == 0) continue;
+      model::each_expert_stack(w.layers[sz(il)].ffn, [&](const model::Matrix& t) {
+        out.ledger.add("experts", t.nbytes() / static_cast<uint64_t>(hp.n_expert) * n_dev);
+      });
+    }
+    out.ledger.add_all("FFN scratch", model::ffn_device_allocations(hp, o.n_batch));
+    out.ledger.add_all("MoE FFN inputs", model::HybridMoeFfn::device_allocations(hp, moe_split(out), o.n_batch));
+  } else if (out.split) {
     auto allocs = sparse::HybridFfn::device_allocations(m, dev, out.layout, o.n_batch);
     if (!allocs.ok()) return allocs.error();
     for (const sparse::DeviceAlloc& a : *allocs) out.ledger.add(a.what, a.bytes);

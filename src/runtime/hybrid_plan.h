@@ -21,6 +21,7 @@
 #include "backend/device.h"
 #include "core/error.h"
 #include "model/forward.h"
+#include "model/hybrid_moe.h"
 #include "model/model.h"
 #include "runtime/context_options.h"
 #include "runtime/ledger.h"
@@ -52,13 +53,24 @@ struct HybridSetup {
   double head_bytes = 0;
 
   std::vector<bool> ffn_on_cpu;  // per layer: its FFN group stays on the CPU (PlacementRequest)
+  // A mixture of experts placed expert by expert (--vram-budget): layout.hot[il] are the
+  // experts of layer il on the device, and the routers of the device's layers (not kept on
+  // the CPU) are there too (PlacementRequest::experts).
+  bool experts = false;
 
   // Whether anything at all runs on the device.
   bool uses_device() const;
   // Whether layer il's FFN weights are on the device: a whole layer placed there (no neuron
   // split) whose experts do not stay on the CPU.
   bool ffn_on_device(int64_t il) const;
+  // Whether layer il's router is on the device (experts placed one by one).
+  bool router_on_device(int64_t il) const;
+  // Device experts in all layers.
+  int64_t n_device_experts() const;
 };
+
+// The expert split of a plan with experts placed one by one (HybridSetup::experts).
+model::MoeSplit moe_split(const HybridSetup& h);
 
 // The device lane's roles in Forward's terms (StepBuffers::Role); 0: no device lane.
 unsigned device_lane_roles(const model::LanePlan& lanes);

@@ -1,5 +1,6 @@
 #include "sparse/placement_model.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "sparse/predictor.h"
@@ -36,6 +37,12 @@ uint64_t step_scratch_bytes(const model::HParams& hp, int64_t n_batch, int64_t n
          sizeof(float);
 }
 
+uint64_t expert_bytes(const model::LayerWeights& layer, int64_t n_expert) {
+  uint64_t n = 0;
+  model::each_expert_stack(layer.ffn, [&](const model::Matrix& m) { n += m.nbytes() / static_cast<uint64_t>(n_expert); });
+  return n;
+}
+
 Result<PlacementProblem> placement_problem(const model::Model& m, const ActivationStats* stats,
                                            const PlacementRequest& req) {
   const model::HParams& hp = m.hparams();
@@ -57,6 +64,19 @@ Result<PlacementProblem> placement_problem(const model::Model& m, const Activati
     no_stats = stats == nullptr;
     if (!no_stats)
       PI_TRY(check_stats_fit(*stats, hp.n_layer, hp.n_ff, model_fingerprint(m.file()), "statistics"));
+  }
+  const bool experts = req.experts && hp.is_moe();
+  if (experts && stats != nullptr) {
+    const std::string what = "statistics";
+    const std::string fp = model_fingerprint(m.file());
+    if (!stats->model_fingerprint.empty() && stats->model_fingerprint != fp)
+      return err("%s: statistics were measured on another model (fingerprint %s, this model %s)", what.c_str(),
+                 stats->model_fingerprint.c_str(), fp.c_str());
+    if (!stats->has_experts() || stats->n_expert != hp.n_expert || stats->n_layer() != hp.n_layer ||
+        static_cast<int64_t>(stats->expert_counts.size()) != hp.n_layer)
+      return err("%s: the statistics hold no routing of %lld layers of %lld experts (profile this file with "
+                 "`powerinfer profile`)",
+                 what.c_str(), static_cast<long long>(hp.n_layer), static_cast<long long>(hp.n_expert));
   }
   auto preds = load_predictors(m);
   if (!preds.ok()) return preds.error();
@@ -106,11 +126,14 @@ Result<PlacementProblem> placement_problem(const model::Model& m, const Activati
     const model::FfnWeights& f = w.layers[l].ffn;
     LayerCost& L = p.layers[l];
     Bytes b;
-    const bool with_ffn = !split && !ffn_kept_on_cpu(req.ffn_on_cpu, static_cast<int64_t>(l));
+    const bool kept = ffn_kept_on_cpu(req.ffn_on_cpu, static_cast<int64_t>(l));
+    const bool expert_units = experts && !kept;
+    const bool with_ffn = !split && !experts && !kept;
     model::each_dense_view(
         w.layers[l], with_ffn, [&](const model::Matrix& m) { b.add(m.nbytes(), fp, read_of(m)); },
         [&](const model::Vector& v) { b.add(v.nbytes(), fp); });
-    if (!split && !with_ffn) {
+    if (expert_units) b.add(f.gate_inp.nbytes(), fp);
+    if (!split && kept) {
       // The FFN kept on the CPU: read there per token whatever the plan.
       model::each_layer_tensor(
           w.layers[l],
@@ -134,6 +157,17 @@ Result<PlacementProblem> placement_problem(const model::Model& m, const Activati
       } else {
         const std::vector<double> fr = stats->frequencies(static_cast<int64_t>(l));
         L.freq.assign(fr.begin(), fr.end());
+      }
+    } else if (expert_units) {
+      L.split = true;
+      L.neuron_bytes = expert_bytes(w.layers[l], hp.n_expert);
+      if (stats == nullptr) {
+        L.freq.assign(static_cast<size_t>(hp.n_expert),
+                      static_cast<float>(static_cast<double>(hp.n_expert_used) / static_cast<double>(hp.n_expert)));
+      } else {
+        const std::vector<double> sh = stats->expert_shares(static_cast<int64_t>(l));
+        L.freq.clear();
+        for (double x : sh) L.freq.push_back(static_cast<float>(std::min(1.0, x)));
       }
     } else {
       L.split = false;

@@ -50,7 +50,16 @@ struct PlacementRequest {
   // Per layer (empty: none): its FFN group (a mixture's router and experts) stays on the CPU
   // whatever else of the layer is placed (llama.cpp's --cpu-moe, --n-cpu-moe N, -ot ...=CPU).
   std::vector<bool> ffn_on_cpu;
+  // A mixture of experts placed expert by expert (--vram-budget): a layer's dense block is its
+  // attention, norms, router and KV cache, and each expert (its gate, up and down) is a unit
+  // of the split, read per token as often as the router picks it (the statistics' expert
+  // counts; n_expert_used / n_expert each without them). Layers in ffn_on_cpu keep theirs on
+  // the CPU. false: whole layers (-ngl). The units are experts: use granularity 1.
+  bool experts = false;
 };
+
+// One expert's bytes of layer `layer`: its slice of each expert stack (gate, up, down).
+uint64_t expert_bytes(const model::LayerWeights& layer, int64_t n_expert);
 
 // Whether `mask` (PlacementRequest::ffn_on_cpu) keeps layer il's FFN on the CPU.
 inline bool ffn_kept_on_cpu(const std::vector<bool>& mask, int64_t il) {

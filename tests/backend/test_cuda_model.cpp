@@ -181,6 +181,59 @@ TEST_F(CudaModel, BundledModelIsAsAccurateAsTheCpu) {
   check(*m, "kjv-relu");
 }
 
+// Experts placed one by one on the GPU (--vram-budget): budgets from a quarter to all of what
+// the planner would place; some must split a layer's experts between the GPU and the CPU.
+// SwiGLU experts, and ReGLU experts run sparse on both sides (down stored transposed).
+TEST_F(CudaModel, ExpertSplitsAreAsAccurateAsTheCpu) {
+  testing::TinySpec reglu = testing::tiny_variant("smallthinker", DType::F32, false, 2, false, 9);
+  reglu.down_exps_t = true;
+  const struct {
+    const char* name;
+    testing::TinySpec spec;
+    bool dense;
+  } cases[] = {
+      {"qwen3moe_f16", testing::tiny_variant("qwen3moe", DType::F16, false, 2, false, 5), true},
+      {"smallthinker_down_t", reglu, false},
+  };
+  for (const auto& c : cases) {
+    const std::string path = testing::temp_path(std::string("cuda_split_") + c.name + ".gguf");
+    ASSERT_TRUE(testing::write_tiny_model(c.spec, path).ok());
+    auto m = load(path);
+    ASSERT_NE(m, nullptr);
+    const auto opts = [&](const std::string& device, std::optional<uint64_t> budget) {
+      runtime::ContextOptions o = options(device);
+      o.dense = c.dense;
+      o.vram_budget = budget;
+      o.gpu_index_path = testing::temp_path("cuda_split.gpuidx");
+      o.reset_gpu_index = true;
+      return o;
+    };
+    const Logits ref = run(*m, opts("ref", std::nullopt));
+    const Logits cpu = run(*m, opts("cpu", std::nullopt));
+    uint64_t fixed = 0, placed = 0;
+    {
+      auto ctx = runtime::Context::create(*m, opts("cuda", uint64_t{1} << 32));
+      ASSERT_TRUE(ctx.ok()) << ctx.error().message;
+      const uint64_t own = (uint64_t{1} << 32) - (*ctx)->device().memory().budget;
+      fixed = (*ctx)->hybrid()->ledger.margin() + own;
+      placed = (*ctx)->hybrid()->plan.device_bytes;
+    }
+    int split = 0;
+    for (int quarters : {1, 2, 3, 4}) {
+      const uint64_t budget = fixed + placed / 4 * static_cast<uint64_t>(quarters) + (quarters / 4) * 64;
+      {
+        auto ctx = runtime::Context::create(*m, opts("cuda", budget));
+        ASSERT_TRUE(ctx.ok()) << ctx.error().message;
+        const int64_t n = (*ctx)->hybrid()->n_device_experts();
+        split += n > 0 && n < m->hparams().n_layer * m->hparams().n_expert ? 1 : 0;
+      }
+      expect_as_accurate(run(*m, opts("cuda", budget)), cpu, ref,
+                         std::string(c.name) + " budget " + std::to_string(quarters) + "/4");
+    }
+    EXPECT_GE(split, 1) << c.name;
+  }
+}
+
 // The hybrid split on the GPU: budgets that hold, beyond the device's own memory and the
 // margin, 50%, 80%, 90% and all of what the planner would place (the attention of every
 // layer first, then hot neurons), sparse with every neuron predicted; at least three of them

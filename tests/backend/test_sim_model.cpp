@@ -19,6 +19,8 @@
 #include "model/model.h"
 #include "model/tiny_model.h"
 #include "runtime/context.h"
+#include "sparse/activation_stats.h"
+#include "sparse/placement_model.h"
 
 namespace pi {
 namespace {
@@ -81,7 +83,8 @@ Logits run(const model::Model& m, const runtime::ContextOptions& o) {
       EXPECT_NE(h, nullptr);
       const model::HParams& hp = m.hparams();
       if (h != nullptr && h->plan.n_dense_layers == hp.n_layer && h->plan.head_on_device && o.n_cpu_moe == 0 &&
-          (!h->split || h->plan.n_device_neurons() == hp.n_layer * hp.n_ff))
+          (!h->split || h->plan.n_device_neurons() == hp.n_layer * hp.n_ff) &&
+          (!h->experts || h->n_device_experts() == hp.n_layer * hp.n_expert))
         EXPECT_GE(sim->counters().bytes_in, model::weight_bytes(m.weights()) -
                                                 m.weights().tok_embd.nbytes() -
                                                 m.weights().pos_embd.nbytes());
@@ -350,6 +353,159 @@ TEST(SimModel, MixturesOfExpertsMatchTheCpuBitForBit) {
       EXPECT_GE(sim->counters().bytes_in, weights - all) << what;
       EXPECT_EQ(sim->memory().used, (*ctx)->hybrid()->ledger.allocated()) << what;
     }
+  }
+}
+
+// The experts of a mixture placed one by one under --vram-budget: at budgets from all of it
+// down to none, each layer's experts split between the sim and the CPU as the plan says (a
+// CPU layer may have device experts, a device layer CPU ones), and the output is the CPU's
+// bit for bit (each token sums its experts in id order on either side) for any thread count
+// and batch split; the device holds exactly what its ledger counted, within the budget.
+TEST(SimModel, ExpertsSplitBetweenTheSimAndTheCpuMatchTheCpuBitForBit) {
+  const struct {
+    const char* name;
+    testing::TinySpec spec;
+  } cases[] = {
+      {"qwen3moe_q8_0", testing::tiny_variant("qwen3moe", DType::Q8_0, false, 2, false, 5)},
+      {"smallthinker_f32_down_t_swa", smallthinker(DType::F32, true, 4)},
+      {"smallthinker_q4_0_down", smallthinker(DType::Q4_0, false, 0)},
+  };
+  for (const auto& c : cases) {
+    const std::string path = testing::temp_path(std::string("sim_split_") + c.name + ".gguf");
+    ASSERT_TRUE(testing::write_tiny_model(c.spec, path).ok());
+    auto m = load(path);
+    ASSERT_NE(m, nullptr);
+    const model::HParams& hp = m->hparams();
+    const Logits cpu = run(*m, options("cpu", false));
+    uint64_t full = 0;
+    {
+      auto ctx = runtime::Context::create(*m, options("sim", false));
+      ASSERT_TRUE(ctx.ok()) << ctx.error().message;
+      ASSERT_NE((*ctx)->hybrid(), nullptr);
+      EXPECT_TRUE((*ctx)->hybrid()->experts);
+      EXPECT_EQ((*ctx)->hybrid()->n_device_experts(), hp.n_layer * hp.n_expert);
+      full = (*ctx)->hybrid()->ledger.allocated();
+    }
+    bool cpu_layer_with_device_experts = false, device_layer_with_cpu_experts = false;
+    constexpr int kSteps = 24;
+    for (int i = 0; i <= kSteps; ++i) {
+      runtime::ContextOptions o = options("sim", false);
+      o.vram_budget = full * static_cast<uint64_t>(i) / kSteps;
+      const std::string what = std::string(c.name) + " budget " + std::to_string(*o.vram_budget);
+      {
+        auto ctx = runtime::Context::create(*m, o);
+        ASSERT_TRUE(ctx.ok()) << what << ": " << ctx.error().message;
+        const runtime::HybridSetup* h = (*ctx)->hybrid();
+        ASSERT_NE(h, nullptr) << what;
+        const auto* sim = dynamic_cast<backend::SimDevice*>(&(*ctx)->device());
+        ASSERT_NE(sim, nullptr);
+        EXPECT_EQ(sim->memory().used, h->ledger.allocated()) << what;
+        EXPECT_LE(h->ledger.allocated(), *o.vram_budget) << what;
+        for (int64_t il = 0; il < hp.n_layer; ++il) {
+          const auto n_dev = static_cast<int64_t>(h->layout.hot[static_cast<size_t>(il)].size());
+          const bool attn = h->layout.attn_on_device[static_cast<size_t>(il)];
+          cpu_layer_with_device_experts = cpu_layer_with_device_experts || (!attn && n_dev > 0);
+          device_layer_with_cpu_experts = device_layer_with_cpu_experts || (attn && n_dev < hp.n_expert);
+        }
+      }
+      const Logits got = run(*m, o);
+      expect_identical(got, cpu, what);
+      if (i % 6 == 3) expect_any_split(*m, o, got);
+    }
+    EXPECT_TRUE(cpu_layer_with_device_experts) << c.name;
+    EXPECT_TRUE(device_layer_with_cpu_experts) << c.name;
+  }
+}
+
+// With routing statistics the planner puts the most chosen experts of each layer on the
+// device, and the CPU's share of the (token, expert) pairs falls by exactly the routed mass
+// the statistics give the placed experts when the text run is the one profiled; the plan is
+// kept in the GPU index and loaded from it next time.
+TEST(SimModel, RoutingStatisticsPutTheMostChosenExpertsOnTheDevice) {
+  const std::string path = testing::temp_path("sim_routing_stats.gguf");
+  ASSERT_TRUE(testing::write_tiny_model(testing::tiny_variant("qwen3moe", DType::Q8_0, false, 2, false, 5), path).ok());
+  auto m = load(path);
+  ASSERT_NE(m, nullptr);
+  const model::HParams& hp = m->hparams();
+  std::vector<int32_t> text;
+  for (int i = 0; i < 48; ++i) text.push_back((i * 29 + 7) % static_cast<int32_t>(hp.n_vocab));
+
+  // Profile the text on the CPU as `powerinfer profile` does.
+  sparse::ActivationStats stats;
+  stats.n_expert = hp.n_expert;
+  stats.n_expert_used = hp.n_expert_used;
+  stats.expert_counts.assign(static_cast<size_t>(hp.n_layer), std::vector<float>(static_cast<size_t>(hp.n_expert)));
+  stats.expert_reuse.assign(static_cast<size_t>(hp.n_layer), 0.0f);
+  {
+    auto ctx = runtime::Context::create(*m, options("cpu", false));
+    ASSERT_TRUE(ctx.ok()) << ctx.error().message;
+    model::MoeFfn* moe = (*ctx)->moe_ffn();
+    ASSERT_NE(moe, nullptr);
+    moe->trace_routes(true);
+    ASSERT_TRUE((*ctx)->decode(text).ok());
+    for (int64_t il = 0; il < hp.n_layer; ++il)
+      ASSERT_TRUE(sparse::count_routes(stats, il, moe->routes()[static_cast<size_t>(il)]).ok());
+  }
+  stats.n_tokens = text.size();
+  stats.counts.resize(static_cast<size_t>(hp.n_layer));
+  stats.model_fingerprint = sparse::model_fingerprint(m->file());
+  const std::string stats_path = testing::temp_path("sim_routing_stats.activations.gguf");
+  ASSERT_TRUE(sparse::write_activation_stats(stats_path, stats).ok());
+
+  runtime::ContextOptions o = options("sim", false);
+  o.stats_path = stats_path;
+  uint64_t full = 0;
+  {
+    auto ctx = runtime::Context::create(*m, o);
+    ASSERT_TRUE(ctx.ok()) << ctx.error().message;
+    full = (*ctx)->hybrid()->ledger.allocated();
+  }
+  const uint64_t one = sparse::expert_bytes(m->weights().layers[0], hp.n_expert);
+  o.vram_budget = full - one * static_cast<uint64_t>(hp.n_layer * hp.n_expert / 2);
+  std::vector<std::vector<int32_t>> placed;
+  for (bool from_index : {false, true}) {
+    o.reset_gpu_index = !from_index;
+    auto ctx = runtime::Context::create(*m, o);
+    ASSERT_TRUE(ctx.ok()) << ctx.error().message;
+    const runtime::HybridSetup& h = *(*ctx)->hybrid();
+    EXPECT_EQ(h.origin.rfind("loaded", 0) == 0, from_index) << h.origin;
+    if (from_index) {
+      EXPECT_EQ(h.layout.hot, placed);
+      continue;
+    }
+    placed = h.layout.hot;
+    ASSERT_GT(h.n_device_experts(), 0);
+    ASSERT_LT(h.n_device_experts(), hp.n_layer * hp.n_expert);
+    double device_mass = 0;
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+      const std::vector<double> share = stats.expert_shares(il);
+      const std::vector<int32_t>& dev = h.layout.hot[static_cast<size_t>(il)];
+      double lowest_placed = 2, highest_left = -1;
+      for (int64_t e = 0; e < hp.n_expert; ++e) {
+        const bool on = std::find(dev.begin(), dev.end(), e) != dev.end();
+        (on ? lowest_placed : highest_left) = on ? std::min(lowest_placed, share[static_cast<size_t>(e)])
+                                                 : std::max(highest_left, share[static_cast<size_t>(e)]);
+        if (on) device_mass += share[static_cast<size_t>(e)];
+      }
+      if (!dev.empty()) EXPECT_GE(lowest_placed, highest_left) << "layer " << il;
+    }
+    // The same text on the hybrid context: the CPU computes the pairs of the experts left.
+    ASSERT_TRUE((*ctx)->decode(text).ok());
+    const model::HybridMoeFfn* split = (*ctx)->hybrid_moe();
+    ASSERT_NE(split, nullptr);
+    int64_t host_pairs = 0, device_pairs = 0;
+    for (const model::MoeSplitCounters& c : split->counters()) {
+      host_pairs += c.host_places;
+      device_pairs += c.device_places;
+    }
+    const double per_token = static_cast<double>(text.size());
+    EXPECT_NEAR(device_pairs / per_token, device_mass, 1e-6);
+    EXPECT_NEAR(host_pairs / per_token, static_cast<double>(hp.n_layer * hp.n_expert_used) - device_mass, 1e-6);
+    // ... which is what the plan predicted it would read there.
+    double cold = 0;
+    for (const runtime::HybridSetup::LayerBytes& b : h.layer_bytes) cold += b.cold;
+    EXPECT_NEAR(cold, (static_cast<double>(hp.n_layer * hp.n_expert_used) - device_mass) * static_cast<double>(one),
+                1e-6 * cold);
   }
 }
 

@@ -256,6 +256,19 @@ TEST_F(PlanCli, ProfileOfTheBundledMoeAgreesWithTraining) {
     for (float e : s->expert_counts[static_cast<size_t>(l)]) routed += e * static_cast<double>(n_ff);
     EXPECT_NEAR(fired / routed, 1.0 - L["sparsity"].get<double>(), 0.03) << "layer " << l;
   }
+  // The plan puts the most chosen experts on the device: with room for about two in five,
+  // those it places carry more of the routed tokens than their number's share, and each
+  // layer's are its most chosen.
+  r = run_command(kBin + "/powerinfer plan --json --no-write-index --vram-budget 0.012 -m " + dir +
+                  "/kjv-moe.gguf --stats " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_EQ(j["unit"], "expert");
+  const auto placed = j["hot_neurons"].get<int64_t>();
+  const int64_t all = s->n_layer() * s->n_expert;
+  ASSERT_GT(placed, 0);
+  ASSERT_LT(placed, all);
+  EXPECT_GT(j["mass_covered"].get<double>(), 1.1 * static_cast<double>(placed) / static_cast<double>(all));
 }
 
 }  // namespace

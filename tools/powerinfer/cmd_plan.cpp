@@ -66,9 +66,13 @@ void print_text(const PlanOptions& o, const model::Model& m, const sparse::Index
                 const sparse::PlacementRequest& req, const std::string& index_path) {
   const sparse::PlacementPlan& p = ip.plan;
   const model::HParams& hp = m.hparams();
-  std::printf("model: %s (%s, %s, %lld layers, n_ff %lld)\n", o.model.c_str(), hp.arch_name.c_str(),
-              hp.powerinfer ? "PowerInfer: hot neurons on the device" : "GGUF: whole layers",
-              static_cast<long long>(hp.n_layer), static_cast<long long>(hp.n_ff));
+  const bool experts = hp.is_moe();
+  const int64_t units = experts ? hp.n_expert : hp.n_ff;
+  std::printf("model: %s (%s, %s, %lld layers, %s %lld)\n", o.model.c_str(), hp.arch_name.c_str(),
+              experts          ? "mixture of experts: the most chosen experts on the device"
+              : hp.powerinfer ? "PowerInfer: hot neurons on the device"
+                              : "GGUF: whole layers",
+              static_cast<long long>(hp.n_layer), experts ? "experts" : "n_ff", static_cast<long long>(units));
   std::printf("request: budget %.3f GiB (%llu bytes), n_ctx %lld (KV %s/%s), n_batch %lld, granularity %lld\n",
               static_cast<double>(p.budget) / 1073741824.0, static_cast<unsigned long long>(p.budget),
               static_cast<long long>(req.n_ctx), std::string(dtype_name(req.kv_type_k)).c_str(),
@@ -76,23 +80,25 @@ void print_text(const PlanOptions& o, const model::Model& m, const sparse::Index
               static_cast<long long>(p.granularity));
   if (ip.loaded) std::printf("plan: loaded from %s\n", index_path.c_str());
   else std::printf("plan: solved (%s)%s\n", ip.reason.c_str(), p.exact ? "" : ", greedy (3+ row sizes)");
-  std::printf("%5s %6s %15s %8s %12s %14s\n", "layer", "attn", "hot neurons", "mass", "device MiB",
-              "CPU MiB/token");
+  std::printf("%5s %6s %15s %8s %12s %14s\n", "layer", "attn", experts ? "experts" : "hot neurons", "mass",
+              "device MiB", "CPU MiB/token");
   for (size_t l = 0; l < p.layers.size(); ++l) {
     const sparse::LayerPlan& L = p.layers[l];
     char hot[32];
-    std::snprintf(hot, sizeof hot, "%zu/%lld", L.device_neurons.size(), static_cast<long long>(hp.n_ff));
+    std::snprintf(hot, sizeof hot, "%zu/%lld", L.device_neurons.size(), static_cast<long long>(units));
+    const bool split = hp.powerinfer || (experts && !sparse::ffn_kept_on_cpu(req.ffn_on_cpu, static_cast<int64_t>(l)));
     std::printf("%5zu %6s %15s %7.1f%% %12.2f %14.3f\n", l, L.dense_on_device ? "device" : "cpu",
-                hp.powerinfer ? hot : "-", L.mass_total > 0 ? 100.0 * L.mass_device / L.mass_total : 0.0,
+                split ? hot : "-", L.mass_total > 0 ? 100.0 * L.mass_device / L.mass_total : 0.0,
                 mib(static_cast<double>(L.device_bytes)), mib(L.cpu_bytes_per_token));
   }
   std::printf("head: %s; scratch %.2f MiB\n", p.head_on_device ? "device" : "cpu",
               mib(static_cast<double>(p.scratch_bytes)));
-  std::printf("total: device %.2f MiB of %.2f MiB (%.2f MiB unused); %lld hot neurons; activation "
-              "mass covered %.2f%%; CPU reads %.2f MiB/token of %.2f MiB all-CPU (%.1f%%)\n",
+  std::printf("total: device %.2f MiB of %.2f MiB (%.2f MiB unused); %lld %s; %s covered %.2f%%; "
+              "CPU reads %.2f MiB/token of %.2f MiB all-CPU (%.1f%%)\n",
               mib(static_cast<double>(p.device_bytes)), mib(static_cast<double>(p.budget)),
               mib(static_cast<double>(p.budget - p.device_bytes)),
-              static_cast<long long>(p.n_device_neurons()), 100.0 * p.mass_covered(),
+              static_cast<long long>(p.n_device_neurons()), experts ? "experts" : "hot neurons",
+              experts ? "routed tokens" : "activation mass", 100.0 * p.mass_covered(),
               mib(p.cpu_bytes_per_token), mib(p.cpu_bytes_all_cpu),
               p.cpu_bytes_all_cpu > 0 ? 100.0 * p.cpu_bytes_per_token / p.cpu_bytes_all_cpu : 0.0);
 }
@@ -194,7 +200,9 @@ int run_plan(const PlanOptions& o) {
   if (!o.stats.empty()) {
     auto s = sparse::read_activation_stats(o.stats);
     if (!s.ok()) return fail(s.error());
-    if (m.hparams().powerinfer) {
+    if (m.hparams().is_moe()) {
+      // placement_problem checks that the routing statistics fit.
+    } else if (m.hparams().powerinfer) {
       if (Status st = sparse::check_stats_fit(*s, m.hparams().n_layer, m.hparams().n_ff,
                                               sparse::model_fingerprint(m.file()), o.stats);
           !st.ok())
@@ -210,7 +218,8 @@ int run_plan(const PlanOptions& o) {
   req.n_batch = std::min(o.n_batch, req.n_ctx);
   req.kv_type_k = kv.k;
   req.kv_type_v = kv.v;
-  req.granularity = o.granularity;
+  req.experts = m.hparams().is_moe();
+  req.granularity = req.experts ? 1 : o.granularity;  // the units are whole experts
   req.allow_neurons = !o.disable_index;
   {
     runtime::ContextOptions co;
@@ -235,7 +244,8 @@ int run_plan(const PlanOptions& o) {
 
   if (!o.json) print_text(o, m, *ip, req, index_path);
   if (!o.json && o.plot.empty()) return 0;
-  nlohmann::json j = plan_json(ip->plan, m.hparams().n_ff);
+  nlohmann::json j = plan_json(ip->plan, req.experts ? m.hparams().n_expert : m.hparams().n_ff);
+  j["unit"] = req.experts ? "expert" : "neuron";
   j["model"] = o.model;
   j["powerinfer"] = m.hparams().powerinfer;
   j["n_ctx"] = req.n_ctx;
@@ -261,12 +271,13 @@ int run_plan(const PlanOptions& o) {
 Runner add_plan(CLI::App& app) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* sub = app.add_subcommand(
-      "plan", "Show what goes on the device under a VRAM budget (hot neurons, attention, head)");
+      "plan", "Show what goes on the device under a VRAM budget (hot neurons or experts, attention, head)");
   sub->add_option("-m,--model", o->model, "Model file (GGUF or PowerInfer)")->required();
   sub->add_option("--vram-budget", o->budget_gib, "Device memory to use, GiB")->required();
   sub->add_option("--stats", o->stats,
                   "Activation statistics (powerinfer profile, synth --activation-dir, "
-                  "convert_activations.py); required for PowerInfer files");
+                  "convert_activations.py); required for PowerInfer files; a mixture of experts' routing "
+                  "counts place its most chosen experts");
   sub->add_option("-c,--ctx-size", o->n_ctx, "Context the KV cache is sized for (0: the model's, at most 4096)");
   sub->add_option("-b,--batch-size", o->n_batch, "Tokens per step: sizes the scratch");
   sub->add_option("--cache-type-k", o->cache_type_k,

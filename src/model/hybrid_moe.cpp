@@ -1,0 +1,183 @@
+#include "model/hybrid_moe.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+namespace pi::model {
+namespace {
+
+size_t sz(int64_t n) { return static_cast<size_t>(n); }
+size_t f32_bytes(int64_t n) { return sz(n) * sizeof(float); }
+
+bool cpu_layer_with_device_experts(const MoeSplit& s) {
+  for (size_t il = 0; il < s.attn_on_device.size(); ++il)
+    if (!s.attn_on_device[il] && !s.device_experts[il].empty()) return true;
+  return false;
+}
+
+}  // namespace
+
+HybridMoeFfn::HybridMoeFfn(const HParams& hp, std::unique_ptr<MoeFfn> host_moe, std::unique_ptr<MoeFfn> dev_moe,
+                           backend::Device& dev, MoeSplit split)
+    : hp_(hp), host_(std::move(host_moe)), dev_moe_(std::move(dev_moe)), dev_(dev), split_(std::move(split)) {}
+
+std::vector<uint64_t> HybridMoeFfn::device_allocations(const HParams& hp, const MoeSplit& split, int64_t max_tokens) {
+  if (!cpu_layer_with_device_experts(split)) return {};
+  return {f32_bytes(max_tokens * hp.n_embd)};
+}
+
+Result<std::unique_ptr<HybridMoeFfn>> HybridMoeFfn::create(const HParams& hp, std::unique_ptr<MoeFfn> host_moe,
+                                                           std::unique_ptr<MoeFfn> dev_moe, backend::Device& dev,
+                                                           MoeSplit split, int64_t max_tokens) {
+  const auto n_layer = sz(hp.n_layer);
+  if (split.attn_on_device.size() != n_layer || split.route_on_device.size() != n_layer ||
+      split.device_experts.size() != n_layer)
+    return err("hybrid MoE: the split describes %zu layers, the model has %zu", split.attn_on_device.size(), n_layer);
+  bool device_work = false;
+  for (size_t il = 0; il < n_layer; ++il) {
+    device_work = device_work || split.attn_on_device[il] || !split.device_experts[il].empty();
+    if (split.route_on_device[il] && !split.attn_on_device[il])
+      return err("hybrid MoE: layer %zu routes on the device but its attention is on the CPU", il);
+  }
+  if (device_work && dev_moe == nullptr) return err("hybrid MoE: device work without the device's MoE step");
+  std::unique_ptr<HybridMoeFfn> f(
+      new HybridMoeFfn(hp, std::move(host_moe), std::move(dev_moe), dev, std::move(split)));
+  f->on_device_.assign(n_layer, std::vector<uint8_t>(sz(hp.n_expert), 0));
+  for (size_t il = 0; il < n_layer; ++il) {
+    const std::vector<int32_t>& ids = f->split_.device_experts[il];
+    std::vector<int32_t> slot(sz(hp.n_expert), -1);
+    for (size_t s = 0; s < ids.size(); ++s) {
+      const int32_t e = ids[s];
+      if (e < 0 || e >= hp.n_expert || (s > 0 && ids[s - 1] >= e))
+        return err("hybrid MoE: layer %zu: device experts must be ascending ids below %lld", il,
+                   static_cast<long long>(hp.n_expert));
+      slot[sz(e)] = static_cast<int32_t>(s);
+      f->on_device_[il][sz(e)] = 1;
+    }
+    if (f->dev_moe_ != nullptr) f->dev_moe_->set_expert_slots(static_cast<int64_t>(il), std::move(slot));
+  }
+  f->counters_.resize(n_layer);
+  for (uint64_t bytes : device_allocations(hp, f->split_, max_tokens)) {
+    auto b = dev.alloc(sz(static_cast<int64_t>(bytes)), "MoE FFN inputs");
+    if (!b.ok()) return b.error();
+    f->x_dev_ = std::move(*b);
+  }
+  if (device_work) {
+    const int64_t places = max_tokens * hp.n_expert_used;
+    backend::Buffer* bufs[] = {&f->x_h_, &f->ye_h_, &f->out_h_};
+    const size_t sizes[] = {f32_bytes(max_tokens * hp.n_embd), f32_bytes(places * hp.n_embd),
+                            f32_bytes(max_tokens * hp.n_embd)};
+    for (size_t i = 0; i < 3; ++i) {
+      auto b = dev.alloc_host(sizes[i], "MoE hand-off (host)");
+      if (!b.ok()) return b.error();
+      *bufs[i] = std::move(*b);
+    }
+  }
+  return f;
+}
+
+const float* HybridMoeFfn::fetch(int64_t il, const float* x, int64_t m, bool then_route) {
+  dev_.copy_out(backend::kCompute, x_h_.data(), x, f32_bytes(m * hp_.n_embd));
+  ++counters_[sz(il)].copies_out;
+  if (then_route) {
+    dev_moe_->route(il, x, m);  // its logits' sync covers the copy
+  } else {
+    dev_.sync(backend::kCompute);
+  }
+  copy_pending_ = false;
+  return x_h_.as<float>();
+}
+
+void HybridMoeFfn::before_attention(int64_t il, const float* x, int64_t m) {
+  if (!split_.attn_on_device[sz(il)]) {
+    host_->before_attention(il, x, m);
+  } else if (split_.route_on_device[sz(il)]) {
+    dev_moe_->before_attention(il, x, m);
+  } else {
+    host_->before_attention(il, fetch(il, x, m, false), m);
+  }
+}
+
+void HybridMoeFfn::run(int64_t il, const FfnInput& in, float* out) {
+  counters_[sz(il)].tokens += in.m;
+  if (split_.attn_on_device[sz(il)]) {
+    run_device_layer(il, in, out);
+  } else {
+    run_host_layer(il, in, out);
+  }
+}
+
+void HybridMoeFfn::run_host_layer(int64_t il, const FfnInput& in, float* out) {
+  MoeSplitCounters& c = counters_[sz(il)];
+  const std::vector<int32_t>& dev_experts = split_.device_experts[sz(il)];
+  if (dev_experts.empty()) {
+    host_->run(il, in, out);
+    c.host_places += in.m * hp_.n_expert_used;
+    return;
+  }
+  const int64_t m = in.m, n_embd = hp_.n_embd;
+  const std::vector<uint8_t>& front = on_device_[sz(il)];
+  if (!hp_.router_before_attn) host_->route(il, in.x, m);
+  const MoeFfn::Groups& g = host_->group(il, m, &front);
+  const int64_t places = m * hp_.n_expert_used;
+  float* ye = ye_h_.as<float>();
+  if (copy_pending_) {
+    // A device layer's copy in from the staging may still be reading it.
+    dev_.sync(backend::kCompute);
+    copy_pending_ = false;
+  }
+  if (g.n_front > 0) {
+    std::memcpy(x_h_.data(), in.x, f32_bytes(m * n_embd));
+    dev_.copy_in(backend::kCompute, x_dev_.data(), x_h_.data(), f32_bytes(m * n_embd));
+    dev_moe_->compute(il, g, x_dev_.as<float>(), &front, true, dev_moe_->outputs());
+    dev_.copy_out(backend::kCompute, ye, dev_moe_->outputs(), f32_bytes(g.n_front * n_embd));
+    ++c.copies_in;
+    ++c.copies_out;
+  }
+  // The CPU's experts while the device computes its own.
+  host_->compute(il, g, in.x, &front, false, ye);
+  if (g.n_front > 0) dev_.sync(backend::kCompute);
+  host_->combine(g, ye, out);
+  c.device_places += g.n_front;
+  c.host_places += places - g.n_front;
+}
+
+void HybridMoeFfn::run_device_layer(int64_t il, const FfnInput& in, float* out) {
+  MoeSplitCounters& c = counters_[sz(il)];
+  const int64_t m = in.m, n_embd = hp_.n_embd, places = m * hp_.n_expert_used;
+  const std::vector<int32_t>& dev_experts = split_.device_experts[sz(il)];
+  const bool route_dev = split_.route_on_device[sz(il)];
+  if (route_dev && static_cast<int64_t>(dev_experts.size()) == hp_.n_expert) {
+    dev_moe_->run(il, in, out);  // the whole layer on the device
+    c.device_places += places;
+    return;
+  }
+  const std::vector<uint8_t>& front = on_device_[sz(il)];
+  const float* x_h = fetch(il, in.x, m, route_dev && !hp_.router_before_attn);
+  MoeFfn& router = route_dev ? *dev_moe_ : *host_;
+  if (!route_dev && !hp_.router_before_attn) host_->route(il, x_h, m);
+  const MoeFfn::Groups& g = router.group(il, m, &front);
+  float* ye_dev = dev_moe_->outputs();
+  float* ye = ye_h_.as<float>();
+  if (g.n_front > 0) dev_moe_->compute(il, g, in.x, &front, true, ye_dev);
+  host_->compute(il, g, x_h, &front, false, ye);
+  if (g.n_front == 0) {
+    // Every chosen expert is the CPU's: the sum is made there and one row per token goes in.
+    host_->combine(g, ye, out_h_.as<float>());
+    dev_.copy_in(backend::kCompute, out, out_h_.data(), f32_bytes(m * n_embd));
+    ++c.copies_in;
+  } else {
+    if (g.n_front < places) {
+      dev_.copy_in(backend::kCompute, ye_dev + g.n_front * n_embd, ye + g.n_front * n_embd,
+                   f32_bytes((places - g.n_front) * n_embd));
+      ++c.copies_in;
+    }
+    dev_moe_->combine(g, ye_dev, out);
+  }
+  copy_pending_ = true;
+  c.device_places += g.n_front;
+  c.host_places += places - g.n_front;
+}
+
+}  // namespace pi::model

@@ -22,8 +22,8 @@ struct LayerPlacement {
   double dense_bytes = 0;       // attention + norms + predictor weights read per token
   double kv_bytes_per_cell = 0; // f16 K and V of one cached position of this layer
   double hot_bytes = 0;         // expected FFN rows read on the device per token
-  double cold_bytes = 0;        // expected FFN rows read on the CPU per token
-  int64_t hot_neurons = 0;
+  double cold_bytes = 0;        // expected FFN rows (or experts) read on the CPU per token
+  int64_t hot_neurons = 0;      // or experts
 };
 
 struct PlacementInfo {
@@ -36,6 +36,9 @@ struct PlacementInfo {
   int64_t n_layer = 0;
   int64_t layers_on_device = 0;  // layers whose attention (and KV cache) live on the device
   bool head_on_device = false;
+  // A mixture of experts placed expert by expert: hot_neurons counts the experts on the device,
+  // n_neurons all of them (n_layer x n_expert), mass_covered the share of routed tokens.
+  bool experts = false;
   int64_t hot_neurons = 0;       // FFN neurons whose rows live on the device
   int64_t n_neurons = 0;         // FFN neurons of the model (n_layer x n_ff)
   double mass_covered = 0;       // share of the measured activations the hot neurons carry

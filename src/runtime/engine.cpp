@@ -580,7 +580,8 @@ PlacementInfo Session::placement() const {
   p.layers_on_device = h->plan.n_dense_layers;
   p.head_on_device = h->plan.head_on_device;
   p.hot_neurons = h->plan.n_device_neurons();
-  p.n_neurons = h->split ? hp.n_layer * hp.n_ff : 0;
+  p.experts = h->experts;
+  p.n_neurons = h->split ? hp.n_layer * hp.n_ff : h->experts ? hp.n_layer * hp.n_expert : 0;
   p.mass_covered = h->plan.mass_covered();
   p.cpu_bytes_per_token = h->plan.cpu_bytes_per_token;
   p.device_bytes_per_token = h->plan.cpu_bytes_all_cpu - h->plan.cpu_bytes_per_token;

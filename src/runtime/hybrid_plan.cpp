@@ -328,7 +328,9 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
     b.dense = static_cast<double>(c.dense_read_bytes - kv_all);
     b.kv_per_cell = static_cast<double>(kv_all) / static_cast<double>(o.n_ctx);
     b.hot = L.mass_device * static_cast<double>(c.neuron_bytes);
-    b.cold = (L.mass_total - L.mass_device) * static_cast<double>(c.neuron_bytes);
+    // Plus what a layer keeps on the CPU whatever the plan (--cpu-moe: its router and experts).
+    b.cold = (L.mass_total - L.mass_device) * static_cast<double>(c.neuron_bytes) +
+             static_cast<double>(c.cpu_read_bytes);
     out.layer_bytes.push_back(b);
   }
   out.head_bytes = static_cast<double>(problem->head_bytes);

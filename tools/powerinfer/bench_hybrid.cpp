@@ -92,6 +92,9 @@ double hybrid_model_seconds(const PlacementInfo& p, const CpuRates& cpu, const D
   const double r_cpu = cpu.seq_gbps * 1e9, r_scat = cpu.scattered_gbps * 1e9;
   const double r_dev = dev.read_gbps * 1e9, hand = dev.handoff_us * 1e-6;
   if (r_cpu <= 0 || r_scat <= 0 || r_dev <= 0) return 0;
+  // Cold neurons are scattered rows; a cold expert (or a layer's experts kept on the CPU) is
+  // whole matrices read in order.
+  const double r_cold = p.experts || p.n_neurons == 0 ? r_cpu : r_scat;
   double t = 0;
   bool on_device = false;  // the residual stream starts on the CPU (the embedding)
   for (const LayerPlacement& L : p.layers) {
@@ -100,12 +103,12 @@ double hybrid_model_seconds(const PlacementInfo& p, const CpuRates& cpu, const D
     on_device = L.attn_on_device;
     if (L.attn_on_device) {
       t += dense / r_dev;
-      t += L.cold_bytes > 0 ? 2 * hand + std::max(L.cold_bytes / r_scat, L.hot_bytes / r_dev)
+      t += L.cold_bytes > 0 ? 2 * hand + std::max(L.cold_bytes / r_cold, L.hot_bytes / r_dev)
                             : L.hot_bytes / r_dev;
     } else {
       t += dense / r_cpu;
-      t += L.hot_neurons > 0 ? std::max(L.cold_bytes / r_scat, 2 * hand + L.hot_bytes / r_dev)
-                             : L.cold_bytes / r_scat;
+      t += L.hot_neurons > 0 ? std::max(L.cold_bytes / r_cold, 2 * hand + L.hot_bytes / r_dev)
+                             : L.cold_bytes / r_cold;
     }
   }
   if (p.head_on_device != on_device) t += hand;

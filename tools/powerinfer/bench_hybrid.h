@@ -10,7 +10,8 @@
 // positions attended), plus one hand-off wherever the residual stream changes sides, and the
 // head at the rate of its side. R_cpu: the CPU's matrix-vector rate over the model's weight
 // type on the row's threads (measure_device("cpu"), capped by the read probe); R_scat: R_cpu
-// times the probe's scattered/sequential ratio (the cold rows are scattered); R_dev, the
+// times the probe's scattered/sequential ratio (the cold rows are scattered; cold experts and
+// experts kept on the CPU are whole matrices, read at R_cpu); R_dev, the
 // hand-off time and the launch cost of one op (times the ops the device was given per token):
 // measured on the device (measure_device). The FFN halves overlap, nothing else does.
 #pragma once

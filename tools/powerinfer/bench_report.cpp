@@ -122,7 +122,7 @@ std::string csv_field(const std::string& s) {
 std::string hybrid_markdown(const BenchReport& r) {
   std::string s =
       "\n| model | mode | device | budget GiB | threads | test | t/s | min - max | layers on "
-      "device | head | hot neurons | mass | device MiB | CPU MiB/token | device MiB/token | "
+      "device | head | hot neurons (experts) | mass | device MiB | CPU MiB/token | device MiB/token | "
       "to device KiB/token | from device KiB/token | copies/token | model t/s | of model |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const BenchRow& row : r.rows) {

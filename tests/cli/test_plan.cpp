@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <random>
 #include <string>
 
@@ -229,9 +230,20 @@ TEST_F(PlanCli, MixtureOfExpertsPlanProfileAndCalibrate) {
 TEST_F(PlanCli, ProfileOfTheBundledMoeAgreesWithTraining) {
   const std::string dir = std::string(PI_SOURCE_DIR) + "/models/kjv-moe";
   const std::string out = dir_ + "/kjv-moe.stats";
-  auto r = run_command(kBin + "/powerinfer profile --no-progress -c 256 --max-tokens 12000 -m " + dir +
-                       "/kjv-moe.gguf -f " + PI_SOURCE_DIR + "/models/kjv-relu/heldout.txt -o " + out);
+  auto r = run_command(kBin + "/powerinfer profile --no-progress -c 256 --max-tokens 12000 --expert-cache -m " +
+                       dir + "/kjv-moe.gguf -f " + PI_SOURCE_DIR + "/models/kjv-relu/heldout.txt -o " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // --expert-cache scores device expert sets on this routing and on synthetic traces: on a
+  // sticky trace (tokens keep their predecessor's experts) the LRU cache beats the static set.
+  for (const char* row : {"this text", "uniform", "skewed (zipf 1.2)", "sticky (keep 0.6)", "skewed + sticky"})
+    EXPECT_NE(r.output.find(row), std::string::npos) << row << "\n" << r.output;
+  {
+    std::istringstream lines(r.output.substr(r.output.find("sticky (keep 0.6)")));
+    std::string name, slots;
+    double top = 0, reuse = 0, hit_static = 0, hit_lru = 0;
+    lines >> name >> name >> name >> top >> name >> reuse >> name >> slots >> hit_static >> name >> hit_lru;
+    EXPECT_GT(hit_lru, hit_static + 20) << r.output;
+  }
   auto s = pi::sparse::read_activation_stats(out);
   ASSERT_TRUE(s.ok()) << s.error().message;
   std::ifstream in(dir + "/routing_stats.json");

@@ -30,6 +30,7 @@
 #include "model/moe_ffn.h"
 #include "runtime/context.h"
 #include "sparse/activation_stats.h"
+#include "sparse/expert_cache.h"
 #include "sparse/placement_model.h"
 #include "sparse/profile_ffn.h"
 #include "tokenizer/tokenizer.h"
@@ -44,7 +45,56 @@ struct ProfileOptions {
   int n_threads = 0;  // 0: hardware threads
   int64_t max_tokens = 0;  // 0: the whole text
   bool progress = true;
+  bool expert_cache = false;  // score static / LRU expert sets on the routing (MoE)
 };
+
+// A device holding a quarter and a half of each layer's experts, scored on the text's routing
+// and on synthetic traces of known skew and reuse (sparse/expert_cache.h): the share of
+// (token, expert) pairs it serves as a static set of the most chosen, as an LRU cache, and
+// half of each; what the CPU then reads per token, and what the caches upload.
+Status print_cache_table(const sparse::RoutingTrace& text, uint64_t expert_bytes) {
+  const int64_t n_layer = static_cast<int64_t>(text.layers.size());
+  const int64_t tokens = std::max<int64_t>(text.tokens(), 4000);
+  struct Row {
+    std::string name;
+    sparse::RoutingTrace trace;
+  };
+  std::vector<Row> rows;
+  rows.push_back({"this text", text});
+  const struct {
+    const char* name;
+    double zipf, keep;
+  } synth[] = {{"uniform", 0.0, 0.0}, {"skewed (zipf 1.2)", 1.2, 0.0}, {"sticky (keep 0.6)", 0.0, 0.6},
+               {"skewed + sticky", 1.2, 0.6}};
+  for (const auto& sy : synth)
+    rows.push_back({sy.name, sparse::synthetic_trace(n_layer, text.n_expert, text.n_expert_used, tokens, sy.zipf,
+                                                     sy.keep, 1)});
+  const double mib = static_cast<double>(expert_bytes) / 1048576.0;
+  std::printf("\ndevice expert sets, scored on each trace's second half having seen its first "
+              "(hit: pairs the device serves; CPU and upload MiB per token)\n");
+  std::printf("%-18s %6s %6s %6s  %23s  %23s  %15s\n", "trace", "top", "reuse", "slots",
+              "hit static/lru/both", "CPU MiB static/lru/both", "upload lru/both");
+  constexpr sparse::CachePolicy kPolicies[] = {sparse::CachePolicy::Static, sparse::CachePolicy::Lru,
+                                              sparse::CachePolicy::StaticLru};
+  for (const Row& r : rows) {
+    const sparse::TraceShape shape = sparse::trace_shape(r.trace);
+    for (int64_t slots : {text.n_expert / 4, text.n_expert / 2}) {
+      if (slots < 1) continue;
+      sparse::CacheScore sc[3];
+      for (int i = 0; i < 3; ++i) {
+        auto x = sparse::score_cache(r.trace, kPolicies[i], slots);
+        if (!x.ok()) return x.error();
+        sc[i] = *x;
+      }
+      std::printf("%-18s %5.1f%% %5.1f%% %3lld/%-3lld %6.1f%% %6.1f%% %6.1f%%  %7.3f %7.3f %7.3f  %7.3f %7.3f\n",
+                  r.name.c_str(), 100.0 * shape.top_share, 100.0 * shape.reuse, static_cast<long long>(slots),
+                  static_cast<long long>(text.n_expert), 100.0 * sc[0].hit_rate, 100.0 * sc[1].hit_rate,
+                  100.0 * sc[2].hit_rate, sc[0].misses_per_token * mib, sc[1].misses_per_token * mib,
+                  sc[2].misses_per_token * mib, sc[1].uploads_per_token * mib, sc[2].uploads_per_token * mib);
+    }
+  }
+  return Status::Ok();
+}
 
 // Per layer: the least and most chosen experts' shares of the tokens (uniform: k / n), how
 // often a token reuses an expert of the token before it (chance: k / n), and the share of the
@@ -102,6 +152,7 @@ int run_profile(const ProfileOptions& o) {
   sparse::ProfilingFfn* profiler = nullptr;
   model::MoeFfn* moe = (*ctx)->moe_ffn();
   sparse::ActivationStats moe_stats;
+  sparse::RoutingTrace trace;  // --expert-cache
   if (hp.is_moe()) {
     if (moe == nullptr) return fail(err("%s: the context runs no mixture-of-experts step", o.model.c_str()));
     moe->trace_routes(true);
@@ -111,7 +162,11 @@ int run_profile(const ProfileOptions& o) {
     moe_stats.n_expert_used = hp.n_expert_used;
     moe_stats.expert_counts.assign(static_cast<size_t>(hp.n_layer), std::vector<float>(static_cast<size_t>(hp.n_expert)));
     moe_stats.expert_reuse.assign(static_cast<size_t>(hp.n_layer), 0.0f);
+    trace.n_expert = hp.n_expert;
+    trace.n_expert_used = hp.n_expert_used;
+    trace.layers.resize(static_cast<size_t>(hp.n_layer));
   } else {
+    if (o.expert_cache) return fail(err("--expert-cache: %s is not a mixture of experts", o.model.c_str()));
     auto step = sparse::ProfilingFfn::create(m, (*ctx)->weights(), (*ctx)->device(), co.n_batch);
     if (!step.ok()) return fail(step.error());
     profiler = step->get();
@@ -133,9 +188,11 @@ int run_profile(const ProfileOptions& o) {
     if (Status s = (*ctx)->decode(piece); !s.ok()) return fail(s.error());
     if (moe != nullptr) {
       // Each chunk is one sequence from its first token.
-      for (int64_t il = 0; il < hp.n_layer; ++il)
-        if (Status s = sparse::count_routes(moe_stats, il, moe->routes()[static_cast<size_t>(il)]); !s.ok())
-          return fail(s.error());
+      for (int64_t il = 0; il < hp.n_layer; ++il) {
+        const std::vector<int32_t>& ids = moe->routes()[static_cast<size_t>(il)];
+        if (Status s = sparse::count_routes(moe_stats, il, ids); !s.ok()) return fail(s.error());
+        if (o.expert_cache) trace.layers[static_cast<size_t>(il)].insert(trace.layers[static_cast<size_t>(il)].end(), ids.begin(), ids.end());
+      }
       moe->clear_routes();
       moe_stats.n_tokens += piece.size();
     }
@@ -157,6 +214,10 @@ int run_profile(const ProfileOptions& o) {
               static_cast<unsigned long long>(stats.n_tokens), o.text_file.c_str(), o.output.c_str());
   if (stats.has_experts()) {
     print_expert_summary(stats);
+    if (o.expert_cache) {
+      if (Status st = print_cache_table(trace, sparse::expert_bytes(m.weights().layers[0], hp.n_expert)); !st.ok())
+        return fail(st.error());
+    }
     return 0;
   }
   std::printf("layer  activity  top-20%% share\n");
@@ -187,6 +248,10 @@ Runner add_profile(CLI::App& app) {
   sub->add_option("-t,--threads", o->n_threads, "Threads (0: all hardware threads)");
   sub->add_option("--max-tokens", o->max_tokens, "Profile at most this many tokens (0: all)");
   sub->add_flag("!--no-progress", o->progress, "No progress bar");
+  sub->add_flag("--expert-cache", o->expert_cache,
+                "Mixtures of experts: also score a device holding 1/4 and 1/2 of each layer's experts as a "
+                "static set of the most chosen, an LRU cache, and half of each, on this text's routing and on "
+                "synthetic traces");
   return [o] { return run_profile(*o); };
 }
 

@@ -170,6 +170,9 @@ struct SessionOptions {
   // Mixtures of experts: the router and experts of the first n_cpu_moe layers stay on the CPU
   // in layers placed on the device (llama.cpp's --n-cpu-moe N; --cpu-moe: INT32_MAX).
   int n_cpu_moe = 0;
+  // Mixtures of experts placed by vram_budget: per layer, this many device slots hold recently
+  // used experts (an LRU cache) beside the most chosen ones.
+  int expert_cache = 0;
   // llama.cpp's -ot/--override-tensor: "REGEX=CPU" each, found in the tensor names; a layer
   // whose FFN matrices a pattern finds keeps its FFN (router and experts) on the CPU.
   std::vector<std::string> tensor_overrides;

@@ -42,6 +42,11 @@ struct PlacementInfo {
   int64_t hot_neurons = 0;       // FFN neurons whose rows live on the device
   int64_t n_neurons = 0;         // FFN neurons of the model (n_layer x n_ff)
   double mass_covered = 0;       // share of the measured activations the hot neurons carry
+  // Experts: measured since the session began, the (token, expert) pairs the device computed
+  // and those the CPU did, and what the expert cache uploaded (--expert-cache).
+  int64_t expert_pairs_device = 0, expert_pairs_cpu = 0;
+  int64_t expert_uploads = 0;
+  uint64_t expert_upload_bytes = 0;
   // Expected weight and KV bytes read per generated token (the plan's model): on the CPU and
   // on the device.
   double cpu_bytes_per_token = 0;

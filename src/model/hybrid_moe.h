@@ -40,6 +40,11 @@ struct MoeSplit {
   std::vector<bool> attn_on_device;                  // [n_layer]
   std::vector<bool> route_on_device;                 // [n_layer] its router is on the device
   std::vector<std::vector<int32_t>> device_experts;  // [n_layer] ascending expert ids
+  // [n_layer] (empty: no cache) the experts a cache of recently used ones starts with, held in
+  // the device's stacks after device_experts: a step's experts that ran on the CPU replace the
+  // least recently used of them for the steps after it (at most as many per step as the
+  // cache holds, the most chosen first).
+  std::vector<std::vector<int32_t>> cache_experts;
 };
 
 // Hand-offs and places per layer since creation (HybridFfn's counters for experts).
@@ -47,6 +52,8 @@ struct MoeSplitCounters {
   int64_t tokens = 0;
   int64_t device_places = 0, host_places = 0;  // (token, expert) pairs computed on each side
   int64_t copies_in = 0, copies_out = 0;       // hand-offs: host -> device, device -> host
+  int64_t uploads = 0;                         // experts copied into the cache
+  uint64_t upload_bytes = 0;
 };
 
 class HybridMoeFfn final : public FfnStep {
@@ -55,9 +62,13 @@ class HybridMoeFfn final : public FfnStep {
   // placed weights, whose stacks of layer il hold split.device_experts[il] in that order
   // (nullptr only when no layer's attention or expert is on the device). `dev` must outlive
   // the step.
+  // With a cache (split.cache_experts), `host_w` are the weights the CPU computes from and
+  // `dev_w` the placed ones whose stacks the cache's uploads rewrite; both must outlive the step.
   static Result<std::unique_ptr<HybridMoeFfn>> create(const HParams& hp, std::unique_ptr<MoeFfn> host_moe,
                                                       std::unique_ptr<MoeFfn> dev_moe, backend::Device& dev,
-                                                      MoeSplit split, int64_t max_tokens);
+                                                      MoeSplit split, int64_t max_tokens,
+                                                      const ModelWeights* host_w = nullptr,
+                                                      const ModelWeights* dev_w = nullptr);
   // Device allocations create() makes beyond the MoeFfns': the inputs of CPU layers with
   // device experts.
   static std::vector<uint64_t> device_allocations(const HParams& hp, const MoeSplit& split, int64_t max_tokens);
@@ -77,6 +88,20 @@ class HybridMoeFfn final : public FfnStep {
   // x (device, [m, n_embd]) into x_h_ once the device has computed it; `then_route`: the
   // device's router runs on it first and its sync covers the copy.
   const float* fetch(int64_t il, const float* x, int64_t m, bool then_route);
+  // The cache of layer il after a step grouped as g: its hits become the most recent, and the
+  // experts the CPU ran replace the least recent (uploaded on the copy queue).
+  void refresh_cache(int64_t il, const MoeFfn::Groups& g);
+  // Before the device computes layer il: its uploads have landed.
+  void await_uploads(int64_t il);
+
+  // Per layer: the expert in each device slot (static ones first), each expert's slot (-1: on
+  // the CPU), when each slot was last used, and how many slots are static.
+  struct Slots {
+    std::vector<int32_t> expert, slot_of;
+    std::vector<int64_t> last_use;
+    int64_t n_static = 0;
+    backend::Event uploaded;
+  };
 
   const HParams& hp_;
   std::unique_ptr<MoeFfn> host_, dev_moe_;
@@ -87,6 +112,11 @@ class HybridMoeFfn final : public FfnStep {
   backend::Buffer x_dev_;            // device f32 [max_tokens, n_embd]: CPU layers' inputs
   backend::Buffer x_h_, ye_h_, out_h_;  // pinned host: inputs, expert outputs, sums
   bool copy_pending_ = false;        // a copy in from ye_h_ / out_h_ may still read it
+  const ModelWeights* host_w_ = nullptr;
+  const ModelWeights* dev_w_ = nullptr;
+  std::vector<Slots> slots_;     // [n_layer]
+  backend::Buffer staging_;      // pinned: one step's uploads of a layer, in the device's layout
+  std::vector<std::pair<int64_t, int32_t>> missed_;  // scratch: (-tokens, expert)
 };
 
 }  // namespace pi::model

@@ -65,7 +65,8 @@ Result<model::PlacedWeights> place_planned(backend::Device& dev, const model::Mo
     if (h.router_on_device(il)) each(L.ffn.gate_inp);
     // Experts placed one by one: each stack on the device holds the layer's device experts,
     // in id order (HybridMoeFfn maps ids to their places).
-    const std::vector<int32_t>& ids = h.experts ? h.layout.hot[sz(il)] : std::vector<int32_t>{};
+    std::vector<int32_t> ids = h.experts ? h.layout.hot[sz(il)] : std::vector<int32_t>{};
+    if (!h.cache_experts.empty()) ids.insert(ids.end(), h.cache_experts[sz(il)].begin(), h.cache_experts[sz(il)].end());
     if (ids.empty()) continue;
     model::each_expert_stack(L.ffn, [&](model::Matrix& stack) {
       if (!st.ok()) return;
@@ -176,6 +177,12 @@ Result<std::unique_ptr<Context>> Context::create_hybrid(const model::Model& mode
            static_cast<long long>(h.plan.n_device_neurons()), h.experts ? "experts" : "hot neurons",
            100.0 * h.plan.mass_covered(), h.experts ? "routed tokens" : "activation mass",
            ctx->dev_->name().c_str());
+  if (!h.cache_experts.empty()) {
+    int64_t slots = 0;
+    for (const std::vector<int32_t>& ids : h.cache_experts) slots += static_cast<int64_t>(ids.size());
+    log_info("expert cache: %lld slots in %lld layers hold recently used experts (--expert-cache %d)",
+             static_cast<long long>(slots), static_cast<long long>(hp.n_layer), ctx->opts_.expert_cache);
+  }
   log_info("device memory (%s):\n%s", ctx->dev_->name().c_str(), h.ledger.table().c_str());
   return ctx;
 }
@@ -222,7 +229,7 @@ Status Context::build_hybrid_forward() {
     if (!on_dev.ok()) return on_dev.error();
     moe_all_ = {on_host->get(), on_dev->get()};
     auto hm = model::HybridMoeFfn::create(model_.hparams(), std::move(*on_host), std::move(*on_dev), *dev_,
-                                          moe_split(h), opts_.n_batch);
+                                          moe_split(h), opts_.n_batch, &model_.weights(), &weights_.weights);
     if (!hm.ok()) return hm.error();
     hybrid_moe_ = hm->get();
     ffn = std::move(*hm);

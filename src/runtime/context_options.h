@@ -57,6 +57,10 @@ struct ContextOptions {
   // Mixtures of experts: the router and experts of the first n_cpu_moe layers stay on the CPU
   // even in layers placed on the device (llama.cpp's --n-cpu-moe; --cpu-moe: INT32_MAX).
   int n_cpu_moe = 0;
+  // Mixtures of experts placed by --vram-budget: per layer (not kept on the CPU), this many
+  // device slots of the budget hold recently used experts (an LRU cache: an expert the CPU
+  // ran is uploaded for the steps after it), beside the static set the planner chooses.
+  int expert_cache = 0;
   // llama.cpp's -ot/--override-tensor, "REGEX=TARGET" each (a comma-separated list in one
   // string also works); the first pattern that finds a tensor's name decides: a layer any of
   // whose FFN matrices go to CPU keeps its whole FFN group on the CPU; another target is the

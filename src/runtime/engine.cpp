@@ -172,6 +172,7 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.stats_path = o.activation_stats;
   co.n_gpu_layers = o.n_gpu_layers;
   co.n_cpu_moe = o.n_cpu_moe;
+  co.expert_cache = o.expert_cache;
   co.tensor_overrides = o.tensor_overrides;
   co.gpu_index_path = o.gpu_index;
   co.reset_gpu_index = o.reset_gpu_index;
@@ -583,6 +584,14 @@ PlacementInfo Session::placement() const {
   p.experts = h->experts;
   p.n_neurons = h->split ? hp.n_layer * hp.n_ff : h->experts ? hp.n_layer * hp.n_expert : 0;
   p.mass_covered = h->plan.mass_covered();
+  if (const model::HybridMoeFfn* split = ctx_->hybrid_moe(); split != nullptr) {
+    for (const model::MoeSplitCounters& c : split->counters()) {
+      p.expert_pairs_device += c.device_places;
+      p.expert_pairs_cpu += c.host_places;
+      p.expert_uploads += c.uploads;
+      p.expert_upload_bytes += c.upload_bytes;
+    }
+  }
   p.cpu_bytes_per_token = h->plan.cpu_bytes_per_token;
   p.device_bytes_per_token = h->plan.cpu_bytes_all_cpu - h->plan.cpu_bytes_per_token;
   p.head_bytes = h->head_bytes;

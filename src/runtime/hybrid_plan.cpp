@@ -196,6 +196,7 @@ model::MoeSplit moe_split(const HybridSetup& h) {
   model::MoeSplit s;
   s.attn_on_device = h.layout.attn_on_device;
   s.device_experts = h.layout.hot;
+  s.cache_experts = h.cache_experts;
   for (size_t il = 0; il < h.layout.attn_on_device.size(); ++il)
     s.route_on_device.push_back(h.router_on_device(static_cast<int64_t>(il)));
   return s;
@@ -226,6 +227,11 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
   out.split = runs_sparse(m, o);
   // -ngl places whole layers, as llama.cpp does; the planner places experts one by one.
   out.experts = hp.is_moe() && o.n_gpu_layers < 0;
+  if (o.expert_cache < 0) return err("--expert-cache must be >= 0 (got %d)", o.expert_cache);
+  if (o.expert_cache > 0 && !hp.is_moe())
+    return err("--expert-cache: %s is not a mixture of experts", path.c_str());
+  if (o.expert_cache > 0 && !out.experts)
+    return err("--expert-cache: -ngl places whole layers; the cache comes with experts placed by --vram-budget");
   auto kept = ffn_on_cpu_layers(m, o, out.split);
   if (!kept.ok()) return kept.error();
   out.ffn_on_cpu = std::move(*kept);
@@ -277,6 +283,11 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
     s.common += footprints(dev, model::ffn_device_allocations(hp, o.n_batch));
     s.neurons += dev.alloc_footprint(static_cast<uint64_t>(o.n_batch * hp.n_embd) * sizeof(float)) +
                  static_cast<uint64_t>(hp.n_layer) * 3 * (dev.alloc_footprint(1) - 1);
+    // The cache's slots come out of the budget first.
+    for (int64_t il = 0; il < hp.n_layer; ++il)
+      if (!sparse::ffn_kept_on_cpu(out.ffn_on_cpu, il))
+        s.common += static_cast<uint64_t>(std::min<int64_t>(o.expert_cache, hp.n_expert)) *
+                    sparse::expert_bytes(m.weights().layers[sz(il)], hp.n_expert);
   } else {
     s.dense += footprints(dev, model::ffn_device_allocations(hp, o.n_batch));
   }
@@ -335,6 +346,29 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
   }
   out.head_bytes = static_cast<double>(problem->head_bytes);
 
+  // The cache's first occupants: each layer's most chosen experts after the static ones (the
+  // lowest ids without statistics).
+  if (o.expert_cache > 0) {
+    if (!out.uses_device())
+      return err("--expert-cache %d: the budget (%s) does not hold %d experts per layer beside what must go first",
+                 o.expert_cache, mib_text(budget).c_str(), o.expert_cache);
+    out.cache_experts.resize(sz(hp.n_layer));
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+      if (sparse::ffn_kept_on_cpu(out.ffn_on_cpu, il)) continue;
+      const std::vector<int32_t>& hot = out.plan.layers[sz(il)].device_neurons;
+      std::vector<int32_t> rest;
+      for (int32_t e = 0; e < hp.n_expert; ++e)
+        if (std::find(hot.begin(), hot.end(), e) == hot.end()) rest.push_back(e);
+      const std::vector<float>& freq = problem->layers[sz(il)].freq;
+      std::stable_sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) { return freq[sz(a)] > freq[sz(b)]; });
+      rest.resize(std::min<size_t>(rest.size(), static_cast<size_t>(o.expert_cache)));
+      out.cache_experts[sz(il)] = std::move(rest);
+    }
+    // Every expert static: no cache.
+    if (std::all_of(out.cache_experts.begin(), out.cache_experts.end(), [](const auto& c) { return c.empty(); }))
+      out.cache_experts.clear();
+  }
+
   // Lanes and the neuron split.
   out.lanes.embed = kHostLane;
   out.lanes.layers.resize(sz(hp.n_layer));
@@ -373,7 +407,8 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
   }
   if (out.experts) {
     for (int64_t il = 0; il < hp.n_layer; ++il) {
-      const auto n_dev = static_cast<uint64_t>(out.layout.hot[sz(il)].size());
+      const auto n_dev = static_cast<uint64_t>(out.layout.hot[sz(il)].size() +
+                                               (out.cache_experts.empty() ? 0 : out.cache_experts[sz(il)].size()));
       if (n_dev == 0) continue;
       model::each_expert_stack(w.layers[sz(il)].ffn, [&](const model::Matrix& t) {
         out.ledger.add("experts", t.nbytes() / static_cast<uint64_t>(hp.n_expert) * n_dev);

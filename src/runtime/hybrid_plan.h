@@ -57,6 +57,9 @@ struct HybridSetup {
   // experts of layer il on the device, and the routers of the device's layers (not kept on
   // the CPU) are there too (PlacementRequest::experts).
   bool experts = false;
+  // ContextOptions::expert_cache: per layer, the experts its cache slots start with (the most
+  // chosen after the static ones); empty when there is no cache.
+  std::vector<std::vector<int32_t>> cache_experts;
 
   // Whether anything at all runs on the device.
   bool uses_device() const;

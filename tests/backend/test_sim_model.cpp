@@ -417,6 +417,75 @@ TEST(SimModel, ExpertsSplitBetweenTheSimAndTheCpuMatchTheCpuBitForBit) {
   }
 }
 
+// A cache of recently used experts beside the static set (--expert-cache N): after each step
+// the experts the CPU ran replace the least recent in the device's slots (on the copy queue,
+// waited for before the device reads them: the sim's race checker sees no hazard); the output
+// stays the CPU's bit for bit for any budget, thread count and batch split, and the budget
+// pays for the slots first.
+TEST(SimModel, AnExpertCacheUploadsWhatTheCpuRanAndKeepsTheCpuBits) {
+  const struct {
+    const char* name;
+    testing::TinySpec spec;
+  } cases[] = {
+      {"qwen3moe_q8_0", testing::tiny_variant("qwen3moe", DType::Q8_0, false, 2, false, 5)},
+      {"smallthinker_f32_down_t_swa", smallthinker(DType::F32, true, 4)},
+  };
+  for (const auto& c : cases) {
+    const std::string path = testing::temp_path(std::string("sim_cache_") + c.name + ".gguf");
+    ASSERT_TRUE(testing::write_tiny_model(c.spec, path).ok());
+    auto m = load(path);
+    ASSERT_NE(m, nullptr);
+    const model::HParams& hp = m->hparams();
+    const Logits cpu = run(*m, options("cpu", false));
+    uint64_t full = 0;
+    {
+      auto ctx = runtime::Context::create(*m, options("sim", false));
+      ASSERT_TRUE(ctx.ok()) << ctx.error().message;
+      full = (*ctx)->hybrid()->ledger.allocated();
+    }
+    const uint64_t one = sparse::expert_bytes(m->weights().layers[0], hp.n_expert);
+    int64_t uploads = 0, cached_layers = 0;
+    for (int tenths : {5, 7, 9}) {
+      runtime::ContextOptions o = options("sim", false);
+      o.vram_budget = full / 10 * static_cast<uint64_t>(tenths);
+      o.expert_cache = 1;
+      const std::string what = std::string(c.name) + " --expert-cache 1, budget " + std::to_string(tenths) + "/10";
+      const Logits got = run(*m, o);
+      expect_identical(got, cpu, what);
+      if (tenths == 7) expect_any_split(*m, o, got);
+      auto ctx = runtime::Context::create(*m, o);
+      ASSERT_TRUE(ctx.ok()) << what << ": " << ctx.error().message;
+      const runtime::HybridSetup& h = *(*ctx)->hybrid();
+      for (const std::vector<int32_t>& ids : h.cache_experts) cached_layers += ids.empty() ? 0 : 1;
+      std::vector<int32_t> text;
+      for (int i = 0; i < 24; ++i) text.push_back((i * 41 + 3) % static_cast<int32_t>(hp.n_vocab));
+      for (int32_t t : text) ASSERT_TRUE((*ctx)->decode(std::vector<int32_t>{t}).ok());
+      for (const model::MoeSplitCounters& k : (*ctx)->hybrid_moe()->counters()) {
+        uploads += k.uploads;
+        EXPECT_EQ(k.upload_bytes, static_cast<uint64_t>(k.uploads) * one) << what;
+      }
+    }
+    EXPECT_GT(cached_layers, 0) << c.name;
+    EXPECT_GT(uploads, 0) << c.name;
+  }
+  // A budget that cannot hold the slots, and a file that has no experts, are refused.
+  const std::string path = testing::temp_path("sim_cache_qwen3moe_q8_0.gguf");
+  auto m = load(path);
+  ASSERT_NE(m, nullptr);
+  runtime::ContextOptions o = options("sim", false);
+  o.vram_budget = 1024;
+  o.expert_cache = 2;
+  auto ctx = runtime::Context::create(*m, o);
+  ASSERT_FALSE(ctx.ok());
+  EXPECT_NE(ctx.error().message.find("--expert-cache 2"), std::string::npos) << ctx.error().message;
+  o = options("sim", false);
+  o.expert_cache = 1;
+  o.n_gpu_layers = 1;
+  ctx = runtime::Context::create(*m, o);
+  ASSERT_FALSE(ctx.ok());
+  EXPECT_NE(ctx.error().message.find("-ngl"), std::string::npos) << ctx.error().message;
+}
+
 // With routing statistics the planner puts the most chosen experts of each layer on the
 // device, and the CPU's share of the (token, expert) pairs falls by exactly the routed mass
 // the statistics give the placed experts when the text run is the one profiled; the plan is

@@ -95,6 +95,22 @@ TEST(LlamaFlags, CpuMoeKeepsTheExpertsOnTheCpu) {
   auto bad = run_command(base + " --n-cpu-moe -1");
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
   EXPECT_TRUE(has(bad.output, "--n-cpu-moe must be >= 0")) << bad.output;
+  // --vram-budget places experts one by one, --expert-cache keeps some slots for recent ones:
+  // the same text; with -ngl (whole layers) or a negative count, refused.
+  for (const char* flags : {" --vram-budget 0.0002", " --vram-budget 0.0005 --expert-cache 1"}) {
+    auto r = run_command(base + " --device sim" + flags);
+    ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.output;
+    EXPECT_EQ(text_of(base + " --device sim" + flags), cpu) << flags;
+  }
+  bad = run_command(base + " --device sim --vram-budget 0.0002 --expert-cache 1");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_TRUE(has(bad.output, "--expert-cache 1: the budget (0.2 MiB) does not hold")) << bad.output;
+  bad = run_command(base + " --device sim -ngl 99 --expert-cache 1");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_TRUE(has(bad.output, "--expert-cache: -ngl places whole layers")) << bad.output;
+  bad = run_command(base + " --expert-cache -2");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_TRUE(has(bad.output, "--expert-cache must be 0..65536")) << bad.output;
 }
 
 // llama.cpp's -ot/--override-tensor REGEX=TARGET: the first pattern that finds a tensor

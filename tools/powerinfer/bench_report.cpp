@@ -118,11 +118,20 @@ std::string csv_field(const std::string& s) {
   return q + "\"";
 }
 
+// The activation mass the plan covers; for experts also the share of (token, expert) pairs the
+// device computed in the run.
+std::string mass_text(const PlacementInfo& p) {
+  const int64_t pairs = p.expert_pairs_device + p.expert_pairs_cpu;
+  if (!p.experts || pairs == 0) return fmt("%.1f%%", 100 * p.mass_covered);
+  return fmt("%.1f%% / %.1f%%", 100 * p.mass_covered,
+             100.0 * static_cast<double>(p.expert_pairs_device) / static_cast<double>(pairs));
+}
+
 // The rows on a GPU-like device: what the plan put there, the traffic, and the model.
 std::string hybrid_markdown(const BenchReport& r) {
   std::string s =
       "\n| model | mode | device | budget GiB | threads | test | t/s | min - max | layers on "
-      "device | head | hot neurons (experts) | mass | device MiB | CPU MiB/token | device MiB/token | "
+      "device | head | hot neurons (experts) | mass (experts: planned / served) | device MiB | CPU MiB/token | device MiB/token | "
       "to device KiB/token | from device KiB/token | copies/token | model t/s | of model |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const BenchRow& row : r.rows) {
@@ -132,13 +141,13 @@ std::string hybrid_markdown(const BenchReport& r) {
     const std::string model = h.model_ts > 0 ? fmt("%.2f", h.model_ts) : "-";
     const std::string of = h.model_ts > 0 ? fmt("%.0f%%", 100 * h.model_ratio) : "-";
     s += fmt("| %s | %s | %s | %s | %d | %s | %.2f | %.2f - %.2f | %lld/%lld | %s | %lld/%lld | "
-             "%.1f%% | %.1f | %.2f | %.2f | %.1f | %.1f | %.1f | %s | %s |\n",
+             "%s | %.1f | %.2f | %.2f | %.1f | %.1f | %.1f | %s | %s |\n",
              basename(r.models[row.model].path).c_str(), mode_name(row.mode), h.device.c_str(),
              h.has_budget ? fmt("%.3g", static_cast<double>(h.budget) / kGiB).c_str() : "free",
              row.threads, row.test.c_str(), row.ts_median, row.ts_min, row.ts_max,
              static_cast<long long>(p.layers_on_device), static_cast<long long>(p.n_layer),
              p.head_on_device ? "device" : "cpu", static_cast<long long>(p.hot_neurons),
-             static_cast<long long>(p.n_neurons), 100 * p.mass_covered,
+             static_cast<long long>(p.n_neurons), mass_text(p).c_str(),
              static_cast<double>(p.device_bytes) / kMiB, p.cpu_bytes_per_token / kMiB,
              p.device_bytes_per_token / kMiB, h.bytes_to_device / 1024, h.bytes_from_device / 1024,
              h.copies, model.c_str(), of.c_str());
@@ -177,6 +186,10 @@ Json hybrid_json(const HybridRow& h) {
               {"hot_neurons", p.hot_neurons},
               {"n_neurons", p.n_neurons},
               {"mass_covered", p.mass_covered},
+              {"expert_pairs_device", p.expert_pairs_device},
+              {"expert_pairs_cpu", p.expert_pairs_cpu},
+              {"expert_uploads", p.expert_uploads},
+              {"expert_upload_bytes", p.expert_upload_bytes},
               {"device_bytes", p.device_bytes},
               {"cpu_bytes_per_token", p.cpu_bytes_per_token},
               {"device_bytes_per_token", p.device_bytes_per_token},

@@ -93,6 +93,10 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_option("--n-cpu-moe", f.n_cpu_moe,
                   "Mixtures of experts: keep the routers and experts of the first N layers on "
                   "the CPU (llama.cpp's --n-cpu-moe)");
+  sub->add_option("--expert-cache", f.expert_cache,
+                  "Mixtures of experts placed by --vram-budget: N device slots per layer hold recently "
+                  "used experts (an LRU cache: an expert the CPU ran is uploaded for the next tokens), "
+                  "beside the most chosen ones; `powerinfer profile --expert-cache` measures whether it pays");
   sub->add_option("--override-tensor", f.override_tensor,
                   "llama.cpp's -ot REGEX=CPU[,REGEX=CPU...] (repeatable): a layer whose FFN "
                   "matrices the pattern finds in their names keeps its FFN (a mixture's router and "
@@ -141,6 +145,8 @@ Status check_model_flags(const ModelFlags& f) {
   }
   if (f.n_cpu_moe < 0)
     return err("--n-cpu-moe must be >= 0 (got %lld)", static_cast<long long>(f.n_cpu_moe));
+  if (f.expert_cache < 0 || f.expert_cache > 65536)
+    return err("--expert-cache must be 0..65536 (got %lld)", static_cast<long long>(f.expert_cache));
   if (f.n_gpu_layers < -1)
     return err("-ngl must be >= -1 (-1: all layers; got %lld)",
                static_cast<long long>(f.n_gpu_layers));
@@ -187,6 +193,9 @@ Status apply_hybrid_flags(const ModelFlags& f, SessionOptions& so) {
     if (!f.override_tensor.empty())
       log_warn("no GPU device selected (--device sim|cuda): -ot ignored, every tensor is on %s",
                so.device.c_str());
+    if (f.expert_cache > 0)
+      log_warn("no GPU device selected (--device sim|cuda): --expert-cache ignored, every expert is on %s",
+               so.device.c_str());
     return Status::Ok();
   }
   so.vram_budget = *budget;
@@ -198,6 +207,7 @@ Status apply_hybrid_flags(const ModelFlags& f, SessionOptions& so) {
     so.n_gpu_layers = f.n_gpu_layers < 0 ? INT32_MAX : static_cast<int>(std::min<int64_t>(f.n_gpu_layers, INT32_MAX));
   so.tensor_overrides = f.override_tensor;
   so.n_cpu_moe = f.cpu_moe ? INT32_MAX : static_cast<int>(std::min<int64_t>(f.n_cpu_moe, INT32_MAX));
+  so.expert_cache = static_cast<int>(f.expert_cache);
   return Status::Ok();
 }
 

@@ -24,6 +24,7 @@ struct ModelFlags {
   // CPU while the rest of the layer may go to the device (all of them / the first N).
   bool cpu_moe = false;
   int64_t n_cpu_moe = 0;
+  int64_t expert_cache = 0;  // --expert-cache N
   // -ot/--override-tensor REGEX=CPU[,...] (repeatable): layers whose FFN matrices match keep
   // their FFN on the CPU.
   std::vector<std::string> override_tensor;

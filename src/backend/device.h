@@ -166,6 +166,12 @@ class Device {
   // Copies and ops counted so far (zero on devices whose memory is the host's).
   virtual DeviceActivity activity() const { return {}; }
 
+  // dst (host) <- src (device) after everything submitted to q so far: a copy out on q and the
+  // host's wait for it (how the host reads what the ops computed).
+  void read_back(QueueId q, void* dst, const void* src, size_t bytes) {
+    copy_out(q, dst, src, bytes);
+    sync(q);
+  }
   // Blocking helpers over kCopy: a whole transfer and a sync.
   void upload(void* dst, const void* src, size_t bytes) {
     copy_in(kCopy, dst, src, bytes);

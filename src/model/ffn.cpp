@@ -53,8 +53,7 @@ Result<std::unique_ptr<HostFfnBridge>> HostFfnBridge::create(FfnStep& host_step,
 }
 
 const float* HostFfnBridge::fetch(const float* x, int64_t m) {
-  dev_.copy_out(backend::kCompute, x_.data(), x, static_cast<size_t>(m * n_embd_) * sizeof(float));
-  dev_.sync(backend::kCompute);
+  dev_.read_back(backend::kCompute, x_.data(), x, static_cast<size_t>(m * n_embd_) * sizeof(float));
   return x_.as<float>();
 }
 

@@ -235,8 +235,7 @@ void Forward::move_residual(int from, int to, int64_t m) {
   const size_t bytes = static_cast<size_t>(m * model_.hparams().n_embd) * sizeof(float);
   if (b.dev->host_addressable()) {
     // Device -> host: in order after the device's work on x; the host waits for it.
-    a.dev->copy_out(backend::kCompute, b.buf.x.data(), a.buf.x.data(), bytes);
-    a.dev->sync(backend::kCompute);
+    a.dev->read_back(backend::kCompute, b.buf.x.data(), a.buf.x.data(), bytes);
   } else {
     // Host -> device, in order before the device's next work. The host's x is not written
     // again before the pass ends (the residual comes back by copy_out, after this copy).

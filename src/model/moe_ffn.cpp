@@ -106,8 +106,7 @@ Result<std::unique_ptr<MoeFfn>> MoeFfn::create(const Model& model, const ModelWe
 
 const float* MoeFfn::on_host(const float* p, int64_t n, backend::Buffer& host) {
   if (host_) return p;
-  dev_.copy_out(backend::kCompute, host.data(), p, static_cast<size_t>(n) * sizeof(float));
-  dev_.sync(backend::kCompute);
+  dev_.read_back(backend::kCompute, host.data(), p, static_cast<size_t>(n) * sizeof(float));
   return host.as<float>();
 }
 

@@ -298,19 +298,34 @@ testing::TinySpec smallthinker(DType t, bool down_t, int64_t swa) {
   return s;
 }
 
-// Mixtures of experts on the sim: routing reads the router's logits back from the device (and
-// sparse ReGLU experts their gate values), the experts run there; the same bits as the CPU,
-// sparse and dense, for any thread count and batch split.
-TEST(SimModel, MixturesOfExpertsMatchTheCpuBitForBit) {
-  const struct {
-    const char* name;
-    testing::TinySpec spec;
-  } cases[] = {
+// Tiny mixtures of experts: SwiGLU experts (qwen3moe), ReGLU experts with a transposed down and
+// sliding windows, and with a plain down (smallthinker, router before attention); the first n.
+struct MoeCase {
+  const char* name;
+  testing::TinySpec spec;
+};
+std::vector<MoeCase> moe_cases(size_t n) {
+  std::vector<MoeCase> all = {
       {"qwen3moe_q8_0", testing::tiny_variant("qwen3moe", DType::Q8_0, false, 2, false, 5)},
       {"smallthinker_f32_down_t_swa", smallthinker(DType::F32, true, 4)},
       {"smallthinker_q4_0_down", smallthinker(DType::Q4_0, false, 0)},
   };
-  for (const auto& c : cases) {
+  all.resize(std::min(n, all.size()));
+  return all;
+}
+
+// The device bytes of a plan that places everything (the sim's default capacity holds it).
+uint64_t everything_placed(const model::Model& m) {
+  auto ctx = runtime::Context::create(m, options("sim", false));
+  EXPECT_TRUE(ctx.ok()) << ctx.error().message;
+  return ctx.ok() ? (*ctx)->hybrid()->ledger.allocated() : 0;
+}
+
+// Mixtures of experts on the sim: routing reads the router's logits back from the device (and
+// sparse ReGLU experts their gate values), the experts run there; the same bits as the CPU,
+// sparse and dense, for any thread count and batch split.
+TEST(SimModel, MixturesOfExpertsMatchTheCpuBitForBit) {
+  for (const MoeCase& c : moe_cases(3)) {
     const std::string path = testing::temp_path(std::string("sim_") + c.name + ".gguf");
     ASSERT_TRUE(testing::write_tiny_model(c.spec, path).ok());
     auto m = load(path);
@@ -362,15 +377,7 @@ TEST(SimModel, MixturesOfExpertsMatchTheCpuBitForBit) {
 // bit for bit (each token sums its experts in id order on either side) for any thread count
 // and batch split; the device holds exactly what its ledger counted, within the budget.
 TEST(SimModel, ExpertsSplitBetweenTheSimAndTheCpuMatchTheCpuBitForBit) {
-  const struct {
-    const char* name;
-    testing::TinySpec spec;
-  } cases[] = {
-      {"qwen3moe_q8_0", testing::tiny_variant("qwen3moe", DType::Q8_0, false, 2, false, 5)},
-      {"smallthinker_f32_down_t_swa", smallthinker(DType::F32, true, 4)},
-      {"smallthinker_q4_0_down", smallthinker(DType::Q4_0, false, 0)},
-  };
-  for (const auto& c : cases) {
+  for (const MoeCase& c : moe_cases(3)) {
     const std::string path = testing::temp_path(std::string("sim_split_") + c.name + ".gguf");
     ASSERT_TRUE(testing::write_tiny_model(c.spec, path).ok());
     auto m = load(path);
@@ -423,26 +430,15 @@ TEST(SimModel, ExpertsSplitBetweenTheSimAndTheCpuMatchTheCpuBitForBit) {
 // stays the CPU's bit for bit for any budget, thread count and batch split, and the budget
 // pays for the slots first.
 TEST(SimModel, AnExpertCacheUploadsWhatTheCpuRanAndKeepsTheCpuBits) {
-  const struct {
-    const char* name;
-    testing::TinySpec spec;
-  } cases[] = {
-      {"qwen3moe_q8_0", testing::tiny_variant("qwen3moe", DType::Q8_0, false, 2, false, 5)},
-      {"smallthinker_f32_down_t_swa", smallthinker(DType::F32, true, 4)},
-  };
-  for (const auto& c : cases) {
+  for (const MoeCase& c : moe_cases(2)) {
     const std::string path = testing::temp_path(std::string("sim_cache_") + c.name + ".gguf");
     ASSERT_TRUE(testing::write_tiny_model(c.spec, path).ok());
     auto m = load(path);
     ASSERT_NE(m, nullptr);
     const model::HParams& hp = m->hparams();
     const Logits cpu = run(*m, options("cpu", false));
-    uint64_t full = 0;
-    {
-      auto ctx = runtime::Context::create(*m, options("sim", false));
-      ASSERT_TRUE(ctx.ok()) << ctx.error().message;
-      full = (*ctx)->hybrid()->ledger.allocated();
-    }
+    const uint64_t full = everything_placed(*m);
+    ASSERT_GT(full, 0u);
     const uint64_t one = sparse::expert_bytes(m->weights().layers[0], hp.n_expert);
     int64_t uploads = 0, cached_layers = 0;
     for (int tenths : {5, 7, 9}) {

@@ -215,7 +215,11 @@ std::string find_stats(const std::string& model_path, const std::string& given) 
   if (!given.empty()) return given;
   const std::string beside = model_path + ".activations.gguf";
   std::error_code ec;
-  return std::filesystem::exists(beside, ec) ? beside : std::string();
+  if (std::filesystem::exists(beside, ec)) return beside;
+  const std::filesystem::path folder = std::filesystem::path(model_path).parent_path() / "activation";
+  for (const char* first : {"activation_0.pt", "activation_0.npy"})
+    if (std::filesystem::exists(folder / first, ec)) return folder.string();
+  return std::string();
 }
 
 Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,

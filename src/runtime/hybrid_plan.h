@@ -88,7 +88,8 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
                                 backend::Device& dev, uint64_t budget);
 
 // Statistics path for a model: `given` if not empty, else <model>.activations.gguf when that
-// file exists, else empty.
+// file exists, else the original's `activation/` folder beside the model (activation_0.pt or
+// .npy in it), as the original finds it; else empty.
 std::string find_stats(const std::string& model_path, const std::string& given);
 
 }  // namespace pi::runtime

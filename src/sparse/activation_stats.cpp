@@ -10,6 +10,7 @@
 
 #include "gguf/reader.h"
 #include "gguf/writer.h"
+#include "sparse/torch_file.h"
 
 namespace pi::sparse {
 namespace {
@@ -121,32 +122,29 @@ Result<ActivationStats> read_stats_file(const std::string& path) {
 }
 
 Result<ActivationStats> read_stats_dir(const std::string& dir) {
-  std::map<int64_t, std::string> npy;  // ordered by layer number
-  bool has_pt = false;
+  // The original's activation_N.pt (torch) files, or .npy files; .npy where a directory holds
+  // both.
+  std::map<int64_t, std::string> npy, pt;  // ordered by layer number
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (auto n = layer_file_number(name, "activation_", ".npy")) npy[*n] = e.path().string();
-    if (layer_file_number(name, "activation_", ".pt")) has_pt = true;
+    if (auto n = layer_file_number(name, "activation_", ".pt")) pt[*n] = e.path().string();
   }
   if (ec) return err("%s: cannot list directory: %s", dir.c_str(), ec.message().c_str());
-  if (npy.empty()) {
-    if (has_pt) {
-      return err("%s: holds activation_N.pt (torch) files: convert them once with "
-                 "`python tools/convert/convert_activations.py %s -o STATS.gguf`",
-                 dir.c_str(), dir.c_str());
-    }
-    return err("%s: no activation_N.npy files", dir.c_str());
-  }
+  if (npy.empty() && pt.empty()) return err("%s: no activation_N.pt or activation_N.npy files", dir.c_str());
+  const bool torch = npy.empty();
+  const std::map<int64_t, std::string>& files = torch ? pt : npy;
+  const char* ext = torch ? "pt" : "npy";
   ActivationStats s;
-  s.source = "npy";
+  s.source = ext;
   int64_t expect = 0;
-  for (const auto& [layer, path] : npy) {
+  for (const auto& [layer, path] : files) {
     if (layer != expect) {
-      return err("%s: activation_%lld.npy is missing (layers must be 0..%lld)", dir.c_str(),
-                 static_cast<long long>(expect), static_cast<long long>(npy.rbegin()->first));
+      return err("%s: activation_%lld.%s is missing (layers must be 0..%lld)", dir.c_str(),
+                 static_cast<long long>(expect), ext, static_cast<long long>(files.rbegin()->first));
     }
-    auto v = read_npy_1d(path);
+    auto v = torch ? read_torch_1d(path) : read_npy_1d(path);
     if (!v.ok()) return v.error();
     PI_TRY(check_counts(*v, 0, path, layer));
     s.counts.push_back(std::move(*v));

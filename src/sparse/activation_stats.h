@@ -20,8 +20,10 @@
 //     activation_counts, present for ReLU-family (ReGLU) experts only, are [n_expert * n_ff_exp],
 //     expert by expert: tokens on which each expert's neuron fired (only tokens routed there);
 //   - a directory of activation_N.npy files (1-D float32/float64/int32/int64 arrays, as synth
-//     writes them beside its statistics file and numpy users make them): values all <= 1 are
-//     frequencies per token (n_tokens = 1), otherwise counts over unknown tokens (n_tokens = 0).
+//     writes them beside its statistics file and numpy users make them), or of the original's
+//     activation_N.pt files (one 1-D torch tensor each, read without torch: torch_file.h):
+//     values all <= 1 are frequencies per token (n_tokens = 1), otherwise counts over unknown
+//     tokens (n_tokens = 0).
 // Layers are numbered by N, compared as numbers, never as strings (the original sorts
 // "activation_10" before "activation_2", pairing layers with the wrong statistics).
 #pragma once

@@ -197,17 +197,20 @@ int run_plan(const PlanOptions& o) {
   if (o.n_cpu_moe < 0) return fail(err("--n-cpu-moe must be >= 0 (got %lld)", static_cast<long long>(o.n_cpu_moe)));
   if (Status s = runtime::check_kv_types(m.hparams(), kv); !s.ok()) return fail(s.error());
   std::optional<sparse::ActivationStats> stats;
-  if (!o.stats.empty()) {
-    auto s = sparse::read_activation_stats(o.stats);
+  // As run does: --stats, else MODEL.activations.gguf, else the original's activation/ folder.
+  const std::string stats_path = runtime::find_stats(o.model, o.stats);
+  if (!stats_path.empty()) {
+    if (o.stats.empty()) log_info("plan: statistics %s", stats_path.c_str());
+    auto s = sparse::read_activation_stats(stats_path);
     if (!s.ok()) return fail(s.error());
     if (m.hparams().is_moe()) {
       // placement_problem checks that the routing statistics fit.
     } else if (m.hparams().powerinfer) {
       if (Status st = sparse::check_stats_fit(*s, m.hparams().n_layer, m.hparams().n_ff,
-                                              sparse::model_fingerprint(m.file()), o.stats);
+                                              sparse::model_fingerprint(m.file()), stats_path);
           !st.ok())
         return fail(st.error());
-    } else {
+    } else if (!o.stats.empty()) {
       log_warn("%s is a GGUF file: placed in whole layers, --stats is not used", o.model.c_str());
     }
     stats = std::move(*s);

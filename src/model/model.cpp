@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/log.h"
 #include "model/arch.h"
 #include "model/model_checks.h"
 #include "model/tensor_loader.h"
@@ -73,7 +74,10 @@ Status Model::convert_in_place(const std::vector<Matrix*>& todo, DType layout, i
       std::vector<std::byte> buf;
       for (size_t i = first; i < todo.size(); i += step) {
         const Matrix& m = *todo[i];
-        std::byte* at = bytes.data() + (m.data - base);
+        // In the file's bytes, or in a copy the model owns (an expert stack gathered at load).
+        const auto addr = reinterpret_cast<uintptr_t>(m.data), first = reinterpret_cast<uintptr_t>(base);
+        const bool in_file = addr >= first && addr < first + bytes.size();
+        std::byte* at = in_file ? bytes.data() + (m.data - base) : const_cast<std::byte*>(m.data);
         const size_t unit_bytes = static_cast<size_t>(unit) * m.row_stride();
         buf.resize(unit_bytes);
         for (int64_t r = 0; r < m.rows; r += unit) {
@@ -119,12 +123,18 @@ Result<std::unique_ptr<Model>> Model::from_file(gguf::File file, bool check_all_
   hp.powerinfer = f.is_powerinfer();
   PI_TRY(read_common_hparams(f, hp));
   PI_TRY(check_block_count(f, hp));
-  TensorLoader loader(f, m->widened_);
+  TensorLoader loader(f, m->widened_, &m->stacks_);
   PI_TRY(arch->load(f, loader, hp, m->w_));
   PI_TRY(check_norm_eps(f, hp));
   PI_TRY(check_vocab_size(f, hp));
   PI_TRY(check_tensor_values(f, check_all_tensors));
   warn_unused_tensors(f, loader.used());
+  if (!m->stacks_.empty()) {
+    uint64_t bytes = 0;
+    for (const std::vector<std::byte>& b : m->stacks_) bytes += b.size();
+    log_info("%s stores one tensor per expert (an older layout): %zu expert stacks copied together, %.1f MiB",
+             f.path().c_str(), m->stacks_.size(), static_cast<double>(bytes) / 1048576.0);
+  }
   return m;
 }
 

@@ -80,6 +80,7 @@ class Model {
   HParams hp_;
   ModelWeights w_;
   std::deque<std::vector<float>> widened_;  // f32 copies of non-f32 1-D tensors
+  std::deque<std::vector<std::byte>> stacks_;  // expert stacks of one-tensor-per-expert files
   mutable LayoutCache layouts_;
   uint64_t repacked_in_place_ = 0;
 };

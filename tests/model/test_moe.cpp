@@ -8,6 +8,9 @@
 #include <limits>
 #include <vector>
 
+#include "backend/host_device.h"
+#include "gguf/reader.h"
+#include "gguf/writer.h"
 #include "model/model.h"
 #include "model/moe_ffn.h"
 #include "model/tiny_model.h"
@@ -132,6 +135,89 @@ TEST(MoeLoad, Qwen3MoeHparamsAndExpertViews) {
              L.ffn.gate_inp.nbytes();
   }
   EXPECT_EQ((*m)->weight_bytes_per_token(), dense + 2 * experts * 2 / 4 + (*m)->weights().output.nbytes());
+}
+
+// `merged` rewritten as Mixtral's first GGUF files store experts: each "<stem>_exps.weight"
+// [n, rows, cols] as n tensors "<stem>.E.weight" [rows, cols]; `drop` is left out.
+void split_experts(const std::string& merged, const std::string& out, const std::string& drop = "") {
+  auto f = pi::gguf::File::open(merged);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  pi::gguf::Writer w;
+  for (const pi::gguf::KeyValue& kv : f->metadata())
+    if (kv.key != "general.alignment") ASSERT_TRUE(w.add_kv(kv.key, kv.value).ok());
+  struct Piece {
+    std::string name;
+    const std::byte* data;
+    size_t bytes;
+  };
+  std::vector<Piece> pieces;
+  const std::string suffix = "_exps.weight";
+  for (const pi::gguf::TensorInfo& t : f->tensors()) {
+    const std::byte* data = f->view(t).data;
+    const bool stack = t.name.size() > suffix.size() && t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    if (!stack) {
+      ASSERT_TRUE(w.add_tensor(t.name, t.type, t.shape).ok());
+      pieces.push_back({t.name, data, static_cast<size_t>(t.nbytes)});
+      continue;
+    }
+    const int64_t n = t.shape[0];
+    const size_t one = static_cast<size_t>(t.nbytes) / static_cast<size_t>(n);
+    for (int64_t e = 0; e < n; ++e) {
+      const std::string name = t.name.substr(0, t.name.size() - suffix.size()) + "." + std::to_string(e) + ".weight";
+      if (name == drop) continue;
+      ASSERT_TRUE(w.add_tensor(name, t.type, Shape{t.shape[1], t.shape[2]}).ok());
+      pieces.push_back({name, data + static_cast<size_t>(e) * one, one});
+    }
+  }
+  ASSERT_TRUE(w.begin(out).ok());
+  for (const Piece& p : pieces) ASSERT_TRUE(w.write_tensor(p.name, {p.data, p.bytes}).ok());
+  ASSERT_TRUE(w.finish().ok());
+}
+
+std::vector<float> logits_of(const pi::model::Model& m) {
+  pi::runtime::ContextOptions o;
+  o.n_ctx = 32;
+  o.n_batch = 4;
+  o.n_threads = 2;
+  auto c = pi::runtime::Context::create(m, o);
+  EXPECT_TRUE(c.ok()) << c.error().message;
+  if (!c.ok()) return {};
+  EXPECT_TRUE((*c)->decode(std::vector<int32_t>{1, 5, 9, 2, 7, 3}).ok());
+  auto l = (*c)->logits();
+  return {l.begin(), l.end()};
+}
+
+// Mixtral's first GGUF files hold one tensor per expert (blk.N.ffn_gate.E.weight, ...), which
+// llama.cpp still loads: they load into the same stacks (a copy, in the file's type) with the
+// same logits bit for bit, mapped, read into memory and converted to the CPU's R16 layouts in
+// place; a missing expert is an error naming it.
+TEST(MoeLoad, OneTensorPerExpertFilesLoadAsStacks) {
+  const std::string merged = temp_path("moe_merged.gguf"), split = temp_path("moe_per_expert.gguf");
+  ASSERT_TRUE(write_tiny_model(moe_spec(), merged).ok());
+  split_experts(merged, split);
+  auto a = pi::model::Model::load(merged);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  const std::vector<float> want = logits_of(**a);
+  ASSERT_FALSE(want.empty());
+  for (pi::LoadMode mode : {pi::LoadMode::Map, pi::LoadMode::Read}) {
+    auto b = pi::model::Model::load(split, mode);
+    ASSERT_TRUE(b.ok()) << b.error().message;
+    EXPECT_EQ((*b)->weights().layers[1].ffn.gate_exps.stack, 4);
+    EXPECT_EQ(logits_of(**b), want);
+  }
+  // Read in and converted in place to the CPU's dense layouts: as the merged file is.
+  const pi::model::DenseLayouts r16{pi::backend::cpu_dense_layout};
+  auto c = pi::model::Model::load(merged, pi::LoadMode::Read, false, DType::Q4_0, r16);
+  auto d = pi::model::Model::load(split, pi::LoadMode::Read, false, DType::Q4_0, r16);
+  ASSERT_TRUE(c.ok() && d.ok());
+  EXPECT_EQ((*d)->weights().layers[0].ffn.up_exps.type, pi::backend::cpu_dense_layout(DType::Q8_0));
+  EXPECT_EQ((*c)->weights().layers[0].ffn.up_exps.type, pi::backend::cpu_dense_layout(DType::Q8_0));
+  EXPECT_EQ(logits_of(**d), logits_of(**c));
+  const std::string broken = temp_path("moe_per_expert_missing.gguf");
+  split_experts(merged, broken, "blk.1.ffn_up.3.weight");
+  auto e = pi::model::Model::load(broken);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("missing tensor 'blk.1.ffn_up.3.weight'"), std::string::npos) << e.error().message;
 }
 
 TEST(MoeLoad, MalformedExpertFilesFailInOneLine) {

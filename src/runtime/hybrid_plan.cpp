@@ -274,6 +274,7 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
   req.footprint = [&dev](uint64_t n) { return dev.alloc_footprint(n); };
   req.neuron_extra_bytes = sparse::HybridFfn::kNeuronIdBytes;
   sparse::ScratchBytes s = lane_scratch(hp, o, dev);
+  uint64_t cache_bytes = 0;  // --expert-cache's slots
   if (out.split) {
     const sparse::ScratchBytes f = sparse::HybridFfn::scratch(m, dev, o.n_batch);
     s.dense += f.dense;
@@ -290,8 +291,9 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
     // The cache's slots come out of the budget first.
     for (int64_t il = 0; il < hp.n_layer; ++il)
       if (!sparse::ffn_kept_on_cpu(out.ffn_on_cpu, il))
-        s.common += static_cast<uint64_t>(std::min<int64_t>(o.expert_cache, hp.n_expert)) *
-                    sparse::expert_bytes(m.weights().layers[sz(il)], hp.n_expert);
+        cache_bytes += static_cast<uint64_t>(std::min<int64_t>(o.expert_cache, hp.n_expert)) *
+                       sparse::expert_bytes(m.weights().layers[sz(il)], hp.n_expert);
+    s.common += cache_bytes;
   } else {
     s.dense += footprints(dev, model::ffn_device_allocations(hp, o.n_batch));
   }
@@ -321,7 +323,8 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
     out.plan = std::move(*plan);
     out.origin = "-ngl " + std::to_string(o.n_gpu_layers);
   } else {
-    const sparse::IndexKey key = sparse::index_key(m.file(), stats ? &*stats : nullptr, req);
+    sparse::IndexKey key = sparse::index_key(m.file(), stats ? &*stats : nullptr, req);
+    key.reserved = cache_bytes;
     sparse::IndexOptions io;
     io.reset = o.reset_gpu_index;
     io.disable = o.disable_gpu_index;

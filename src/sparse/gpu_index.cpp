@@ -23,6 +23,7 @@ constexpr const char* kKvTypeK = "powerinfer.gpu_index.kv_type_k";
 constexpr const char* kKvTypeV = "powerinfer.gpu_index.kv_type_v";
 constexpr const char* kDenseLayers = "powerinfer.gpu_index.dense_layers";
 constexpr const char* kHead = "powerinfer.gpu_index.head_on_device";
+constexpr const char* kReserved = "powerinfer.gpu_index.reserved_bytes";
 
 std::string idx_name(size_t l) { return "blk." + std::to_string(l) + ".gpu_idx"; }
 std::string bucket_name(size_t l) { return "blk." + std::to_string(l) + ".gpu_bucket"; }
@@ -87,6 +88,7 @@ Status write_gpu_index(const std::string& path, const PlacementPlan& plan, const
   PI_TRY(w.add_kv(kGranularity, gguf::Value(static_cast<uint32_t>(key.granularity))));
   PI_TRY(w.add_kv(kNCtx, gguf::Value(static_cast<uint64_t>(key.n_ctx))));
   PI_TRY(w.add_kv(kNBatch, gguf::Value(static_cast<uint64_t>(key.n_batch))));
+  PI_TRY(w.add_kv(kReserved, gguf::Value(key.reserved)));
   PI_TRY(w.add_kv(kKvTypeK, gguf::Value(static_cast<uint32_t>(key.kv_type_k))));
   PI_TRY(w.add_kv(kKvTypeV, gguf::Value(static_cast<uint32_t>(key.kv_type_v))));
   PI_TRY(w.add_kv(kDenseLayers, gguf::Value(static_cast<uint32_t>(plan.n_dense_layers))));
@@ -198,6 +200,13 @@ Result<GpuIndex> read_gpu_index(const std::string& path) {
       }
       *out = static_cast<DType>(*t);
     }
+    // Files written before anything was reserved beside the plan: 0.
+    if (f->find(kReserved) != nullptr) {
+      auto r = f->get_int(kReserved);
+      if (!r.ok()) return r.error();
+      if (*r < 0) return err("%s: %s %lld is negative", path.c_str(), kReserved, static_cast<long long>(*r));
+      idx.key.reserved = static_cast<uint64_t>(*r);
+    }
     idx.n_dense_layers = *dense;
     idx.head_on_device = std::get<bool>(head->data);
   }
@@ -227,6 +236,9 @@ Status check_index_matches(const GpuIndex& idx, const IndexKey& key,
   if (idx.key.granularity != key.granularity) return differs("granularity", idx.key.granularity, key.granularity);
   if (idx.key.n_ctx != key.n_ctx) return differs("n_ctx", idx.key.n_ctx, key.n_ctx);
   if (idx.key.n_batch != key.n_batch) return differs("n_batch", idx.key.n_batch, key.n_batch);
+  if (idx.key.reserved != key.reserved)
+    return differs("bytes reserved beside the plan (--expert-cache)", static_cast<long long>(idx.key.reserved),
+                   static_cast<long long>(key.reserved));
   if (idx.key.kv_type_k != key.kv_type_k || idx.key.kv_type_v != key.kv_type_v) {
     return err("%s: solved for a KV cache of %s/%s (K/V), now %s/%s", path.c_str(),
                std::string(dtype_name(idx.key.kv_type_k)).c_str(), std::string(dtype_name(idx.key.kv_type_v)).c_str(),

@@ -49,6 +49,7 @@ struct IndexKey {
   int64_t n_batch = 0;
   DType kv_type_k = DType::F16;  // the KV bytes counted per layer depend on them
   DType kv_type_v = DType::F16;
+  uint64_t reserved = 0;  // budget bytes held back beside the plan (--expert-cache's slots)
 };
 
 struct GpuIndex {

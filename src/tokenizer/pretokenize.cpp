@@ -8,6 +8,7 @@ namespace {
 struct Char {
   char32_t cp;
   CharClass cls;
+  Category cat;
   size_t offset;  // byte offset in the text
 };
 
@@ -16,8 +17,9 @@ std::vector<Char> split_chars(std::string_view text) {
   chars.reserve(text.size());
   for (size_t pos = 0; pos < text.size();) {
     const Utf8Char c = decode_utf8(text, pos);
-    // An invalid byte gets a code point that is in no class (U+FFFD is a symbol, So).
-    chars.push_back({c.cp, c.valid ? char_class(c.cp) : CharClass::Other, pos});
+    // An invalid byte is in no class (U+FFFD, its code point, is a symbol, So).
+    const CharInfo info = c.valid ? char_info(c.cp) : CharInfo{CharClass::Other, Category::Other};
+    chars.push_back({c.cp, info.cls, info.cat, pos});
     pos += c.len;
   }
   return chars;
@@ -34,6 +36,25 @@ class Matcher {
 
   size_t run(size_t i, CharClass cls) const {
     while (i < n_ && c_[i].cls == cls) ++i;
+    return i;
+  }
+
+  // o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}]: Lm, Lo and marks are in
+  // both.
+  bool is_upper(size_t i) const {
+    return i < n_ && (c_[i].cat == Category::Upper || c_[i].cat == Category::Caseless ||
+                      c_[i].cat == Category::Mark);
+  }
+  bool is_lower(size_t i) const {
+    return i < n_ && (c_[i].cat == Category::Lower || c_[i].cat == Category::Caseless ||
+                      c_[i].cat == Category::Mark);
+  }
+  size_t run_upper(size_t i) const {
+    while (is_upper(i)) ++i;
+    return i;
+  }
+  size_t run_lower(size_t i) const {
+    while (is_lower(i)) ++i;
     return i;
   }
 
@@ -71,6 +92,31 @@ class Matcher {
     return k - 1;
   }
 
+  // \p{N}{1,max}
+  size_t digits(size_t i, size_t max) const {
+    size_t e = i;
+    while (e < n_ && e < i + max && c_[e].cls == CharClass::Number) ++e;
+    return e;
+  }
+
+  // ' ?[^\s\p{L}\p{N}]+[\r\n]*', or with [\r\n/]* when `slash`.
+  size_t punctuation(size_t i, bool slash) const {
+    size_t e = space_then_run(i, CharClass::Other);
+    if (e == i) return i;
+    while (is_newline(e) || (slash && e < n_ && c_[e].cp == '/')) ++e;
+    return e;
+  }
+
+  // \s*[\r\n]+|\s+(?!\S)|\s+ : the whitespace run up to and including its last newline, else
+  // whitespace().
+  size_t space_or_newlines(size_t i) const {
+    const size_t k = run(i, CharClass::Space);
+    for (size_t m = k; m > i; --m) {
+      if (is_newline(m - 1)) return m;
+    }
+    return whitespace(i);
+  }
+
   size_t gpt2(size_t i) const {
     size_t e;
     if ((e = contraction(i, false)) != i) return e;
@@ -90,22 +136,45 @@ class Matcher {
       return run(i + 1, CharClass::Letter);
     }
     // \p{N}{1,3} (Qwen2: \p{N})
-    if (is(i, CharClass::Number)) {
-      e = i;
-      while (e < n_ && e < i + max_digits && c_[e].cls == CharClass::Number) ++e;
-      return e;
+    if ((e = digits(i, max_digits)) != i) return e;
+    if ((e = punctuation(i, false)) != i) return e;
+    return space_or_newlines(i);
+  }
+
+  // [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)? from j.
+  // The first run gives back characters until the second can start, so the second starts at
+  // the last lower-set character in or just after the greedy upper-set run: "ʰA" (Lm, Lu)
+  // matches only "ʰ".
+  size_t upper_then_lower(size_t j) const {
+    const size_t u = run_upper(j);
+    for (size_t k = u + 1; k-- > j;) {
+      if (is_lower(k)) return contraction(run_lower(k), true);
     }
-    // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
-    if ((e = space_then_run(i, CharClass::Other)) != i) {
-      while (is_newline(e)) ++e;
-      return e;
-    }
-    // \s*[\r\n]+ : the whitespace run up to and including its last newline.
-    const size_t k = run(i, CharClass::Space);
-    for (size_t m = k; m > i; --m) {
-      if (is_newline(m - 1)) return m;
-    }
-    return whitespace(i);
+    return j;
+  }
+
+  // [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)? from j.
+  size_t upper_word(size_t j) const {
+    const size_t u = run_upper(j);
+    return u == j ? j : contraction(run_lower(u), true);
+  }
+
+  // o200k_base (GPT-4o, gpt-oss):
+  //   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|...)?|
+  //   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|...)?|
+  //   \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  size_t o200k(size_t i) const {
+    size_t e;
+    // Each word alternative tries its optional first character taken, then not taken: a mark
+    // is both such a character and in both letter sets.
+    const bool first = !is_newline(i) && !is(i, CharClass::Letter) && !is(i, CharClass::Number);
+    if (first && (e = upper_then_lower(i + 1)) != i + 1) return e;
+    if ((e = upper_then_lower(i)) != i) return e;
+    if (first && (e = upper_word(i + 1)) != i + 1) return e;
+    if ((e = upper_word(i)) != i) return e;
+    if ((e = digits(i, 3)) != i) return e;
+    if ((e = punctuation(i, true)) != i) return e;
+    return space_or_newlines(i);
   }
 
  private:
@@ -129,6 +198,9 @@ void pretokenize(PreTokenizer kind, std::string_view text, std::vector<ByteSpan>
         break;
       case PreTokenizer::Qwen2:
         e = m.llama3(i, 1);
+        break;
+      case PreTokenizer::O200k:
+        e = m.o200k(i);
         break;
     }
     if (e == i) e = i + 1;  // unreachable: the alternatives cover every character class

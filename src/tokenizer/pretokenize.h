@@ -18,6 +18,11 @@ enum class PreTokenizer {
   Llama3,
   // Qwen2: Llama 3's with single digits, \p{N} instead of \p{N}{1,3}
   Qwen2,
+  // o200k_base (GPT-4o, gpt-oss): words split by case, contractions as their suffix:
+  //   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+  //   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+  //   \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  O200k,
 };
 
 struct ByteSpan {

@@ -7,11 +7,19 @@ namespace {
 
 bool is_cont(uint8_t b) { return (b & 0xC0) == 0x80; }
 
-bool in_ranges(const CodeRange* ranges, size_t n, char32_t cp) {
-  const CodeRange* end = ranges + n;
-  const CodeRange* it =
-      std::upper_bound(ranges, end, cp, [](char32_t c, const CodeRange& r) { return c < r.lo; });
-  return it != ranges && cp <= (it - 1)->hi;
+Category lookup_category(char32_t cp) {
+  // ASCII, most characters of most text, without the search.
+  if (cp < 0x80) {
+    if (cp >= 'a' && cp <= 'z') return Category::Lower;
+    if (cp >= 'A' && cp <= 'Z') return Category::Upper;
+    if (cp >= '0' && cp <= '9') return Category::Number;
+    return Category::Other;
+  }
+  const CategoryRange* begin = kCategoryRanges;
+  const CategoryRange* end = begin + kCategoryRanges_size;
+  const CategoryRange* it =
+      std::upper_bound(begin, end, cp, [](char32_t c, const CategoryRange& r) { return c < r.lo; });
+  return it != begin && cp <= (it - 1)->hi ? (it - 1)->cat : Category::Other;
 }
 
 bool is_white_space(char32_t cp) {
@@ -101,11 +109,21 @@ size_t utf8_incomplete_tail(std::string_view s) {
   return 0;
 }
 
-CharClass char_class(char32_t cp) {
-  if (is_white_space(cp)) return CharClass::Space;
-  if (in_ranges(kLetterRanges, kLetterRanges_size, cp)) return CharClass::Letter;
-  if (in_ranges(kNumberRanges, kNumberRanges_size, cp)) return CharClass::Number;
-  return CharClass::Other;
+CharInfo char_info(char32_t cp) {
+  if (is_white_space(cp)) return {CharClass::Space, Category::Other};
+  const Category cat = lookup_category(cp);
+  switch (cat) {
+    case Category::Upper:
+    case Category::Lower:
+    case Category::Caseless:
+      return {CharClass::Letter, cat};
+    case Category::Number:
+      return {CharClass::Number, cat};
+    case Category::Mark:
+    case Category::Other:
+      break;
+  }
+  return {CharClass::Other, cat};
 }
 
 }  // namespace pi::tok

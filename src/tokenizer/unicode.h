@@ -31,16 +31,35 @@ size_t utf8_incomplete_tail(std::string_view s);
 // Character classes of the pre-tokenizer regexes: \p{L} (general category L*), \p{N} (N*)
 // and \s (the Unicode White_Space property, as Oniguruma and PCRE use it).
 enum class CharClass : uint8_t { Other, Letter, Number, Space };
-CharClass char_class(char32_t cp);
 
-struct CodeRange {
+// General categories, grouped as the pre-tokenizer regexes tell them apart. \p{L} is Upper,
+// Lower and Caseless together. The o200k regex's case-aware classes overlap:
+// [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] is Upper, Caseless and Mark, [\p{Ll}\p{Lm}\p{Lo}\p{M}] is Lower,
+// Caseless and Mark.
+enum class Category : uint8_t {
+  Other,     // C*, P*, S*, Z*
+  Upper,     // Lu, Lt
+  Lower,     // Ll
+  Caseless,  // Lm, Lo
+  Mark,      // Mn, Mc, Me: not \p{L}, so CharClass::Other, like punctuation
+  Number,    // Nd, Nl, No
+};
+
+// A character's class and category from one table lookup. White space is Category::Other.
+struct CharInfo {
+  CharClass cls;
+  Category cat;
+};
+CharInfo char_info(char32_t cp);
+
+struct CategoryRange {
   char32_t lo;
   char32_t hi;  // inclusive
+  Category cat;
 };
 extern const char kUnicodeVersion[];
-extern const CodeRange kLetterRanges[];
-extern const size_t kLetterRanges_size;
-extern const CodeRange kNumberRanges[];
-extern const size_t kNumberRanges_size;
+// Sorted, disjoint; code points in none of them are Category::Other.
+extern const CategoryRange kCategoryRanges[];
+extern const size_t kCategoryRanges_size;
 
 }  // namespace pi::tok

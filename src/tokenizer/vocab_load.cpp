@@ -304,10 +304,13 @@ Status load_pre_tokenizer(const Keys& k, Vocab& v) {
   } else if (*pre == "qwen2") {
     v.pre = PreTokenizer::Qwen2;  // Qwen2's tokenizer.json sets ignore_merges false
     v.ignore_merges = false;
+  } else if (*pre == "gpt-4o" || *pre == "o200k") {
+    v.pre = PreTokenizer::O200k;  // merges not ignored, as llama.cpp loads "gpt-4o"
+    v.ignore_merges = false;
   } else {
     return k.error("tokenizer.ggml.pre",
                    "pre-tokenizer '" + printable(*pre) +
-                       "' is not supported (supported: default, gpt2, llama-bpe, qwen2)");
+                       "' is not supported (supported: default, gpt2, llama-bpe, qwen2, gpt-4o)");
   }
   return Status::Ok();
 }

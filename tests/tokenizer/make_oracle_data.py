@@ -15,6 +15,8 @@ Models (OUT_DIR/<name>.gguf, with OUT_DIR/<name>.cases):
   bpe_qwen2     the same trained with the Qwen2 regex split (single digits; merges not
                 ignored). Qwen2's own tokenizer.json also NFC-normalizes the text first; the
                 engine, like llama.cpp, does not, so this oracle has no normalizer.
+  bpe_o200k     the same trained with the o200k_base regex split (GPT-4o, gpt-oss; merges
+                not ignored, as llama.cpp loads pre "gpt-4o")
 
 Case file lines, tab-separated; text as hex of its UTF-8 bytes, ids space-separated:
   E  parse_special  add_bos  text  ids         encode(text) must give ids
@@ -24,6 +26,8 @@ Case file lines, tab-separated; text as hex of its UTF-8 bytes, ids space-separa
                                                sentencepiece, subpart = per maximal subpart
                                                as in Rust/Python) must give text
   P  text  ends                                the pre-tokens of text end at these byte offsets
+                                               (text may be ill-formed UTF-8: see
+                                               pretokenize_bytes)
 The last line is "END <count>"; a file without it is incomplete.
 
 The output directory is written under a temporary name and renamed into place, so a reader
@@ -55,6 +59,17 @@ LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# tiktoken's o200k_base pat_str, written as tiktoken writes it; llama.cpp's
+# LLAMA_VOCAB_PRE_TYPE_GPT4O quotes the same regex.
+O200K_REGEX = "|".join([
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"\p{N}{1,3}",
+    r" ?[^\s\p{L}\p{N}]+[\r\n/]*",
+    r"\s*[\r\n]+",
+    r"\s+(?!\S)",
+    r"\s+",
+])
 
 # --------------------------------------------------------------------------------------
 # Training text
@@ -146,6 +161,42 @@ INVALID_UTF8 = [
     b"\xe0\x80\xaf", b"\xf8\x88\x80\x80\x80", b"ok \xfe\xfe ok", b"\xc3", b"\xc3\xa9\xc3",
 ]
 
+# Against the o200k split's case-aware word alternatives (and the other splits' letter runs):
+# case changes inside words, letters that are in both of its letter sets (Lm, Lo) or in only
+# one (Lu, Lt / Ll), combining marks (in both sets but not \p{L}), contractions in any case,
+# digit runs, punctuation before newlines and slashes, and whitespace around all of them.
+CASED = [
+    "camelCase", "camelCaseHTMLParser", "getHTTPResponseCode", "ALLCAPSlower", "ALLCAPS",
+    "Title Case Words", "iPhone iOS macOS", "XMLHttpRequest", "aB", "Ab", "AB", "ab", "a B",
+    "HelloWorld's", "McDonald's", "O'NEIL'S", "DON'T", "don'T", "You'Re", "WE'LL", "i'M",
+    "THEY'VE", "she'D", "it'S", "x'ſ", "X'ſ", "'S", "''RE", "A'b", "a'B", "can't've",
+    "e\u0301", "E\u0301", "e\u0301E\u0301e", "\u0301", "\u0301abc", "\u0301ABC", " \u0301A",
+    "a\u0301\u0302\u0303b", "Cafe\u0301 CAFE\u0301", "!\u0301", "1\u0301", "\n\u0301x",
+    "\u20dd", "A\u20ddb", "नमस्ते दुनिया", "हिन्दीHindi", "क्षत्रिय", "한국어 Korean", "한국Eo",
+    "日本語English", "中文ABC中文", "ABC日本", "مَرْحَبًا بالعالم", "العربيةAR", "ไทยThai",
+    "ʰ", "ʰA", "Aʰ", "ʰa", "aʰ", "ʰʰA", "Aʰa", "ABCʰ", "ʰABC", "ʰaB", "ーカタカナー", "々A",
+    "ǅ", "ǅungla", "ǄUNGLA", "ǅUNGLA", "ǅǅ", "aǅ", "ǅa", "ǈǋǲ", "ᾈᾉ", "Aǅb", " ǅ'S",
+    "ª", "Aªb", "ºA", "ß", "SSß", "ßSS", "İstanbul", "ıI", "Σίσυφος ΣΊΣΥΦΟΣ", "ǆǅǄ",
+    "ǄEMAL", "ſS", "ǰ", "Ⅻ", "ⅻx", "ⓐⒶ", "𝐀𝐚", "𝔄b", "Ꭰꭰ",
+    "1", "12", "123", "1234", "12345", "123456", "1234567", "a1234567b", " 1234567 ",
+    "٣٤٥٦٧", "१२३४", "１２３４５", "²³⁴⁵", "①②③④", "1٢3४5", "12ab34", "A1B2",
+    "a/b//c", "a/b//c///d", "/", "//", "/ /", " /x", "http://example.com/a/b", "x/\ny",
+    "!!\n\n", "!!\n\n/", "...\r\n", "...\r\n/", "./\n/\n", ".\n//x", "?\r/\r/", "-\n",
+    "a.\n\nb", " !\n", "  !\n", "\n!", "\n/", "x \n/", ")\n\n\n", "!\t\n",
+    "   leading", "trailing   ", "  two words  ", "\t\tTabbed\tWords\t", "\tX", " \tX",
+    "\r\n", "\r\n\r\n", "a\r\nb", "a \r\n b", "\r\rx", "\n \n x", " \n\n ", "\u00a0X",
+    "x\u3000Y", "\u2028A", "\x0bA", "\x0cb",
+    "😀", "😀A", "A😀", "👍🏽Yes", "👨‍👩‍👧", "🇺🇸USA", "❤️love", "😀/\n", " 😀 ",
+    "\x00A", "A\x00b", "\u200bA", "A\u200db", "\ufeffA", "\ue000A", "\U000F0000b",
+]
+
+# Bytes that are not UTF-8 among the above; only pre-tokenization is compared (see
+# pretokenize_bytes).
+CASED_INVALID = [
+    b"\xffAbc", b"A\xffbc", b"\xffabc", b"ab\xffCD", b" \xffx", b"\xff\xfe\n/", b"\xff/x",
+    b"\xc3Abc", b"x\xe6\xbc'S", b"DON\xff'T", b"\xe6\xbcA\xcc\x81", b"1\xff23", b"\xed\xa0\x80A",
+]
+
 
 def assigned(cp):
     c = chr(cp)
@@ -183,6 +234,25 @@ def random_string(rng):
     return "".join(random_char(rng) for _ in range(n))
 
 
+CASED_PIECES = (
+    list("aAbBzZeEsStTdDmM") + ["re", "RE", "rE", "ve", "Ve", "ll", "LL", "lL", "ſ", "'", "'", "’"] +
+    ["é", "É", "ß", "ǆ", "ǅ", "Ǆ", "ǈ", "ᾈ", "Σ", "σ", "ς", "İ", "ı", "ꭰ", "Ꭰ"] +  # Ll, Lt, Lu
+    ["ʰ", "ʲ", "ˈ", "ー", "々", "ᵃ", "ª", "日", "本", "ا", "ל", "ก", "한", "न", "क"] +  # Lm, Lo
+    ["\u0301", "\u0308", "\u094d", "\u093f", "\u093e", "\u20dd", "\u064e", "\u0e31",  # Mn, Mc, Me
+     "\u3099", "\u0903"] +
+    list("0123456789") + ["٣", "३", "１", "²", "Ⅻ", "①"] +
+    list("!.,-()?/") + ["/", "//", "\\"] +
+    [" ", " ", " ", "  ", "\t", "\n", "\n", "\r\n", "\r", "\u00a0", "\u3000", "\x0b"] +
+    ["😀", "👍", "🏽", "\u200d", "\ufe0f", "\ue000", "\x00"]
+)
+
+
+def cased_string(rng):
+    """A random string of the pieces that the o200k split treats differently from one another."""
+    n = rng.choice([1, 2, 3, 5, 8, 13, 21, 34])
+    return "".join(rng.choice(CASED_PIECES) for _ in range(n))
+
+
 def test_strings(rng, corpus):
     strings = list(HANDCRAFTED)
     sample = rng.sample(corpus, min(600, len(corpus)))
@@ -193,6 +263,9 @@ def test_strings(rng, corpus):
         b = rng.randint(a, len(line))
         strings.append(line[a:b])
     strings += [random_string(rng) for _ in range(700)]
+    # With an rng of their own, so that the strings above stay what they were.
+    cased_rng = random.Random("cased")
+    strings += CASED + [cased_string(cased_rng) for _ in range(800)]
     seen = set()
     out = []
     for s in strings:
@@ -457,6 +530,20 @@ def byte_ends(s, offsets):
     return [pos[e] for _, (_, e) in offsets]
 
 
+def pretokenize_bytes(tok, b):
+    """Pre-token ends (byte offsets) of bytes that may be ill-formed UTF-8, which the library
+    cannot take. The engine reads each byte of an ill-formed sequence as a character of no
+    class: here each becomes a private-use character (Co, in no class either) for the library,
+    and counts as one byte."""
+    text = b.decode("utf-8", errors="surrogateescape")  # each bad byte -> U+DC80..U+DCFF
+    lens = [1 if 0xDC80 <= ord(c) <= 0xDCFF else len(c.encode("utf-8")) for c in text]
+    text = "".join(chr(0xF0000 + ord(c) - 0xDC00) if 0xDC80 <= ord(c) <= 0xDCFF else c for c in text)
+    pos = [0]
+    for n in lens:
+        pos.append(pos[-1] + n)
+    return [pos[e] for _, (_, e) in tok.pre_tokenizer.pre_tokenize_str(text)]
+
+
 def bpe_cases(tok, bos, n, strings, rng):
     lines = []
     for s in strings:
@@ -471,6 +558,8 @@ def bpe_cases(tok, bos, n, strings, rng):
         lines.append(f"D\t0\t{ids_str(with_special)}\t{hexs(tok.decode(with_special, skip_special_tokens=False))}")
         lines.append(f"D\t1\t{ids_str([bos] + with_special)}\t{hexs(tok.decode([bos] + with_special, skip_special_tokens=True))}")
         lines.append(f"P\t{hexs(s)}\t{' '.join(str(e) for e in byte_ends(s, tok.pre_tokenizer.pre_tokenize_str(s)))}")
+    for b in INVALID_UTF8 + CASED_INVALID:
+        lines.append(f"P\t{hexs(b)}\t{' '.join(str(e) for e in pretokenize_bytes(tok, b))}")
     normal = [i for i in range(n) if tok.id_to_token(i) not in BPE_SPECIALS + BPE_ADDED]
     for _ in range(300):
         ids = [rng.choice(normal) for _ in range(rng.randint(1, 10))]
@@ -499,7 +588,7 @@ def main():
     rng = random.Random(20240611)
     corpus = training_lines(rng)
     strings = test_strings(rng, corpus)
-    summary = {"strings": len(strings), "invalid_utf8": len(INVALID_UTF8),
+    summary = {"strings": len(strings), "invalid_utf8": len(INVALID_UTF8) + len(CASED_INVALID),
                "sentencepiece": spm.__version__, "tokenizers": tokenizers.__version__,
                "unicode": unicodedata.unidata_version, "models": {}}
 
@@ -532,7 +621,8 @@ def main():
 
     for name, pre, regex, ignore_merges in (("bpe_gpt2", "default", None, False),
                                             ("bpe_llama3", "llama-bpe", LLAMA3_REGEX, True),
-                                            ("bpe_qwen2", "qwen2", QWEN2_REGEX, False)):
+                                            ("bpe_qwen2", "qwen2", QWEN2_REGEX, False),
+                                            ("bpe_o200k", "gpt-4o", O200K_REGEX, False)):
         tok = train_bpe(corpus, regex, ignore_merges)
         bos, n = write_bpe_gguf(tok, os.path.join(tmp, name + ".gguf"), pre)
         lines = bpe_cases(tok, bos, n, strings, random.Random(name))

@@ -287,6 +287,7 @@ using OraclePreTokenizer = Oracle;
 TEST_P(OraclePreTokenizer, SplitsAsLibrary) {
   const tok::PreTokenizer kind = GetParam() == "bpe_llama3"  ? tok::PreTokenizer::Llama3
                                  : GetParam() == "bpe_qwen2" ? tok::PreTokenizer::Qwen2
+                                 : GetParam() == "bpe_o200k" ? tok::PreTokenizer::O200k
                                                              : tok::PreTokenizer::Gpt2;
   Mismatches bad(GetParam() + " pre-tokenize");
   const auto cases = m_->of_kind("P");
@@ -387,14 +388,14 @@ TEST_P(Oracle, StreamDecoderMatchesDecode) {
 auto param_name = [](const auto& info) { return info.param; };
 INSTANTIATE_TEST_SUITE_P(Models, Oracle,
                          ::testing::Values("spm_llama", "spm_special", "spm_plain", "spm_unused", "bpe_gpt2",
-                                           "bpe_llama3", "bpe_qwen2"),
+                                           "bpe_llama3", "bpe_qwen2", "bpe_o200k"),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Models, OracleLossless,
                          ::testing::Values("spm_llama", "spm_special", "spm_unused", "bpe_gpt2", "bpe_llama3",
-                                           "bpe_qwen2"),
+                                           "bpe_qwen2", "bpe_o200k"),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Models, OraclePreTokenizer,
-                         ::testing::Values("bpe_gpt2", "bpe_llama3", "bpe_qwen2"), param_name);
+                         ::testing::Values("bpe_gpt2", "bpe_llama3", "bpe_qwen2", "bpe_o200k"), param_name);
 
 }  // namespace
 }  // namespace pi

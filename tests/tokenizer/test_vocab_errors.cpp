@@ -239,6 +239,22 @@ TEST(TokenizerBpe, MergesByRankWithinPreTokens) {
   EXPECT_EQ(tok->encode("x", true, false).size(), 1u);  // no BOS to add
 }
 
+TEST(TokenizerBpe, O200kPreTokenizerNames) {
+  // The o200k split ends a word where lower case turns upper; GPT-2's does not.
+  Kvs kv = bpe_vocab({"a B"});
+  auto gpt2 = load_vocab(kv);
+  ASSERT_TRUE(gpt2.ok()) << gpt2.error().message;
+  const int32_t a = gpt2->find_token("a");
+  const int32_t b = gpt2->find_token("B");
+  EXPECT_EQ(gpt2->encode("aB", false, false), std::vector<int32_t>({gpt2->find_token("aB")}));
+  for (const char* name : {"gpt-4o", "o200k"}) {
+    kv["tokenizer.ggml.pre"] = gguf::Value(std::string(name));
+    auto tok = load_vocab(kv);
+    ASSERT_TRUE(tok.ok()) << name << ": " << tok.error().message;
+    EXPECT_EQ(tok->encode("aB", false, false), std::vector<int32_t>({a, b})) << name;
+  }
+}
+
 TEST(TokenizerBpe, SpecialTokensAndEndOfGeneration) {
   auto tok = load_vocab(bpe_vocab({"a b"}));
   ASSERT_TRUE(tok.ok()) << tok.error().message;

@@ -28,7 +28,17 @@ LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-SPLIT_REGEXES = {LLAMA3_REGEX: "llama-bpe", QWEN2_REGEX: "qwen2"}
+# o200k_base (GPT-4o, gpt-oss), as its tokenizer.json writes it; llama.cpp's name is gpt-4o.
+O200K_REGEX = "|".join([
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"\p{N}{1,3}",
+    r" ?[^\s\p{L}\p{N}]+[\r\n/]*",
+    r"\s*[\r\n]+",
+    r"\s+(?!\S)",
+    r"\s+",
+])
+SPLIT_REGEXES = {LLAMA3_REGEX: "llama-bpe", QWEN2_REGEX: "qwen2", O200K_REGEX: "gpt-4o"}
 
 
 class BpeVocabError(Exception):
@@ -92,7 +102,7 @@ def _pre_tokenizer_name(pre, path) -> str:
             if regex in SPLIT_REGEXES:
                 return SPLIT_REGEXES[regex]
             raise BpeVocabError(f"{path}: pre-tokenizer split regex {regex!r} is not one the engine "
-                                "implements (GPT-2, Llama 3, Qwen2)")
+                                "implements (GPT-2, Llama 3, Qwen2, o200k)")
         raise BpeVocabError(f"{path}: pre-tokenizer sequence {kinds} is not supported")
     raise BpeVocabError(f"{path}: pre-tokenizer {pre.get('type')!r} is not byte-level BPE")
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/rope_yarn.h"
 #include "tensor/dtype.h"
 
 namespace pi::backend {
@@ -32,13 +33,15 @@ struct NormParams {
   float eps = 1e-5f;
 };
 
-// theta_i = pos * freq_scale * base^(-2i / n_rot) for the first n_rot dims of each head.
+// theta_i = pos * freq_scale * base^(-2i / n_rot) for the first n_rot dims of each head, or
+// YaRN's blend of scaled and unscaled angles when yarn.ext_factor != 0 (kernels/rope_yarn.h).
 struct RopeParams {
   int64_t head_dim = 0;
   int64_t n_rot = 0;
   float base = 10000.0f;
   float freq_scale = 1.0f;
   RopeKind kind = RopeKind::Normal;
+  RopeYarn yarn = {};
 };
 
 // Query heads, key/value heads (query head h reads kv head h / (n_head / n_head_kv)), the

@@ -69,7 +69,7 @@ class RefOps final : public Ops {
     const auto mode = p.kind == RopeKind::NeoX ? ref::RopeMode::NeoX : ref::RopeMode::Normal;
     for (int64_t i = 0; i < m; ++i)
       ref::rope(X + i * n_heads * p.head_dim, n_heads, p.head_dim, p.n_rot, pos[i], p.base,
-                p.freq_scale, mode);
+                p.freq_scale, mode, p.yarn);
   }
   void store_kv(const AttnParams& p, const float* K, const float* V, int64_t m, const KvLayer& kv,
                 const int32_t* cells) override {

@@ -52,6 +52,36 @@ Result<float> float_or(const gguf::File& f, const std::string& k, float def) {
   return static_cast<float>(*v);
 }
 
+// YaRN's settings (read_common_hparams: rope.scaling.type "yarn").
+Status read_yarn(const gguf::File& f, HParams& hp, const char* path) {
+  RopeYarn& y = hp.rope_yarn;
+  const std::string orig = key(hp, "rope.scaling.original_context_length");
+  auto n = positive_or(f, orig, hp.n_ctx_train);
+  if (!n.ok()) return n.error();
+  if (*n <= 0)
+    return err("%s: rope.scaling.type is yarn but neither '%s' nor the context length is set", path, orig.c_str());
+  y.n_ctx_orig = *n;
+  struct {
+    const char* suffix;
+    float* out;
+    float def;
+  } keys[] = {{"rope.scaling.yarn_ext_factor", &y.ext_factor, 1.0f},
+              {"rope.scaling.yarn_attn_factor", &y.attn_factor, 1.0f},
+              {"rope.scaling.yarn_beta_fast", &y.beta_fast, 32.0f},
+              {"rope.scaling.yarn_beta_slow", &y.beta_slow, 1.0f}};
+  for (const auto& k : keys) {
+    auto v = float_or(f, key(hp, k.suffix), k.def);
+    if (!v.ok()) return v.error();
+    *k.out = *v;
+  }
+  // llama.cpp writes a negative ext_factor for "the default" (1 under YaRN).
+  if (y.ext_factor < 0.0f) y.ext_factor = 1.0f;
+  if (!(y.beta_fast > 0.0f && y.beta_slow > 0.0f))
+    return err("%s: metadata keys '%s' and '%s' must be positive", path, key(hp, "rope.scaling.yarn_beta_fast").c_str(),
+               key(hp, "rope.scaling.yarn_beta_slow").c_str());
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status read_moe_hparams(const gguf::File& f, HParams& hp) {
@@ -156,20 +186,24 @@ Status read_common_hparams(const gguf::File& f, HParams& hp) {
   hp.rope_base = *base;
 
   // Linear position scaling: positions are multiplied by 1/factor. Older files write
-  // rope.scale_linear instead of rope.scaling.*.
+  // rope.scale_linear instead of rope.scaling.*. YaRN scales by the same factor and blends
+  // (kernels/rope_yarn.h), with llama.cpp's keys and defaults: the original context from
+  // rope.scaling.original_context_length (else the training context), ext_factor 1,
+  // attn_factor 1, beta_fast 32, beta_slow 1.
   float factor = 1.0f;
   const std::string type_key = key(hp, "rope.scaling.type");
   if (f.find(type_key) != nullptr) {
     auto type = f.get_string(type_key);
     if (!type.ok()) return type.error();
-    if (*type == "linear") {
+    if (*type == "linear" || *type == "yarn") {
       auto fac = float_or(f, key(hp, "rope.scaling.factor"), 1.0f);
       if (!fac.ok()) return fac.error();
       factor = *fac;
     } else if (*type != "none") {
-      return err("%s: rope.scaling.type '%s' is not supported (supported: none, linear)", path,
+      return err("%s: rope.scaling.type '%s' is not supported (supported: none, linear, yarn)", path,
                  type->c_str());
     }
+    if (*type == "yarn") PI_TRY(read_yarn(f, hp, path));
   } else {
     auto fac = float_or(f, key(hp, "rope.scale_linear"), 1.0f);
     if (!fac.ok()) return fac.error();

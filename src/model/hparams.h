@@ -57,7 +57,8 @@ struct HParams {
   int64_t n_pos = 0;
   RopeKind rope = RopeKind::Normal;
   float rope_base = 10000.0f;
-  float rope_freq_scale = 1.0f;  // position multiplier: 1 / rope.scaling.factor for linear scaling
+  float rope_freq_scale = 1.0f;  // position multiplier: 1 / rope.scaling.factor (linear, YaRN)
+  RopeYarn rope_yarn;             // rope.scaling.type "yarn": ext_factor != 0 (kernels/rope_yarn.h)
 
   Activation act = Activation::SiLU;
   FfnKind ffn = FfnKind::Gated;
@@ -89,7 +90,7 @@ struct HParams {
   // The parameters of the ops this model runs.
   backend::NormParams norm_params() const { return {norm, norm_eps}; }
   backend::RopeParams rope_params() const {
-    return {head_dim, n_rot, rope_base, rope_freq_scale, rope};
+    return {head_dim, n_rot, rope_base, rope_freq_scale, rope, rope_yarn};
   }
   backend::AttnParams attn_params() const;
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }

@@ -362,15 +362,29 @@ TEST_F(DeviceOps, EmbedNormRopeAndElementwise) {
       auto w = run_on(ref_, init, [&](Device& d, float* y) { d.ops().embed(re.m(), tok, 3, y); });
       expect_close(g, w, std::vector<double>(init.size(), 0.0), dc.label + " embed");
     }
-    // RoPE, both pair layouts, at scattered positions.
+    // RoPE, both pair layouts, at scattered positions; plain, and YaRN (factor 8 over 4096
+    // positions: with 6 pairs of base 1e4, pair 0 unscaled, 1-4 blended, 5 interpolated).
     for (RopeKind rk : {RopeKind::Normal, RopeKind::NeoX}) {
-      const RopeParams p{16, 12, 10000.0f, 1.0f, rk};
-      const int32_t pos[3] = {0, 1000, 7};
-      std::vector<float> q = cpu::test::gaussian(m * 5 * 16, 3);
-      std::vector<double> rt(q.size(), 16 * kU * 4);
-      auto g = run_on(*dev, q, [&](Device& d, float* y) { d.ops().rope(p, y, m, 5, pos); });
-      auto w = run_on(ref_, q, [&](Device& d, float* y) { d.ops().rope(p, y, m, 5, pos); });
-      expect_close(g, w, rt, dc.label + " rope");
+      for (bool yarn : {false, true}) {
+        RopeParams p{16, 12, 10000.0f, 1.0f, rk};
+        if (yarn) {
+          p.freq_scale = 0.125f;
+          p.yarn = RopeYarn{1.0f, 1.0f, 32.0f, 1.0f, 4096};
+        }
+        const int32_t pos[3] = {0, 1000, 7};
+        std::vector<float> q = cpu::test::gaussian(m * 5 * 16, 3);
+        std::vector<double> rt(q.size(), 16 * kU * 4 * (yarn ? 1.25 : 1.0));  // |mscale| 1.21
+        auto g = run_on(*dev, q, [&](Device& d, float* y) { d.ops().rope(p, y, m, 5, pos); });
+        auto w = run_on(ref_, q, [&](Device& d, float* y) { d.ops().rope(p, y, m, 5, pos); });
+        expect_close(g, w, rt, dc.label + (yarn ? " rope yarn" : " rope"));
+        if (yarn) {
+          // Not the linear rotation: token 1's pair 0 (position 1000) keeps its unscaled angle.
+          RopeParams lin = p;
+          lin.yarn = {};
+          auto l = run_on(ref_, q, [&](Device& d, float* y) { d.ops().rope(lin, y, m, 5, pos); });
+          EXPECT_GT(std::fabs(l[80] - w[80]), 1e-3) << dc.label;
+        }
+      }
     }
   }
 }

@@ -38,6 +38,7 @@ std::string TinyPyModel::file_name() const {
   if (!gating.empty()) n += "_" + gating;
   if (swa > 0) n += "_swa" + std::to_string(swa);
   if (transpose_down) n += "_dt";
+  if (yarn > 0) n += "_yarn" + std::to_string(yarn);
   return n + (pwri ? ".pwri.gguf" : ".gguf");
 }
 
@@ -62,6 +63,7 @@ Result<std::string> make_py_model(const TinyPyModel& m) {
   if (!m.gating.empty()) cmd += " --gating " + m.gating;
   if (m.swa > 0) cmd += " --swa " + std::to_string(m.swa);
   if (m.transpose_down) cmd += " --transpose-down";
+  if (m.yarn > 0) cmd += " --yarn " + std::to_string(m.yarn);
   CommandResult r = run_command(cmd);
   if (r.exit_code != 0) return err("make_tiny_model.py failed: %s", r.output.c_str());
   return path;

@@ -27,6 +27,7 @@ struct TinyPyModel {
   std::string gating;
   int swa = 0;
   bool transpose_down = false;
+  int yarn = 0;  // --yarn F (0: no RoPE scaling)
 
   std::string file_name() const;
 };

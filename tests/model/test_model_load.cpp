@@ -328,6 +328,37 @@ TEST(ModelLoadErrors, MisShapedTensorNamesBothShapes) {
       << e;
 }
 
+// YaRN's keys (llama.cpp's names and defaults) reach the rope parameters; its errors name them.
+TEST(ModelLoad, YarnRopeScaling) {
+  TinySpec s;
+  s.string_keys["llama.rope.scaling.type"] = "yarn";
+  s.float_keys["llama.rope.scaling.factor"] = 4.0f;
+  s.float_keys["llama.rope.scaling.yarn_beta_fast"] = 16.0f;
+  auto m = load(s, "yarn.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const pi::backend::RopeParams p = (*m)->hparams().rope_params();
+  EXPECT_EQ(p.freq_scale, 0.25f);
+  EXPECT_EQ(p.yarn.ext_factor, 1.0f);
+  EXPECT_EQ(p.yarn.attn_factor, 1.0f);
+  EXPECT_EQ(p.yarn.beta_fast, 16.0f);
+  EXPECT_EQ(p.yarn.beta_slow, 1.0f);
+  EXPECT_EQ(p.yarn.n_ctx_orig, 256);  // no original_context_length: the training context
+
+  s.int_keys["llama.rope.scaling.original_context_length"] = 64;
+  m = load(s, "yarn_orig.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ((*m)->hparams().rope_params().yarn.n_ctx_orig, 64);
+
+  s.float_keys["llama.rope.scaling.yarn_beta_slow"] = 0.0f;
+  std::string e = load_error(s, "yarn_beta.gguf");
+  EXPECT_NE(e.find("'llama.rope.scaling.yarn_beta_slow'"), std::string::npos) << e;
+
+  TinySpec other;
+  other.string_keys["llama.rope.scaling.type"] = "longrope";
+  e = load_error(other, "longrope.gguf");
+  EXPECT_NE(e.find("'longrope' is not supported (supported: none, linear, yarn)"), std::string::npos) << e;
+}
+
 TEST(ModelLoadErrors, InconsistentHparams) {
   TinySpec s;
   s.n_head = 5;  // 64 is not a multiple of 5

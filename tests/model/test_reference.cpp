@@ -260,6 +260,11 @@ TinyPyModel with_gating(TinyPyModel m, const char* gating) {
   return m;
 }
 
+TinyPyModel with_yarn(TinyPyModel m, int factor) {
+  m.yarn = factor;
+  return m;
+}
+
 TinyPyModel with_down_t(TinyPyModel m) {
   m.transpose_down = true;
   return m;
@@ -327,6 +332,11 @@ std::vector<Case> all_cases() {
       {with_gating(with_experts(py("smallthinker", "q8_0", false, 1, "", true), 6, 3, 32), "softmax"), true},
       {with_down_t(with_swa(py("smallthinker", "q4_0", false, 2), 3)), true},
       {with_down_t(py("smallthinker", "f16", false, 2)), false},
+      // YaRN (rope.scaling.type yarn, factor 8 over an original context of 4096): unscaled,
+      // blended and interpolated pairs, cos and sin times 1 + 0.1 ln 8; normal and NeoX pairs.
+      {with_yarn(py("llama", "f32", false, 2), 8), true},
+      {with_yarn(py("qwen3", "q8_0", false, 2), 8), true},
+      {with_yarn(py("qwen2", "f16", false, 2), 4), false},
       // Mixtral: llama with llama.expert_count, experts feed_forward_length wide.
       {with_experts(py("llama", "f32", false, 2), 8, 2), true},
       {with_experts(py("llama", "q8_0", false, 1, "", true), 4, 2, 96), true},

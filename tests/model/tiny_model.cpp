@@ -164,6 +164,8 @@ Status write_tiny_model(const TinySpec& s, const std::string& path) {
   for (const auto& [key, v] : s.int_keys) {
     PI_TRY(v >= 0 ? w.add_kv(key, Value(static_cast<uint32_t>(v))) : w.add_kv(key, Value(static_cast<int32_t>(v))));
   }
+  for (const auto& [key, v] : s.float_keys) PI_TRY(w.add_kv(key, Value(v)));
+  for (const auto& [key, v] : s.string_keys) PI_TRY(w.add_kv(key, Value(v)));
   if (s.vocab) add_vocab(w, s);
 
   std::vector<TensorSpec> list = tensor_list(s);

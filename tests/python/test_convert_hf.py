@@ -1,6 +1,7 @@
 """convert_hf.py: tiny random HF llama checkpoints -> GGUF / PWRI -> read back and compare
 with the source tensors; metadata and vocabulary; predictors; error messages."""
 import json
+import math
 import os
 import subprocess
 
@@ -195,9 +196,28 @@ def test_linear_rope_scaling(tmp_path, spm_model):
     convert(tmp_path / "hf", "--outfile", tmp_path / "m.gguf", "--outtype", "f32")
     md = GGUFReader(tmp_path / "m.gguf").metadata
     assert md["llama.rope.scaling.type"] == "linear" and md["llama.rope.scaling.factor"] == 4.0
-    make_hf_checkpoint(tmp_path / "hf2", spm_model, config_extra={"rope_scaling": {"type": "yarn", "factor": 4.0}})
+    make_hf_checkpoint(tmp_path / "hf2", spm_model, config_extra={"rope_scaling": {"type": "longrope", "factor": 4.0}})
     p = run_cli(tmp_path / "hf2", "--outfile", tmp_path / "m2.gguf")
-    assert p.returncode != 0 and "only linear" in p.stderr
+    assert p.returncode != 0 and "only linear and yarn" in p.stderr
+
+
+def test_yarn_rope_scaling(tmp_path, spm_model):
+    # Qwen's long-context setting: the keys llama.cpp reads, an explicit attention_factor
+    # relative to the default 0.1 ln(factor) + 1.
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "beta_fast": 16.0,
+            "attention_factor": 1.5}
+    make_hf_checkpoint(tmp_path / "hf", spm_model, config_extra={"rope_scaling": yarn})
+    convert(tmp_path / "hf", "--outfile", tmp_path / "m.gguf", "--outtype", "f32")
+    md = GGUFReader(tmp_path / "m.gguf").metadata
+    assert md["llama.rope.scaling.type"] == "yarn" and md["llama.rope.scaling.factor"] == 4.0
+    assert md["llama.rope.scaling.original_context_length"] == 32768
+    assert md["llama.rope.scaling.yarn_beta_fast"] == 16.0 and "llama.rope.scaling.yarn_beta_slow" not in md
+    assert abs(md["llama.rope.scaling.yarn_attn_factor"] * (0.1 * math.log(4.0) + 1.0) - 1.5) < 1e-6
+    # DeepSeek's variant and un-rounded ramp ends: refused, naming the setting.
+    for extra, msg in (({"mscale": 0.707}, "mscale"), ({"truncate": False}, "truncate")):
+        make_hf_checkpoint(tmp_path / "hf3", spm_model, config_extra={"rope_scaling": {**yarn, **extra}})
+        p = run_cli(tmp_path / "hf3", "--outfile", tmp_path / "m3.gguf")
+        assert p.returncode != 0 and msg in p.stderr, p.stderr
 
 
 def test_tied_embeddings(tmp_path, spm_model):

@@ -314,6 +314,8 @@ def build(a):
     m = ref.Model(arch=a.arch, n_layer=a.layers, n_head=a.heads, n_head_kv=kv_heads(a),
                   n_rot=head_dim(a), eps=eps(a), rope_base=rope_base(a), act=act, pwri=False, w=w,
                   head_dim=head_dim(a))
+    if a.yarn is not None:
+        m.rope_scale, m.yarn = 1.0 / a.yarn, (float(YARN_ORIG_CTX), 32.0, 1.0)
     if a.moe:   # sparsity calibration only of ReGLU experts (see the module docstring)
         m.n_expert, m.n_expert_used = a.experts, a.experts_used
         if a.arch == "smallthinker":
@@ -353,6 +355,11 @@ def head_dim(a):
 
 def eps(a):
     return 1e-6 if a.arch in ("qwen2",) + HEAD_DIM_ARCHS else 1e-5
+
+
+# YaRN's original context (--yarn): with n_rot 16 and base 1e4, pairs 0-1 keep their angle,
+# 2-6 blend and 7 is interpolated.
+YARN_ORIG_CTX = 4096
 
 
 def rope_base(a):
@@ -410,6 +417,10 @@ def write(a, w, act):
                 md.append((prefix + "expert_gating_func", GATING_FUNC[a.gating], VT.UINT32))
                 if a.swa is not None:
                     md.append((prefix + "attention.sliding_window", a.swa, VT.UINT32))
+        if a.yarn is not None:
+            md += [(prefix + "rope.scaling.type", "yarn", VT.STRING),
+                   (prefix + "rope.scaling.factor", float(a.yarn), VT.FLOAT32),
+                   (prefix + "rope.scaling.original_context_length", YARN_ORIG_CTX, VT.UINT32)]
         eps_key = "layer_norm_epsilon" if arch == "falcon" else "layer_norm_rms_epsilon"
         md.append((prefix + "attention." + eps_key, eps(a), VT.FLOAT32))
     if a.outtype in ("q8_0", "q4_0"):
@@ -475,6 +486,8 @@ def parse_args(argv=None):
                     "(layers il %% 4 != 0 use a window of W, layers il %% 4 == 0 are global NoPE)")
     ap.add_argument("--transpose-down", action="store_true",
                     help="smallthinker: write ffn_down_exps_t [N, F, embd] instead of ffn_down_exps")
+    ap.add_argument("--yarn", type=float, metavar="F", help="rope.scaling.type yarn with factor F "
+                    f"over an original context of {YARN_ORIG_CTX} (every pair regime at head size 16)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
@@ -507,7 +520,9 @@ def parse_args(argv=None):
             a.gating = "sigmoid"
         if a.swa is not None and a.swa < 1:
             ap.error(f"--swa must be at least 1, got {a.swa}")
-    else:
+    if a.yarn is not None and (a.arch == "opt" or a.yarn < 1):
+        ap.error("--yarn needs RoPE (not opt) and a factor of at least 1")
+    if a.arch != "smallthinker":
         for opt, given in (("--gating", a.gating is not None), ("--swa", a.swa is not None),
                            ("--transpose-down", a.transpose_down)):
             if given:

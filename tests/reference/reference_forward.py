@@ -101,6 +101,8 @@ class Model:
     pwri: bool
     threshold: float = 0.0    # predictor threshold (PWRI)
     rope_scale: float = 1.0   # position multiplier: 1 / rope.scaling.factor (linear scaling)
+    # YaRN (rope.scaling.type yarn): (original context, beta_fast, beta_slow); None: linear.
+    yarn: tuple = None
     head_dim: int = 0         # attention.key_length; 0: n_embd // n_head
     n_expert: int = 0         # experts (qwen3moe, smallthinker, Mixtral), 0 for a dense FFN
     n_expert_used: int = 0    # experts each token uses
@@ -169,6 +171,11 @@ def load_model(path) -> Model:
     if r.get(f"{arch}.rope.scaling.type", "linear") == "linear":
         factor = r.get(f"{arch}.rope.scaling.factor", r.get(f"{arch}.rope.scale_linear", 1.0))
         m.rope_scale = 1.0 / float(factor)
+    elif r.get(f"{arch}.rope.scaling.type") == "yarn":
+        m.rope_scale = 1.0 / float(r.get(f"{arch}.rope.scaling.factor"))
+        m.yarn = (float(r.get(f"{arch}.rope.scaling.original_context_length", r.get(f"{arch}.context_length"))),
+                  float(r.get(f"{arch}.rope.scaling.yarn_beta_fast", 32.0)),
+                  float(r.get(f"{arch}.rope.scaling.yarn_beta_slow", 1.0)))
     elif r.get(f"{arch}.rope.scaling.type") != "none":
         raise ValueError(f"{path}: rope scaling {r.get(f'{arch}.rope.scaling.type')!r} is not supported")
     if arch in QK_NORM_ARCHS:
@@ -214,14 +221,40 @@ def gelu(x):
 ACT = {"silu": silu, "relu": relu, "gelu": gelu}
 
 
-def rope(x, n_rot, base, neox, scale=1.0):
+def yarn_inv_freq(n_rot, base, scale, yarn):
+    """YaRN as the YaRN paper and Hugging Face's rope utilities state it: per pair, the
+    inverse frequency blends the interpolated one (scale * base^(-2i/n_rot)) and the original
+    by a ramp over the pair index between the pairs that turn beta_fast and beta_slow times
+    over the original context (floor / ceil, clamped to [0, n_rot - 1]); the attention factor
+    0.1 ln(1 / scale) + 1 multiplies cos and sin."""
+    orig, beta_fast, beta_slow = yarn
+
+    def pair_turning(turns):
+        return n_rot * math.log(orig / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(pair_turning(beta_fast)), 0)
+    high = min(math.ceil(pair_turning(beta_slow)), n_rot - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(n_rot // 2) - low) / (high - low), 0, 1)
+    extrapolate = 1 - ramp
+    original = base ** (-2.0 * np.arange(n_rot // 2) / n_rot)
+    return original * scale * (1 - extrapolate) + original * extrapolate, 0.1 * math.log(1 / scale) + 1
+
+
+def rope(x, n_rot, base, neox, scale=1.0, yarn=None):
     """x [n_tok, n_heads, head_dim]; rotates the first n_rot dims of each head by
-    angle (scale * pos) * base^(-2i/n_rot) for pair i: (2i, 2i+1), or (i, i + n_rot/2) if neox."""
+    angle (scale * pos) * base^(-2i/n_rot) for pair i: (2i, 2i+1), or (i, i + n_rot/2) if neox
+    (YaRN: pos * yarn_inv_freq, cos and sin times its attention factor)."""
     out = x.copy()
+    inv, mscale = yarn_inv_freq(n_rot, base, scale, yarn) if yarn else (None, 1.0)
     for i in range(n_rot // 2):
         a, b = (i, i + n_rot // 2) if neox else (2 * i, 2 * i + 1)
-        theta = scale * np.arange(x.shape[0]) * base ** (-2.0 * i / n_rot)
-        c, s = np.cos(theta)[:, None], np.sin(theta)[:, None]
+        if yarn:
+            theta = np.arange(x.shape[0]) * inv[i]
+        else:
+            theta = scale * np.arange(x.shape[0]) * base ** (-2.0 * i / n_rot)
+        c, s = mscale * np.cos(theta)[:, None], mscale * np.sin(theta)[:, None]
         out[:, :, a] = x[:, :, a] * c - x[:, :, b] * s
         out[:, :, b] = x[:, :, a] * s + x[:, :, b] * c
     return out
@@ -362,8 +395,8 @@ def hidden(m: Model, tokens, sparse=False, threshold=None, hook=None):
             q = qkv[:, :nq].reshape(n, m.n_head, d)
             k = qkv[:, nq:nq + nkv].reshape(n, m.n_head_kv, d)
             v = qkv[:, nq + nkv:].reshape(n, m.n_head_kv, d)
-            q = rope(q, m.n_rot, m.rope_base, True, m.rope_scale)
-            k = rope(k, m.n_rot, m.rope_base, True, m.rope_scale)
+            q = rope(q, m.n_rot, m.rope_base, True, m.rope_scale, m.yarn)
+            k = rope(k, m.n_rot, m.rope_base, True, m.rope_scale, m.yarn)
             attn = attention(q, k, v) @ w[p + "attn_output.weight"].T
             if p + "attn_norm_2.weight" in w:
                 h2 = layer_norm(x, w[p + "attn_norm_2.weight"], w[p + "attn_norm_2.bias"], m.eps)
@@ -388,8 +421,8 @@ def hidden(m: Model, tokens, sparse=False, threshold=None, hook=None):
                 k = rms_norm(k, w[p + "attn_k_norm.weight"], m.eps)
             if m.arch != "opt" and not (m.nope and m.nope[il]):
                 neox = m.arch in NEOX_ARCHS
-                q = rope(q, m.n_rot, m.rope_base, neox, m.rope_scale)
-                k = rope(k, m.n_rot, m.rope_base, neox, m.rope_scale)
+                q = rope(q, m.n_rot, m.rope_base, neox, m.rope_scale, m.yarn)
+                k = rope(k, m.n_rot, m.rope_base, neox, m.rope_scale, m.yarn)
             window = m.windows[il] if m.windows else 0
             layer_in = x
             # (called without the window argument when global, so replacements of

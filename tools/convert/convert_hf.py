@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -93,6 +94,9 @@ class HParams:
     act: str
     tied: bool
     rope_linear_factor: float = 1.0   # HF rope_scaling {"type": "linear", "factor": f}; 1 = none
+    # HF rope_scaling {"rope_type": "yarn", ...}: the GGUF keys rope.scaling.* (factor above
+    # read from it too); empty = not YaRN.
+    rope_yarn: dict = field(default_factory=dict)
     moe: str = ""           # "" (dense FFN) | "mixtral" | "qwen3moe" | "smallthinker": the HF expert layout
     n_expert: int = 0
     n_expert_used: int = 0
@@ -100,6 +104,28 @@ class HParams:
     expert_gating: int = 0  # smallthinker's expert_gating_func: 1 softmax, 2 sigmoid
     sliding_window: int = 0  # smallthinker's attention.sliding_window (0: no sliding layers)
 
+
+
+def yarn_keys(path, scaling, factor, cfg):
+    """HF's YaRN settings as the GGUF keys llama.cpp reads: the original context, beta_fast,
+    beta_slow, and an explicit attention_factor as yarn_attn_factor relative to the
+    0.1 ln(factor) + 1 both apply by default. Variants whose maths differ (DeepSeek's mscale,
+    un-rounded ramp ends) are refused rather than converted to something else."""
+    for k in ("mscale", "mscale_all_dim"):
+        if scaling.get(k):
+            raise ConvertError(f"{path}: rope_scaling {k} (DeepSeek's YaRN variant) is not supported")
+    if scaling.get("truncate") is False:
+        raise ConvertError(f"{path}: rope_scaling truncate false (un-rounded YaRN ramp) is not supported")
+    orig = scaling.get("original_max_position_embeddings") or cfg.get("max_position_embeddings")
+    if not orig:
+        raise ConvertError(f"{path}: rope_scaling yarn needs original_max_position_embeddings")
+    keys = {"original_context_length": int(orig)}
+    for hf, key in (("beta_fast", "yarn_beta_fast"), ("beta_slow", "yarn_beta_slow")):
+        if scaling.get(hf) is not None:
+            keys[key] = float(scaling[hf])
+    if scaling.get("attention_factor") is not None:
+        keys["yarn_attn_factor"] = float(scaling["attention_factor"]) / (0.1 * math.log(factor) + 1.0)
+    return keys
 
 def load_config(model_dir: str, arch_override: str | None) -> HParams:
     path = os.path.join(model_dir, "config.json")
@@ -147,11 +173,14 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
     scaling, factor = cfg.get("rope_scaling") or rope_params, 1.0
     if scaling and (scaling.get("type") or scaling.get("rope_type")) == "default":
         scaling = None
+    yarn = {}
     if scaling:
         kind = scaling.get("type") or scaling.get("rope_type")
-        if kind != "linear":
-            raise ConvertError(f"{path}: rope_scaling {scaling!r} is not supported (only linear)")
+        if kind not in ("linear", "yarn"):
+            raise ConvertError(f"{path}: rope_scaling {scaling!r} is not supported (only linear and yarn)")
         factor = float(scaling["factor"])
+        if kind == "yarn":
+            yarn = yarn_keys(path, scaling, factor, cfg)
     # SmallThinker's experts are always ReGLU (the smallthinker GGUF has no activation choice).
     act = "relu" if moe == "smallthinker" else cfg.get("hidden_act", "silu")
     if act == "gelu_new" or act == "gelu_pytorch_tanh":
@@ -171,7 +200,7 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
                      eps=float(cfg.get("rms_norm_eps", 1e-5 if moe == "mixtral" else 1e-6)),
                      rope_base=float(cfg.get("rope_theta") or rope_params.get("rope_theta")
                                      or (1e6 if moe == "mixtral" else 10000.0)), act=act,
-                     tied=bool(cfg.get("tie_word_embeddings", False)), rope_linear_factor=factor,
+                     tied=bool(cfg.get("tie_word_embeddings", False)), rope_linear_factor=factor, rope_yarn=yarn,
                      moe=moe, **moe_fields)
     except KeyError as e:
         raise ConvertError(f"{path}: missing key {e.args[0]}") from None
@@ -411,7 +440,13 @@ def metadata(hp: HParams, vocab, outtype: str, name: str, threshold):
         md += [(f"{a}.rope.dimension_count", hp.head_dim, VT.UINT32),
                (f"{a}.attention.layer_norm_rms_epsilon", hp.eps, VT.FLOAT32),
                (f"{a}.rope.freq_base", hp.rope_base, VT.FLOAT32)]
-    if hp.rope_linear_factor != 1.0:
+    if hp.rope_yarn:
+        md += [(f"{a}.rope.scaling.type", "yarn", VT.STRING),
+               (f"{a}.rope.scaling.factor", hp.rope_linear_factor, VT.FLOAT32),
+               (f"{a}.rope.scaling.original_context_length", hp.rope_yarn["original_context_length"], VT.UINT32)]
+        md += [(f"{a}.rope.scaling.{k}", hp.rope_yarn[k], VT.FLOAT32)
+               for k in ("yarn_beta_fast", "yarn_beta_slow", "yarn_attn_factor") if k in hp.rope_yarn]
+    elif hp.rope_linear_factor != 1.0:
         md += [(f"{a}.rope.scaling.type", "linear", VT.STRING),
                (f"{a}.rope.scaling.factor", hp.rope_linear_factor, VT.FLOAT32)]
     if outtype in ("q8_0", "q4_0"):

@@ -165,7 +165,7 @@ void CpuOps::norm(const NormParams& p, const float* X, const Vector& w, const Ve
 void CpuOps::rope(const RopeParams& p, float* X, int64_t m, int64_t n_heads, const int32_t* pos) {
   pool_.parallel_for(m, [&](int64_t i, int) {
     k_.rope(pool_, X + i * n_heads * p.head_dim, n_heads, p.head_dim, p.n_rot, pos[i], p.base,
-            p.freq_scale, rope_mode(p.kind));
+            p.freq_scale, rope_mode(p.kind), p.yarn);
   });
 }
 

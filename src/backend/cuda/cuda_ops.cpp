@@ -169,7 +169,7 @@ class CudaOps final : public Ops {
     begin();
     void* dp = nullptr;
     if (!stage("rope", StageKey::kPositions, {{pos, bytes(m, 4)}}, &dp)) return;
-    const gpu::RopeArgs a{p.head_dim, p.n_rot, p.base, p.freq_scale, p.kind == RopeKind::NeoX};
+    const gpu::RopeArgs a{p.head_dim, rope_angles(p.n_rot, p.base, p.freq_scale, p.yarn), p.kind == RopeKind::NeoX};
     launched(gpu::rope(a, X, m, n_heads, static_cast<const int32_t*>(dp), s()), "rope");
   }
 

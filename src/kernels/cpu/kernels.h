@@ -25,6 +25,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/rope_yarn.h"
 #include "tensor/dtype.h"
 
 namespace pi::cpu {
@@ -172,9 +173,10 @@ class Kernels {
 
   // In place on x: f32 [n_heads, head_dim]; rotates the first n_rot dims of each head at
   // position pos. Normal: pairs (2i, 2i+1). NeoX: pairs (i, i + n_rot/2).
-  // theta_i = pos * freq_scale * base^(-2i / n_rot).
+  // theta_i = pos * freq_scale * base^(-2i / n_rot), or YaRN's angles and magnitude when
+  // yarn.ext_factor != 0 (kernels/rope_yarn.h).
   void rope(ThreadPool& pool, float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
-            int64_t pos, float base, float freq_scale, RopeMode mode) const;
+            int64_t pos, float base, float freq_scale, RopeMode mode, const RopeYarn& yarn = {}) const;
 
   void softmax(ThreadPool& pool, float* x, int64_t n) const;  // in place, numerically stable
   void silu(ThreadPool& pool, const float* x, float* y, int64_t n) const;

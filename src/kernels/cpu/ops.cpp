@@ -81,20 +81,19 @@ void Kernels::to_f16(ThreadPool& pool, const float* x, uint16_t* y, int64_t n) c
 }
 
 void Kernels::rope(ThreadPool&, float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
-          float base, float freq_scale, RopeMode mode) const {
+          float base, float freq_scale, RopeMode mode, const RopeYarn& yarn) const {
   detail::require(n_rot % 2 == 0 && n_rot <= head_dim, "rope: n_rot must be even and <= head_dim");
   const int64_t n_pairs = n_rot / 2;
   if (n_pairs == 0) return;
   detail::Scratch scratch;
   float* cs = scratch.alloc<float>(2 * n_pairs);
-  // Angles in double: pos * base^(-2i/n_rot) reaches thousands of radians, where an f32
-  // angle would already be off by 1e-4.
+  // Angles in double (rope_yarn.h): pos * base^(-2i/n_rot) reaches thousands of radians,
+  // where an f32 angle would already be off by 1e-4.
+  const RopeAngles a = rope_angles(n_rot, base, freq_scale, yarn);
   for (int64_t i = 0; i < n_pairs; ++i) {
-    const double theta = static_cast<double>(pos) * static_cast<double>(freq_scale) *
-                         std::pow(static_cast<double>(base),
-                                  -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
-    cs[i] = static_cast<float>(std::cos(theta));
-    cs[n_pairs + i] = static_cast<float>(std::sin(theta));
+    const double theta = rope_theta(a, pos, i);
+    cs[i] = static_cast<float>(std::cos(theta) * a.mscale);
+    cs[n_pairs + i] = static_cast<float>(std::sin(theta) * a.mscale);
   }
   table_->rope(x, n_heads, head_dim, n_pairs, cs, mode == RopeMode::NeoX);
 }

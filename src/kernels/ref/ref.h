@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/rope_yarn.h"
 #include "tensor/dtype.h"
 
 namespace pi::ref {
@@ -40,9 +41,11 @@ void layernorm(const float* x, const float* w, const float* b, int64_t n, float 
 enum class RopeMode { Normal, NeoX };
 // Rotates the first n_rot dims of each of n_heads heads of size head_dim at position pos,
 // in place. Normal (GPT-J/llama.cpp "norm"): pairs (2i, 2i+1). NeoX: pairs (i, i + n_rot/2).
-// theta_i = pos * freq_scale * base^(-2i / n_rot).
+// theta_i = pos * freq_scale * base^(-2i / n_rot); with yarn.ext_factor != 0, YaRN's blend of
+// that and the unscaled angle per pair, and cos and sin scaled by its mscale (written out in
+// rope.cpp independently of kernels/rope_yarn.h, which the devices share).
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos, float base,
-          float freq_scale, RopeMode mode);
+          float freq_scale, RopeMode mode, const RopeYarn& yarn = {});
 
 void softmax(float* x, int64_t n);  // in place, numerically stable
 void silu(const float* x, float* y, int64_t n);

@@ -730,9 +730,17 @@ def test_qwen3_moe_transformers5_config_layout(tmp_path):
     want = hf_decoder_logits(src, TOKENS, heads=4, kv_heads=2, head_dim=32, theta=1e6, eps=1e-6, qk_norm=True,
                              moe="qwen3moe", top_k=2)
     assert_close(gguf_logits(tmp_path / "x.gguf", TOKENS), want, 1e-9)
+    # YaRN read from rope_parameters too (the original context from max_position_embeddings);
+    # a scaling the engine does not compute is refused.
     cfg["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}
     (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
-    assert convert_hf.main([str(tmp_path / "hf"), "--outfile", str(tmp_path / "y.gguf"), "-q"]) == 1
+    convert(tmp_path / "hf", "--outfile", tmp_path / "y.gguf", "--outtype", "f32")
+    md = GGUFReader(tmp_path / "y.gguf").metadata
+    assert md["qwen3moe.rope.scaling.type"] == "yarn" and md["qwen3moe.rope.scaling.factor"] == 4.0
+    assert md["qwen3moe.rope.scaling.original_context_length"] == cfg["max_position_embeddings"]
+    cfg["rope_parameters"] = {"rope_type": "longrope", "rope_theta": 1e6, "factor": 4.0}
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
+    assert convert_hf.main([str(tmp_path / "hf"), "--outfile", str(tmp_path / "z.gguf"), "-q"]) == 1
 
 
 def _torch_state(torch, model, src):

@@ -40,7 +40,7 @@ constexpr std::array kTypes = {
     DTypeInfo{DType::BF16, "bf16", 1, 2, false, true},
     DTypeInfo{DType::TQ1_0, "tq1_0", 256, 54, true, false},
     DTypeInfo{DType::TQ2_0, "tq2_0", 256, 66, true, false},
-    DTypeInfo{DType::MXFP4, "mxfp4", 32, 17, true, false},
+    DTypeInfo{DType::MXFP4, "mxfp4", 32, 17, true, true},
 };
 
 // Layouts this engine makes in memory only: not file type ids, not names users pass.

@@ -235,6 +235,7 @@ Status quantize_row(DType t, const float* x, void* out, int64_t n) {
     case DType::Q5_0: quantize_blocks<BlockQ5_0>(x, out, n, bs); break;
     case DType::Q5_1: quantize_blocks<BlockQ5_1>(x, out, n, bs); break;
     case DType::Q8_0: quantize_blocks<BlockQ8_0>(x, out, n, bs); break;
+    case DType::MXFP4: quantize_blocks<BlockMXFP4>(x, out, n, bs); break;
     case DType::Q6_K: quantize_blocks<BlockQ6_K>(x, out, n, bs); break;
     case DType::Q2_K: quantize_blocks<BlockQ2_K>(x, out, n, bs); break;
     case DType::Q3_K: quantize_blocks<BlockQ3_K>(x, out, n, bs); break;
@@ -267,6 +268,7 @@ Status dequantize_row(DType t, const void* in, float* y, int64_t n) {
     case DType::Q5_0: dequantize_blocks<BlockQ5_0>(in, y, n, bs); break;
     case DType::Q5_1: dequantize_blocks<BlockQ5_1>(in, y, n, bs); break;
     case DType::Q8_0: dequantize_blocks<BlockQ8_0>(in, y, n, bs); break;
+    case DType::MXFP4: dequantize_blocks<BlockMXFP4>(in, y, n, bs); break;
     case DType::Q6_K: dequantize_blocks<BlockQ6_K>(in, y, n, bs); break;
     case DType::Q2_K: dequantize_blocks<BlockQ2_K>(in, y, n, bs); break;
     case DType::Q3_K: dequantize_blocks<BlockQ3_K>(in, y, n, bs); break;

@@ -40,6 +40,21 @@ struct BlockQ8_0 {  // x = d * q
   uint16_t d;
   int8_t qs[32];
 };
+// MXFP4 (OCP microscaling, as gpt-oss ships its experts): 32 elements, one E8M0 exponent
+// byte e and 32 E2M1 codes as nibbles (byte j: element j low, j + 16 high, as Q4_0). Code c
+// means kMxfp4Values[c] (E2M1 doubled, so all integers) times e8m0_half(e) = 2^(e - 128).
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[16];
+};
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// 2^(e - 128) as ggml computes it (exact: a subnormal for e 0 and 1); e = 255 gives 2^127.
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
 struct BlockQ6_K {  // 256 values: 16 sub-blocks of 16, 6-bit quants, 8-bit sub-block scales
   uint8_t ql[128];
   uint8_t qh[64];
@@ -77,14 +92,17 @@ struct BlockQ5_K {
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
-              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ6_K) == 210);
+              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ6_K) == 210 &&
+              sizeof(BlockMXFP4) == 17);
 
 // Quantizes n floats into `out` (row_bytes(t, n) bytes). Fails for types without a
 // reference (dtype_info(t).computable == false) and when n % block_size != 0.
 // F32/F16/BF16/I32 are handled as plain element conversions (I32: round to nearest even,
 // saturating, NaN -> 0). Q4_0..Q8_0 blocks are byte-identical to ggml's reference quantizer;
 // the K-quants (Q2_K..Q6_K) use this engine's own scale searches (quant_q6k.cpp,
-// quant_kquants.cpp), writing valid ggml blocks.
+// quant_kquants.cpp), writing valid ggml blocks. MXFP4 blocks are ggml's too: e =
+// floor(log2(amax)) - 2 + 127 (0 for amax below 2^-125, where ggml's cast is undefined), each
+// element the nearest code, the lowest code on ties.
 // Inputs to the block formats must be finite. `out` needs no particular alignment.
 Status quantize_row(DType t, const float* x, void* out, int64_t n);
 // Dequantizes n values; same preconditions as quantize_row, checked here as well. Decoding

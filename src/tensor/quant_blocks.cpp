@@ -1,4 +1,5 @@
-// Reference (de)quantization of the 32-element block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0.
+// Reference (de)quantization of the 32-element block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+// MXFP4.
 // Byte layouts and the quantization rules are ggml's (docs/FORMATS.md, "Block layouts"), so a
 // block written here is byte-identical to one written by ggml's reference quantizer and
 // real model files decode exactly. Arithmetic is in f32 in the order ggml uses; the target
@@ -168,6 +169,42 @@ void quantize_block(const float* x, BlockQ8_0& b) {
 void dequantize_block(const BlockQ8_0& b, float* y) {
   const float d = f16_to_f32(b.d);
   for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(b.qs[j]) * d;
+}
+
+// MXFP4: e from the largest magnitude, then each element's nearest code by a scan of the 16
+// codes in order, the first (lowest) code winning ties, as ggml's best_index_mxfp4.
+void quantize_block(const float* x, BlockMXFP4& b) {
+  float amax = 0.0f;
+  for (int j = 0; j < kQK; ++j) amax = std::fabs(x[j]) > amax ? std::fabs(x[j]) : amax;
+  int e = 0;
+  if (amax > 0.0f) {
+    e = static_cast<int>(std::floor(std::log2(amax))) - 2 + 127;
+    if (e < 0) e = 0;
+  }
+  b.e = static_cast<uint8_t>(e);
+  const float d = e8m0_half(b.e);
+  int q[kQK];
+  for (int j = 0; j < kQK; ++j) {
+    int best = 0;
+    float best_err = std::fabs(static_cast<float>(kMxfp4Values[0]) * d - x[j]);
+    for (int c = 1; c < 16; ++c) {
+      const float err = std::fabs(static_cast<float>(kMxfp4Values[c]) * d - x[j]);
+      if (err < best_err) {
+        best = c;
+        best_err = err;
+      }
+    }
+    q[j] = best;
+  }
+  pack_nibbles(q, b.qs);
+}
+
+void dequantize_block(const BlockMXFP4& b, float* y) {
+  const float d = e8m0_half(b.e);
+  for (int j = 0; j < kHalf; ++j) {
+    y[j] = static_cast<float>(kMxfp4Values[b.qs[j] & 0x0f]) * d;
+    y[j + kHalf] = static_cast<float>(kMxfp4Values[b.qs[j] >> 4]) * d;
+  }
 }
 
 }  // namespace pi::detail

@@ -112,6 +112,22 @@ def test_dequant_q6_k_matches_scalar_decoder():
         assert np.allclose(got[i], q6_k_scalar(blk), rtol=0, atol=1e-6)
 
 
+def test_dequant_mxfp4_every_exponent_and_code():
+    # Every exponent byte with every code in both nibbles: 2^(e - 128) times E2M1 doubled,
+    # exact (subnormal scales for e = 0, 1; infinities where 12 x 2^127 overflows).
+    codes = np.arange(16, dtype=np.uint8)
+    raw = np.zeros((256, 17), np.uint8)
+    raw[:, 0] = np.arange(256)
+    raw[:, 1:] = codes | ((15 - codes) << 4)
+    got = dequantize(raw, GGMLType.MXFP4, (256, 32))
+    values = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12]
+    for e in range(256):
+        for j in range(16):
+            for col, code in ((j, j), (j + 16, 15 - j)):
+                want = np.float32(np.ldexp(np.float64(values[code]), e - 128))
+                assert got[e, col] == want or (np.isinf(want) and got[e, col] == want), (e, col)
+
+
 def test_half_and_bfloat16():
     x = np.array([1.0, 1.00048828125, 65504.0, 1e-8, -0.0], np.float32)
     assert np.array_equal(quantize(x, GGMLType.F16), x.astype(np.float16))

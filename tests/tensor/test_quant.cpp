@@ -185,6 +185,42 @@ TEST(Q5_1, KnownInputGivesKnownBytes) {
   EXPECT_EQ(bytes_of(b), want);
 }
 
+// ---- MXFP4 -------------------------------------------------------------------------------
+
+TEST(MXFP4, HandBuiltBlockDecodes) {
+  // e = 128: d = 2^(128 - 128) = 1, so each code gives its doubled E2M1 value; e = 0 and 1
+  // are subnormal scales (2^-128, 2^-127), exact.
+  BlockMXFP4 b{};
+  b.e = 128;
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | (15 - j) << 4);
+  const auto y = dequantize_one(DType::MXFP4, b);
+  const float e2m1x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], e2m1x2[j]) << j;
+    EXPECT_EQ(y[j + 16], e2m1x2[15 - j]) << j;
+  }
+  EXPECT_EQ(e8m0_half(0), std::ldexp(1.0f, -128));
+  EXPECT_EQ(e8m0_half(1), std::ldexp(1.0f, -127));
+  EXPECT_EQ(e8m0_half(127), 0.5f);
+  EXPECT_EQ(e8m0_half(255), std::ldexp(1.0f, 127));
+}
+
+TEST(MXFP4, KnownInputGivesKnownBytes) {
+  // amax 6: e = floor(log2 6) - 2 + 127 = 127, d = 0.5; x = 3 is code 5 (6 x 0.5), -0.25 is
+  // halfway between 0 and -0.5: the lower code (0) wins the tie.
+  float x[32] = {};
+  x[0] = 6.0f;
+  x[1] = 3.0f;
+  x[2] = -0.25f;
+  x[16] = -1.5f;
+  const auto b = quantize_one<BlockMXFP4>(DType::MXFP4, x);
+  std::vector<uint8_t> want(17, 0);
+  want[0] = 127;
+  want[1] = 0x07 | 0x0b << 4;  // 6 = code 7 (12 x 0.5); -1.5 = code 11 (-3 x 0.5)
+  want[2] = 0x05;
+  EXPECT_EQ(bytes_of(b), want);
+}
+
 // ---- Q8_0 --------------------------------------------------------------------------------
 
 TEST(Q8_0, HandBuiltBlockDecodes) {

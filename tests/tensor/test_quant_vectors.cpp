@@ -84,11 +84,13 @@ bool same_float(float a, float b) {
 class OracleVectors : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(OracleVectors, MatchBitForBit) {
-  std::string file = GetParam();
-  for (char& c : file) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // "type" or "type:variant" (file type_variant.bin).
+  const std::string param = GetParam();
+  std::string file = param;
+  for (char& c : file) c = c == ':' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const Vectors v = load(file);
   ASSERT_GT(v.n, 0);
-  ASSERT_EQ(dtype_name(v.type), std::string(GetParam()));
+  ASSERT_EQ(dtype_name(v.type), param.substr(0, param.find(':')));
 
   if (v.has_input) {
     std::vector<uint8_t> q(v.q.size());
@@ -116,8 +118,13 @@ TEST_P(OracleVectors, MatchBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Gguf, OracleVectors,
                          ::testing::Values("f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1",
-                                           "q8_0", "q6_K", "q2_K", "q3_K", "q4_K", "q5_K"),
-                         [](const auto& info) { return std::string(info.param); });
+                                           "q8_0", "q6_K", "q2_K", "q3_K", "q4_K", "q5_K", "mxfp4",
+                                           "mxfp4:all"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) c = c == ':' ? '_' : c;
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace pi

@@ -1,6 +1,6 @@
 """ggml tensor types: sizes, NumPy quantization (F32, F16, BF16, Q8_0, Q4_0) and
-dequantization (those plus Q4_1, Q5_0, Q5_1 and the K-quants Q2_K..Q6_K), on the ggml
-byte layouts.
+dequantization (those plus Q4_1, Q5_0, Q5_1, MXFP4 and the K-quants Q2_K..Q6_K), on the
+ggml byte layouts.
 
 Arrays are row-major, outermost dimension first; blocks run along the innermost dimension,
 so a row's element count must be a multiple of the type's block size. Quantized data is
@@ -16,6 +16,8 @@ Block layouts (little-endian; `d`, `m` are IEEE half floats):
     Q5_0  32 elements, 22 bytes: d, u32 qh, u8 qs[16];        x = d * (q - 16)
           q = nibble as in Q4_0, bit 4 = bit j (element j) / j+16 (element j+16) of qh
     Q5_1  32 elements, 24 bytes: d, m, u32 qh, u8 qs[16];     x = d * q + m
+    MXFP4 32 elements, 17 bytes: u8 e, u8 qs[16];             x = v[q] * 2^(e - 128)
+          q as in Q4_0, v = E2M1 doubled: 0 1 2 3 4 6 8 12, then the same negated
     Q6_K 256 elements, 210 bytes: u8 ql[128], u8 qh[64], int8 scales[16], d
 The quantizers compute in float32 exactly as ggml's scalar reference does, so their bytes
 match the C++ engine's reference quantization bit for bit.
@@ -197,6 +199,18 @@ def _dq_q5_1(b):
     return _half(b, 0) * q.astype(np.float32) + _half(b, 2)
 
 
+_MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)
+
+
+def _dq_mxfp4(b):
+    # 2^(e - 128) from its bits, as ggml: subnormal for e = 0 and 1, exact everywhere.
+    e = b[:, 0].astype(np.uint32)
+    bits = np.where(e < 2, np.uint32(0x00200000) << e, (e - 1) << np.uint32(23)).astype(np.uint32)
+    d = bits.view(np.float32)[:, None]
+    with np.errstate(over="ignore"):
+        return d * _MXFP4_VALUES[_nibbles(b[:, 1:17])]
+
+
 def _dq_q6_k(b):
     ql, qh = b[:, 0:128], b[:, 128:192]
     sc = b[:, 192:208].view(np.int8).astype(np.float32)
@@ -275,7 +289,7 @@ _DEQUANT = {
     GGMLType.Q8_0: _dq_q8_0, GGMLType.Q4_0: _dq_q4_0, GGMLType.Q4_1: _dq_q4_1,
     GGMLType.Q5_0: _dq_q5_0, GGMLType.Q5_1: _dq_q5_1, GGMLType.Q6_K: _dq_q6_k,
     GGMLType.Q2_K: _dq_q2_k, GGMLType.Q3_K: _dq_q3_k, GGMLType.Q4_K: _dq_q4_k,
-    GGMLType.Q5_K: _dq_q5_k,
+    GGMLType.Q5_K: _dq_q5_k, GGMLType.MXFP4: _dq_mxfp4,
 }
 
 QUANTIZE = {GGMLType.Q8_0: quantize_q8_0, GGMLType.Q4_0: quantize_q4_0}

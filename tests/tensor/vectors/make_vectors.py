@@ -120,10 +120,27 @@ def write_k_blocks() -> None:
         write(name, qt, None, raw, quants.dequantize(raw.reshape(-1), qt))
 
 
+def write_mxfp4() -> None:
+    """MXFP4: gguf's quantizer on the usual inputs, and every exponent byte (0..255) with
+    every code in both nibbles, decoded."""
+    x = block_inputs(32)
+    q = quants.quantize(x.reshape(1, -1), T.MXFP4)
+    write("mxfp4", T.MXFP4, x, q, quants.dequantize(q, T.MXFP4))
+    raw = np.zeros((256, 17), dtype=np.uint8)
+    raw[:, 0] = np.arange(256)
+    codes = np.arange(16, dtype=np.uint8)
+    raw[:, 1:] = codes | ((15 - codes) << 4)
+    write("mxfp4_all", T.MXFP4, None, raw, quants.dequantize(raw.reshape(-1), T.MXFP4))
+
+
 if __name__ == "__main__":
     import sys
-    # --k: (re)write only the Q2_K..Q5_K files (added later; the others stay as committed).
-    if "--k" in sys.argv:
+    # --k: (re)write only the Q2_K..Q5_K files (added later; the others stay as committed);
+    # --mxfp4 likewise for the MXFP4 files (gguf 0.19.0, numpy 2.4.6).
+    if "--mxfp4" in sys.argv:
+        rng = np.random.default_rng(20261207)
+        write_mxfp4()
+    elif "--k" in sys.argv:
         rng = np.random.default_rng(20261201)
         write_k_blocks()
     else:

@@ -143,8 +143,10 @@ TEST_F(CudaModel, TinyModelsOfEveryArchAndFormatAreAsAccurateAsTheCpu) {
       {"opt_f16", testing::tiny_variant("opt", DType::F16, false, 4, false, 3)},
       {"qwen2_q8_0", testing::tiny_variant("qwen2", DType::Q8_0, false, 2, false, 3)},
       {"qwen3_f16", testing::tiny_variant("qwen3", DType::F16, false, 2, false, 3)},
+      {"llama_mxfp4", testing::tiny_variant("llama", DType::MXFP4, false, 2, false, 3)},
       // Mixtures of experts: routing on the host from the logits the device computed.
       {"qwen3moe_f16", testing::tiny_variant("qwen3moe", DType::F16, false, 2, false, 5)},
+      {"qwen3moe_mxfp4", testing::tiny_variant("qwen3moe", DType::MXFP4, false, 2, false, 5)},
       {"smallthinker_q8_0", testing::tiny_variant("smallthinker", DType::Q8_0, false, 2, false, 9)},
   };
   for (const auto& c : cases) {

@@ -374,7 +374,8 @@ class CudaOps final : public Ops {
   }
 
   // The kernels' view of a weight; a view off its type's natural alignment (2 bytes; 4 for
-  // f32) is copied to the arena's realign region first (in stream order).
+  // f32; none for MXFP4, read byte by byte) is copied to the arena's realign region first (in
+  // stream order).
   bool weight(const Matrix& m, const char* op, gpu::WeightRef& out) {
     out = gpu::WeightRef{m.type, reinterpret_cast<const uint8_t*>(m.data), m.rows, m.cols,
                          static_cast<int64_t>(m.row_stride())};
@@ -383,7 +384,7 @@ class CudaOps final : public Ops {
                     m.name.c_str(), std::string(dtype_name(m.type)).c_str()));
       return false;
     }
-    const uintptr_t align = m.type == DType::F32 ? 4 : 2;
+    const uintptr_t align = m.type == DType::F32 ? 4 : m.type == DType::MXFP4 ? 1 : 2;
     if (reinterpret_cast<uintptr_t>(m.data) % align == 0) return true;
     const size_t n = m.nbytes();
     if (realign_used_ + n > CudaArena::kRealign) {

@@ -33,6 +33,8 @@ cudaError_t with_type(DType t, F&& f) {
       return f(TypeTag<DType::Q5_1>{});
     case DType::Q8_0:
       return f(TypeTag<DType::Q8_0>{});
+    case DType::MXFP4:
+      return f(TypeTag<DType::MXFP4>{});
     case DType::Q2_K:
       return f(TypeTag<DType::Q2_K>{});
     case DType::Q3_K:

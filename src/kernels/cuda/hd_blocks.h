@@ -3,11 +3,12 @@
 //
 // A row is decoded in units: the elements one lane decodes in one step.
 //   F32: 4 elements (16 bytes); F16, BF16: 8 (16 bytes);
-//   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: one 32-element block;
+//   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4: one 32-element block;
 //   Q2_K..Q6_K: one 32-element eighth of a 256-element super-block.
 // Unit u of a row covers elements [u * kElems, (u + 1) * kElems). A row of the block formats
 // holds whole units; a float row may end in a partial unit, decoded element by element
-// (decode_elem). Block pointers must be 2-byte aligned, f32 rows 4-byte aligned.
+// (decode_elem). Block pointers must be 2-byte aligned, f32 rows 4-byte aligned; MXFP4's
+// 17-byte blocks are read byte by byte, at any address.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,7 @@ struct Unit {
                                      : T == DType::Q5_0                      ? 22
                                      : T == DType::Q5_1                      ? 24
                                      : T == DType::Q8_0                      ? 34
+                                     : T == DType::MXFP4                     ? 17
                                      : T == DType::Q2_K                      ? 84
                                      : T == DType::Q3_K                      ? 110
                                      : T == DType::Q4_K                      ? 144
@@ -51,6 +53,7 @@ PI_HD constexpr bool decodable(DType t) {
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::Q8_0:
+    case DType::MXFP4:
     case DType::Q2_K:
     case DType::Q3_K:
     case DType::Q4_K:
@@ -66,6 +69,13 @@ namespace detail {
 
 // Nibble j (0..31) of a 32-element block's 16 quant bytes: byte j low, byte j - 16 high.
 PI_HD int nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 15 : qs[j - 16] >> 4; }
+
+// MXFP4: the value of code c (0..15), kMxfp4Values[c] (tensor/quant.h): the magnitudes
+// 0 1 2 3 4 6 8 12 of c & 7 as the nibbles of one word (no table in memory), bit 3 the sign.
+PI_HD int mxfp4_value(int c) {
+  const int mag = static_cast<int>((0xc8643210u >> (4 * (c & 7))) & 15u);
+  return (c & 8) != 0 ? -mag : mag;
+}
 
 // Q4_K/Q5_K: the 6-bit scale and min of sub-block g (0..7) from their 12 packed bytes.
 PI_HD void k4_scale_min(const uint8_t* s, int g, int& sc, int& m) {
@@ -129,6 +139,12 @@ PI_HD void decode_unit(const uint8_t* row, int64_t u, float* y) {
     const uint8_t* b = row + u * U::kBlockBytes;
     const float d = half_to_float(load_u16(b));
     for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+  } else if constexpr (T == DType::MXFP4) {
+    // An integer of at most 12 times a power of two: exact, or Inf past FLT_MAX (e 255).
+    const uint8_t* b = row + u * U::kBlockBytes;
+    const float d = e8m0_half(b[0]);
+    for (int j = 0; j < 32; ++j)
+      y[j] = static_cast<float>(detail::mxfp4_value(detail::nibble(b + 1, j))) * d;
   } else {
     // K formats: super-block u / 8, 32-element group g = u % 8.
     const uint8_t* b = row + (u / 8) * U::kBlockBytes;

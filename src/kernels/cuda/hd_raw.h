@@ -2,7 +2,8 @@
 // what a kernel keeps in registers for several rows at once so that their loads are in flight
 // together (axpy_t.cu), decoding element j only when it is used. raw_value(load_raw(row, u), j)
 // is bit for bit decode_unit(row, u)[j].
-//   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: the packed quants, scale and minimum (hd_q8.h: WBlock);
+//   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4: the packed quants (MXFP4: code values), scale and
+//   minimum (hd_q8.h: WBlock);
 //   F16, BF16: the 8 halves as 4 words; F32: the 4 floats;
 //   K formats: the 32 decoded values (their quants sit apart from their scales; no gain).
 #pragma once
@@ -49,7 +50,8 @@ template <DType T>
 PI_HD float raw_value(const RawUnit<T>& r, int j) {
   if constexpr (q8_path(T)) {
     const uint32_t byte = (static_cast<uint32_t>(r.w.q[j / 4]) >> (8 * (j % 4))) & 0xffu;
-    if constexpr (T == DType::Q8_0) return static_cast<float>(static_cast<int8_t>(byte)) * r.w.d;
+    if constexpr (T == DType::Q8_0 || T == DType::MXFP4)
+      return static_cast<float>(static_cast<int8_t>(byte)) * r.w.d;
     if constexpr (T == DType::Q4_0) return static_cast<float>(static_cast<int>(byte) - 8) * r.w.d;
     if constexpr (T == DType::Q5_0) return static_cast<float>(static_cast<int>(byte) - 16) * r.w.d;
     return add_rn(mul_rn(static_cast<float>(byte), r.w.d), r.w.m);

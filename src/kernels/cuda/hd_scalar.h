@@ -113,9 +113,10 @@ PI_HD uint16_t float_to_half(float f) {
   return static_cast<uint16_t>(sign | (kept + up));
 }
 
-// Little-endian loads from block bytes. Every block format keeps its fields at even offsets
-// and blocks of an even size, so a block that starts 2-byte aligned (the ops require it:
-// cuda_ops.cpp) allows 16-bit loads; a 32-bit field is read as two of them.
+// Little-endian loads from block bytes. Every block format but MXFP4 keeps its fields at even
+// offsets and blocks of an even size, so a block that starts 2-byte aligned (the ops require
+// it: cuda_ops.cpp) allows 16-bit loads; a 32-bit field is read as two of them. MXFP4's
+// 17-byte blocks may start at any byte: load_u32_a1.
 PI_HD uint16_t load_u16(const uint8_t* p) {
 #if PI_DEVICE_PASS
   return *reinterpret_cast<const uint16_t*>(p);
@@ -128,6 +129,11 @@ PI_HD uint16_t load_u16(const uint8_t* p) {
 PI_HD uint32_t load_u32_a2(const uint8_t* p) {
   return static_cast<uint32_t>(load_u16(p)) | (static_cast<uint32_t>(load_u16(p + 2)) << 16);
 }
+// A 32-bit load at any byte address, byte by byte.
+PI_HD uint32_t load_u32_a1(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
 // A 4-byte aligned 32-bit load (activation quants, f32 weights).
 PI_HD uint32_t load_u32(const uint8_t* p) {
 #if PI_DEVICE_PASS
@@ -136,6 +142,26 @@ PI_HD uint32_t load_u32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
   return v;
+#endif
+}
+
+// MXFP4's block scale: E8M0 exponent e as 2^(e - 128), bit for bit pi::e8m0_half (a
+// subnormal for e 0 and 1).
+PI_HD float e8m0_half(uint8_t e) {
+  return bits_float(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
+}
+
+// CUDA's __byte_perm: byte n of the result is byte s[4n + 2 .. 4n] (selector nibble n, its
+// top bit ignored) of the 8 bytes x (0..3), y (4..7).
+PI_HD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#if PI_DEVICE_PASS
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t xy = x | (static_cast<uint64_t>(y) << 32);
+  uint32_t r = 0;
+  for (int n = 0; n < 4; ++n)
+    r |= static_cast<uint32_t>((xy >> (8 * ((s >> (4 * n)) & 7u))) & 0xffu) << (8 * n);
+  return r;
 #endif
 }
 

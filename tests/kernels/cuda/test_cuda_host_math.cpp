@@ -104,9 +104,9 @@ TEST(CudaHostMath, FloatToHalfMatchesTheCachesConversion) {
   }
 }
 
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1,
-                        DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
-                        DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,  DType::Q4_1,
+                        DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::MXFP4, DType::Q2_K,
+                        DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 template <DType T>
 void decode(const uint8_t* row, int64_t n, float* y) {
@@ -132,6 +132,8 @@ void decode_any(DType t, const uint8_t* row, int64_t n, float* y) {
       return decode<DType::Q5_1>(row, n, y);
     case DType::Q8_0:
       return decode<DType::Q8_0>(row, n, y);
+    case DType::MXFP4:
+      return decode<DType::MXFP4>(row, n, y);
     case DType::Q2_K:
       return decode<DType::Q2_K>(row, n, y);
     case DType::Q3_K:
@@ -193,8 +195,41 @@ TEST(CudaHostMath, RawUnitsDecodeAsUnits) {
   check_raw_unit<DType::Q5_0>();
   check_raw_unit<DType::Q5_1>();
   check_raw_unit<DType::Q8_0>();
+  check_raw_unit<DType::MXFP4>();
   check_raw_unit<DType::Q2_K>();
   check_raw_unit<DType::Q6_K>();
+}
+
+// MXFP4 at every exponent with every code in both nibbles (block e: byte j is e + 16 j, so
+// every byte value sits at every position of some block), its row at an odd address: the
+// block scale is pi::e8m0_half, and decode_row, the raw unit and the integer path's code
+// values (times the scale) are pi::dequantize_row bit for bit, the Infs of e 255 included.
+TEST(CudaHostMath, Mxfp4DecodesEveryExponentAndCodeBitForBit) {
+  constexpr int kBlocks = 256, n = 32 * kBlocks;
+  std::vector<uint8_t> buf(1 + kBlocks * 17);
+  uint8_t* row = buf.data() + 1;
+  for (int e = 0; e < kBlocks; ++e) {
+    ASSERT_EQ(bits(gpu::e8m0_half(static_cast<uint8_t>(e))),
+              bits(pi::e8m0_half(static_cast<uint8_t>(e))))
+        << e;
+    row[17 * e] = static_cast<uint8_t>(e);
+    for (int j = 0; j < 16; ++j) row[17 * e + 1 + j] = static_cast<uint8_t>(e + 16 * j);
+  }
+  std::vector<float> want(n), got(n, -1.0f);
+  ASSERT_TRUE(dequantize_row(DType::MXFP4, row, want.data(), n).ok());
+  EXPECT_TRUE(std::isinf(want[32 * 255 + 24]));  // e 255, byte 8's high nibble 7: 12 * 2^127
+  decode_row<DType::MXFP4>(row, n, got.data());
+  for (int b = 0; b < kBlocks; ++b) {
+    const RawUnit<DType::MXFP4> r = load_raw<DType::MXFP4>(row, b);
+    for (int j = 0; j < 32; ++j) {
+      const auto i = static_cast<size_t>(32 * b + j);
+      ASSERT_EQ(bits(got[i]), bits(want[i])) << "decode_row e " << b << " element " << j;
+      ASSERT_EQ(bits(raw_value<DType::MXFP4>(r, j)), bits(want[i])) << "raw e " << b << " " << j;
+      const auto code = static_cast<int8_t>(static_cast<uint32_t>(r.w.q[j / 4]) >> (8 * (j % 4)));
+      ASSERT_EQ(bits(static_cast<float>(code) * r.w.d), bits(want[i]))
+          << "wblock e " << b << " " << j;
+    }
+  }
 }
 
 TEST(CudaHostMath, ActivationQuantizationIsTheCpusRule) {
@@ -247,8 +282,9 @@ void check_q8_dot() {
     // Terms d q a and m a (or the offset's 8 d a) are each bounded by mag-like sums.
     double offs = 0;
     for (int j = 0; j < 32; ++j) offs += std::fabs(static_cast<double>(s.d) * aq[j]);
-    const double scale = std::fabs(
-        static_cast<double>(half_to_float(load_u16(q.data() + b * Unit<T>::kBlockBytes))));
+    const uint8_t* blk = q.data() + b * Unit<T>::kBlockBytes;
+    const double scale = std::fabs(static_cast<double>(
+        T == DType::MXFP4 ? gpu::e8m0_half(blk[0]) : half_to_float(load_u16(blk))));
     const double tol = 8 * kU * (mag + 32 * scale * offs) + 1e-30;
     EXPECT_NEAR(got, want, tol) << dtype_name(T) << " block " << b;
   }
@@ -260,8 +296,9 @@ TEST(CudaHostMath, IntegerBlockDotsOfEveryFormat) {
   check_q8_dot<DType::Q5_0>();
   check_q8_dot<DType::Q5_1>();
   check_q8_dot<DType::Q8_0>();
-  EXPECT_TRUE(q8_path(DType::Q4_0) && q8_path(DType::Q8_0) && !q8_path(DType::Q6_K) &&
-              !q8_path(DType::F16));
+  check_q8_dot<DType::MXFP4>();
+  EXPECT_TRUE(q8_path(DType::Q4_0) && q8_path(DType::Q8_0) && q8_path(DType::MXFP4) &&
+              !q8_path(DType::Q6_K) && !q8_path(DType::F16));
 }
 
 TEST(CudaHostMath, Dp4aIsTheSignedByteDotProduct) {

@@ -220,6 +220,9 @@ void fill_random(DType t, uint8_t* p, int64_t rows, int64_t cols, uint32_t seed)
         std::memcpy(blk, &scale, 2);
         std::memcpy(blk + 2, &minimum, 2);
         break;
+      case DType::MXFP4:
+        blk[0] = 120;  // 2^-8: an exponent byte, not an f16
+        break;
       default:
         std::memcpy(blk, &scale, 2);
     }
@@ -319,7 +322,7 @@ constexpr Shape kShapes[] = {{"4096x4096", 4096, 4096},   {"11008x4096", 11008, 
                              {"11008x1024", 11008, 1024}};
 const DType kTypes[] = {DType::Q4_0, DType::Q8_0, DType::F16,  DType::BF16, DType::F32,
                         DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q6_K, DType::Q4_K,
-                        DType::Q5_K, DType::Q3_K, DType::Q2_K};
+                        DType::Q5_K, DType::Q3_K, DType::Q2_K, DType::MXFP4};
 
 void register_all() {
   benchmark::RegisterBenchmark("probe/read_2GiB", BM_ReadProbe)->Arg(1)->Arg(2)->UseRealTime()->Iterations(5);
@@ -455,7 +458,7 @@ void register_all() {
 
   // Prompt processing: GFLOP/s of matmul over 64 and 512 tokens.
   for (DType t : {DType::Q4_0, DType::Q4_0_R16, DType::Q8_0, DType::Q8_0_R16, DType::Q4_K, DType::Q4_K_R16,
-                  DType::Q6_K, DType::F16}) {
+                  DType::Q6_K, DType::F16, DType::MXFP4}) {
     const std::string tn(pi::dtype_name(t));
     for (int64_t m : {1, 64, 512}) {
       benchmark::RegisterBenchmark(("matmul/" + tn + "/4096x4096/m" + std::to_string(m)).c_str(),

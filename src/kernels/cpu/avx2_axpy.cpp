@@ -299,6 +299,7 @@ void avx2_axpy(const AxpyTask& t) {
     case DType::Q5_0: return axpy_blocks<BQ5_0>(t);
     case DType::Q5_1: return axpy_blocks<BQ5_1>(t);
     case DType::Q8_0: return axpy_blocks<BQ8_0>(t);
+    case DType::MXFP4: return axpy_blocks<BMXFP4>(t);
     case DType::Q6_K: return axpy_q6k(t);
     case DType::Q2_K:
     case DType::Q3_K:

@@ -38,6 +38,7 @@ inline __m256i fifth_bits(uint32_t qh) {
 // Block decoders: quants() gives the 32 quants as bytes (unsigned 0..63 for offset types,
 // signed for Q8_0), value = d * (q - kOffset) + mn.
 struct BQ4_0 {
+  static constexpr bool kHalfScale = true;  // d is an f16 at the block's first byte
   static constexpr size_t kBytes = 18;
   static constexpr int kOffset = 8;
   static constexpr bool kMin = false, kSigned = false;
@@ -46,6 +47,7 @@ struct BQ4_0 {
   static float mn(const uint8_t*) { return 0.0f; }
 };
 struct BQ4_1 {
+  static constexpr bool kHalfScale = true;  // d is an f16 at the block's first byte
   static constexpr size_t kBytes = 20;
   static constexpr int kOffset = 0;
   static constexpr bool kMin = true, kSigned = false;
@@ -54,6 +56,7 @@ struct BQ4_1 {
   static float mn(const uint8_t* p) { return _cvtsh_ss(load_u16(p + 2)); }
 };
 struct BQ5_0 {
+  static constexpr bool kHalfScale = true;  // d is an f16 at the block's first byte
   static constexpr size_t kBytes = 22;
   static constexpr int kOffset = 16;
   static constexpr bool kMin = false, kSigned = false;
@@ -62,6 +65,7 @@ struct BQ5_0 {
   static float mn(const uint8_t*) { return 0.0f; }
 };
 struct BQ5_1 {
+  static constexpr bool kHalfScale = true;  // d is an f16 at the block's first byte
   static constexpr size_t kBytes = 24;
   static constexpr int kOffset = 0;
   static constexpr bool kMin = true, kSigned = false;
@@ -70,11 +74,27 @@ struct BQ5_1 {
   static float mn(const uint8_t* p) { return _cvtsh_ss(load_u16(p + 2)); }
 };
 struct BQ8_0 {
+  static constexpr bool kHalfScale = true;  // d is an f16 at the block's first byte
   static constexpr size_t kBytes = 34;
   static constexpr int kOffset = 0;
   static constexpr bool kMin = false, kSigned = true;
   static __m256i quants(const uint8_t* p) { return loadu256(p + 2); }
   static float d(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
+  static float mn(const uint8_t*) { return 0.0f; }
+};
+
+// MXFP4: codes looked up as their doubled E2M1 value + 12 (unsigned), d = 2^(e - 128).
+struct BMXFP4 {
+  static constexpr bool kHalfScale = false;
+  static constexpr size_t kBytes = 17;
+  static constexpr int kOffset = 12;
+  static constexpr bool kMin = false, kSigned = false;
+  static __m256i quants(const uint8_t* p) {
+    const __m256i table = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15,
+                                           16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+    return _mm256_shuffle_epi8(table, nibbles(p + 1));
+  }
+  static float d(const uint8_t* p) { return e8m0_half(p[0]); }
   static float mn(const uint8_t*) { return 0.0f; }
 };
 

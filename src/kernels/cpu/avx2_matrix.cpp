@@ -30,12 +30,13 @@ inline __m256i lane_dot(__m256i a, __m256i b) {
 
 bool int_path(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-         t == DType::Q8_0;
+         t == DType::Q8_0 || t == DType::MXFP4;
 }
 
 int act_offset(DType t) {
   switch (t) {
     case DType::Q4_0: return BQ4_0::kOffset;
+    case DType::MXFP4: return BMXFP4::kOffset;
     case DType::Q5_0: return BQ5_0::kOffset;
     default: return 0;
   }
@@ -89,11 +90,11 @@ inline void dot_blocks(const uint8_t* const* rows, const uint8_t* const* next, c
     }
   for (int64_t b = 0; b < nb; ++b) {
     const size_t off = static_cast<size_t>(b) * Dec::kBytes;
-    // The unsigned types' four-row tiles convert the rows' f16 scales (every block type here
-    // starts with its d) in one instruction and multiply them by dx at once: the same
+    // The unsigned types' four-row tiles convert the rows' f16 scales (those starting with
+    // an f16 d; MXFP4's exponent byte goes through d()) in one instruction and multiply them by dx at once: the same
     // products as one row at a time, and one permute per row instead of a convert, a multiply
     // and a broadcast. (Q8_0's tiles measured slower so; they keep the scalar form.)
-    constexpr bool kVecScale = NR == 4 && !Dec::kSigned;
+    constexpr bool kVecScale = NR == 4 && !Dec::kSigned && Dec::kHalfScale;
     __m256 dd[NT];
     if constexpr (kVecScale) {
       uint64_t h = 0;
@@ -259,6 +260,7 @@ void avx2_dot(const DotTask& t) {
     case DType::Q5_0: return dot_quant<BQ5_0>(t);
     case DType::Q5_1: return dot_quant<BQ5_1>(t);
     case DType::Q8_0: return dot_quant<BQ8_0>(t);
+    case DType::MXFP4: return dot_quant<BMXFP4>(t);
     case DType::Q2_K:
     case DType::Q3_K:
     case DType::Q4_K:

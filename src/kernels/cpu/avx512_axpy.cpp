@@ -677,6 +677,9 @@ void avx512_axpy(const AxpyTask& t) {
     case DType::Q5_0: return axpy_blocks<AxQ5_0>(t);
     case DType::Q5_1: return axpy_blocks<AxQ5_1>(t);
     case DType::Q8_0: return axpy_blocks<AxQ8_0>(t);
+    // MXFP4 (its scales are exponent bytes, not the f16 fields the leaves above read): the
+    // AVX2 leaf, compiled into every AVX-512 build, with the same results.
+    case DType::MXFP4: return avx2_axpy(t);
     case DType::Q6_K: return axpy_q6k(t);
     case DType::Q2_K:
     case DType::Q3_K:

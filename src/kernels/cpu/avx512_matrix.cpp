@@ -118,6 +118,28 @@ struct DecQ5_0 {
   static __m512 scales1(const uint8_t* b) { return half_pair(load_u16(b), nib_lanes()); }
 };
 
+// MXFP4: each nibble is a code looked up (vpshufb) as its doubled E2M1 value + 12, unsigned;
+// the E8M0 exponent byte gives the lane scale 2^(e - 128) exactly.
+inline __m512i mxfp4_codes(__m512i nib) {
+  const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  return _mm512_shuffle_epi8(table, nib);
+}
+inline __m512 e8m0_pair(uint8_t ea, uint8_t eb) {
+  return _mm512_permutexvar_ps(nib_lanes(), _mm512_castps128_ps512(_mm_setr_ps(e8m0_half(ea), e8m0_half(eb), 0.0f, 0.0f)));
+}
+
+struct DecMXFP4 {
+  static constexpr bool kStreamRows = true;
+  static constexpr size_t kBytes = 17;
+  static constexpr bool kMin = false;
+  static constexpr bool kNibble = true;
+  static constexpr int kOffset = 12;
+  static __m512i quants(const uint8_t* b) { return mxfp4_codes(nibbles2(b + 1, b + 18)); }
+  static __m512i quants1(const uint8_t* b) { return mxfp4_codes(nibbles1(b + 1)); }
+  static __m512 scales(const uint8_t* b) { return e8m0_pair(b[0], b[17]); }
+  static __m512 scales1(const uint8_t* b) { return e8m0_pair(b[0], 0); }
+};
+
 // Types with a minimum: x = d q + m. scales() yields d per lane, mins() m per lane.
 inline __m512 min_pair(uint16_t ma, uint16_t mb) { return half_pair(ma | uint32_t{mb} << 16, nib_lanes()); }
 
@@ -163,12 +185,13 @@ bool k_quant(DType t) {
 
 bool int_path(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-         t == DType::Q8_0;
+         t == DType::Q8_0 || t == DType::MXFP4;
 }
 
 int act_offset(DType t) {
   switch (t) {
     case DType::Q4_0: return DecQ4_0::kOffset;
+    case DType::MXFP4: return DecMXFP4::kOffset;
     case DType::Q5_0: return DecQ5_0::kOffset;
     case DType::Q8_0: return DecQ8_0::kOffset;
     default: return 0;
@@ -215,7 +238,7 @@ void avx512_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out) {
   if (!int_path(t)) return;
   if (t == DType::Q4_0) return prepare_quads(x, cols / 32, out);
   const int64_t nb = cols / 32;
-  const bool nibble = t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1;
+  const bool nibble = t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::MXFP4;
   const bool with_min = t == DType::Q4_1 || t == DType::Q5_1;
   const __m512i lanes = nibble ? nib_lanes() : nat_lanes();
   const __m512i neg_off = _mm512_set1_epi32(-act_offset(t));
@@ -773,6 +796,7 @@ void avx512_dot(const DotTask& t) {
     case DType::Q5_0: return dot_quant<DecQ5_0>(t);
     case DType::Q5_1: return dot_quant<DecQ5_1>(t);
     case DType::Q8_0: return dot_quant<DecQ8_0>(t);
+    case DType::MXFP4: return dot_quant<DecMXFP4>(t);
     case DType::Q2_K:
     case DType::Q3_K:
     case DType::Q4_K:

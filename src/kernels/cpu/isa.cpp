@@ -91,6 +91,7 @@ bool supports(DType t) {
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::Q8_0:
+    case DType::MXFP4:
     case DType::Q2_K:
     case DType::Q3_K:
     case DType::Q4_K:

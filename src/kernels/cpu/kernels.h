@@ -4,8 +4,8 @@
 //
 // Conventions (as in ref.h): shapes are outermost first; a weight W: t [rows, cols] has row r
 // at W + r * row_bytes(t, cols); cols must be a multiple of the type's block size.
-// Supported weight types: F32, F16, BF16, Q8_0, Q4_0 (fast paths), Q4_1, Q5_0, Q5_1, Q2_K,
-// Q3_K, Q4_K, Q5_K, Q6_K.
+// Supported weight types: F32, F16, BF16, Q8_0, Q4_0 (fast paths), Q4_1, Q5_0, Q5_1, MXFP4,
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
 // Calling a kernel with another type or a misaligned cols is a programming error: it aborts
 // with a message (ask supports() first).
 //

@@ -74,6 +74,7 @@ inline int block_elems(DType t) {
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::Q8_0:
+    case DType::MXFP4:
       return 32;
     case DType::Q2_K:
     case DType::Q3_K:
@@ -142,6 +143,14 @@ inline void decode_block(DType t, const uint8_t* p, float* y) {
     case DType::Q8_0: {
       const float d = half_to_float(load_u16(p));
       for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(p[2 + j])) * d;
+      return;
+    }
+    case DType::MXFP4: {
+      const float d = e8m0_half(p[0]);
+      for (int j = 0; j < 16; ++j) {
+        y[j] = static_cast<float>(kMxfp4Values[p[1 + j] & 0x0f]) * d;
+        y[j + 16] = static_cast<float>(kMxfp4Values[p[1 + j] >> 4]) * d;
+      }
       return;
     }
     case DType::Q6_K: {

@@ -49,7 +49,8 @@ inline const std::vector<DType>& matrix_types() {
   static const std::vector<DType> t = {DType::F32,  DType::F16,  DType::BF16,
                                        DType::Q8_0, DType::Q4_0, DType::Q4_1,
                                        DType::Q5_0, DType::Q5_1, DType::Q6_K,
-                                       DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K};
+                                       DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
+                                       DType::MXFP4};
   return t;
 }
 
@@ -124,6 +125,16 @@ inline Weights make_weights(DType t, int64_t rows, int64_t cols, const std::vect
         }
       }
     }
+    return w;
+  }
+  if (t == DType::MXFP4) {
+    // Codes are summed as (value + 12) and -12 x the activation sum.
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const size_t i = static_cast<size_t>(r * cols + c);
+        const float d = e8m0_half(w.storage[offset + r * rb + (c / 32) * 17]);
+        w.mag[i] = std::fabs(w.dequant[i]) + 12.0f * d;
+      }
     return w;
   }
   const bool with_min = t == DType::Q4_1 || t == DType::Q5_1;

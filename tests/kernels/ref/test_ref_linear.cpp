@@ -103,7 +103,7 @@ TEST(RefMatvec, HalfTypesExactWhenWeightsAreRepresentable) {
 
 TEST(RefMatvec, QuantizedEqualsMatvecOverDequantizedWeights) {
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q6_K,
-                  DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::F16, DType::BF16}) {
+                  DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::MXFP4, DType::F16, DType::BF16}) {
     const int64_t rows = 5, cols = 512;
     const auto q = to_type(t, gaussian(rows * cols, 10), rows, cols);
     const auto Wf = to_f32(t, q, rows, cols);

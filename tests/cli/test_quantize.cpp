@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 
 #include "cli/run_command.h"
@@ -22,6 +23,11 @@ std::string tmp(const std::string& name) {
 }
 
 // A random PowerInfer model with F32 weights, made by the Python test tool.
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
 std::string make_pwri(const std::string& name, const std::string& shape_args) {
   std::string p = tmp(name);
   auto r = run_command(std::string(PI_PYTHON) + " " + PI_SOURCE_DIR +
@@ -118,7 +124,7 @@ TEST(CliQuantize, ExpertStacksQuantizedRouterKept) {
                        "/tests/reference/make_tiny_model.py --arch qwen3moe --outtype f32 --embd 256 "
                        "--expert-ff 256 --layers 4 --seed 5 --out " + in);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* type : {"q4_0", "q4_k_m"}) {
+  for (const char* type : {"q4_0", "q4_k_m", "mxfp4_moe"}) {
     const std::string out = tmp(std::string("moe.") + type + ".gguf");
     r = run_command(kBin + "/powerinfer quantize " + in + " " + out + " " + type);
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -129,6 +135,15 @@ TEST(CliQuantize, ExpertStacksQuantizedRouterKept) {
       const std::string b = "blk." + std::to_string(il) + ".";
       EXPECT_EQ(type_of(b + "ffn_gate_inp.weight"), pi::DType::F32) << type;
       const pi::DType up = type_of(b + "ffn_up_exps.weight"), down = type_of(b + "ffn_down_exps.weight");
+      if (std::string(type) == "mxfp4_moe") {
+        // llama.cpp's MXFP4_MOE: the experts MXFP4, every other matrix Q8_0.
+        EXPECT_EQ(up, pi::DType::MXFP4);
+        EXPECT_EQ(down, pi::DType::MXFP4);
+        EXPECT_EQ(type_of(b + "ffn_gate_exps.weight"), pi::DType::MXFP4);
+        for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_output"})
+          EXPECT_EQ(type_of(b + m + ".weight"), pi::DType::Q8_0) << m;
+        continue;
+      }
       if (std::string(type) == "q4_0") {
         EXPECT_EQ(up, pi::DType::Q4_0);
         EXPECT_EQ(down, pi::DType::Q4_0);
@@ -145,8 +160,19 @@ TEST(CliQuantize, ExpertStacksQuantizedRouterKept) {
       EXPECT_EQ(type_of(b + "attn_q.weight"), std::string(type) == "q4_0" ? pi::DType::Q4_0 : pi::DType::Q4_K);
       EXPECT_EQ(type_of(b + "attn_output.weight"), std::string(type) == "q4_0" ? pi::DType::Q4_0 : pi::DType::Q5_K);
     }
+    if (std::string(type) == "mxfp4_moe") {
+      EXPECT_EQ(type_of("output.weight"), pi::DType::Q8_0);
+      EXPECT_EQ(*f->get_int("general.file_type"), 38);  // llama.cpp's LLAMA_FTYPE_MOSTLY_MXFP4_MOE
+    }
     r = run_command(kBin + "/powerinfer run -m " + out + " -p the -n 4 -t 2");
     EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
+  // llama.cpp's id for MXFP4_MOE (38) and its upper-case name give the same file.
+  for (const char* alias : {"38", "MXFP4_MOE"}) {
+    const std::string out = tmp(std::string("moe.alias") + alias + ".gguf");
+    r = run_command(kBin + "/powerinfer quantize " + in + " " + out + " " + alias);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(file_bytes(out), file_bytes(tmp("moe.mxfp4_moe.gguf"))) << alias;
   }
   // Any other expert count: the dense recipe.
   const std::string in4 = tmp("moe4.f32.gguf"), out4 = tmp("moe4.q4_k_m.gguf");

@@ -22,8 +22,9 @@ Runner add_quantize(CLI::App& app) {
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
       "quantize",
-      "Convert a GGUF/PowerInfer model to F32, F16, BF16, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, or the\n"
-      "K-quant mixes Q6_K, Q5_K_M, Q4_K_M, Q3_K_M, Q2_K (llama.cpp's per-tensor recipes).\n"
+      "Convert a GGUF/PowerInfer model to F32, F16, BF16, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, MXFP4, or\n"
+      "the mixes Q6_K, Q5_K_M, Q4_K_M, Q3_K_M, Q2_K and MXFP4_MOE (experts MXFP4, the rest\n"
+      "Q8_0) (llama.cpp's per-tensor recipes).\n"
       "Norms and 1-D tensors stay as they are; predictors follow TYPE; output.weight gets Q6_K\n"
       "for 4/5-bit targets. Prints the sizes and the round-trip RMSE per output type.");
   sub->add_option("input", a->opts.input, "Input model")->required()->check(CLI::ExistingFile);
@@ -51,7 +52,7 @@ Runner add_quantize(CLI::App& app) {
     auto target = tools::parse_quant_target(a->type);
     if (!target) {
       log_error("quantize: unknown or unsupported type '%s' (use f32, f16, bf16, q8_0, q6_k, "
-                "q5_k_m, q5_1, q5_0, q4_k_m, q4_1, q4_0, q3_k_m, q2_k)", a->type.c_str());
+                "q5_k_m, q5_1, q5_0, q4_k_m, q4_1, q4_0, mxfp4, mxfp4_moe, q3_k_m, q2_k)", a->type.c_str());
       return 1;
     }
     a->opts.target = target->base;

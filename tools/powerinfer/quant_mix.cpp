@@ -41,6 +41,7 @@ std::optional<QuantTarget> parse_quant_target(std::string_view name) {
   if (s == "q4_k_m" || s == "q4_k") return QuantTarget{DType::Q4_K, Mix::Q4_K_M};
   if (s == "q5_k_m" || s == "q5_k") return QuantTarget{DType::Q5_K, Mix::Q5_K_M};
   if (s == "q6_k") return QuantTarget{DType::Q6_K, Mix::Q6_K};
+  if (s == "mxfp4_moe") return QuantTarget{DType::MXFP4, Mix::Mxfp4Moe};
   auto t = dtype_from_name(s);
   if (!t || !dtype_info(*t).computable || *t == DType::I32) return std::nullopt;
   return QuantTarget{*t, Mix::None};
@@ -53,6 +54,7 @@ std::string_view mix_name(Mix mix) {
     case Mix::Q4_K_M: return "q4_k_m";
     case Mix::Q5_K_M: return "q5_k_m";
     case Mix::Q6_K: return "q6_k";
+    case Mix::Mxfp4Moe: return "mxfp4_moe";
     default: return "";
   }
 }
@@ -63,6 +65,7 @@ uint32_t mix_file_type(Mix mix) {
     case Mix::Q3_K_M: return 12;
     case Mix::Q4_K_M: return 15;
     case Mix::Q5_K_M: return 17;
+    case Mix::Mxfp4Moe: return 38;
     default: return 18;
   }
 }
@@ -76,6 +79,7 @@ int layer_of(const std::string& name) {
 }
 
 DType mix_type(const std::string& name, int64_t cols, Mix mix, int n_layer, int64_t n_expert) {
+  if (mix == Mix::Mxfp4Moe) return name.find("_exps") != std::string::npos ? DType::MXFP4 : DType::Q8_0;
   const DType base = base_of(mix);
   const int i = layer_of(name);
   const int n = n_layer > 0 ? n_layer : 1;

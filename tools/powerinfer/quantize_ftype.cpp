@@ -23,6 +23,7 @@ constexpr Ftype kFtypes[] = {
     {23, "iq3_xxs", false}, {24, "iq1_s", false},  {25, "iq4_nl", false}, {26, "iq3_s", false},
     {27, "iq3_m", false},   {28, "iq2_s", false},  {29, "iq2_m", false},  {30, "iq4_xs", false},
     {31, "iq1_m", false},   {32, "bf16", true},    {36, "tq1_0", false},  {37, "tq2_0", false},
+    {38, "mxfp4_moe", true},
 };
 
 }  // namespace

@@ -94,6 +94,7 @@ uint32_t file_type_for(DType target) {
     case DType::Q4_K: return 15;
     case DType::Q5_K: return 17;
     case DType::BF16: return 32;
+    case DType::MXFP4: return 38;  // llama.cpp has no all-MXFP4 file type; its MXFP4_MOE is nearest
     default: return 0;
   }
 }
@@ -108,7 +109,7 @@ DType choose_type(const std::string& name, int rank, int64_t cols, DType source,
   DType t = target;
   if (name == "output.weight" &&
       (target == DType::Q4_0 || target == DType::Q4_1 || target == DType::Q5_0 ||
-       target == DType::Q5_1)) {
+       target == DType::Q5_1 || target == DType::MXFP4)) {
     t = cols % 256 == 0 ? DType::Q6_K : DType::Q8_0;
   }
   const bool block_quantized = dtype_info(target).block_size > 1 && target != DType::Q8_0;

@@ -51,6 +51,10 @@ struct AttnParams {
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
   float scale = 1.0f;
+  // Learned attention sinks (gpt-oss): one logit per query head (f32 [n_head], the device's
+  // memory) that joins each head's softmax without a value, so p = exp(s) / (sum exp(s_c) +
+  // exp(sink)); nullptr: none.
+  const float* sinks = nullptr;
 
   int64_t n_embd_q() const { return n_head * head_dim; }
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }

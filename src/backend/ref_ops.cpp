@@ -87,7 +87,7 @@ class RefOps final : public Ops {
       const int32_t* cells = b.attn_cells != nullptr ? b.attn_cells + b.attn_begin[i] : nullptr;
       ref::attention_cells_typed(Q + i * p.n_embd_q(), kv.k_type, kv.k, kv.v_type, kv.v, cells,
                                  b.attn_len[i], p.n_head, p.n_head_kv, p.head_dim, p.scale,
-                                 out + i * p.n_embd_q(), kv.head_stride, kv.cell_stride);
+                                 out + i * p.n_embd_q(), kv.head_stride, kv.cell_stride, p.sinks);
     }
   }
   void activate(Activation act, float* x, int64_t n) override {

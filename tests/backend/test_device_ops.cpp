@@ -627,20 +627,48 @@ TEST_F(DeviceOps, AttentionOverLongListsIsSplitAndDeterministic) {
     const std::vector<int64_t> begin = {0, n_ctx}, len = {n_ctx, static_cast<int64_t>(lists.size()) - n_ctx};
     const std::vector<float> zero(Q.size(), 0.0f);
     const std::vector<double> tol(Q.size(), (n_ctx / 4.0 + 64) * kU * 4);
+    // Attention sinks (gpt-oss): one logit per head, from one that takes most of the mass to
+    // one that takes none.
+    const std::vector<float> sinks = {0.5f, -1.0f, 6.0f, -30.0f};
+    const DevBuf dS(*dev, sinks), rS(ref_, sinks);
     for (bool with_lists : {false, true}) {
       std::vector<int64_t> l = len;
       if (!with_lists) l = {n_ctx, 300};
       const KvBatch b{pos.data(), cell.data(), with_lists ? lists.data() : nullptr,
                       with_lists ? begin.data() : nullptr, l.data()};
-      const auto op = [&](const DevBuf& q, const KvLayer& kv) {
-        return [&, qp = q.p(), kv](Device& d, float* y) { d.ops().attention(p, qp, m, kv, b, y); };
-      };
-      auto g = run_on(*dev, zero, op(dQ, dkv));
-      auto g2 = run_on(*dev, zero, op(dQ, dkv));
-      auto w = run_on(ref_, zero, op(rQ, rkv));
-      const std::string what = dc.label + (with_lists ? " long attention (lists)" : " long attention");
-      expect_close(g, w, tol, what);
-      EXPECT_EQ(std::memcmp(g.data(), g2.data(), g.size() * sizeof(float)), 0) << what << ": not deterministic";
+      std::vector<float> plain;
+      for (bool with_sinks : {false, true}) {
+        const auto op = [&](const DevBuf& q, const KvLayer& kv, const DevBuf& s) {
+          AttnParams ps = p;
+          if (with_sinks) ps.sinks = s.p();
+          return [&, ps, qp = q.p(), kv](Device& d, float* y) { d.ops().attention(ps, qp, m, kv, b, y); };
+        };
+        auto g = run_on(*dev, zero, op(dQ, dkv, dS));
+        auto g2 = run_on(*dev, zero, op(dQ, dkv, dS));
+        auto w = run_on(ref_, zero, op(rQ, rkv, rS));
+        const std::string what = dc.label + (with_lists ? " long attention (lists)" : " long attention") +
+                                 (with_sinks ? " with sinks" : "");
+        expect_close(g, w, tol, what);
+        EXPECT_EQ(std::memcmp(g.data(), g2.data(), g.size() * sizeof(float)), 0) << what << ": not deterministic";
+        if (!with_sinks) {
+          plain = w;
+          continue;
+        }
+        // A sink only rescales its head: out = out_without * L / (L + exp(sink)), one factor per
+        // (token, head), below 1, ~1 for the sink of -30.
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t h = 0; h < p.n_head; ++h) {
+            const size_t at = static_cast<size_t>((i * p.n_head + h) * p.head_dim);
+            const double f = w[at] / plain[at];
+            if (h == 3) {
+              EXPECT_NEAR(f, 1.0, 1e-6) << what;
+            } else {
+              EXPECT_LT(f, 1.0) << what << " head " << h;
+            }
+            for (int64_t d = 1; d < p.head_dim; ++d)
+              EXPECT_NEAR(w[at + d], plain[at + d] * f, 1e-5 * std::fabs(plain[at + d]) + 1e-7) << what << " head " << h;
+          }
+      }
     }
   }
 }

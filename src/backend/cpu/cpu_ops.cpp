@@ -205,6 +205,7 @@ void CpuOps::attention(const AttnParams& p, const float* Q, int64_t m, const KvL
   d.cell_stride = kv.cell_stride;
   d.k_type = kv.k_type;
   d.v_type = kv.v_type;
+  d.sinks = p.sinks;
   k_.attention_cells(pool_, d, Q, m, b.attn_cells, b.attn_begin, b.attn_len, kv.k, kv.v, out);
 }
 

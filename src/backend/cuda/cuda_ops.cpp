@@ -213,7 +213,7 @@ class CudaOps final : public Ops {
     } else if (!stage("attention", StageKey::kAttention, {{b.attn_len, bytes(m, 8)}}, d)) {
       return;
     }
-    const gpu::AttnArgs a{p.n_head, p.n_head_kv, p.head_dim, p.scale};
+    const gpu::AttnArgs a{p.n_head, p.n_head_kv, p.head_dim, p.scale, p.sinks};
     const gpu::CellLists l{lists ? static_cast<const int32_t*>(d[2]) : nullptr,
                            lists ? static_cast<const int64_t*>(d[1]) : nullptr,
                            static_cast<const int64_t*>(d[0])};

@@ -94,8 +94,10 @@ class SimOps final : public Ops {
     int64_t n_cells = 0;
     if (b.attn_cells != nullptr)
       for (int64_t i = 0; i < m; ++i) n_cells = std::max(n_cells, b.attn_begin[i] + b.attn_len[i]);
-    run("attention", {{Q, false}, {kv.k, false}, {kv.v, false}, {out, true}},
-        [this, p, Q = im_.real(Q), m, kv = dev(kv), pos = copy_of(b.pos, m),
+    AttnParams pd = p;
+    pd.sinks = im_.real(p.sinks);
+    run("attention", {{Q, false}, {kv.k, false}, {kv.v, false}, {p.sinks, false}, {out, true}},
+        [this, p = pd, Q = im_.real(Q), m, kv = dev(kv), pos = copy_of(b.pos, m),
          cell = copy_of(b.cell, m), cells = copy_of(b.attn_cells, n_cells),
          begin = copy_of(b.attn_begin, b.attn_cells != nullptr ? m : 0),
          len = copy_of(b.attn_len, m), out = im_.real(out)] {

@@ -74,6 +74,7 @@ struct AttnHeadTask {
   int64_t n_ctx;
   int64_t head_dim;
   float scale;
+  float sink = -INFINITY;  // an extra softmax logit with no value (-inf: none)
   float* scores;
   float* out;
 };

@@ -90,6 +90,9 @@ struct AttentionDims {
   // Strides still count values: a row starts row_bytes(type, offset in values) bytes in.
   DType k_type = DType::F16;
   DType v_type = DType::F16;
+  // Attention sinks (f32 [n_head], or nullptr): head h's softmax has one more logit, sinks[h],
+  // with no value.
+  const float* sinks = nullptr;
 };
 
 // The kernels of one ISA. A Kernels object is a small immutable value (a pointer to the

@@ -152,6 +152,7 @@ void attention_heads(ThreadPool& pool, const detail::KernelTable& kt, const Atte
     t.n_ctx = qs.n_ctx(i);
     t.head_dim = d.head_dim;
     t.scale = d.scale;
+    t.sink = d.sinks != nullptr ? d.sinks[h] : -INFINITY;
     t.scores = scores + thread * max_ctx;
     t.out = out + (i * d.n_head + h) * d.head_dim;
     head_fn(t);

@@ -3,7 +3,8 @@
 // head's dimensions (each key and value element decoded by kv_elem: f16, or a Q8_0 / Q4_0
 // block's d * q), and write score = scale * q · k; the block's max and sum of exp in fixed
 // order; then thread d accumulates sum over the chunk's cells, in order, of p * v[d].
-// Combine kernel: a block per (head, token), thread d over the head's dimensions.
+// Combine kernel: a block per (head, token), thread d over the head's dimensions; a head's
+// sink (gpt-oss) joins the max and the sum here, once.
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/hd_kv.h"
 #include "kernels/cuda/hd_scalar.h"
@@ -96,10 +97,12 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t tz = blockIdx.y, t = t0 + tz, h = blockIdx.x, hd = a.head_dim;
   const int C = attn_chunks(l.len[t]);
   const float* p = partial + (tz * a.n_head + h) * max_chunks * (hd + 2);
-  float M = -INFINITY;
+  const float sink = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
+  float M = sink;
   for (int c = 0; c < C; ++c) M = nan_max(M, p[c * (hd + 2) + hd]);
   float L = 0.0f;
   for (int c = 0; c < C; ++c) L += p[c * (hd + 2) + hd + 1] * expf(p[c * (hd + 2) + hd] - M);
+  if (a.sinks != nullptr) L += expf(sink - M);
   float* o = out + t * a.n_head * hd + h * hd;
   for (int64_t d = threadIdx.x; d < hd; d += kThreads) {
     float acc = 0.0f;

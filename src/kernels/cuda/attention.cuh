@@ -31,6 +31,9 @@ struct AttnArgs {
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
   float scale = 1.0f;
+  // Attention sinks (device memory, f32 [n_head], or nullptr): one more logit per head in the
+  // softmax, with no value; the combine kernel adds it to the chunks' max and sum.
+  const float* sinks = nullptr;
 };
 
 // Token i's list (device memory): cells[begin[i] .. begin[i] + len[i]), or cells null: 0 ..

@@ -1,6 +1,6 @@
 // Reference single-token causal attention over an f16 KV cache, in double:
 //   score[t] = scale * q_h . k[t, g]      for t in [0, n_ctx_used), g = h / (n_head / n_kv_head)
-//   p = softmax(score)
+//   p = softmax(score)                     (with a sink: softmax over score and sink[h])
 //   out_h = sum_t p[t] * v[t, g]
 // With n_ctx_used == 0 there is nothing to attend to and out is all zeros. n_head must be a
 // multiple of n_kv_head. attention_cells() is the same over a list of cells (t -> cells[t]);
@@ -31,7 +31,7 @@ void kv_row(DType t, const uint8_t* p, int64_t n, float* y) {
 void attention_cells_typed(const float* q, DType k_type, const void* k_cache, DType v_type,
                            const void* v_cache, const int32_t* cells, int64_t n_cells,
                            int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale,
-                           float* out, int64_t head_stride, int64_t cell_stride) {
+                           float* out, int64_t head_stride, int64_t cell_stride, const float* sinks) {
   const int64_t n_ctx_used = n_cells;
   const auto cell = [cells](int64_t t) { return cells != nullptr ? int64_t{cells[t]} : t; };
   const int64_t group = n_head / n_kv_head;
@@ -68,7 +68,11 @@ void attention_cells_typed(const float* q, DType k_type, const void* k_cache, DT
       has_nan = has_nan || std::isnan(s);
       max = std::fmax(max, s);
     }
-    double sum = 0.0;
+    // A sink is one more logit in the softmax, with no value: it only adds to the sum.
+    const double sink = sinks != nullptr ? static_cast<double>(sinks[h]) : -INFINITY;
+    has_nan = has_nan || std::isnan(sink);
+    max = std::fmax(max, sink);
+    double sum = sinks != nullptr ? std::exp(sink - max) : 0.0;
     for (auto& v : p) {
       v = has_nan ? NAN : std::exp(v - max);
       sum += v;

@@ -76,11 +76,13 @@ void attention_cells(const float* q, const uint16_t* k_cache, const uint16_t* v_
 // attention_cells over keys and values of KV types (F16, Q8_0, Q4_0; tensor/quant.h blocks),
 // each its own: strides count values, so kv head g of cell c of K starts
 // row_bytes(k_type, g * head_stride + c * cell_stride) bytes in. head_dim must be a multiple of
-// both types' block sizes (else out is NaN).
+// both types' block sizes (else out is NaN). sinks (f32 [n_head], or nullptr): head h's
+// softmax has one more logit, sinks[h], with no value (gpt-oss's attention sinks).
 void attention_cells_typed(const float* q, DType k_type, const void* k_cache, DType v_type,
                            const void* v_cache, const int32_t* cells, int64_t n_cells,
                            int64_t n_head, int64_t n_kv_head, int64_t head_dim, float scale,
-                           float* out, int64_t head_stride = 0, int64_t cell_stride = 0);
+                           float* out, int64_t head_stride = 0, int64_t cell_stride = 0,
+                           const float* sinks = nullptr);
 // Writes n values of x as a KV type's row at out: f16 bits (round to nearest even) or blocks
 // (quantize_row's blocks). n must be a multiple of the block size (else nothing is written
 // and false is returned).

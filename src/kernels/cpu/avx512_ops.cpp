@@ -95,10 +95,26 @@ inline VF vexp(VF x) {
 const KernelTable& avx512_table() {
   using namespace avx512_isa;
   static const KernelTable table = {
-      Isa::Avx512, avx512_act_bytes, avx512_prepare_act, avx512_dot,     avx512_axpy,
-      g_rmsnorm,   g_layernorm,      g_softmax,          g_silu,         g_gelu,
-      g_relu,      g_relu_squared,   g_add,              g_mul,          g_rope,
-      g_attn_head, g_to_f16, g_decode_kv_row, avx512_r16_prepare, avx512_r16_dot,
+      .isa = Isa::Avx512,
+      .act_bytes = avx512_act_bytes,
+      .prepare_act = avx512_prepare_act,
+      .dot = avx512_dot,
+      .axpy = avx512_axpy,
+      .rmsnorm = g_rmsnorm,
+      .layernorm = g_layernorm,
+      .softmax = g_softmax,
+      .silu = g_silu,
+      .gelu = g_gelu,
+      .relu = g_relu,
+      .relu_squared = g_relu_squared,
+      .add = g_add,
+      .mul = g_mul,
+      .rope = g_rope,
+      .attn_head = g_attn_head,
+      .to_f16 = g_to_f16,
+      .decode_kv_row = g_decode_kv_row,
+      .r16_prepare = avx512_r16_prepare,
+      .r16_dot = avx512_r16_dot,
   };
   return table;
 }

@@ -79,6 +79,8 @@ struct AttnHeadTask {
   float* out;
 };
 
+// Filled with designated initialisers (the ISA files), so that two entries of one signature
+// cannot be swapped silently.
 struct KernelTable {
   Isa isa;
   // Bytes of one token's prepared activation for weight type t (0: leaves read x directly).

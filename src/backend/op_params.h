@@ -26,6 +26,9 @@ enum class FfnKind {
   Gated,      // down( act(gate·x) * (up·x) )         llama: SwiGLU, ReGLU
   GatedBoth,  // down( act(gate·x) * act(up·x) )      bamboo: ReLU on both
   Plain,      // down( act(up·x) )                    falcon
+  // down( g σ(1.702 g) (u + 1) ), g = min(gate·x, 7), u = clamp(up·x, -7, 7): gpt-oss's
+  // experts (the activation argument is ignored; dense only: ffn_rows needs ReLU zeros)
+  SwigluOai,
 };
 
 struct NormParams {

@@ -115,6 +115,8 @@ class RefOps final : public Ops {
         activate(act, U, n);
         std::copy(U, U + n, G);
         return;
+      case FfnKind::SwigluOai:
+        return ref::swiglu_oai(G, U, G, n);
     }
   }
   void add(float* Y, const float* X, int64_t n) override { ref::add(Y, X, Y, n); }

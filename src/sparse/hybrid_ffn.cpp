@@ -20,6 +20,8 @@ backend::FfnKind kind_of(model::FfnKind k) {
       return backend::FfnKind::GatedBoth;
     case model::FfnKind::Plain:
       return backend::FfnKind::Plain;
+    case model::FfnKind::SwigluOai:
+      return backend::FfnKind::SwigluOai;
   }
   return backend::FfnKind::Gated;
 }

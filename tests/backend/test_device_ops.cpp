@@ -325,15 +325,22 @@ TEST_F(DeviceOps, EmbedNormRopeAndElementwise) {
       auto w = run_on(ref_, x, [&](Device& d, float* y) { d.ops().activate(act, y, m * n); });
       expect_close(g, w, et, dc.label + " activate");
     }
-    for (FfnKind kind : {FfnKind::Gated, FfnKind::GatedBoth, FfnKind::Plain}) {
-      const std::vector<float> u = cpu::test::gaussian(m * n, 8);
+    for (FfnKind kind : {FfnKind::Gated, FfnKind::GatedBoth, FfnKind::Plain, FfnKind::SwigluOai}) {
+      const bool oai = kind == FfnKind::SwigluOai;
+      std::vector<float> u = cpu::test::gaussian(m * n, 8), g0 = x;
+      if (oai) {  // gpt-oss's unit: inputs past both clamps (gate above 7, up beyond +-7)
+        for (float& v : u) v *= 4.0f;
+        for (float& v : g0) v *= 4.0f;
+      }
       DevBuf gu(*dev, u), ru(ref_, u);
       std::vector<double> et(x.size());
       for (size_t i = 0; i < x.size(); ++i) et[i] = 4 * kU * (mag(x[i]) * mag(u[i]) + mag(u[i]));
-      auto g = run_on(*dev, x, [&](Device& d, float* G) {
+      if (oai)  // an exp of up to 1.702 |gate| inside, as silu's
+        for (size_t i = 0; i < x.size(); ++i) et[i] = 32 * kU * (mag(g0[i]) + 1) * (1 + 2 * mag(g0[i])) * (mag(u[i]) + 1);
+      auto g = run_on(*dev, g0, [&](Device& d, float* G) {
         d.ops().ffn_combine(kind, Activation::ReLU, G, gu.p(), m, n);
       });
-      auto w = run_on(ref_, x, [&](Device& d, float* G) {
+      auto w = run_on(ref_, g0, [&](Device& d, float* G) {
         d.ops().ffn_combine(kind, Activation::ReLU, G, ru.p(), m, n);
       });
       expect_close(g, w, et, dc.label + " ffn_combine");

@@ -245,6 +245,9 @@ void CpuOps::ffn_combine(FfnKind kind, Activation act, float* G, float* U, int64
         activate_all(act, U, n);
         std::copy(U, U + n, G);
         break;
+      case FfnKind::SwigluOai:
+        k_.swiglu_oai(pool_, G, U, G, n);
+        break;
     }
   });
 }

@@ -34,6 +34,7 @@ inline VF vmul(VF a, VF b) { return _mm256_mul_ps(a, b); }
 inline VF vdiv(VF a, VF b) { return _mm256_div_ps(a, b); }
 inline VF vfma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
 inline VF vmax(VF a, VF b) { return _mm256_max_ps(a, b); }
+inline VF vmin(VF a, VF b) { return _mm256_min_ps(a, b); }
 inline VF vmax0(VF a) { return _mm256_max_ps(_mm256_setzero_ps(), a); }
 inline float vsum(VF a) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -128,6 +129,7 @@ const KernelTable& avx2_table() {
       .relu_squared = g_relu_squared,
       .add = g_add,
       .mul = g_mul,
+      .swiglu_oai = g_swiglu_oai,
       .rope = g_rope,
       .attn_head = g_attn_head,
       .to_f16 = g_to_f16,

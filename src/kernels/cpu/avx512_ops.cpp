@@ -33,6 +33,7 @@ inline VF vdiv(VF a, VF b) { return _mm512_div_ps(a, b); }
 inline VF vfma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 // The x86 max returns its second operand when either is NaN: data goes second.
 inline VF vmax(VF a, VF b) { return _mm512_max_ps(a, b); }
+inline VF vmin(VF a, VF b) { return _mm512_min_ps(a, b); }
 inline VF vmax0(VF a) { return _mm512_max_ps(_mm512_setzero_ps(), a); }
 inline float vsum(VF a) { return _mm512_reduce_add_ps(a); }
 inline float vhmax(VF a) { return _mm512_reduce_max_ps(a); }
@@ -109,6 +110,7 @@ const KernelTable& avx512_table() {
       .relu_squared = g_relu_squared,
       .add = g_add,
       .mul = g_mul,
+      .swiglu_oai = g_swiglu_oai,
       .rope = g_rope,
       .attn_head = g_attn_head,
       .to_f16 = g_to_f16,

@@ -99,6 +99,8 @@ struct KernelTable {
   void (*relu_squared)(const float* x, float* y, int64_t n);
   void (*add)(const float* a, const float* b, float* y, int64_t n);
   void (*mul)(const float* a, const float* b, float* y, int64_t n);
+  // y = gpt-oss's clamped gated unit of gate and up (Kernels::swiglu_oai).
+  void (*swiglu_oai)(const float* gate, const float* up, float* y, int64_t n);
   // x: f32 [n_heads, head_dim]; in each head, pair p < n_pairs, (a, b) -> (a c - b s,
   // a s + b c) with c = cs[p], s = cs[n_pairs + p]. The pair is (p, p + n_pairs) when neox,
   // else (2p, 2p + 1).

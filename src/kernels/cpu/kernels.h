@@ -29,6 +29,11 @@
 #include "tensor/dtype.h"
 
 namespace pi::cpu {
+
+// gpt-oss's SwiGLU constants (its reference implementation's alpha and limit).
+inline constexpr float kOaiAlpha = 1.702f;
+inline constexpr float kOaiLimit = 7.0f;
+
 namespace detail {
 struct KernelTable;
 }
@@ -188,6 +193,9 @@ class Kernels {
   void relu_squared(ThreadPool& pool, const float* x, float* y, int64_t n) const;
   void add(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n) const;
   void mul(ThreadPool& pool, const float* a, const float* b, float* y, int64_t n) const;
+  // gpt-oss's gated unit: g = min(gate, kOaiLimit), u = clamp(up, -kOaiLimit, kOaiLimit),
+  // y = g * sigmoid(kOaiAlpha * g) * (u + 1). y may alias gate or up.
+  void swiglu_oai(ThreadPool& pool, const float* gate, const float* up, float* y, int64_t n) const;
   // y = x as f16 bit patterns, rounded to nearest even; identical to pi::f32_to_f16 for every
   // input (NaN included).
   void to_f16(ThreadPool& pool, const float* x, uint16_t* y, int64_t n) const;

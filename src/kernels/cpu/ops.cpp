@@ -75,6 +75,11 @@ void Kernels::mul(ThreadPool& pool, const float* a, const float* b, float* y, in
   elementwise(pool, n, [&](int64_t i, int64_t len) { f(a + i, b + i, y + i, len); });
 }
 
+void Kernels::swiglu_oai(ThreadPool& pool, const float* gate, const float* up, float* y, int64_t n) const {
+  const auto f = table_->swiglu_oai;
+  elementwise(pool, n, [&](int64_t i, int64_t len) { f(gate + i, up + i, y + i, len); });
+}
+
 void Kernels::to_f16(ThreadPool& pool, const float* x, uint16_t* y, int64_t n) const {
   const auto f = table_->to_f16;
   elementwise(pool, n, [&](int64_t i, int64_t len) { f(x + i, y + i, len); });

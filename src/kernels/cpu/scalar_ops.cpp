@@ -44,6 +44,7 @@ inline VF vfma(VF a, VF b, VF c) { return each([&](int l) { return std::fma(a.v[
 // max keeping NaN of b (the data operand), as the x86 max instructions do.
 inline VF vmax(VF a, VF b) { return each([&](int l) { return a.v[l] > b.v[l] ? a.v[l] : b.v[l]; }); }
 // max(x, 0) that propagates NaN.
+inline VF vmin(VF a, VF b) { return each([&](int l) { return a.v[l] < b.v[l] ? a.v[l] : b.v[l]; }); }
 inline VF vmax0(VF a) { return each([&](int l) { return a.v[l] < 0.0f ? 0.0f : a.v[l]; }); }
 inline VF vexp(VF a) { return each([&](int l) { return std::exp(a.v[l]); }); }
 // kLanes int8 quants, or the low / high nibbles of kLanes bytes less 8 (Q4_0), as floats.
@@ -99,6 +100,7 @@ const KernelTable& scalar_table() {
       .relu_squared = g_relu_squared,
       .add = g_add,
       .mul = g_mul,
+      .swiglu_oai = g_swiglu_oai,
       .rope = g_rope,
       .attn_head = g_attn_head,
       .to_f16 = g_to_f16,

@@ -29,6 +29,8 @@ __global__ void __launch_bounds__(kThreads)
       G[i] = activate(act, G[i]) * U[i];
     else if (kind == 1)
       G[i] = activate(act, G[i]) * activate(act, U[i]);
+    else if (kind == 3)  // FfnKind::SwigluOai
+      G[i] = swiglu_oai(G[i], U[i]);
     else
       G[i] = activate(act, U[i]);
   }

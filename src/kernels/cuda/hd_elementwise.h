@@ -31,4 +31,14 @@ PI_HD float activate(int act, float x) {
   return act == kSiLU ? silu(x) : act == kReLU ? relu(x) : gelu(x);
 }
 
+// gpt-oss's gated unit (backend::FfnKind::SwigluOai): g = min(gate, 7), u = clamp(up, -7, 7),
+// g sigmoid(1.702 g) (u + 1); NaN stays NaN (fminf/fmaxf would drop it).
+PI_HD float swiglu_oai(float gate, float up) {
+  if (gate != gate || up != up) return gate + up;
+  const float g = gate < 7.0f ? gate : 7.0f;
+  const float u = up < -7.0f ? -7.0f : up > 7.0f ? 7.0f : up;
+  // The numerator clamped at -200 as the CPU's: g -> -inf gives -0, not -inf / inf.
+  return (g > -200.0f ? g : -200.0f) / (1.0f + expf(-1.702f * g)) * (u + 1.0f);
+}
+
 }  // namespace pi::gpu

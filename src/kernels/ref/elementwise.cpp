@@ -1,6 +1,7 @@
 // Reference normalisation, softmax, activations and elementwise arithmetic, computed in
 // double and rounded once to f32. NaN inputs give NaN outputs everywhere; infinities give the
 // mathematical limit (silu(-inf) = 0, relu(inf) = inf, ...).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -50,6 +51,20 @@ void softmax(float* x, int64_t n) {
 }
 
 // silu(x) = x * sigmoid(x) = x / (1 + e^-x).
+void swiglu_oai(const float* gate, const float* up, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = gate[i], b = up[i];
+    if (std::isnan(a) || std::isnan(b)) {
+      y[i] = NAN;
+      continue;
+    }
+    const double g = std::min(a, 7.0), u = std::clamp(b, -7.0, 7.0);
+    // g sigmoid(1.702 g) tends to -0 as g -> -inf (as silu's does).
+    const double s = std::isinf(g) ? -0.0 : g / (1.0 + std::exp(-1.702 * g));
+    y[i] = static_cast<float>(s * (u + 1.0));
+  }
+}
+
 void silu(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const double v = x[i];

@@ -54,6 +54,10 @@ void relu(const float* x, float* y, int64_t n);
 void relu_squared(const float* x, float* y, int64_t n);
 void add(const float* a, const float* b, float* y, int64_t n);
 void mul(const float* a, const float* b, float* y, int64_t n);
+// gpt-oss's gated unit, in double: g = min(gate, 7), u = clamp(up, -7, 7),
+// y = g / (1 + exp(-1.702 g)) * (u + 1) (-0 (u + 1) for g = -inf); NaN stays NaN. y may alias
+// gate or up.
+void swiglu_oai(const float* gate, const float* up, float* y, int64_t n);
 // One row of Ops::combine_rows: y = sum over j < k of w[j] * X[rows[j], :] (n columns), from
 // 0, each product and sum rounded; w == nullptr: y = X[rows[0], :] (k == 1).
 void combine_row(const float* X, int64_t n, const int32_t* rows, const float* w, int64_t k, float* y);

@@ -141,6 +141,51 @@ TEST(CpuOps, Activations) {
   }
 }
 
+// gpt-oss's gated unit against the reference on every ISA: both clamps (gate above 7, up
+// beyond +-7), the exp's range, infinities and NaN in either input; the same bits for any
+// thread count.
+TEST(CpuOps, SwigluOaiMatchesReference) {
+  const int64_t n = 1003;
+  std::vector<float> g = gaussian(n, 41), u = gaussian(n, 42);
+  for (int64_t i = 0; i < n; ++i) {
+    g[i] *= 6.0f;  // past the limit 7 and deep into the sigmoid's tails
+    u[i] *= 6.0f;
+  }
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float special[][2] = {{inf, 1.0f}, {-inf, 1.0f}, {1.0f, inf}, {1.0f, -inf}, {nan, 1.0f}, {1.0f, nan}, {7.5f, 9.0f},
+                              {-300.0f, 2.0f}, {0.0f, -7.5f}};
+  for (size_t s = 0; s < std::size(special); ++s) {
+    g[s] = special[s][0];
+    u[s] = special[s][1];
+  }
+  std::vector<float> want(n);
+  ref::swiglu_oai(g.data(), u.data(), want.data(), n);
+  EXPECT_EQ(want[6], static_cast<float>(7.0 / (1.0 + std::exp(-1.702 * 7.0)) * 8.0));  // both clamped
+  for (Isa isa : isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    const Kernels k(isa);
+    std::vector<std::vector<float>> outs;
+    for (int threads : {1, 3}) {
+      ThreadPool pool(threads);
+      Guarded y(n);
+      k.swiglu_oai(pool, g.data(), u.data(), y.data(), n);
+      EXPECT_TRUE(y.guards_intact());
+      outs.push_back(y.values());
+    }
+    EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), n * 4));
+    for (int64_t i = 0; i < n; ++i) {
+      const float got = outs[0][i];
+      if (!std::isfinite(want[i])) {
+        EXPECT_TRUE(Guarded::same_bits(got, want[i]) || (std::isnan(got) && std::isnan(want[i])))
+            << "g=" << g[i] << " u=" << u[i] << " got " << got << " want " << want[i];
+        continue;
+      }
+      const double arg = 1.702 * std::min(std::fabs(static_cast<double>(g[i])), 200.0);
+      EXPECT_NEAR(got, want[i], (arg + 16.0) * kU * std::fabs(want[i]) + 1e-37) << "g=" << g[i] << " u=" << u[i];
+    }
+  }
+}
+
 TEST(CpuOps, AddMulExact) {
   for (Isa isa : isas()) {
     const Kernels k(isa);

@@ -178,8 +178,10 @@ void quantize_block(const float* x, BlockMXFP4& b) {
   for (int j = 0; j < kQK; ++j) amax = std::fabs(x[j]) > amax ? std::fabs(x[j]) : amax;
   int e = 0;
   if (amax > 0.0f) {
-    e = static_cast<int>(std::floor(std::log2(amax))) - 2 + 127;
-    if (e < 0) e = 0;
+    // In float, clamped before the cast (an infinite amax would overflow int): finite inputs
+    // give 0..252 as ggml's does.
+    const float l = std::floor(std::log2(amax)) - 2.0f + 127.0f;
+    e = l < 0.0f ? 0 : l > 255.0f ? 255 : static_cast<int>(l);
   }
   b.e = static_cast<uint8_t>(e);
   const float d = e8m0_half(b.e);

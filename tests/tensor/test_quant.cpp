@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -219,6 +220,15 @@ TEST(MXFP4, KnownInputGivesKnownBytes) {
   want[1] = 0x07 | 0x0b << 4;  // 6 = code 7 (12 x 0.5); -1.5 = code 11 (-3 x 0.5)
   want[2] = 0x05;
   EXPECT_EQ(bytes_of(b), want);
+}
+
+TEST(MXFP4, NonFiniteInputsQuantizeWithoutOverflow) {
+  // Inputs should be finite; an infinite one must still not overflow the exponent's cast.
+  float x[32] = {};
+  x[3] = std::numeric_limits<float>::infinity();
+  x[4] = 1.0f;
+  const auto b = quantize_one<BlockMXFP4>(DType::MXFP4, x);
+  EXPECT_EQ(b.e, 255);
 }
 
 // ---- Q8_0 --------------------------------------------------------------------------------

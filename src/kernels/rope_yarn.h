@@ -16,7 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(__HIPCC__)
 #define PI_ROPE_HD __host__ __device__ inline
 #else
 #define PI_ROPE_HD inline

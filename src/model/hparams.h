@@ -12,7 +12,7 @@
 
 namespace pi::model {
 
-enum class Arch { Llama, Bamboo, Falcon, Opt, Qwen2, Qwen3, Qwen3Moe, SmallThinker };
+enum class Arch { Llama, Bamboo, Falcon, Opt, Qwen2, Qwen3, Qwen3Moe, SmallThinker, GptOss };
 
 // The most experts a token may use (expert_used_count; released models use 2 to 10).
 inline constexpr int64_t kMaxExpertsUsed = 64;
@@ -78,13 +78,19 @@ struct HParams {
   // ReGLU experts (relu(gate) * up, smallthinker): a zero gate skips its rows of up and down.
   bool sparse_experts() const { return is_moe() && ffn == FfnKind::Gated && act == Activation::ReLU; }
 
-  // Sliding-window attention (SmallThinker's layer pattern, as llama.cpp reads it): with
-  // n_swa > 0, layer il with il % swa_pattern != 0 attends only the n_swa latest positions
-  // (its own included) and the others attend every position without RoPE (NoPE).
+  // Sliding-window attention, with n_swa > 0: a window layer attends only the n_swa latest
+  // positions (its own included), the others every position. Which layers, as llama.cpp's
+  // set_swa_pattern(n, dense_first) says: with swa_dense_first (SmallThinker) layer il is global
+  // where il % swa_pattern == 0, else (gpt-oss, pattern 2) where il % swa_pattern ==
+  // swa_pattern - 1. SmallThinker's global layers also skip RoPE (NoPE: swa_nope_global).
   int64_t n_swa = 0;        // <arch>.attention.sliding_window; 0: every layer global
   int64_t swa_pattern = 4;  // <arch>.attention.sliding_window_pattern
-  bool layer_swa(int64_t il) const { return n_swa > 0 && il % swa_pattern != 0; }
-  bool layer_rope(int64_t il) const { return has_rope && (n_swa == 0 || il % swa_pattern != 0); }
+  bool swa_dense_first = true;
+  bool swa_nope_global = true;
+  bool layer_swa(int64_t il) const {
+    return n_swa > 0 && (swa_dense_first ? il % swa_pattern != 0 : il % swa_pattern != swa_pattern - 1);
+  }
+  bool layer_rope(int64_t il) const { return has_rope && !(swa_nope_global && n_swa > 0 && !layer_swa(il)); }
 
   int64_t n_embd_q() const { return n_head * head_dim; }
   // The parameters of the ops this model runs.

@@ -111,12 +111,15 @@ Status read_moe_hparams(const gguf::File& f, HParams& hp) {
   if (f.find(gating) != nullptr) {
     auto g = f.get_int(gating);
     if (!g.ok()) return g.error();
-    if (*g != static_cast<int64_t>(Gating::Softmax) && *g != static_cast<int64_t>(Gating::Sigmoid)) {
-      return err("%s: metadata key '%s' = %lld: unknown gating function (1 softmax and 2 sigmoid "
-                 "are supported)",
+    // 3: llama.cpp's softmax over the chosen logits, which is what our softmax computes.
+    constexpr int64_t kSoftmaxWeight = 3;
+    if (*g != static_cast<int64_t>(Gating::Softmax) && *g != static_cast<int64_t>(Gating::Sigmoid) &&
+        *g != kSoftmaxWeight) {
+      return err("%s: metadata key '%s' = %lld: unknown gating function (1 softmax, 2 sigmoid and 3 "
+                 "softmax of the chosen are supported)",
                  path, gating.c_str(), static_cast<long long>(*g));
     }
-    hp.gating = static_cast<Gating>(*g);
+    hp.gating = *g == kSoftmaxWeight ? Gating::Softmax : static_cast<Gating>(*g);
   }
   hp.n_expert = *n;
   hp.n_expert_used = *k;

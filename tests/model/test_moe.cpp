@@ -236,12 +236,17 @@ TEST(MoeLoad, MalformedExpertFilesFailInOneLine) {
   e = load_error(s, "moe_no_router.gguf");
   EXPECT_NE(e.find("missing tensor 'blk.0.ffn_gate_inp.weight' (expected shape [4, 64])"), std::string::npos) << e;
   s = moe_spec();
-  s.int_keys["qwen3moe.expert_gating_func"] = 3;
-  e = load_error(s, "moe_gating3.gguf");
-  EXPECT_NE(e.find("'qwen3moe.expert_gating_func' = 3: unknown gating function (1 softmax and 2 sigmoid are "
-                   "supported)"),
+  s.int_keys["qwen3moe.expert_gating_func"] = 4;
+  e = load_error(s, "moe_gating4.gguf");
+  EXPECT_NE(e.find("'qwen3moe.expert_gating_func' = 4: unknown gating function (1 softmax, 2 sigmoid and 3 "
+                   "softmax of the chosen are supported)"),
             std::string::npos)
       << e;
+  // 3, llama.cpp's softmax over the chosen logits, is our softmax.
+  s.int_keys["qwen3moe.expert_gating_func"] = 3;
+  auto m = load(s, "moe_gating3.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ((*m)->hparams().gating, Gating::Softmax);
 }
 
 struct MoeTrace {

@@ -201,6 +201,13 @@ TEST(GgufMalformed, RowNotMultipleOfBlock) {
   expect_error(b, "not a multiple of the q4_0 block size 32");
 }
 
+// gpt-oss's experts: an MXFP4 (type 39) row must hold whole blocks of 32 too.
+TEST(GgufMalformed, RowNotMultipleOfMxfp4Block) {
+  ByteBuilder b;
+  b.header(3, 1, 0).tensor_info("blk.0.ffn_up_exps.weight", {48, 2}, 39, 0).pad_to(32).zeros(128);
+  expect_error(b, "tensor 'blk.0.ffn_up_exps.weight': row length 48 is not a multiple of the mxfp4 block size 32");
+}
+
 TEST(GgufMalformed, MisalignedTensorOffset) {
   ByteBuilder b;
   b.header(3, 1, 0).tensor_info("t", {4}, kF32, 8).pad_to(32).zeros(64);

@@ -43,6 +43,7 @@ Status load_qwen2(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeight
 Status load_qwen3(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w);
 Status load_qwen3moe(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w);
 Status load_smallthinker(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w);
+Status load_gpt_oss(const gguf::File& f, TensorLoader& t, HParams& hp, ModelWeights& w);
 
 // How an architecture's layers hold a row of the layer table (layer_tensors.h).
 enum class Need : uint8_t {

@@ -351,7 +351,8 @@ void Forward::attention_block(Lane& Ln, int64_t il, int64_t m, const KvBatch& at
   const backend::NormParams head_norm{NormKind::RMS, hp.norm_eps};
   if (a.q_norm.present()) ops.norm(head_norm, q, a.q_norm, {}, m * hp.n_head, hp.head_dim, q);
   if (a.k_norm.present()) ops.norm(head_norm, k, a.k_norm, {}, m * hp.n_head_kv, hp.head_dim, k);
-  const backend::AttnParams ap = hp.attn_params();
+  backend::AttnParams ap = hp.attn_params();
+  ap.sinks = a.sinks.data;  // (gpt-oss; nullptr: none)
   if (hp.layer_rope(il)) {
     const backend::RopeParams rp = hp.rope_params();
     ops.rope(rp, q, m, hp.n_head, at.pos);

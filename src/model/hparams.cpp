@@ -132,6 +132,11 @@ Status read_swa_hparams(const gguf::File& f, HParams& hp) {
   if (f.find(window) == nullptr) return Status::Ok();
   auto w = positive(f, window);
   if (!w.ok()) return w.error();
+  if (hp.n_ctx_train > 0 && *w > hp.n_ctx_train) {
+    return err("%s: metadata key '%s' = %lld exceeds the context length %lld ('%s')", f.path().c_str(),
+               window.c_str(), static_cast<long long>(*w), static_cast<long long>(hp.n_ctx_train),
+               key(hp, "context_length").c_str());
+  }
   auto pattern = positive_or(f, key(hp, "attention.sliding_window_pattern"), 4);
   if (!pattern.ok()) return pattern.error();
   hp.n_swa = *w;

@@ -11,6 +11,7 @@ int64_t dim_size(const HParams& hp, Dim d) {
     case Dim::QKV: return hp.n_embd_q() + 2 * hp.n_embd_kv();
     case Dim::Ff: return hp.n_ff;
     case Dim::Head: return hp.head_dim;
+    case Dim::HeadCount: return hp.n_head;
     case Dim::Expert: return hp.n_expert;
     case Dim::FfExp: return hp.n_ff_exp;
   }
@@ -20,7 +21,7 @@ int64_t dim_size(const HParams& hp, Dim d) {
 std::string LayerTensor::name(std::string_view file_stem) const {
   std::string s(file_stem.empty() ? stem : file_stem);
   if (transposed) s += "_t";
-  s += role == Role::Norm || role == Role::Proj ? ".weight" : ".bias";
+  s += role == Role::Bias || role == Role::NormBias ? ".bias" : ".weight";
   return s;
 }
 

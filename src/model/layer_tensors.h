@@ -29,7 +29,8 @@ enum class Role : uint8_t {
   Norm,      // 1-D norm scale, "<stem>.weight"
   NormBias,  // 1-D norm bias, "<stem>.bias"
   Proj,      // matrix, "<stem>.weight" (transposed: "<stem>_t.weight")
-  Bias,      // 1-D projection bias, "<stem>.bias"
+  Bias,      // 1-D projection bias, "<stem>.bias" (2-D [n_expert, n] for an expert stack's)
+  Param,     // another 1-D parameter, "<stem>.weight" (attention sinks)
 };
 
 // How a hybrid placement moves a tensor: with the layer's dense block (attention and both
@@ -37,7 +38,7 @@ enum class Role : uint8_t {
 enum class Group : uint8_t { Dense, Ffn };
 
 // A tensor dimension in hyperparameters.
-enum class Dim : uint8_t { None, Embd, Q, KV, QKV, Ff, Head, Expert, FfExp };
+enum class Dim : uint8_t { None, Embd, Q, KV, QKV, Ff, Head, HeadCount, Expert, FfExp };
 int64_t dim_size(const HParams& hp, Dim d);
 
 struct LayerTensor {
@@ -57,7 +58,9 @@ struct LayerTensor {
   std::optional<Site> site = std::nullopt;  // the mask that skips its rows (up, down_t) or inputs (the others)
   Dim rows = Dim::None;      // shape as stored: [rows, cols], or [rows] for 1-D tensors
   Dim cols = Dim::None;
-  Dim stack = Dim::None;     // 3-D: [stack, rows, cols], held as [stack * rows, cols] (experts)
+  // 3-D: [stack, rows, cols], held as [stack * rows, cols] (experts); a bias [stack, rows],
+  // held as [stack * rows].
+  Dim stack = Dim::None;
   // The member that holds it: exactly one of these is set.
   Matrix AttnWeights::*attn_matrix = nullptr;
   Matrix FfnWeights::*ffn_matrix = nullptr;
@@ -103,6 +106,8 @@ inline constexpr LayerTensor kAttnQNorm{.stem = "attn_q_norm", .role = Role::Nor
                                        .attn_vector = &AttnWeights::q_norm};
 inline constexpr LayerTensor kAttnKNorm{.stem = "attn_k_norm", .role = Role::Norm, .rows = Dim::Head,
                                        .attn_vector = &AttnWeights::k_norm};
+inline constexpr LayerTensor kAttnSinks{.stem = "attn_sinks", .role = Role::Param, .rows = Dim::HeadCount,
+                                        .attn_vector = &AttnWeights::sinks};
 // The FFN's input norm moves with the dense block: the FFN's device reads its output.
 inline constexpr LayerTensor kFfnNorm{.stem = "ffn_norm", .role = Role::Norm, .rows = Dim::Embd,
                                       .ffn_vector = &FfnWeights::norm};
@@ -141,14 +146,26 @@ inline constexpr LayerTensor kFfnDownExps{.stem = "ffn_down_exps", .group = Grou
 inline constexpr LayerTensor kFfnDownExpsT{.stem = "ffn_down_exps", .transposed = true, .powerinfer_native = true,
                                            .group = Group::Ffn, .rows = Dim::FfExp, .cols = Dim::Embd,
                                            .stack = Dim::Expert, .ffn_matrix = &FfnWeights::down_exps_t};
+// gpt-oss: the router's bias and each expert's biases, stacked as the experts.
+inline constexpr LayerTensor kFfnGateInpB{.stem = "ffn_gate_inp", .role = Role::Bias, .group = Group::Ffn,
+                                          .rows = Dim::Expert, .ffn_vector = &FfnWeights::gate_inp_b};
+inline constexpr LayerTensor kFfnGateExpsB{.stem = "ffn_gate_exps", .role = Role::Bias, .group = Group::Ffn,
+                                           .rows = Dim::FfExp, .stack = Dim::Expert,
+                                           .ffn_vector = &FfnWeights::gate_exps_b};
+inline constexpr LayerTensor kFfnUpExpsB{.stem = "ffn_up_exps", .role = Role::Bias, .group = Group::Ffn,
+                                         .rows = Dim::FfExp, .stack = Dim::Expert,
+                                         .ffn_vector = &FfnWeights::up_exps_b};
+inline constexpr LayerTensor kFfnDownExpsB{.stem = "ffn_down_exps", .role = Role::Bias, .group = Group::Ffn,
+                                           .rows = Dim::Embd, .stack = Dim::Expert,
+                                           .ffn_vector = &FfnWeights::down_exps_b};
 
 // Every tensor a layer may hold, each member once.
 inline constexpr std::array kLayerTensors = {
     &kAttnNorm, &kAttnNormB, &kAttnQ,    &kAttnQT,  &kAttnK,    &kAttnKT,   &kAttnV,
     &kAttnVT,   &kAttnQkv,   &kAttnOut,  &kAttnOutT, &kAttnQB,  &kAttnKB,   &kAttnVB,
-    &kAttnOutB, &kAttnQNorm, &kAttnKNorm, &kFfnNorm,   &kFfnNormB, &kFfnGate, &kFfnGateT, &kFfnUp,    &kFfnDown,
-    &kFfnDownT, &kFfnUpB,    &kFfnDownB, &kFfnGateInp, &kFfnGateExps, &kFfnUpExps, &kFfnDownExps,
-    &kFfnDownExpsT};
+    &kAttnOutB, &kAttnQNorm, &kAttnKNorm, &kAttnSinks, &kFfnNorm, &kFfnNormB, &kFfnGate, &kFfnGateT, &kFfnUp,
+    &kFfnDown,  &kFfnDownT, &kFfnUpB,    &kFfnDownB, &kFfnGateInp, &kFfnGateExps, &kFfnUpExps, &kFfnDownExps,
+    &kFfnDownExpsT, &kFfnGateInpB, &kFfnGateExpsB, &kFfnUpExpsB, &kFfnDownExpsB};
 
 // The row with `t`'s stem in the other layout (transposed <-> not), or nullptr.
 const LayerTensor* layout_twin(const LayerTensor& t);

@@ -113,12 +113,14 @@ const float* MoeFfn::on_host(const float* p, int64_t n, backend::Buffer& host) {
 void MoeFfn::route(int64_t il, const float* x, int64_t m) {
   const HParams& hp = model_.hparams();
   const int64_t k = hp.n_expert_used;
-  ops_.linear(w_.layers[static_cast<size_t>(il)].ffn.gate_inp, x, m, logits_.as<float>());
+  const FfnWeights& fw = w_.layers[static_cast<size_t>(il)].ffn;
+  ops_.linear(fw.gate_inp, x, m, logits_.as<float>());
+  if (fw.gate_inp_b.present()) ops_.add_bias(logits_.as<float>(), fw.gate_inp_b, m, hp.n_expert);
   const float* logits = on_host(logits_.as<float>(), m * hp.n_expert, logits_host_);
   ids_.resize(static_cast<size_t>(m * k));
   weights_.resize(static_cast<size_t>(m * k));
   route_top_k(logits, m, hp.n_expert, k, hp.gating, ids_.data(), weights_.data(), &route_order_);
-  stats_[static_cast<size_t>(il)].bytes += w_.layers[static_cast<size_t>(il)].ffn.gate_inp.nbytes();
+  stats_[static_cast<size_t>(il)].bytes += fw.gate_inp.nbytes();
   if (trace_) {
     routes_.resize(static_cast<size_t>(hp.n_layer));
     routes_[static_cast<size_t>(il)].insert(routes_[static_cast<size_t>(il)].end(), ids_.begin(), ids_.end());
@@ -140,7 +142,7 @@ void MoeFfn::expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st)
   const HParams& hp = model_.hparams();
   const int64_t n_ff = hp.n_ff_exp, n_exp = n_stacked_[static_cast<size_t>(il)];
   const std::vector<int32_t>& slot = slots_[static_cast<size_t>(il)];
-  const int64_t counted = e;  // neuron counts are by expert id
+  const int64_t counted = e;  // neuron counts and biases are by expert id
   if (!slot.empty()) e = slot[static_cast<size_t>(e)];
   assert(e >= 0 && e < n_exp);
   const float* xe = xe_.as<float>();
@@ -152,12 +154,16 @@ void MoeFfn::expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st)
   if (!sparse_) {
     st.bytes += expert_bytes;
     ops_.linear(expert_rows(w.up_exps, e, n_exp), xe, n, up);
-    ops_.ffn_combine(FfnKind::Gated, hp.act, gate, up, n, n_ff);
+    // gpt-oss's biases, whole on every device: indexed by expert id.
+    if (w.gate_exps_b.present()) ops_.add_bias(gate, expert_bias(w.gate_exps_b, counted, hp.n_expert), n, n_ff);
+    if (w.up_exps_b.present()) ops_.add_bias(up, expert_bias(w.up_exps_b, counted, hp.n_expert), n, n_ff);
+    ops_.ffn_combine(hp.ffn == FfnKind::SwigluOai ? FfnKind::SwigluOai : FfnKind::Gated, hp.act, gate, up, n, n_ff);
     if (w.down_exps_t.present()) {
       ops_.linear_t(expert_rows(w.down_exps_t, e, n_exp), gate, n, all_rows_, ye);
     } else {
       ops_.linear(expert_rows(w.down_exps, e, n_exp), gate, n, ye);
     }
+    if (w.down_exps_b.present()) ops_.add_bias(ye, expert_bias(w.down_exps_b, counted, hp.n_expert), n, hp.n_embd);
     return;
   }
   // ReGLU: a neuron whose gate is not positive contributes nothing, so each token lists its

@@ -5,7 +5,7 @@
 namespace pi::model {
 namespace {
 
-constexpr std::array<ArchDef, 8> kArchs = {{
+constexpr std::array<ArchDef, 9> kArchs = {{
     {"llama", Arch::Llama, &load_llama},
     {"bamboo", Arch::Bamboo, &load_bamboo},
     {"falcon", Arch::Falcon, &load_falcon},
@@ -14,6 +14,7 @@ constexpr std::array<ArchDef, 8> kArchs = {{
     {"qwen3", Arch::Qwen3, &load_qwen3},
     {"qwen3moe", Arch::Qwen3Moe, &load_qwen3moe},
     {"smallthinker", Arch::SmallThinker, &load_smallthinker},
+    {"gpt-oss", Arch::GptOss, &load_gpt_oss},
 }};
 
 }  // namespace
@@ -116,12 +117,16 @@ Status load_layer(TensorLoader& t, const HParams& hp, int64_t il, LayerWeights& 
     if (!row.ok()) return row.error();
     const LayerTensor& r = **row;
     const std::string name = blk(il, r.name(u.file_stem).c_str());
-    if (r.stack != Dim::None) {
+    if (r.stack != Dim::None && r.is_matrix()) {
       auto m = t.stacked(name, dim_size(hp, r.stack), dim_size(hp, r.rows), dim_size(hp, r.cols));
       if (!m.ok()) return m.error();
       matrix_in(L, r) = std::move(*m);
     } else if (r.is_matrix()) {
       PI_TRY(load_matrix(t, name, dim_size(hp, r.rows), dim_size(hp, r.cols), matrix_in(L, r)));
+    } else if (r.stack != Dim::None) {
+      auto v = t.stacked_vector(name, dim_size(hp, r.stack), dim_size(hp, r.rows));
+      if (!v.ok()) return v.error();
+      vector_in(L, r) = *v;
     } else {
       PI_TRY(load_vector(t, name, dim_size(hp, r.rows), vector_in(L, r)));
     }

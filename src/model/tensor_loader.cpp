@@ -80,13 +80,22 @@ Result<Vector> TensorLoader::vector(const std::string& name, int64_t n) {
     return err("%s: missing tensor '%s' (expected shape %s)", file_.path().c_str(), name.c_str(),
                Shape{n}.str().c_str());
   }
-  return load_vector(*info, n);
+  return load_vector(*info, Shape{n});
 }
 
 Result<Vector> TensorLoader::optional_vector(const std::string& name, int64_t n) {
   const gguf::TensorInfo* info = file_.find_tensor(name);
   if (info == nullptr) return Vector{};
-  return load_vector(*info, n);
+  return load_vector(*info, Shape{n});
+}
+
+Result<Vector> TensorLoader::stacked_vector(const std::string& name, int64_t n, int64_t rows) {
+  const gguf::TensorInfo* info = file_.find_tensor(name);
+  if (info == nullptr) {
+    return err("%s: missing tensor '%s' (expected shape %s)", file_.path().c_str(), name.c_str(),
+               Shape{n, rows}.str().c_str());
+  }
+  return load_vector(*info, Shape{n, rows});
 }
 
 const Shape* TensorLoader::shape(const std::string& name) const {
@@ -113,12 +122,13 @@ Result<Matrix> TensorLoader::load_matrix(const gguf::TensorInfo& info, const Sha
   return m;
 }
 
-Result<Vector> TensorLoader::load_vector(const gguf::TensorInfo& info, int64_t n) {
+Result<Vector> TensorLoader::load_vector(const gguf::TensorInfo& info, const Shape& want) {
   used_.insert(info.name);
-  if (!(info.shape == Shape{n})) {
+  if (!(info.shape == want)) {
     return err("%s: tensor '%s' has shape %s, expected %s", file_.path().c_str(), info.name.c_str(),
-               info.shape.str().c_str(), Shape{n}.str().c_str());
+               info.shape.str().c_str(), want.str().c_str());
   }
+  const int64_t n = want.numel();
   const std::byte* data = file_.view(info).data;
   const bool aligned = reinterpret_cast<uintptr_t>(data) % alignof(float) == 0;
   if (info.type == DType::F32 && aligned) return Vector{reinterpret_cast<const float*>(data), n};

@@ -38,6 +38,9 @@ class TensorLoader {
   // A required 1-D tensor [n], widened to f32 when stored otherwise.
   Result<Vector> vector(const std::string& name, int64_t n);
   Result<Vector> optional_vector(const std::string& name, int64_t n);
+  // A required 2-D tensor [n, rows] (a stack of n vectors: the experts' biases) as one vector
+  // of n * rows, widened as vector().
+  Result<Vector> stacked_vector(const std::string& name, int64_t n, int64_t rows);
 
   bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
   const std::string& path() const { return file_.path(); }
@@ -48,7 +51,7 @@ class TensorLoader {
 
  private:
   Result<Matrix> load_matrix(const gguf::TensorInfo& info, const Shape& want);
-  Result<Vector> load_vector(const gguf::TensorInfo& info, int64_t n);
+  Result<Vector> load_vector(const gguf::TensorInfo& info, const Shape& want);
 
   // The per-expert tensors of `name` gathered into one stack, or nullopt when the file has none.
   std::optional<Result<Matrix>> gathered(const std::string& name, int64_t n, int64_t rows, int64_t cols);

@@ -37,6 +37,7 @@ struct AttnWeights {
   Vector out_b;   // f32 [n_embd]     (opt)
   Vector q_norm;  // f32 [head_dim]   RMS norm of each q head before RoPE (qwen3)
   Vector k_norm;  // f32 [head_dim]   RMS norm of each k head before RoPE (qwen3)
+  Vector sinks;   // f32 [n_head]     learned attention sinks: a logit per head (gpt-oss)
   Matrix q_t;     // [n_embd, n_embd_q]   attn_q_t
   Matrix k_t;     // [n_embd, n_embd_kv]  attn_k_t
   Matrix v_t;     // [n_embd, n_embd_kv]  attn_v_t
@@ -66,6 +67,12 @@ struct FfnWeights {
   Matrix up_exps;      // [n_expert * n_ff_exp, n_embd]
   Matrix down_exps;    // [n_expert * n_embd, n_ff_exp]
   Matrix down_exps_t;  // [n_expert * n_ff_exp, n_embd]  ffn_down_exps_t: one row per expert neuron
+  // gpt-oss's biases: the router's, and each expert's gate, up and down (stacked as the
+  // matrices: expert e's is expert_bias(v, e, n_expert)).
+  Vector gate_inp_b;   // f32 [n_expert]
+  Vector gate_exps_b;  // f32 [n_expert * n_ff_exp]
+  Vector up_exps_b;    // f32 [n_expert * n_ff_exp]
+  Vector down_exps_b;  // f32 [n_expert * n_embd]
 };
 
 // Expert e's matrix of a stack of n_expert equal matrices ([n_expert * rows, cols]).
@@ -75,6 +82,13 @@ inline Matrix expert_rows(const Matrix& stack, int64_t e, int64_t n_expert) {
   m.stack = 1;
   m.data = stack.data + static_cast<size_t>(e * m.rows) * stack.row_stride();
   return m;
+}
+
+// Expert e's part of a stack of n_expert equal bias vectors; absent when `stack` is.
+inline Vector expert_bias(const Vector& stack, int64_t e, int64_t n_expert) {
+  if (!stack.present()) return stack;
+  const int64_t n = stack.n / n_expert;
+  return Vector{stack.data + e * n, n};
 }
 
 // on_stack(Matrix&) for each expert stack `ffn` holds (gate, up, down or down_t; const or not

@@ -62,12 +62,19 @@ Result<model::PlacedWeights> place_planned(backend::Device& dev, const model::Mo
   for (int64_t il = 0; il < m.hparams().n_layer; ++il) {
     model::LayerWeights& L = p.weights.layers[sz(il)];
     if (h.plan.layers[sz(il)].dense_on_device) model::each_dense_view(L, h.ffn_on_device(il), each, each);
-    if (h.router_on_device(il)) each(L.ffn.gate_inp);
+    if (h.router_on_device(il)) {
+      each(L.ffn.gate_inp);
+      if (L.ffn.gate_inp_b.present()) each(L.ffn.gate_inp_b);
+    }
     // Experts placed one by one: each stack on the device holds the layer's device experts,
     // in id order (HybridMoeFfn maps ids to their places).
     std::vector<int32_t> ids = h.experts ? h.layout.hot[sz(il)] : std::vector<int32_t>{};
     if (!h.cache_experts.empty()) ids.insert(ids.end(), h.cache_experts[sz(il)].begin(), h.cache_experts[sz(il)].end());
     if (ids.empty()) continue;
+    // The experts' biases (gpt-oss) go whole: a few KiB, read by expert id.
+    if (!h.ffn_on_device(il))
+      for (model::Vector* b : {&L.ffn.gate_exps_b, &L.ffn.up_exps_b, &L.ffn.down_exps_b})
+        if (b->present()) each(*b);
     model::each_expert_stack(L.ffn, [&](model::Matrix& stack) {
       if (!st.ok()) return;
       const int64_t n_exp = m.hparams().n_expert;

@@ -288,6 +288,11 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
     s.common += footprints(dev, model::ffn_device_allocations(hp, o.n_batch));
     s.neurons += dev.alloc_footprint(static_cast<uint64_t>(o.n_batch * hp.n_embd) * sizeof(float)) +
                  static_cast<uint64_t>(hp.n_layer) * 3 * (dev.alloc_footprint(1) - 1);
+    // gpt-oss's expert biases go whole with a layer's first device expert: reserved for every
+    // layer (1.1 MiB a layer for gpt-oss-20b).
+    for (const model::LayerWeights& L : m.weights().layers)
+      for (const model::Vector* b : {&L.ffn.gate_exps_b, &L.ffn.up_exps_b, &L.ffn.down_exps_b})
+        if (b->present()) s.neurons += dev.alloc_footprint(b->nbytes());
     // The cache's slots come out of the budget first.
     for (int64_t il = 0; il < hp.n_layer; ++il)
       if (!sparse::ffn_kept_on_cpu(out.ffn_on_cpu, il))
@@ -404,7 +409,10 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
     model::each_dense_view(
         L, out.ffn_on_device(il), [&](const model::Matrix& t) { out.ledger.add(line_of(t, L), t.nbytes()); },
         [&](const model::Vector& v) { out.ledger.add("norms and biases", v.nbytes()); });
-    if (out.router_on_device(il)) out.ledger.add("routers", L.ffn.gate_inp.nbytes());
+    if (out.router_on_device(il)) {
+      out.ledger.add("routers", L.ffn.gate_inp.nbytes());
+      if (L.ffn.gate_inp_b.present()) out.ledger.add("routers", L.ffn.gate_inp_b.nbytes());
+    }
     out.ledger.add("KV cache", sparse::kv_layer_bytes(hp, o.n_ctx, o.kv_types.k, o.kv_types.v));
   }
   if (out.plan.head_on_device) {
@@ -417,9 +425,14 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
       const auto n_dev = static_cast<uint64_t>(out.layout.hot[sz(il)].size() +
                                                (out.cache_experts.empty() ? 0 : out.cache_experts[sz(il)].size()));
       if (n_dev == 0) continue;
-      model::each_expert_stack(w.layers[sz(il)].ffn, [&](const model::Matrix& t) {
+      const model::FfnWeights& f = w.layers[sz(il)].ffn;
+      model::each_expert_stack(f, [&](const model::Matrix& t) {
         out.ledger.add("experts", t.nbytes() / static_cast<uint64_t>(hp.n_expert) * n_dev);
       });
+      // Their biases whole, one allocation each (context_hybrid.cpp places them so).
+      if (!out.ffn_on_device(il))
+        for (const model::Vector* b : {&f.gate_exps_b, &f.up_exps_b, &f.down_exps_b})
+          if (b->present()) out.ledger.add("experts", b->nbytes());
     }
     out.ledger.add_all("FFN scratch", model::ffn_device_allocations(hp, o.n_batch));
     out.ledger.add_all("MoE FFN inputs", model::HybridMoeFfn::device_allocations(hp, moe_split(out), o.n_batch));

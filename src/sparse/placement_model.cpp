@@ -132,7 +132,10 @@ Result<PlacementProblem> placement_problem(const model::Model& m, const Activati
     model::each_dense_view(
         w.layers[l], with_ffn, [&](const model::Matrix& m) { b.add(m.nbytes(), fp, read_of(m)); },
         [&](const model::Vector& v) { b.add(v.nbytes(), fp); });
-    if (expert_units) b.add(f.gate_inp.nbytes(), fp);
+    if (expert_units) {
+      b.add(f.gate_inp.nbytes(), fp);
+      if (f.gate_inp_b.present()) b.add(f.gate_inp_b.nbytes(), fp);
+    }
     if (!split && kept) {
       // The FFN kept on the CPU: read there per token whatever the plan.
       model::each_layer_tensor(

@@ -129,6 +129,13 @@ std::unique_ptr<model::Model> load(const std::string& path) {
   return m.ok() ? std::move(*m) : nullptr;
 }
 
+testing::TinySpec gpt_oss_spec() {
+  testing::TinySpec s = testing::tiny_variant("gpt-oss", DType::Q8_0, false, 2, false, 11);
+  s.expert_wtype = DType::MXFP4;
+  s.n_swa = 3;
+  return s;
+}
+
 TEST_F(CudaModel, TinyModelsOfEveryArchAndFormatAreAsAccurateAsTheCpu) {
   const struct {
     const char* name;
@@ -148,6 +155,9 @@ TEST_F(CudaModel, TinyModelsOfEveryArchAndFormatAreAsAccurateAsTheCpu) {
       {"qwen3moe_f16", testing::tiny_variant("qwen3moe", DType::F16, false, 2, false, 5)},
       {"qwen3moe_mxfp4", testing::tiny_variant("qwen3moe", DType::MXFP4, false, 2, false, 5)},
       {"smallthinker_q8_0", testing::tiny_variant("smallthinker", DType::Q8_0, false, 2, false, 9)},
+      // gpt-oss: biases, sinks in the attention combine, windows on even layers, the clamped
+      // gated unit, MXFP4 experts.
+      {"gpt_oss_q8_0_mxfp4", gpt_oss_spec()},
   };
   for (const auto& c : cases) {
     const std::string path = testing::temp_path(std::string("cuda_") + c.name + ".gguf");

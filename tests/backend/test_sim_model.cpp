@@ -298,8 +298,16 @@ testing::TinySpec smallthinker(DType t, bool down_t, int64_t swa) {
   return s;
 }
 
+testing::TinySpec gpt_oss() {
+  testing::TinySpec s = testing::tiny_variant("gpt-oss", DType::Q8_0, false, 2, false, 11);
+  s.expert_wtype = DType::MXFP4;
+  s.n_swa = 3;
+  return s;
+}
+
 // Tiny mixtures of experts: SwiGLU experts (qwen3moe), ReGLU experts with a transposed down and
-// sliding windows, and with a plain down (smallthinker, router before attention); the first n.
+// sliding windows, and with a plain down (smallthinker, router before attention), gpt-oss
+// (biases, sinks, MXFP4 experts, windows on even layers); the first n.
 struct MoeCase {
   const char* name;
   testing::TinySpec spec;
@@ -309,6 +317,7 @@ std::vector<MoeCase> moe_cases(size_t n) {
       {"qwen3moe_q8_0", testing::tiny_variant("qwen3moe", DType::Q8_0, false, 2, false, 5)},
       {"smallthinker_f32_down_t_swa", smallthinker(DType::F32, true, 4)},
       {"smallthinker_q4_0_down", smallthinker(DType::Q4_0, false, 0)},
+      {"gpt_oss_q8_0_mxfp4", gpt_oss()},
   };
   all.resize(std::min(n, all.size()));
   return all;
@@ -325,7 +334,7 @@ uint64_t everything_placed(const model::Model& m) {
 // sparse ReGLU experts their gate values), the experts run there; the same bits as the CPU,
 // sparse and dense, for any thread count and batch split.
 TEST(SimModel, MixturesOfExpertsMatchTheCpuBitForBit) {
-  for (const MoeCase& c : moe_cases(3)) {
+  for (const MoeCase& c : moe_cases(4)) {
     const std::string path = testing::temp_path(std::string("sim_") + c.name + ".gguf");
     ASSERT_TRUE(testing::write_tiny_model(c.spec, path).ok());
     auto m = load(path);
@@ -359,7 +368,8 @@ TEST(SimModel, MixturesOfExpertsMatchTheCpuBitForBit) {
       for (int64_t il = 0; il < m->hparams().n_layer; ++il) {
         const model::FfnWeights& f = m->weights().layers[static_cast<size_t>(il)].ffn;
         const uint64_t ffn = f.gate_inp.nbytes() + f.gate_exps.nbytes() + f.up_exps.nbytes() +
-                             f.down_exps.nbytes() + f.down_exps_t.nbytes();
+                             f.down_exps.nbytes() + f.down_exps_t.nbytes() + f.gate_inp_b.nbytes() +
+                             f.gate_exps_b.nbytes() + f.up_exps_b.nbytes() + f.down_exps_b.nbytes();
         all += ffn;
         if (il < n_cpu_moe) kept += ffn;
       }
@@ -377,7 +387,7 @@ TEST(SimModel, MixturesOfExpertsMatchTheCpuBitForBit) {
 // bit for bit (each token sums its experts in id order on either side) for any thread count
 // and batch split; the device holds exactly what its ledger counted, within the budget.
 TEST(SimModel, ExpertsSplitBetweenTheSimAndTheCpuMatchTheCpuBitForBit) {
-  for (const MoeCase& c : moe_cases(3)) {
+  for (const MoeCase& c : moe_cases(4)) {
     const std::string path = testing::temp_path(std::string("sim_split_") + c.name + ".gguf");
     ASSERT_TRUE(testing::write_tiny_model(c.spec, path).ok());
     auto m = load(path);

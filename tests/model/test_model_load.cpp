@@ -234,7 +234,7 @@ TEST(ModelLoadErrors, UnsupportedArchitecture) {
   s.arch = "gpt2";
   const std::string e = load_error(s, "gpt2.gguf");
   EXPECT_NE(e.find("unsupported architecture 'gpt2' "
-                   "(supported: llama, bamboo, falcon, opt, qwen2, qwen3, qwen3moe, smallthinker)"),
+                   "(supported: llama, bamboo, falcon, opt, qwen2, qwen3, qwen3moe, smallthinker, gpt-oss)"),
             std::string::npos)
       << e;
 }

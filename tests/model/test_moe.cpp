@@ -380,4 +380,111 @@ TEST(MoeRun, SmallThinkerFileErrors) {
   }
 }
 
+TinySpec gpt_oss_spec() {
+  TinySpec s;
+  s.arch = "gpt-oss";
+  s.vocab = false;
+  s.wtype = DType::F32;
+  s.expert_wtype = DType::MXFP4;
+  s.n_expert = 4;
+  s.n_expert_used = 2;
+  s.n_swa = 3;
+  s.n_layer = 3;
+  return s;
+}
+
+// gpt-oss through the layer table: biases on q/k/v/o, the router and every expert, a sink per
+// head, post_attention_norm as the FFN's norm, even layers windowed, RoPE everywhere, the
+// clamped SwiGLU, MXFP4 expert stacks.
+TEST(MoeLoad, GptOssHparamsAndViews) {
+  auto m = load(gpt_oss_spec(), "gpt_oss_load.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const auto& hp = (*m)->hparams();
+  EXPECT_EQ(hp.arch, pi::model::Arch::GptOss);
+  EXPECT_EQ(hp.ffn, pi::model::FfnKind::SwigluOai);
+  EXPECT_EQ(hp.rope, pi::model::RopeKind::NeoX);
+  EXPECT_EQ(hp.n_swa, 3);
+  for (int64_t il = 0; il < 3; ++il) {
+    EXPECT_EQ(hp.layer_swa(il), il % 2 == 0) << il;
+    EXPECT_TRUE(hp.layer_rope(il)) << il;
+  }
+  const auto& L = (*m)->weights().layers[2];
+  EXPECT_EQ(L.attn.sinks.n, 4);
+  EXPECT_EQ(L.attn.q_b.n, 64);
+  EXPECT_EQ(L.attn.out_b.n, 64);
+  EXPECT_TRUE(L.ffn.norm.present());
+  EXPECT_EQ(L.ffn.gate_inp_b.n, 4);
+  EXPECT_EQ(L.ffn.gate_exps_b.n, 4 * 32);
+  EXPECT_EQ(L.ffn.up_exps_b.n, 4 * 32);
+  EXPECT_EQ(L.ffn.down_exps_b.n, 4 * 64);
+  EXPECT_EQ(L.ffn.up_exps.type, DType::MXFP4);
+  const pi::Vector b2 = pi::model::expert_bias(L.ffn.down_exps_b, 2, hp.n_expert);
+  EXPECT_EQ(b2.n, 64);
+  EXPECT_EQ(b2.data, L.ffn.down_exps_b.data + 2 * 64);
+}
+
+// Identical logits for 1 and 2 threads and any batch split (MXFP4 experts, sinks, windows).
+TEST(MoeRun, GptOssThreadAndBatchInvariant) {
+  auto m = load(gpt_oss_spec(), "gpt_oss_inv.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const std::vector<int32_t> tokens = {5, 17, 99, 3, 250, 8, 8, 140, 33, 1, 60, 61};
+  std::vector<float> want;
+  for (int threads : {1, 2}) {
+    for (int64_t batch : {1, 5, 12}) {
+      pi::runtime::ContextOptions o;
+      o.n_ctx = 32;
+      o.n_batch = batch;
+      o.n_threads = threads;
+      o.all_logits = true;
+      auto ctx = pi::runtime::Context::create(**m, o);
+      ASSERT_TRUE(ctx.ok()) << ctx.error().message;
+      std::vector<float> got;
+      ASSERT_TRUE((*ctx)->decode(tokens, &got).ok());
+      for (float x : got) ASSERT_TRUE(std::isfinite(x));
+      if (want.empty()) {
+        want = got;
+      } else {
+        EXPECT_EQ(got, want) << threads << " threads, batches of " << batch;
+      }
+    }
+  }
+}
+
+TEST(MoeRun, GptOssFileErrors) {
+  std::string e;
+  {
+    TinySpec bad = gpt_oss_spec();
+    bad.reshape["blk.1.attn_sinks.weight"] = Shape{5};
+    e = load_error(bad, "gpt_oss_sinks.gguf");
+    EXPECT_NE(e.find("tensor 'blk.1.attn_sinks.weight' has shape [5], expected [4]"), std::string::npos) << e;
+  }
+  {
+    TinySpec bad = gpt_oss_spec();
+    bad.n_swa = 300;  // the file's context is 256
+    e = load_error(bad, "gpt_oss_window.gguf");
+    EXPECT_NE(e.find("metadata key 'gpt-oss.attention.sliding_window' = 300 exceeds the context length 256 "
+                     "('gpt-oss.context_length')"),
+              std::string::npos)
+        << e;
+  }
+  {
+    TinySpec bad = gpt_oss_spec();
+    bad.drop = {"blk.2.ffn_down_exps.bias"};
+    e = load_error(bad, "gpt_oss_no_bias.gguf");
+    EXPECT_NE(e.find("missing tensor 'blk.2.ffn_down_exps.bias' (expected shape [4, 64])"), std::string::npos) << e;
+  }
+  {
+    TinySpec bad = gpt_oss_spec();
+    bad.reshape["blk.0.ffn_gate_exps.bias"] = Shape{4 * 32};
+    e = load_error(bad, "gpt_oss_flat_bias.gguf");
+    EXPECT_NE(e.find("tensor 'blk.0.ffn_gate_exps.bias' has shape [128], expected [4, 32]"), std::string::npos) << e;
+  }
+  {
+    TinySpec bad = gpt_oss_spec();
+    bad.drop = {"blk.0.post_attention_norm.weight"};
+    e = load_error(bad, "gpt_oss_no_norm.gguf");
+    EXPECT_NE(e.find("missing tensor 'blk.0.post_attention_norm.weight'"), std::string::npos) << e;
+  }
+}
+
 }  // namespace

@@ -26,7 +26,8 @@ bool layer_norm(const TinySpec& s) { return s.arch == "falcon" || s.arch == "opt
 std::vector<TensorSpec> tensor_list(const TinySpec& s) {
   const int64_t hd = s.n_embd / s.n_head, n_kv = s.n_head_kv * hd;
   const bool falcon = s.arch == "falcon", opt = s.arch == "opt";
-  const bool qkv_bias = opt || s.arch == "qwen2";
+  const bool gpt_oss = s.arch == "gpt-oss";
+  const bool qkv_bias = opt || s.arch == "qwen2" || gpt_oss;
   std::vector<TensorSpec> t;
   t.push_back({"token_embd.weight", {s.n_vocab, s.n_embd}, true, 0.0f});
   // opt's learned positions: row p + 2 holds position p.
@@ -55,9 +56,21 @@ std::vector<TensorSpec> tensor_list(const TinySpec& s) {
       }
     }
     t.push_back({b + "attn_output.weight", {s.n_embd, s.n_embd}, true, 0.0f});
-    if (opt) t.push_back({b + "attn_output.bias", {s.n_embd}, false, 0.0f});
-    if (!falcon) t.push_back({b + "ffn_norm.weight", {s.n_embd}, false, 1.0f});
+    if (opt || gpt_oss) t.push_back({b + "attn_output.bias", {s.n_embd}, false, 0.0f});
+    if (gpt_oss) t.push_back({b + "attn_sinks.weight", {s.n_head}, false, 0.0f});
+    if (!falcon) t.push_back({b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {s.n_embd}, false, 1.0f});
     if (opt) t.push_back({b + "ffn_norm.bias", {s.n_embd}, false, 0.0f});
+    if (gpt_oss) {
+      t.push_back({b + "ffn_gate_inp.weight", {s.n_expert, s.n_embd}, true, 0.0f});
+      t.push_back({b + "ffn_gate_inp.bias", {s.n_expert}, false, 0.0f});
+      for (const char* e : {"ffn_gate_exps", "ffn_up_exps"}) {
+        t.push_back({b + e + ".weight", {s.n_expert, s.n_ff_exp, s.n_embd}, true, 0.0f});
+        t.push_back({b + e + ".bias", {s.n_expert, s.n_ff_exp}, false, 0.0f});
+      }
+      t.push_back({b + "ffn_down_exps.weight", {s.n_expert, s.n_embd, s.n_ff_exp}, true, 0.0f});
+      t.push_back({b + "ffn_down_exps.bias", {s.n_expert, s.n_embd}, false, 0.0f});
+      continue;
+    }
     if (s.arch == "qwen3moe" || s.arch == "smallthinker") {
       t.push_back({b + "ffn_gate_inp.weight", {s.n_expert, s.n_embd}, true, 0.0f});
       t.push_back({b + "ffn_gate_exps.weight", {s.n_expert, s.n_ff_exp, s.n_embd}, true, 0.0f});
@@ -129,6 +142,14 @@ void add_vocab(gguf::Writer& w, const TinySpec& s) {
   (void)w.add_kv("tokenizer.ggml.unknown_token_id", Value(uint32_t{0}));
 }
 
+// The stored type of `t`: expert stacks in spec.expert_wtype when set, other matrices in
+// spec.wtype, vectors f32.
+DType type_of(const TinySpec& s, const TensorSpec& t) {
+  if (!t.matrix) return DType::F32;
+  if (s.expert_wtype && t.name.find("_exps.weight") != std::string::npos) return *s.expert_wtype;
+  return s.wtype;
+}
+
 }  // namespace
 
 Status write_tiny_model(const TinySpec& s, const std::string& path) {
@@ -152,11 +173,13 @@ Status write_tiny_model(const TinySpec& s, const std::string& path) {
   }
   if (!s.activation.empty()) PI_TRY(w.add_kv(a + ".feed_forward_activation", Value(s.activation)));
   if (s.pwri) PI_TRY(w.add_kv("powerinfer.sparse_threshold", Value(0.0f)));
-  if (a == "qwen3moe" || a == "smallthinker") {
+  if (a == "qwen3moe" || a == "smallthinker" || a == "gpt-oss") {
     PI_TRY(w.add_kv(a + ".expert_count", Value(static_cast<uint32_t>(s.n_expert))));
     PI_TRY(w.add_kv(a + ".expert_used_count", Value(static_cast<uint32_t>(s.n_expert_used))));
     PI_TRY(w.add_kv(a + ".expert_feed_forward_length", Value(static_cast<uint32_t>(s.n_ff_exp))));
   }
+  if (a == "gpt-oss" && s.n_swa > 0)
+    PI_TRY(w.add_kv(a + ".attention.sliding_window", Value(static_cast<uint32_t>(s.n_swa))));
   if (a == "smallthinker") {
     PI_TRY(w.add_kv(a + ".expert_gating_func", Value(uint32_t{2})));
     if (s.n_swa > 0) PI_TRY(w.add_kv(a + ".attention.sliding_window", Value(static_cast<uint32_t>(s.n_swa))));
@@ -173,7 +196,7 @@ Status write_tiny_model(const TinySpec& s, const std::string& path) {
   for (TensorSpec t : list) {
     if (s.drop.count(t.name)) continue;
     if (auto it = s.reshape.find(t.name); it != s.reshape.end()) t.shape = it->second;
-    PI_TRY(w.add_tensor(t.name, t.matrix ? s.wtype : DType::F32, t.shape));
+    PI_TRY(w.add_tensor(t.name, type_of(s, t), t.shape));
     kept.push_back(t);
   }
   for (const auto& [name, shape] : s.extra) {
@@ -192,7 +215,7 @@ Status write_tiny_model(const TinySpec& s, const std::string& path) {
     if (auto it = s.huge_rows.find(t.name); it != s.huge_rows.end()) {
       for (int64_t r : it->second) std::fill_n(v.begin() + r * t.shape.cols(), t.shape.cols(), 1e30f);
     }
-    const DType type = t.matrix ? s.wtype : DType::F32;
+    const DType type = type_of(s, t);
     std::vector<std::byte> bytes(static_cast<size_t>(t.shape.rows()) *
                                  row_bytes(type, t.shape.cols()));
     const size_t rb = row_bytes(type, t.shape.cols());

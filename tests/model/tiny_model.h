@@ -1,12 +1,13 @@
 // Writes tiny random models of every supported architecture (llama, bamboo, falcon, opt,
-// qwen2, qwen3, qwen3moe, smallthinker; any other name gets llama's tensors) with gguf::Writer, for tests that
-// need no Python: loading errors (dropped or mis-shaped tensors), thread and batch invariance,
-// KV-cache behaviour. Weights are seeded and deterministic. With `vocab`, the file also carries
+// qwen2, qwen3, qwen3moe, smallthinker, gpt-oss; any other name gets llama's tensors) with
+// gguf::Writer, for tests that need no Python: loading errors (dropped or mis-shaped tensors),
+// thread and batch invariance, KV-cache behaviour. Weights are seeded and deterministic. With `vocab`, the file also carries
 // a small SentencePiece-style vocabulary (byte fallback pieces plus a few words).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -48,6 +49,7 @@ struct TinySpec {
   // layer global), and ffn_down_exps_t instead of ffn_down_exps.
   int64_t n_swa = 0;
   bool down_exps_t = false;
+  std::optional<DType> expert_wtype;  // the expert stacks' type (default: wtype), e.g. MXFP4
   std::map<std::string, int64_t> int_keys;  // extra integer keys (u32 >= 0, i32 < 0), e.g. a bad gating
   std::map<std::string, float> float_keys;        // extra f32 keys
   std::map<std::string, std::string> string_keys;  // extra string keys

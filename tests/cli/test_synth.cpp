@@ -404,7 +404,34 @@ TEST(CliSynth, SmallThinkerExpertsAreSparseAsAsked) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   r = run_command(kBin + "/powerinfer synth -o " + tmp("x.gguf") + " --preset tiny-moe --transpose-down");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("--transpose-down and --swa need --arch smallthinker"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--transpose-down needs --arch smallthinker"), std::string::npos) << r.output;
+}
+
+TEST(CliSynth, GptOssPresetWritesWhatTheReleasedFilesHold) {
+  // gpt-oss-20b's layout on small shapes: MXFP4 experts (the rest Q8_0, llama.cpp's MXFP4_MOE
+  // file type), biases and sinks, the window and YaRN keys; it loads and runs.
+  const std::string p = tmp("oss.gguf");
+  synth("-o " + p + " --preset gpt-oss-20b --layers 2 --embd 256 --heads 8 --kv-heads 2 --vocab 512 --experts 8 "
+        "--expert-ff 128 --ctx 4096 --type q8_0");
+  auto f = gguf::File::open(p);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(*f->get_string("general.architecture"), "gpt-oss");
+  EXPECT_EQ(*f->get_int("general.file_type"), 38);
+  EXPECT_EQ(*f->get_int("gpt-oss.attention.sliding_window"), 128);
+  EXPECT_EQ(*f->get_int("gpt-oss.attention.key_length"), 64);
+  EXPECT_EQ(*f->get_int("gpt-oss.expert_used_count"), 4);
+  EXPECT_EQ(*f->get_string("gpt-oss.rope.scaling.type"), "yarn");
+  EXPECT_EQ(f->find_tensor("blk.1.ffn_up_exps.weight")->type, pi::DType::MXFP4);
+  EXPECT_EQ(f->find_tensor("blk.1.attn_q.weight")->type, pi::DType::Q8_0);
+  EXPECT_EQ(f->find_tensor("blk.1.attn_q.weight")->shape, (pi::Shape{512, 256}));
+  EXPECT_EQ(f->find_tensor("blk.1.attn_sinks.weight")->shape, (pi::Shape{8}));
+  EXPECT_EQ(f->find_tensor("blk.1.ffn_down_exps.bias")->shape, (pi::Shape{8, 256}));
+  EXPECT_NE(f->find_tensor("blk.1.post_attention_norm.weight"), nullptr);
+  auto r = run_command(kBin + "/powerinfer run -m " + p + " -p \"a b\" -n 4 -t 2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(kBin + "/powerinfer synth -o " + tmp("x.gguf") + " --preset gpt-oss-20b --ctx 64");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("the sliding window 128 exceeds --ctx 64"), std::string::npos) << r.output;
 }
 
 TEST(CliSynth, BadFlagsFailWithClearMessage) {

@@ -25,20 +25,22 @@ Runner add_synth(CLI::App& app) {
   sub->add_option("--preset", o->preset,
                   "Shapes: tiny, llama2-7b, llama2-13b, bamboo-7b, falcon-40b, and the "
                   "mixture-of-experts tiny-moe, qwen3-30b-a3b, mixtral-8x7b, smallthinker-21b-a3b, "
-                  "smallthinker-4b-a0.6b")
+                  "smallthinker-4b-a0.6b, gpt-oss-20b, gpt-oss-120b (experts MXFP4; --type q8_0 for "
+                  "the rest, as the released files)")
       ->capture_default_str();
-  sub->add_option("--arch", o->arch, "Override the architecture: llama, bamboo, falcon, qwen3moe, smallthinker");
+  sub->add_option("--arch", o->arch, "Override the architecture: llama, bamboo, falcon, qwen3moe, smallthinker, gpt-oss");
   sub->add_option("--experts", o->experts,
                   "Mixture of experts: experts per layer (qwen3moe, or llama as Mixtral); SwiGLU experts");
   sub->add_option("--experts-used", o->experts_used, "Experts each token routes to (top-k)");
   sub->add_option("--expert-ff", o->expert_ff, "An expert's FFN width");
   sub->add_option("--head-dim", o->head_dim,
-                  "Attention head width when not embd / heads (qwen3moe, smallthinker)");
+                  "Attention head width when not embd / heads (qwen3moe, smallthinker, gpt-oss)");
   sub->add_flag("--transpose-down", o->transpose_down,
                 "smallthinker: store the experts' down projections transposed (ffn_down_exps_t), so "
                 "zero gates skip whole rows");
   sub->add_option("--swa", o->swa,
-                  "smallthinker: sliding window of layers 1-3, 5-7, ... (0: none; default: the preset's)");
+                  "Sliding window: smallthinker's layers 1-3, 5-7, ..., gpt-oss's even layers (0: none; "
+                  "default: the preset's)");
   sub->add_option("--layers", o->layers, "Number of blocks");
   sub->add_option("--embd", o->embd, "Embedding width (multiple of 32)");
   sub->add_option("--ff", o->ff, "FFN width (neurons per layer)");

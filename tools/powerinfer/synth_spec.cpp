@@ -16,15 +16,17 @@ struct Preset {
   int64_t embd, ff, layers, heads, kv_heads, vocab, ctx;
   int64_t head_dim = 0;                                 // 0: embd / heads
   int64_t experts = 0, experts_used = 0, expert_ff = 0;  // mixture of experts
-  int64_t swa = 0;                                       // smallthinker's sliding window
+  int64_t swa = 0;                                       // the sliding window (smallthinker, gpt-oss)
 };
 
 // Shapes of the published models (docs/reference: PowerInfer compatibility facts, table 7).
 // The MoE shapes are the published configs': Qwen3-30B-A3B (48 layers, 128 experts of 768,
 // top 8, heads of 128), Mixtral-8x7B (32 layers, 8 experts of 14336, top 2), SmallThinker-21B-A3B
 // (52 layers, 64 ReGLU experts of 768, top 6, 28 heads of 128 over 4 KV heads) and -4B-A0.6B
-// (32 layers, 32 experts of 768, top 4, 12 heads over 2, no sliding window).
-constexpr std::array<Preset, 10> kPresets{{
+// (32 layers, 32 experts of 768, top 4, 12 heads over 2, no sliding window). gpt-oss-20b and
+// -120b: 24 / 36 layers of 32 / 128 experts of 2880, top 4, 64 heads of 64 over 8 KV heads, a
+// window of 128 on even layers, the o200k vocabulary's 201088 rows, experts in MXFP4.
+constexpr std::array<Preset, 12> kPresets{{
     {"tiny", Arch::Llama, 128, 512, 2, 4, 4, 512, 256},
     {"llama2-7b", Arch::Llama, 4096, 11008, 32, 32, 32, 32000, 4096},
     {"llama2-13b", Arch::Llama, 5120, 13824, 40, 40, 40, 32000, 4096},
@@ -35,11 +37,13 @@ constexpr std::array<Preset, 10> kPresets{{
     {"mixtral-8x7b", Arch::Llama, 4096, 14336, 32, 32, 8, 32000, 4096, 0, 8, 2, 14336},
     {"smallthinker-21b-a3b", Arch::SmallThinker, 2560, 768, 52, 28, 4, 151936, 4096, 128, 64, 6, 768, 4096},
     {"smallthinker-4b-a0.6b", Arch::SmallThinker, 1536, 768, 32, 12, 2, 151936, 4096, 128, 32, 4, 768},
+    {"gpt-oss-20b", Arch::GptOss, 2880, 2880, 24, 64, 8, 201088, 131072, 64, 32, 4, 2880, 128},
+    {"gpt-oss-120b", Arch::GptOss, 2880, 2880, 36, 64, 8, 201088, 131072, 64, 128, 4, 2880, 128},
 }};
 
 constexpr const char* kPresetNames =
     "tiny, llama2-7b, llama2-13b, bamboo-7b, falcon-40b, tiny-moe, qwen3-30b-a3b, mixtral-8x7b, "
-    "smallthinker-21b-a3b, smallthinker-4b-a0.6b";
+    "smallthinker-21b-a3b, smallthinker-4b-a0.6b, gpt-oss-20b, gpt-oss-120b";
 
 Status positive(const char* flag, int64_t v, int64_t max = int64_t{1} << 24) {
   if (v <= 0 || v > max) {
@@ -71,7 +75,7 @@ uint32_t Spec::file_type() const {
     case DType::Q4_0:
       return 2;
     case DType::Q8_0:
-      return 7;
+      return arch == Arch::GptOss ? 38 : 7;  // 38: llama.cpp's MXFP4_MOE (experts MXFP4, the rest Q8_0)
     default:
       return 0;
   }
@@ -100,21 +104,25 @@ Result<Spec> resolve(const Options& o) {
       s.arch = Arch::Qwen3Moe;
     else if (*o.arch == "smallthinker")
       s.arch = Arch::SmallThinker;
+    else if (*o.arch == "gpt-oss")
+      s.arch = Arch::GptOss;
     else
-      return err("synth: unknown --arch '%s' (llama, bamboo, falcon, qwen3moe, smallthinker)", o.arch->c_str());
+      return err("synth: unknown --arch '%s' (llama, bamboo, falcon, qwen3moe, smallthinker, gpt-oss)",
+                 o.arch->c_str());
   }
-  const bool st = s.arch == Arch::SmallThinker;
-  if (!st && (o.transpose_down || o.swa)) return err("synth: --transpose-down and --swa need --arch smallthinker");
+  const bool st = s.arch == Arch::SmallThinker, oss = s.arch == Arch::GptOss;
+  if (!st && o.transpose_down) return err("synth: --transpose-down needs --arch smallthinker");
+  if (!st && !oss && o.swa) return err("synth: --swa needs --arch smallthinker or gpt-oss");
   s.down_t = o.transpose_down;
-  s.n_swa = o.swa.value_or(st && p->arch == Arch::SmallThinker ? p->swa : 0);
+  s.n_swa = o.swa.value_or(p->arch == s.arch ? p->swa : 0);
   if (s.n_swa < 0) return err("synth: --swa %lld must be >= 0", static_cast<long long>(s.n_swa));
   s.n_expert = o.experts.value_or(p->experts);
   s.n_expert_used = o.experts_used.value_or(p->experts_used);
-  if ((s.arch == Arch::Qwen3Moe || st) && s.n_expert == 0)
+  if ((s.arch == Arch::Qwen3Moe || st || oss) && s.n_expert == 0)
     return err("synth: --arch %s needs --experts", arch_name(s.arch));
   if (s.n_expert > 0) {
-    if (s.arch != Arch::Qwen3Moe && s.arch != Arch::Llama && !st)
-      return err("synth: --experts needs --arch qwen3moe, smallthinker or llama (Mixtral)");
+    if (s.arch != Arch::Qwen3Moe && s.arch != Arch::Llama && !st && !oss)
+      return err("synth: --experts needs --arch qwen3moe, smallthinker, gpt-oss or llama (Mixtral)");
     PI_TRY(positive("--experts", s.n_expert, 4096));
     if (s.n_expert_used == 0) s.n_expert_used = std::min<int64_t>(2, s.n_expert);
     if (s.n_expert_used < 1 || s.n_expert_used > s.n_expert)
@@ -150,14 +158,17 @@ Result<Spec> resolve(const Options& o) {
   PI_TRY(positive("--kv-heads", s.n_head_kv));
   PI_TRY(positive("--vocab", s.n_vocab, int64_t{1} << 22));
   PI_TRY(positive("--ctx", s.n_ctx, int64_t{1} << 24));
+  if (s.n_swa > s.n_ctx)
+    return err("synth: the sliding window %lld exceeds --ctx %lld (give a smaller --swa)",
+               static_cast<long long>(s.n_swa), static_cast<long long>(s.n_ctx));
   if (s.n_embd % kBiasDims != 0 || s.n_embd < 2 * kBiasDims) {
     return err("synth: --embd %lld must be a multiple of %lld and at least %lld",
                static_cast<long long>(s.n_embd), static_cast<long long>(kBiasDims),
                static_cast<long long>(2 * kBiasDims));
   }
   const int64_t head_dim = o.head_dim.value_or(p->head_dim);
-  if (head_dim != 0 && s.arch != Arch::Qwen3Moe && !st)
-    return err("synth: --head-dim needs --arch qwen3moe or smallthinker");
+  if (head_dim != 0 && s.arch != Arch::Qwen3Moe && !st && !oss)
+    return err("synth: --head-dim needs --arch qwen3moe, smallthinker or gpt-oss");
   if (head_dim == 0 && s.n_embd % s.n_head != 0) return err("synth: --embd must be a multiple of --heads");
   if (s.n_head % s.n_head_kv != 0) return err("synth: --heads must be a multiple of --kv-heads");
   s.head_dim = head_dim != 0 ? head_dim : s.n_embd / s.n_head;
@@ -176,11 +187,13 @@ Result<Spec> resolve(const Options& o) {
     PI_TRY(positive("--expert-ff", s.n_ff_exp));
     // Mixtral, SmallThinker: the experts are feed_forward_length wide (and for SmallThinker the
     // power law of the gates' firing is over an expert's neurons).
-    if (s.arch == Arch::Llama || st) s.n_ff = s.n_ff_exp;
-    if (s.n_ff_exp % block != 0)
+    if (s.arch == Arch::Llama || st || oss) s.n_ff = s.n_ff_exp;
+    const int64_t expert_block = dtype_info(s.expert_type()).block_size;
+    if (s.n_ff_exp % expert_block != 0)
       return err("synth: --expert-ff %lld must be a multiple of %lld for %s", static_cast<long long>(s.n_ff_exp),
-                 static_cast<long long>(block), o.type.c_str());
+                 static_cast<long long>(expert_block), std::string(dtype_name(s.expert_type())).c_str());
     if (s.arch == Arch::Qwen3Moe || st) s.rope_base = 1e6f, s.norm_eps = 1e-6f;
+    if (oss) s.rope_base = 150000.0f;
   }
   if (s.n_ff % block != 0) {
     return err("synth: --ff %lld must be a multiple of %lld for %s", static_cast<long long>(s.n_ff),
@@ -302,7 +315,7 @@ Status add_metadata(gguf::Writer& w, const Spec& s, double alpha) {
   PI_TRY(w.add_kv(a + eps_key, f32(s.norm_eps)));
   PI_TRY(w.add_kv(a + ".rope.freq_base", f32(s.rope_base)));
   PI_TRY(w.add_kv(a + ".rope.dimension_count", u32(s.head_dim)));
-  if (s.arch == Arch::Qwen3Moe || s.arch == Arch::SmallThinker) {
+  if (s.arch == Arch::Qwen3Moe || s.arch == Arch::SmallThinker || s.arch == Arch::GptOss) {
     PI_TRY(w.add_kv(a + ".attention.key_length", u32(s.head_dim)));
     PI_TRY(w.add_kv(a + ".attention.value_length", u32(s.head_dim)));
     PI_TRY(w.add_kv(a + ".expert_feed_forward_length", u32(s.n_ff_exp)));
@@ -314,6 +327,13 @@ Status add_metadata(gguf::Writer& w, const Spec& s, double alpha) {
   if (s.arch == Arch::SmallThinker) {
     PI_TRY(w.add_kv(a + ".expert_gating_func", u32(2)));  // sigmoid, as the released models
     if (s.n_swa > 0) PI_TRY(w.add_kv(a + ".attention.sliding_window", u32(s.n_swa)));
+  }
+  if (s.arch == Arch::GptOss) {
+    // The released models' window and YaRN (factor 32 over an original context of 4096).
+    if (s.n_swa > 0) PI_TRY(w.add_kv(a + ".attention.sliding_window", u32(s.n_swa)));
+    PI_TRY(w.add_kv(a + ".rope.scaling.type", Value(std::string("yarn"))));
+    PI_TRY(w.add_kv(a + ".rope.scaling.factor", f32(32.0)));
+    PI_TRY(w.add_kv(a + ".rope.scaling.original_context_length", u32(4096)));
   }
   PI_TRY(w.add_kv(a + ".feed_forward_activation",
                   Value(std::string(s.act == model::Activation::SiLU ? "silu" : "relu"))));

@@ -27,7 +27,8 @@ struct Options {
   // expert's width; head_dim: qwen3's head width when it is not embd / heads.
   std::optional<int64_t> experts, experts_used, expert_ff, head_dim;
   // smallthinker: each expert's down projection stored transposed (ffn_down_exps_t), for the
-  // sparse expert kernel; and the sliding window (unset: the preset's; 0: none).
+  // sparse expert kernel; smallthinker and gpt-oss: the sliding window (unset: the preset's;
+  // 0: none).
   bool transpose_down = false;
   std::optional<int64_t> swa;
   std::string type = "f16";
@@ -66,6 +67,8 @@ struct Spec {
   // sparsity (qwen3moe, Mixtral), or ReGLU (smallthinker, below).
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   bool is_moe() const { return n_expert > 0; }
+  // The expert stacks' type: MXFP4 for gpt-oss (as its files ship them), else `type`.
+  DType expert_type() const { return arch == Arch::GptOss ? DType::MXFP4 : type; }
   // smallthinker: ReGLU experts whose gates fire as the dense ReLU FFN's do (power law of
   // `activity`), sigmoid gating, down stored transposed or not, the sliding window (0: none).
   bool down_t = false;

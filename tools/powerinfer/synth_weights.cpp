@@ -28,7 +28,7 @@ std::string blk(int64_t l, const char* what) { return "blk." + std::to_string(l)
 std::vector<TensorPlan> plan_tensors(const Spec& s) {
   std::vector<TensorPlan> out;
   const int64_t n = s.n_embd, m = s.n_ff, hd = s.head_dim;
-  const bool falcon = s.arch == Arch::Falcon;
+  const bool falcon = s.arch == Arch::Falcon, oss = s.arch == Arch::GptOss;
   auto add = [&](std::string name, Kind kind, Shape shape, int64_t layer, DType type,
                  const std::string& stream) {
     uint64_t key = stream_key(s.seed, stream.empty() ? name : stream);
@@ -40,6 +40,11 @@ std::vector<TensorPlan> plan_tensors(const Spec& s) {
   };
   auto vec = [&](std::string name, Kind kind, int64_t layer) {
     add(std::move(name), kind, Shape{n}, layer, DType::F32, "");
+  };
+  // gpt-oss's biases and sinks: zero (the construction's statistics stay those of the
+  // bias-free layers; the kernels that add them run all the same).
+  auto zeros = [&](std::string name, Shape shape, int64_t layer) {
+    add(std::move(name), Kind::NormBias, shape, layer, DType::F32, "");
   };
 
   mat("token_embd.weight", Kind::TokEmbd, Shape{s.n_vocab, n}, -1);
@@ -59,25 +64,41 @@ std::vector<TensorPlan> plan_tensors(const Spec& s) {
       mat(blk(l, "attn_q.weight"), Kind::Dense, Shape{s.n_head * hd, n}, l);
       mat(blk(l, "attn_k.weight"), Kind::Dense, Shape{s.n_head_kv * hd, n}, l);
       mat(blk(l, "attn_v.weight"), Kind::Dense, Shape{s.n_head_kv * hd, n}, l);
+      if (oss) {
+        zeros(blk(l, "attn_q.bias"), Shape{s.n_head * hd}, l);
+        zeros(blk(l, "attn_k.bias"), Shape{s.n_head_kv * hd}, l);
+        zeros(blk(l, "attn_v.bias"), Shape{s.n_head_kv * hd}, l);
+      }
       if (s.arch == Arch::Qwen3Moe) {  // qwen3's per-head q/k norms (smallthinker has none)
         add(blk(l, "attn_q_norm.weight"), Kind::HeadNorm, Shape{hd}, l, DType::F32, "");
         add(blk(l, "attn_k_norm.weight"), Kind::HeadNorm, Shape{hd}, l, DType::F32, "");
       }
     }
     mat(blk(l, "attn_output.weight"), Kind::AttnOut, Shape{n, s.n_head * hd}, l);
+    if (oss) {
+      zeros(blk(l, "attn_output.bias"), Shape{n}, l);
+      zeros(blk(l, "attn_sinks.weight"), Shape{s.n_head}, l);
+    }
     if (s.is_moe()) {
       // The router stays f32 (llama.cpp never quantizes it) and routes at random. SwiGLU
       // experts are random; ReGLU ones (smallthinker) have gates that fire as the power law says.
       const int64_t e = s.n_expert, f = s.n_ff_exp;
       const bool reglu = s.act == model::Activation::ReLU;
-      vec(blk(l, "ffn_norm.weight"), Kind::NormWeight, l);
+      const DType et = s.expert_type();
+      vec(blk(l, oss ? "post_attention_norm.weight" : "ffn_norm.weight"), Kind::NormWeight, l);
       add(blk(l, "ffn_gate_inp.weight"), Kind::Dense, Shape{e, n}, l, DType::F32, "");
-      mat(blk(l, "ffn_gate_exps.weight"), reglu ? Kind::ExpertKey : Kind::Dense, Shape{e, f, n}, l);
-      mat(blk(l, "ffn_up_exps.weight"), Kind::Dense, Shape{e, f, n}, l);
+      add(blk(l, "ffn_gate_exps.weight"), reglu ? Kind::ExpertKey : Kind::Dense, Shape{e, f, n}, l, et, "");
+      add(blk(l, "ffn_up_exps.weight"), Kind::Dense, Shape{e, f, n}, l, et, "");
       if (s.down_t) {
-        mat(blk(l, "ffn_down_exps_t.weight"), Kind::ExpertDownT, Shape{e, f, n}, l);
+        add(blk(l, "ffn_down_exps_t.weight"), Kind::ExpertDownT, Shape{e, f, n}, l, et, "");
       } else {
-        mat(blk(l, "ffn_down_exps.weight"), Kind::ExpertDown, Shape{e, n, f}, l);
+        add(blk(l, "ffn_down_exps.weight"), Kind::ExpertDown, Shape{e, n, f}, l, et, "");
+      }
+      if (oss) {
+        zeros(blk(l, "ffn_gate_inp.bias"), Shape{e}, l);
+        zeros(blk(l, "ffn_gate_exps.bias"), Shape{e, f}, l);
+        zeros(blk(l, "ffn_up_exps.bias"), Shape{e, f}, l);
+        zeros(blk(l, "ffn_down_exps.bias"), Shape{e, n}, l);
       }
       continue;
     }

@@ -1,5 +1,7 @@
 """Quantization: hand-computed blocks for every format, round-trip error bounds derived from
-the block scale, and half/bfloat16 rounding."""
+the block scale, half/bfloat16 rounding, and the MXFP4 quantizer bit for bit against gguf-py's
+(when the gguf package is installed) and the committed test vectors."""
+import os
 import struct
 
 import numpy as np
@@ -146,3 +148,100 @@ def test_sizes():
     assert quants.nbytes(GGMLType.BF16, (3, 5)) == 30
     with pytest.raises(ValueError):
         quants.nbytes(GGMLType.Q8_0, (33,))
+
+
+# ----------------------------------------------------------------------------- MXFP4 quantizer
+
+def test_mxfp4_hand_block():
+    # amax 6 -> e = floor(log2 6) - 2 + 127 = 127, d = 2^-1: the codes are exactly E2M1's values,
+    # and a value halfway between two codes takes the lower code (ggml's first-minimum scan).
+    x = np.zeros(32, np.float32)
+    x[:8] = [0, 0.5, 1, 1.5, 2, 3, 4, 6]
+    x[8:12] = [-0.5, -6, 5, 2.5]          # 5: codes 6 (4) and 7 (6) tie; 2.5: codes 4 and 5 tie
+    x[16:19] = [-5, -0.25, 0.75]          # -5: codes 14 (-4) and 15 (-6); -0.25: 0 and 9 (-0.5)
+    q = quantize(x, GGMLType.MXFP4)
+    assert q.shape == (17,) and q[0] == 127
+    codes = [b & 15 for b in q[1:]] + [b >> 4 for b in q[1:]]
+    assert codes[:12] == [0, 1, 2, 3, 4, 5, 6, 7, 9, 15, 6, 4]
+    assert codes[16:19] == [14, 0, 1] and codes[12:16] == [0] * 4 and codes[19:] == [0] * 13
+    y = dequantize(q, GGMLType.MXFP4, (32,))
+    assert list(y[:12]) == [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.5, -6, 4, 2]
+
+
+def mxfp4_inputs():
+    """Blocks at every scale a float32 reaches without reaching ggml's undefined cast (amax
+    below 2^-125): zeros, single values, tiny and huge blocks, values just below and at powers
+    of two (where log2f's rounding decides e), exact midpoints between codes."""
+    rng = np.random.default_rng(7)
+    blocks = [np.zeros(32), np.eye(32)[3] * -2.0 ** -100, np.full(32, 3.0e38), np.full(32, -2.0 ** -125)]
+    for k in (-124, -60, -3, 0, 1, 2, 7, 60, 126):
+        for v in (2.0 ** k, np.nextafter(np.float32(2.0 ** k), np.float32(0)), 1.5 * 2.0 ** k):
+            b = rng.uniform(-1, 1, 32) * float(v)
+            b[rng.integers(32)] = float(v)
+            blocks.append(b)
+    mid = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -5.0, -3.5] * 3 + [6.0, -6.0]) * 2.0 ** -3
+    blocks.append(mid)
+    for _ in range(64):
+        blocks.append(rng.standard_normal(32) * 10.0 ** rng.uniform(-30, 30))
+    return np.stack(blocks).astype(np.float32)
+
+
+def test_mxfp4_quantizer_matches_gguf_py():
+    gguf_quants = pytest.importorskip("gguf.quants")
+    from gguf import GGMLQuantizationType
+    x = mxfp4_inputs()
+    assert np.abs(x).max(axis=1)[1:].min() >= 2.0 ** -125 and np.isfinite(x).all()
+    with np.errstate(over="ignore"):
+        want = gguf_quants.quantize(x, GGMLQuantizationType.MXFP4)
+    got = quantize(x, GGMLType.MXFP4)
+    assert got.dtype == np.uint8 and got.shape == (x.shape[0], 17)
+    assert np.array_equal(got, want)
+    # rows of several blocks, and the chunked path (more blocks than one chunk)
+    rows = x.reshape(-1, 128)[:8]
+    assert np.array_equal(quantize(rows, GGMLType.MXFP4), want.reshape(-1, 4 * 17)[:8])
+    assert np.array_equal(quants.quantize_mxfp4(x, chunk_blocks=5), want)
+
+
+def read_vectors(name):
+    """(x or None, q, y) of tests/tensor/vectors/<name>.bin (layout: make_vectors.py)."""
+    path = os.path.join(os.path.dirname(__file__), "..", "tensor", "vectors", name + ".bin")
+    with open(path, "rb") as f:
+        magic, (version, qtype, n, flags) = f.read(4), struct.unpack("<4I", f.read(16))
+        assert magic == b"PIQV" and version == 1 and qtype == GGMLType.MXFP4
+        x = np.frombuffer(f.read(4 * n), "<f4") if flags & 1 else None
+        (nbytes,) = struct.unpack("<I", f.read(4))
+        q = np.frombuffer(f.read(nbytes), np.uint8)
+        y = np.frombuffer(f.read(4 * n), "<f4")
+    return x, q, y
+
+
+def test_mxfp4_quantizer_matches_the_test_vectors():
+    x, q, y = read_vectors("mxfp4")            # gguf-py's blocks of the usual inputs
+    assert np.array_equal(quantize(x, GGMLType.MXFP4), q)
+    assert np.array_equal(dequantize(q, GGMLType.MXFP4, x.shape), y)
+    _, q, y = read_vectors("mxfp4_all")        # every exponent byte, every code, decoded by gguf-py
+    assert np.array_equal(dequantize(q, GGMLType.MXFP4, y.shape), y)
+
+
+def test_mxfp4_exponent_clamps_where_ggml_is_undefined():
+    # amax below 2^-125 would give a negative exponent, which ggml casts to uint8 (undefined);
+    # here (as in the engine) it is 0, d = 2^-128, and such tiny values round to code 0.
+    x = np.zeros(32, np.float32)
+    x[0], x[1] = 1e-40, -2.0 ** -127
+    q = quantize(x, GGMLType.MXFP4)
+    assert q[0] == 0
+    y = dequantize(q, GGMLType.MXFP4, (32,))
+    assert y[1] == -2.0 ** -127 and y[0] == 0.0
+
+
+def test_mxfp4_round_trip_error_bound():
+    # Each value is the nearest point of d times E2M1 doubled, d = 2^(floor(log2 amax) - 3): the
+    # widest gap (8 d to 12 d) costs at most 2 d, and values above 12 d (amax < 16 d) saturate
+    # there, at most 4 d off.
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((16, 256)) * rng.uniform(0.01, 10, (16, 1))).astype(np.float32)
+    y = dequantize(quantize(x, GGMLType.MXFP4), GGMLType.MXFP4, x.shape)
+    b = x.reshape(-1, 32)
+    d = 2.0 ** (np.floor(np.log2(np.abs(b).max(axis=1, keepdims=True))) - 3)
+    err = np.abs(y.reshape(-1, 32) - b)
+    assert np.all(err <= 4 * d) and np.all((err <= 2 * d) | (np.abs(b) > 12 * d))

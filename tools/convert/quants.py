@@ -1,4 +1,4 @@
-"""ggml tensor types: sizes, NumPy quantization (F32, F16, BF16, Q8_0, Q4_0) and
+"""ggml tensor types: sizes, NumPy quantization (F32, F16, BF16, Q8_0, Q4_0, MXFP4) and
 dequantization (those plus Q4_1, Q5_0, Q5_1, MXFP4 and the K-quants Q2_K..Q6_K), on the
 ggml byte layouts.
 
@@ -17,7 +17,10 @@ Block layouts (little-endian; `d`, `m` are IEEE half floats):
           q = nibble as in Q4_0, bit 4 = bit j (element j) / j+16 (element j+16) of qh
     Q5_1  32 elements, 24 bytes: d, m, u32 qh, u8 qs[16];     x = d * q + m
     MXFP4 32 elements, 17 bytes: u8 e, u8 qs[16];             x = v[q] * 2^(e - 128)
-          q as in Q4_0, v = E2M1 doubled: 0 1 2 3 4 6 8 12, then the same negated
+          q as in Q4_0, v = E2M1 doubled: 0 1 2 3 4 6 8 12, then the same negated;
+          e = floor(log2f(amax)) - 2 + 127 (0 for an all-zero block; clamped to 0..255,
+          where ggml's cast is undefined: amax below 2^-125), q = the code nearest x, the
+          lowest code on ties
     Q6_K 256 elements, 210 bytes: u8 ql[128], u8 qh[64], int8 scales[16], d
 The quantizers compute in float32 exactly as ggml's scalar reference does, so their bytes
 match the C++ engine's reference quantization bit for bit.
@@ -202,13 +205,46 @@ def _dq_q5_1(b):
 _MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)
 
 
-def _dq_mxfp4(b):
-    # 2^(e - 128) from its bits, as ggml: subnormal for e = 0 and 1, exact everywhere.
-    e = b[:, 0].astype(np.uint32)
+def _e8m0_half(e) -> np.ndarray:
+    """2^(e - 128) as float32 from its bits, as ggml: subnormal for e = 0 and 1, exact everywhere."""
+    e = np.asarray(e).astype(np.uint32)
     bits = np.where(e < 2, np.uint32(0x00200000) << e, (e - 1) << np.uint32(23)).astype(np.uint32)
-    d = bits.view(np.float32)[:, None]
+    return bits.view(np.float32)
+
+
+def _dq_mxfp4(b):
+    d = _e8m0_half(b[:, 0])[:, None]
     with np.errstate(over="ignore"):
         return d * _MXFP4_VALUES[_nibbles(b[:, 1:17])]
+
+
+def quantize_mxfp4(x, chunk_blocks: int = 1 << 14) -> np.ndarray:
+    """float [..., n] -> uint8 [..., n/32*17], ggml's reference quantizer (see the module
+    docstring) chunk by chunk, so the temporaries stay bounded. Inputs must be finite."""
+    x = np.asarray(x, dtype=np.float32)
+    b = _blocks(x, 32)
+    out = np.empty((b.shape[0], 17), dtype=np.uint8)
+    for at in range(0, b.shape[0], chunk_blocks):
+        out[at:at + chunk_blocks] = _mxfp4_blocks(b[at:at + chunk_blocks])
+    return out.reshape(*x.shape[:-1], x.shape[-1] // 32 * 17)
+
+
+def _mxfp4_blocks(b: np.ndarray) -> np.ndarray:
+    amax = np.max(np.abs(b), axis=1)
+    # log2f correctly rounded: the float64 logarithm rounded to float32 (so the floor of a
+    # value just below a power of two is the one ggml's log2f gives).
+    with np.errstate(divide="ignore"):
+        l2 = np.floor(np.log2(amax.astype(np.float64)).astype(np.float32))
+    e = np.where(amax > 0, np.clip(l2 - 2 + 127, 0, 255), 0).astype(np.uint8)
+    d = _e8m0_half(e)[:, None, None]
+    # |v[c] * d - x| in float32 for every code c; argmin takes the first (lowest) minimum.
+    with np.errstate(over="ignore", invalid="ignore"):
+        err = np.abs(_MXFP4_VALUES[None, None, :] * d - b[:, :, None])
+    q = np.argmin(err, axis=2).astype(np.uint8)                   # [nb, 32]
+    out = np.empty((b.shape[0], 17), dtype=np.uint8)
+    out[:, 0] = e
+    out[:, 1:] = q[:, :16] | (q[:, 16:] << 4)
+    return out
 
 
 def _dq_q6_k(b):
@@ -292,7 +328,7 @@ _DEQUANT = {
     GGMLType.Q5_K: _dq_q5_k, GGMLType.MXFP4: _dq_mxfp4,
 }
 
-QUANTIZE = {GGMLType.Q8_0: quantize_q8_0, GGMLType.Q4_0: quantize_q4_0}
+QUANTIZE = {GGMLType.Q8_0: quantize_q8_0, GGMLType.Q4_0: quantize_q4_0, GGMLType.MXFP4: quantize_mxfp4}
 
 
 def dequantize(data, t: GGMLType, shape) -> np.ndarray:

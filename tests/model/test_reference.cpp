@@ -1,7 +1,7 @@
 // Agreement with the independent float64 NumPy forward pass (tests/reference/
 // reference_forward.py) on tiny random models of every architecture (llama, bamboo, falcon,
-// opt, qwen2, qwen3, qwen3moe), layout and weight format, dense GGUF and PowerInfer files alike (run dense
-// here), and greedy continuations.
+// opt, qwen2, qwen3, qwen3moe, smallthinker, gpt-oss), layout and weight format, dense GGUF and
+// PowerInfer files alike (run dense here), and greedy continuations.
 //
 // Metric: for each token row, max_j |ours_j - ref_j| / max_j |ref_j|; the bound is on the
 // worst row. Both sides use the same stored weights, so weight quantization itself cancels;
@@ -47,6 +47,7 @@
 #define PI_REFERENCE_FULL 0
 #endif
 
+#include "kernels/cpu/kernels.h"
 #include "model/model.h"
 #include "model/moe_ffn.h"
 #include "model/reference_harness.h"
@@ -67,7 +68,17 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.model.file_name(); }
 
 constexpr double kFloatTolExact = 1e-3, kFloatTol = 5e-4;  // f32, f16 weights
 constexpr double kQuantTol = 3.5e-2;                       // q8_0, q4_0 weights
+// gpt-oss with 8-bit activations: each layer has four quantized products (attention in and
+// out, the experts' gate/up and down) and its gated unit's outputs are heavy-tailed (block
+// amax / rms 3.7, against ~2.4 for a normalized input: eps_a x 1.5 for the down product);
+// measured 3.4% (MXFP4 experts) and 4.4% (q8_0 everywhere, tied head). With the scalar
+// kernels, whose activations stay f32, the same files agree within the float bounds (the
+// ctest entry test_model_reference_scalar), so the excess is the activations' rounding.
+constexpr double kGptOssQuantTol = 6e-2;
 constexpr double kRouteTieFloat = 1e-3, kRouteTieQuant = 0.05;
+
+// PI_KERNELS_ISA=scalar: products in f32 (no 8-bit activations).
+bool scalar_kernels() { return pi::cpu::default_isa() == pi::cpu::Isa::Scalar; }
 
 double rel_error(const std::vector<float>& ours, const std::vector<float>& ref, int64_t n_vocab) {
   double worst = 0;
@@ -201,7 +212,8 @@ TEST_P(ReferenceTest, LogitsAgree) {
     const double e_exact = rel_error(ours.logits, exact->logits, hp.n_vocab);
     const double e_f16kv = rel_error(ours.logits, f16kv->logits, hp.n_vocab);
     const auto [tie, differ] = route_ties(ours.routes, exact->probs, hp.n_expert, hp.n_expert_used, hp.gating);
-    const double tie_bound = c.model.outtype[0] == 'q' ? kRouteTieQuant : kRouteTieFloat;
+    const double tie_bound =
+        (c.model.outtype[0] == 'q' || c.model.outtype == "mxfp4") && !scalar_kernels() ? kRouteTieQuant : kRouteTieFloat;
     std::printf("  %-40s rel error %.3g vs exact (bound %.3g), %.3g vs f16-KV oracle (bound %.3g), "
                 "%d of %zu routes differ, by <= %.3g in ln p (bound %.3g)\n",
                 c.model.file_name().c_str(), e_exact, c.tol_exact, e_f16kv, c.tol, differ,
@@ -337,16 +349,24 @@ std::vector<Case> all_cases() {
       {with_yarn(py("llama", "f32", false, 2), 8), true},
       {with_yarn(py("qwen3", "q8_0", false, 2), 8), true},
       {with_yarn(py("qwen2", "f16", false, 2), 4), false},
+      // gpt-oss: biases on q/k/v/o, the router and every expert, a sink per head, layers 0, 2, ..
+      // through a window of 3 (the sequences cross it) and the others global, the clamped
+      // SwiGLU (active on some neurons), NeoX RoPE; MXFP4 experts as released, YaRN.
+      {py("gpt-oss", "f32", false, 2), true},
+      {with_yarn(py("gpt-oss", "mxfp4", false, 2), 32), true},
+      {with_experts(with_swa(py("gpt-oss", "q8_0", false, 1, "", true), 2), 4, 4), true},
+      {with_head_dim(py("gpt-oss", "mxfp4", false, 2), 32), false},
       // Mixtral: llama with llama.expert_count, experts feed_forward_length wide.
       {with_experts(py("llama", "f32", false, 2), 8, 2), true},
       {with_experts(py("llama", "q8_0", false, 1, "", true), 4, 2, 96), true},
       {with_experts(py("llama", "q4_0", false, 2), 8, 2), false},
   };
   for (const Extra& e : extra) {
-    const bool quant = e.model.outtype[0] == 'q';
-    if (e.fast != full) {
-      cases.push_back({e.model, quant ? kQuantTol : kFloatTolExact, quant ? kQuantTol : kFloatTol});
-    }
+    // (mxfp4: MXFP4 experts, whose products quantize their activations to 8 bits as q8_0's do;
+    // the scalar kernels keep f32 activations: the float bounds hold for every format)
+    const bool quant = (e.model.outtype[0] == 'q' || e.model.outtype == "mxfp4") && !scalar_kernels();
+    const double qt = e.model.arch == std::string("gpt-oss") ? kGptOssQuantTol : kQuantTol;
+    if (e.fast != full) cases.push_back({e.model, quant ? qt : kFloatTolExact, quant ? qt : kFloatTol});
   }
   return cases;
 }
@@ -393,7 +413,8 @@ std::vector<TinyPyModel> greedy_models() {
           py("falcon", "f32", false, 1), py("falcon", "f32", true, 2),
           py("opt", "f32", false, 4),    py("qwen2", "f32", false, 2),
           with_head_dim(py("qwen3", "f32", false, 2), 32), py("qwen3moe", "f32", false, 2),
-          with_experts(py("llama", "f32", false, 2), 8, 2), with_down_t(with_swa(py("smallthinker", "f32", false, 2), 3))};
+          with_experts(py("llama", "f32", false, 2), 8, 2), with_down_t(with_swa(py("smallthinker", "f32", false, 2), 3)),
+          py("gpt-oss", "f32", false, 2)};
 }
 
 std::string model_name(const ::testing::TestParamInfo<TinyPyModel>& info) {

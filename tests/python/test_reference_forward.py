@@ -460,7 +460,7 @@ def test_cli_force_routes_and_probs(tmp_path, arch, extra):
     (["--arch", "qwen3moe", "--experts-used", 0], "--experts-used must be in [1, --experts]"),
     (["--arch", "qwen3", "--pwri"], "--pwri is not supported for qwen3"),
     (["--arch", "qwen3moe", "--pwri"], "--pwri is not supported for qwen3moe"),
-    (["--arch", "llama", "--head-dim", 32], "--head-dim is only for qwen3, qwen3moe and smallthinker"),
+    (["--arch", "llama", "--head-dim", 32], "--head-dim is only for qwen3, qwen3moe, smallthinker and gpt-oss"),
     (["--arch", "qwen3", "--experts", 4], "--experts is only for qwen3moe")])
 def test_qwen3_option_errors(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as e:

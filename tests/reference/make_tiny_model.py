@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Writes a small random model (GGUF, or PowerInfer PWRI with predictors) for tests.
 
-    make_tiny_model.py --arch llama|bamboo|falcon|qwen2|opt|qwen3|qwen3moe|smallthinker
-        --outtype f32|f16|q8_0|q4_0 [--pwri]
+    make_tiny_model.py --arch llama|bamboo|falcon|qwen2|opt|qwen3|qwen3moe|smallthinker|gpt-oss
+        --outtype f32|f16|q8_0|q4_0|mxfp4 [--pwri]
         [--layers 2 --embd 64 --ff 256 --heads 4 --kv-heads 2 --vocab 300] [--tied]
         [--act silu|relu|gelu] [--threshold 0.0] --seed S --out FILE
-        [--head-dim D]                                  (qwen3, qwen3moe, smallthinker)
-        [--experts 8 --experts-used 2 --expert-ff 64]   (qwen3moe, smallthinker)
-        [--gating softmax|sigmoid] [--swa W] [--transpose-down]   (smallthinker)
+        [--head-dim D]                                  (qwen3, qwen3moe, smallthinker, gpt-oss)
+        [--experts 8 --experts-used 2 --expert-ff 64]   (qwen3moe, smallthinker, gpt-oss)
+        [--gating softmax|sigmoid] [--transpose-down]   (smallthinker)
+        [--swa W]                                       (smallthinker, gpt-oss)
+        [--yarn F]                                      (every RoPE architecture)
 
 The file carries a minimal llama SentencePiece vocabulary (<unk>, <s>, </s>, the 256 byte
 pieces <0x00>..<0xFF>, then word pieces with scores) so the engine can tokenize text.
@@ -39,6 +41,20 @@ with RoPE; without --swa no key: every layer global with RoPE); --transpose-down
 down projections as ffn_down_exps_t [N, F, embd] (each expert's ffn_down_exps transposed: the
 same function) instead of ffn_down_exps. --pwri is not supported for smallthinker either.
 
+gpt-oss (as llama.cpp writes OpenAI's gpt-oss) has qwen3moe's options and shapes without the q/k
+norms, plus: biases on attn_q/k/v/output, a random attention sink per head (attn_sinks.weight,
+N(0.5, 1): the size of the attention scores, so the sinks change the output), the FFN norm
+named post_attention_norm, a router bias ffn_gate_inp.bias and expert biases
+ffn_{gate,up}_exps.bias [N, F], ffn_down_exps.bias [N, embd]; eps 1e-5, rope.freq_base 150000,
+no feed_forward_activation key (the gated unit is fixed: min(g, 7) sigmoid(1.702 g)
+(clip(u, -7, 7) + 1)). --swa W (default 3, so short sequences cross the window; 0: no key,
+every layer global) writes attention.sliding_window: layers il % 2 == 0 slide, odd layers are
+global. Expert gate/up matrices are N(0, 9/n_in) with biases N(0, 0.25), so some pre-activations
+pass the clamp at +-7. --outtype mxfp4 (mixture-of-experts architectures only) writes the 3-D
+expert stacks as MXFP4 and every other tensor as F32 (general.file_type 38, llama.cpp's
+MOSTLY_MXFP4_MOE), as the released gpt-oss files are; the expert rows (embd and --expert-ff) must
+then be multiples of 32.
+
 How the weights keep activations sane and the FFN sparse (biases where the architecture has
 them play no part in it):
   * Matrices are N(0, 1/n_in), so each projection roughly preserves the scale of its input;
@@ -49,11 +65,12 @@ them play no part in it):
     every layer and the normalized FFN input has a positive channel 0 (like the "massive
     activation" channels of real LLMs). The biases that write the residual (attn_output,
     ffn_down) and the position rows (opt) are zero in channel 0 too.
-  * qwen3moe: router rows are N(0, 4/n_embd), so router logits have a spread of ~2 across
+  * qwen3moe, gpt-oss: router rows are N(0, 4/n_embd), so router logits have a spread of ~2 across
     tokens and the top-K choice has visible margins. Column 0 of the router (the bias
     channel) is a per-expert bias, set layer by layer on random token sequences to cancel
     each expert's mean logit (the bias channel also leaks a token-independent part into
-    every projection), so that all experts are used. Expert matrices are N(0, 1/n_in) with
+    every projection), so that all experts are used; gpt-oss sets its router's own bias
+    (ffn_gate_inp.bias) that way instead. Expert matrices are N(0, 1/n_in) with
     the rows of ffn_down_exps that write channel 0 zero. There is no sparsity calibration
     (experts are SiLU). smallthinker's router reads the raw residual, so its bias is set on
     that (channel 0 is exactly 3.0 there).
@@ -171,16 +188,19 @@ def make_weights(a, rng):
                 w[p + "attn_norm.bias"] = norm_b()
             for name, rows in (("attn_q", a.heads * d), ("attn_k", kv_heads * d), ("attn_v", kv_heads * d)):
                 w[p + name + ".weight"] = mat(rows, n_embd)
-                if a.arch in ("qwen2", "opt"):
+                if a.arch in ("qwen2", "opt", GPT_OSS):
                     w[p + name + ".bias"] = bias(rows)
             if a.arch in QWEN3_ARCHS:   # (not smallthinker: no q/k norms)
                 w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = norm_w(d), norm_w(d)
         w[p + "attn_output.weight"] = mat(n_embd, a.heads * d)
         w[p + "attn_output.weight"][0, :] = 0.0
-        if a.arch == "opt":
+        if a.arch in ("opt", GPT_OSS):
             w[p + "attn_output.bias"] = bias(n_embd)
             w[p + "attn_output.bias"][0] = 0.0
-        if a.arch != "falcon":
+        if a.arch == GPT_OSS:
+            w[p + "attn_sinks.weight"] = rng.normal(0.5, 1.0, a.heads)
+            w[p + "post_attention_norm.weight"] = norm_w()
+        elif a.arch != "falcon":
             w[p + "ffn_norm.weight"] = norm_w()
         if a.moe:
             n_exp, n_eff = a.experts, a.expert_ff
@@ -189,6 +209,14 @@ def make_weights(a, rng):
             w[p + "ffn_up_exps.weight"] = np.stack([mat(n_eff, n_embd) for _ in range(n_exp)])
             w[p + "ffn_down_exps.weight"] = np.stack([mat(n_embd, n_eff) for _ in range(n_exp)])
             w[p + "ffn_down_exps.weight"][:, 0, :] = 0.0
+            if a.arch == GPT_OSS:   # (the router bias is set by balance_router)
+                w[p + "ffn_gate_exps.weight"] *= GPT_OSS_EXPERT_SCALE
+                w[p + "ffn_up_exps.weight"] *= GPT_OSS_EXPERT_SCALE
+                w[p + "ffn_gate_inp.bias"] = np.zeros(n_exp)
+                w[p + "ffn_gate_exps.bias"] = bias((n_exp, n_eff), 0.5)
+                w[p + "ffn_up_exps.bias"] = bias((n_exp, n_eff), 0.5)
+                w[p + "ffn_down_exps.bias"] = bias((n_exp, n_embd))
+                w[p + "ffn_down_exps.bias"][:, 0] = 0.0
             continue
         if a.arch == "opt":
             w[p + "ffn_norm.bias"] = norm_b()
@@ -244,12 +272,16 @@ def calibrate(m: ref.Model, a, rng):
 
 
 def balance_router(m: ref.Model, a, rng):
-    """Sets column 0 of each layer's router so every expert's logit has mean 0 over random
-    tokens (see the module docstring); for ReGLU experts (smallthinker) then calibrates the
-    layer's experts (calibrate_experts) before the next layer's router."""
+    """Sets column 0 of each layer's router (gpt-oss: its bias) so every expert's logit has
+    mean 0 over random tokens (see the module docstring); for ReGLU experts (smallthinker)
+    then calibrates the layer's experts (calibrate_experts) before the next layer's router."""
     seqs = rng.integers(3, a.vocab, size=(8, 32))
     for il in range(a.layers):
         r = m.w[f"blk.{il}.ffn_gate_inp.weight"]
+        if a.arch == GPT_OSS:
+            x = ffn_inputs(m, il, seqs, "router_in")
+            m.w[f"blk.{il}.ffn_gate_inp.bias"][:] = -np.mean(x @ r.T, axis=0)
+            continue
         r[:, 0] = 0.0
         x = ffn_inputs(m, il, seqs, "router_in")         # [n_tok, n_embd]: what the router reads
         r[:, 0] = -np.mean(x @ r.T, axis=0) / np.mean(x[:, 0])
@@ -323,6 +355,8 @@ def build(a):
             if a.swa is not None:
                 m.windows = [0 if il % 4 == 0 else a.swa for il in range(a.layers)]
                 m.nope = [il % 4 == 0 for il in range(a.layers)]
+        if a.arch == GPT_OSS and a.swa:
+            m.windows = [a.swa if il % 2 == 0 else 0 for il in range(a.layers)]
         balance_router(m, a, rng)
     else:
         calibrate(m, a, rng)
@@ -339,10 +373,15 @@ def build(a):
     return w, act
 
 
+GPT_OSS = "gpt-oss"
 DEFAULT_ACT = {"bamboo": "relu", "falcon": "gelu", "llama": "silu", "qwen2": "silu", "opt": "relu",
-               "qwen3": "silu", "qwen3moe": "silu", "smallthinker": "relu"}
+               "qwen3": "silu", "qwen3moe": "silu", "smallthinker": "relu", GPT_OSS: "swiglu_oai"}
 QWEN3_ARCHS = ("qwen3", "qwen3moe")                 # q/k norms
-HEAD_DIM_ARCHS = QWEN3_ARCHS + ("smallthinker",)    # --head-dim, key_length, no --pwri
+HEAD_DIM_ARCHS = QWEN3_ARCHS + ("smallthinker", GPT_OSS)   # --head-dim, key_length, no --pwri
+SWA_ARCHS = ("smallthinker", GPT_OSS)               # --swa
+NO_ACT_KEY_ARCHS = ("smallthinker", GPT_OSS)        # fixed expert units: no feed_forward_activation
+GPT_OSS_EXPERT_SCALE = 3.0   # gate/up N(0, 9/n_in): some pre-activations pass the clamp at +-7
+MXFP4_FILE_TYPE = "mxfp4"    # --outtype: MXFP4 expert stacks, every other tensor F32
 
 
 def kv_heads(a):
@@ -354,7 +393,7 @@ def head_dim(a):
 
 
 def eps(a):
-    return 1e-6 if a.arch in ("qwen2",) + HEAD_DIM_ARCHS else 1e-5
+    return 1e-6 if a.arch in ("qwen2", "qwen3", "qwen3moe", "smallthinker") else 1e-5
 
 
 # YaRN's original context (--yarn): with n_rot 16 and base 1e4, pairs 0-1 keep their angle,
@@ -363,14 +402,18 @@ YARN_ORIG_CTX = 4096
 
 
 def rope_base(a):
-    return 1e6 if a.arch in ("qwen2",) + HEAD_DIM_ARCHS else 10000.0
+    if a.arch == GPT_OSS:
+        return 150000.0
+    return 1e6 if a.arch in ("qwen2", "qwen3", "qwen3moe", "smallthinker") else 10000.0
 
 
 LAYER_ORDER = ["attn_norm.weight", "attn_norm.bias", "attn_norm_2.weight", "attn_norm_2.bias",
                "attn_qkv.weight", "attn_q.weight", "attn_q.bias", "attn_q_norm.weight", "attn_k.weight",
                "attn_k.bias", "attn_k_norm.weight", "attn_v.weight", "attn_v.bias", "attn_output.weight",
-               "attn_output.bias", "ffn_norm.weight", "ffn_norm.bias", "ffn_gate_inp.weight",
-               "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight", "ffn_down_exps_t.weight",
+               "attn_output.bias", "attn_sinks.weight", "ffn_norm.weight", "ffn_norm.bias",
+               "post_attention_norm.weight", "ffn_gate_inp.weight", "ffn_gate_inp.bias",
+               "ffn_gate_exps.weight", "ffn_gate_exps.bias", "ffn_up_exps.weight", "ffn_up_exps.bias",
+               "ffn_down_exps.weight", "ffn_down_exps.bias", "ffn_down_exps_t.weight",
                "ffn_gate.weight", "ffn_up.weight", "ffn_up.bias",
                "ffn_down.weight", "ffn_down.bias", "ffn_down_t.weight", "ffn_down_t.bias",
                "fc1.weight", "fc2.weight"]
@@ -397,7 +440,7 @@ def write(a, w, act):
         (prefix + "feed_forward_length", a.expert_ff if a.moe else a.ff, VT.UINT32),
         (prefix + "attention.head_count", a.heads, VT.UINT32),
     ]
-    if arch != "smallthinker":   # (smallthinker: ReGLU experts, no key, as llama.cpp writes it)
+    if arch not in NO_ACT_KEY_ARCHS:   # (fixed expert units: no key, as llama.cpp writes them)
         md.append((prefix + "feed_forward_activation", act, VT.STRING))
     if arch == "opt":   # the keys the original's OPT files have (no RoPE, no kv-head count)
         md.append((prefix + "attention.layer_norm_epsilon", eps(a), VT.FLOAT32))
@@ -415,15 +458,15 @@ def write(a, w, act):
                 md.append((prefix + "expert_feed_forward_length", a.expert_ff, VT.UINT32))
             if arch == "smallthinker":
                 md.append((prefix + "expert_gating_func", GATING_FUNC[a.gating], VT.UINT32))
-                if a.swa is not None:
-                    md.append((prefix + "attention.sliding_window", a.swa, VT.UINT32))
+            if arch in SWA_ARCHS and a.swa:
+                md.append((prefix + "attention.sliding_window", a.swa, VT.UINT32))
         if a.yarn is not None:
             md += [(prefix + "rope.scaling.type", "yarn", VT.STRING),
                    (prefix + "rope.scaling.factor", float(a.yarn), VT.FLOAT32),
                    (prefix + "rope.scaling.original_context_length", YARN_ORIG_CTX, VT.UINT32)]
         eps_key = "layer_norm_epsilon" if arch == "falcon" else "layer_norm_rms_epsilon"
         md.append((prefix + "attention." + eps_key, eps(a), VT.FLOAT32))
-    if a.outtype in ("q8_0", "q4_0"):
+    if a.outtype in ("q8_0", "q4_0", MXFP4_FILE_TYPE):
         md.append(("general.quantization_version", 2, VT.UINT32))
     if a.pwri:
         md.append(("powerinfer.sparse_threshold", a.threshold, VT.FLOAT32))
@@ -460,8 +503,9 @@ GATING_FUNC = {"softmax": 1, "sigmoid": 2}   # smallthinker.expert_gating_func
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", choices=("llama", "bamboo", "falcon", "qwen2", "opt", "qwen3", "qwen3moe",
-                                       "smallthinker"), default="llama")
-    ap.add_argument("--outtype", choices=sorted(FILE_TYPES), default="f32")
+                                       "smallthinker", GPT_OSS), default="llama")
+    ap.add_argument("--outtype", choices=sorted(FILE_TYPES), default="f32",
+                    help="mxfp4 (mixture-of-experts architectures): MXFP4 expert stacks, all else F32")
     ap.add_argument("--pwri", action="store_true", help="PowerInfer file: predictors, ffn_down_t, ReLU")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--embd", type=int, default=64)
@@ -474,16 +518,18 @@ def parse_args(argv=None):
     ap.add_argument("--act", choices=("silu", "relu", "gelu"), help="FFN activation of a dense file")
     ap.add_argument("--threshold", type=float, default=0.0, help="powerinfer.sparse_threshold")
     ap.add_argument("--head-dim", type=int, metavar="D",
-                    help="qwen3/qwen3moe/smallthinker: attention head size (key_length), default embd / heads")
-    ap.add_argument("--experts", type=int, metavar="N", help="qwen3moe/smallthinker: number of experts (default 8)")
+                    help="qwen3/qwen3moe/smallthinker/gpt-oss: attention head size (key_length), default embd / heads")
+    ap.add_argument("--experts", type=int, metavar="N",
+                    help="qwen3moe/smallthinker/gpt-oss: number of experts (default 8)")
     ap.add_argument("--experts-used", type=int, metavar="K",
-                    help="qwen3moe/smallthinker: experts per token (default 2)")
+                    help="qwen3moe/smallthinker/gpt-oss: experts per token (default 2)")
     ap.add_argument("--expert-ff", type=int, metavar="F",
-                    help="qwen3moe/smallthinker: expert FFN size (default 64)")
+                    help="qwen3moe/smallthinker/gpt-oss: expert FFN size (default 64)")
     ap.add_argument("--gating", choices=sorted(GATING_FUNC),
                     help="smallthinker: router gating, expert_gating_func (default sigmoid)")
     ap.add_argument("--swa", type=int, metavar="W", help="smallthinker: attention.sliding_window = W "
-                    "(layers il %% 4 != 0 use a window of W, layers il %% 4 == 0 are global NoPE)")
+                    "(layers il %% 4 != 0 use a window of W, layers il %% 4 == 0 are global NoPE); gpt-oss: "
+                    "(default 3; 0: no key) layers il %% 2 == 0 use a window of W, odd layers are global")
     ap.add_argument("--transpose-down", action="store_true",
                     help="smallthinker: write ffn_down_exps_t [N, F, embd] instead of ffn_down_exps")
     ap.add_argument("--yarn", type=float, metavar="F", help="rope.scaling.type yarn with factor F "
@@ -494,12 +540,12 @@ def parse_args(argv=None):
     if a.pwri and a.arch in HEAD_DIM_ARCHS:
         ap.error(f"--pwri is not supported for {a.arch} (no PowerInfer layout for it)")
     if a.head_dim is not None and a.arch not in HEAD_DIM_ARCHS:
-        ap.error(f"--head-dim is only for qwen3, qwen3moe and smallthinker, not {a.arch} "
+        ap.error(f"--head-dim is only for qwen3, qwen3moe, smallthinker and gpt-oss, not {a.arch} "
                  "(its head size is --embd / --heads)")
     if a.head_dim is not None and a.head_dim < 2:
         ap.error("--head-dim must be at least 2")
     # llama with --experts: Mixtral's layout (llama.expert_count, experts of width --expert-ff).
-    a.moe = a.arch in ("qwen3moe", "smallthinker") or (a.arch == "llama" and a.experts is not None)
+    a.moe = a.arch in ("qwen3moe", "smallthinker", GPT_OSS) or (a.arch == "llama" and a.experts is not None)
     if a.moe and a.pwri:
         ap.error("--pwri is not supported with experts")
     moe_opts = {"experts": 8, "experts_used": 2, "expert_ff": 64}
@@ -507,8 +553,8 @@ def parse_args(argv=None):
         if getattr(a, k) is None:
             setattr(a, k, default)
         elif not a.moe:
-            ap.error(f"--{k.replace('_', '-')} is only for qwen3moe, smallthinker (and llama with --experts), "
-                     f"not {a.arch}")
+            ap.error(f"--{k.replace('_', '-')} is only for qwen3moe, smallthinker, gpt-oss (and llama with "
+                     f"--experts), not {a.arch}")
     if a.experts < 1 or a.expert_ff < 1:
         ap.error("--experts and --expert-ff must be at least 1")
     if not 1 <= a.experts_used <= a.experts:
@@ -520,13 +566,26 @@ def parse_args(argv=None):
             a.gating = "sigmoid"
         if a.swa is not None and a.swa < 1:
             ap.error(f"--swa must be at least 1, got {a.swa}")
+    if a.arch == GPT_OSS:
+        if a.act is not None:
+            ap.error("--act is not supported for gpt-oss (its experts' gated unit is fixed)")
+        if a.swa is None:
+            a.swa = 3
+        if a.swa < 0 or a.swa > a.ctx:
+            ap.error(f"--swa must be in [0, --ctx] = [0, {a.ctx}] for gpt-oss (0: every layer global), got {a.swa}")
+    if a.outtype == MXFP4_FILE_TYPE:
+        if not a.moe:
+            ap.error(f"--outtype mxfp4 quantizes expert stacks: only for mixture-of-experts models, not {a.arch}")
+        if a.embd % 32 or a.expert_ff % 32:
+            ap.error(f"--outtype mxfp4 needs --embd and --expert-ff multiples of 32 (the MXFP4 block), "
+                     f"got {a.embd} and {a.expert_ff}")
     if a.yarn is not None and (a.arch == "opt" or a.yarn < 1):
         ap.error("--yarn needs RoPE (not opt) and a factor of at least 1")
-    if a.arch != "smallthinker":
-        for opt, given in (("--gating", a.gating is not None), ("--swa", a.swa is not None),
-                           ("--transpose-down", a.transpose_down)):
-            if given:
-                ap.error(f"{opt} is only for smallthinker, not {a.arch}")
+    for opt, given, archs in (("--gating", a.gating is not None, ("smallthinker",)),
+                              ("--swa", a.swa is not None, SWA_ARCHS),
+                              ("--transpose-down", a.transpose_down, ("smallthinker",))):
+        if given and a.arch not in archs:
+            ap.error(f"{opt} is only for {' and '.join(archs)}, not {a.arch}")
     return a
 
 

@@ -8,7 +8,7 @@ sequence is recomputed from scratch, no cache, no batching. Reads GGUF and Power
     reference_forward.py MODEL --tokens 1,5,9 [--sparse] [--threshold T] --out logits.bin
     reference_forward.py MODEL --tokens 1,5,9 --greedy 8 [--sparse]
     reference_forward.py MODEL --tokens 1,5,9 --hidden hidden.bin
-    reference_forward.py MODEL --tokens 1,5,9 --routes routes.bin   (qwen3moe, smallthinker, Mixtral)
+    reference_forward.py MODEL --tokens 1,5,9 --routes routes.bin   (qwen3moe, smallthinker, Mixtral, gpt-oss)
     reference_forward.py MODEL --tokens 1,5,9 --force-routes routes.bin --route-probs probs.bin --out logits.bin
 
 --out writes float32 logits [n_tokens, n_vocab], row-major, little-endian.
@@ -22,7 +22,8 @@ in order of decreasing routing weight (equal weights: lower id first).
 (weights: their gating probabilities renormalized to sum 1);
 --route-probs FILE writes the router's gating probabilities float64 [n_layer, n_tokens,
 expert_count] along the pass (forced or not): softmax over all experts of the router logits
-(qwen3moe, Mixtral, smallthinker with softmax gating; each row sums to 1), or the sigmoid of
+(qwen3moe, Mixtral, smallthinker with softmax gating, gpt-oss with the router's bias in its
+logits; each row sums to 1), or the sigmoid of
 each logit on its own (smallthinker with sigmoid gating; rows do not sum to 1). Either way the
 chosen experts are the K largest of them. With the engine's routes forced, the oracle checks
 the rest of the maths exactly, and the probabilities show whether a token the engine routed
@@ -64,8 +65,21 @@ Architectures:
           Layer pattern: with `smallthinker.attention.sliding_window` = W, layer il % 4 == 0
           attends globally without RoPE (NoPE), the other layers use a sliding window of W and
           RoPE; without the key every layer is global with RoPE.
+  gpt-oss  (OpenAI's gpt-oss-20b/120b, as llama.cpp writes them) grouped-query attention with
+          biases on q, k, v and attn_output, head_dim from key_length, NeoX RoPE on every layer
+          (YaRN in the released files), and a learned sink per head: head h's softmax over its
+          scores s_j gets one more logit, attn_sinks.weight[h] (f32 [n_head]), in its
+          denominator only: p_j = exp(s_j - M) / (sum_i exp(s_i - M) + exp(sink_h - M)), M the
+          maximum of the scores and the sink. With `gpt-oss.attention.sliding_window` = W, the
+          layers il % 2 == 0 attend through a window of W, the odd layers globally (no key:
+          every layer global). The FFN reads y = post_attention_norm(residual) and is a mixture
+          of experts with biases everywhere: logits l = ffn_gate_inp y + ffn_gate_inp.bias, the
+          K largest logits (ties: lower id first) weighted by the softmax over those K;
+          expert e: g = gate_e y + b, u = up_e y + b, g = min(g, 7), u = clip(u, -7, 7),
+          a = g sigmoid(1.702 g) (u + 1), out_e = down_e a + b (ffn_{gate,up,down}_exps.bias,
+          [N, F] / [N, F] / [N, n_embd]); default eps 1e-5.
 Sliding window: a per-layer property (Model.windows, 0 = global): with window W, the token at
-position p attends positions q with p - W < q <= p. Only smallthinker files set it.
+position p attends positions q with p - W < q <= p. smallthinker and gpt-oss files set it.
 head_dim is `attention.key_length` when present (qwen3 files may have head_dim != n_embd /
 n_head: q is [n_head * head_dim, n_embd], attn_output [n_embd, n_head * head_dim]), else
 n_embd / n_head; n_rot is `rope.dimension_count`, else head_dim.
@@ -90,14 +104,14 @@ import gguf_io  # noqa: E402
 
 @dataclass
 class Model:
-    arch: str                 # llama | bamboo | falcon | qwen2 | opt | qwen3 | qwen3moe | smallthinker
+    arch: str                 # llama | bamboo | falcon | qwen2 | opt | qwen3 | qwen3moe | smallthinker | gpt-oss
     n_layer: int
     n_head: int
     n_head_kv: int
     n_rot: int
     eps: float
     rope_base: float
-    act: str                  # FFN activation: silu | relu | gelu
+    act: str                  # FFN activation: silu | relu | gelu | swiglu_oai (gpt-oss's gated unit)
     pwri: bool
     threshold: float = 0.0    # predictor threshold (PWRI)
     rope_scale: float = 1.0   # position multiplier: 1 / rope.scaling.factor (linear scaling)
@@ -120,13 +134,13 @@ class Model:
 def load_model(path) -> Model:
     r = gguf_io.GGUFReader(path)
     arch = r.get("general.architecture")
-    if arch not in ("llama", "bamboo", "falcon", "qwen2", "opt", "qwen3", "qwen3moe", "smallthinker"):
+    if arch not in ("llama", "bamboo", "falcon", "qwen2", "opt", "qwen3", "qwen3moe", "smallthinker", GPT_OSS):
         raise ValueError(f"{path}: unsupported architecture {arch!r}")
     n_embd = int(r.get(f"{arch}.embedding_length"))
     n_head = int(r.get(f"{arch}.attention.head_count"))
     head_dim = int(r.get(f"{arch}.attention.key_length", n_embd // n_head))
     default_act = {"llama": "silu", "bamboo": "relu", "falcon": "gelu", "qwen2": "silu", "opt": "relu",
-                   "qwen3": "silu", "qwen3moe": "silu", "smallthinker": "relu"}[arch]
+                   "qwen3": "silu", "qwen3moe": "silu", "smallthinker": "relu", GPT_OSS: "swiglu_oai"}[arch]
     eps_key = "layer_norm_epsilon" if arch in ("falcon", "opt") else "layer_norm_rms_epsilon"
     m = Model(
         arch=arch,
@@ -136,14 +150,15 @@ def load_model(path) -> Model:
         n_rot=int(r.get(f"{arch}.rope.dimension_count", head_dim)),
         eps=float(r.get(f"{arch}.attention.{eps_key}", 1e-6 if arch in NEOX_ARCHS else 1e-5)),
         rope_base=float(r.get(f"{arch}.rope.freq_base", 10000.0)),
-        act="relu" if r.is_pwri else r.get(f"{arch}.feed_forward_activation", default_act),
+        act="relu" if r.is_pwri else default_act if arch == GPT_OSS
+        else r.get(f"{arch}.feed_forward_activation", default_act),
         pwri=r.is_pwri,
         threshold=float(r.get("powerinfer.sparse_threshold", 0.0)),
         head_dim=head_dim,
     )
     if int(r.get(f"{arch}.attention.value_length", head_dim)) != head_dim:
         raise ValueError(f"{path}: attention.value_length != key_length is not supported")
-    if arch in ("qwen3moe", "smallthinker") or (arch == "llama" and f"{arch}.expert_count" in r.metadata):
+    if arch in ("qwen3moe", "smallthinker", GPT_OSS) or (arch == "llama" and f"{arch}.expert_count" in r.metadata):
         if f"{arch}.expert_count" not in r.metadata or f"{arch}.expert_used_count" not in r.metadata:
             raise ValueError(f"{path}: {arch} needs {arch}.expert_count and {arch}.expert_used_count")
         m.n_expert, m.n_expert_used = int(r.get(f"{arch}.expert_count")), int(r.get(f"{arch}.expert_used_count"))
@@ -168,6 +183,8 @@ def load_model(path) -> Model:
                     and f"blk.{il}.ffn_down_exps_t.weight" not in r.tensors]
         if missing:
             raise ValueError(f"{path}: {arch} tensor(s) missing: {', '.join(missing[:4])}")
+    if arch == GPT_OSS:
+        load_gpt_oss(r, m, path)
     if r.get(f"{arch}.rope.scaling.type", "linear") == "linear":
         factor = r.get(f"{arch}.rope.scaling.factor", r.get(f"{arch}.rope.scale_linear", 1.0))
         m.rope_scale = 1.0 / float(factor)
@@ -189,9 +206,34 @@ def load_model(path) -> Model:
     return m
 
 
+def load_gpt_oss(r, m: Model, path):
+    """gpt-oss's layer pattern (the layers il % 2 == 0 slide) and the tensors it needs."""
+    window = r.get(f"{GPT_OSS}.attention.sliding_window")
+    if window is not None:
+        if int(window) < 1:
+            raise ValueError(f"{path}: {GPT_OSS}.attention.sliding_window must be at least 1, got {window}")
+        m.windows = [int(window) if il % 2 == 0 else 0 for il in range(m.n_layer)]
+    need = ["attn_norm.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias",
+            "attn_sinks.weight", "post_attention_norm.weight", "ffn_gate_inp.weight", "ffn_gate_inp.bias"]
+    need += [f"ffn_{x}_exps.{y}" for x in ("gate", "up", "down") for y in ("weight", "bias")]
+    missing = [f"blk.{il}.{t}" for il in range(m.n_layer) for t in need if f"blk.{il}.{t}" not in r.tensors]
+    if missing:
+        raise ValueError(f"{path}: {GPT_OSS} tensor(s) missing: {', '.join(missing[:4])}")
+    for il in range(m.n_layer):
+        sinks, q = r.tensors[f"blk.{il}.attn_sinks.weight"], r.tensors[f"blk.{il}.attn_q.weight"]
+        if tuple(sinks.shape) != (m.n_head,):
+            raise ValueError(f"{path}: blk.{il}.attn_sinks.weight is {list(sinks.shape)}, expected [{m.n_head}] "
+                             "(one sink per head)")
+        if q.shape[0] != m.n_head * m.head_dim:
+            raise ValueError(f"{path}: blk.{il}.attn_q.weight has {q.shape[0]} rows, expected head_count * "
+                             f"key_length = {m.n_head * m.head_dim} ({GPT_OSS}.attention.key_length)")
+
+
+GPT_OSS = "gpt-oss"
 QWEN_ARCHS = ("qwen2", "qwen3", "qwen3moe")
 NEOX_ARCHS = QWEN_ARCHS + ("smallthinker",)     # NeoX RoPE, default eps 1e-6
 QK_NORM_ARCHS = ("qwen3", "qwen3moe")         # per-head RMSNorm of q and k before RoPE
+SWIGLU_LIMIT, SWIGLU_ALPHA = 7.0, 1.702       # gpt-oss's gated unit
 
 
 # ----------------------------------------------------------------------------- maths
@@ -219,6 +261,19 @@ def gelu(x):
 
 
 ACT = {"silu": silu, "relu": relu, "gelu": gelu}
+
+
+def swiglu_oai(g, u):
+    """gpt-oss's gated unit: g = min(g, 7), u = clip(u, -7, 7), g sigmoid(1.702 g) (u + 1)."""
+    g = np.minimum(g, SWIGLU_LIMIT)
+    u = np.clip(u, -SWIGLU_LIMIT, SWIGLU_LIMIT)
+    with np.errstate(over="ignore"):
+        return g / (1.0 + np.exp(-SWIGLU_ALPHA * g)) * (u + 1.0)
+
+
+def gated(act: str, g, u):
+    """The gated unit of an FFN or expert on its gate and up projections."""
+    return swiglu_oai(g, u) if act == "swiglu_oai" else ACT[act](g) * u
 
 
 def yarn_inv_freq(n_rot, base, scale, yarn):
@@ -260,10 +315,12 @@ def rope(x, n_rot, base, neox, scale=1.0, yarn=None):
     return out
 
 
-def attention(q, k, v, window=0):
+def attention(q, k, v, window=0, sinks=None):
     """Causal multi-head attention. q [n, n_head, d], k and v [n, n_head_kv, d];
     query head h reads kv head h // (n_head / n_head_kv). window W > 0: the query at position
-    p sees only the keys at p - W < q <= p (sliding window). Returns [n, n_head * d]."""
+    p sees only the keys at p - W < q <= p (sliding window). sinks [n_head] (gpt-oss): head
+    h's softmax has the extra logit sinks[h] in its denominator, without a value.
+    Returns [n, n_head * d]."""
     n, n_head, d = q.shape
     group = n_head // k.shape[1]
     out = np.zeros_like(q)
@@ -273,9 +330,14 @@ def attention(q, k, v, window=0):
     for h in range(n_head):
         scores = q[:, h] @ k[:, h // group].T / math.sqrt(d)
         scores[causal] = -np.inf
-        p = np.exp(scores - scores.max(axis=1, keepdims=True))
-        p /= p.sum(axis=1, keepdims=True)
-        out[:, h] = p @ v[:, h // group]
+        top = scores.max(axis=1, keepdims=True)
+        if sinks is not None:
+            top = np.maximum(top, sinks[h])
+        p = np.exp(scores - top)
+        denominator = p.sum(axis=1, keepdims=True)
+        if sinks is not None:
+            denominator += np.exp(sinks[h] - top)
+        out[:, h] = p / denominator @ v[:, h // group]
     return out.reshape(n, n_head * d)
 
 
@@ -301,7 +363,7 @@ def ffn(m: Model, il: int, x, mask=None):
     elif m.arch == "bamboo":
         a = relu(x @ w[p + "ffn_gate.weight"].T) * relu(up)
     else:
-        a = ACT[m.act](x @ w[p + "ffn_gate.weight"].T) * up
+        a = gated(m.act, x @ w[p + "ffn_gate.weight"].T, up)
     if mask is not None:
         a = np.where(mask, a, 0.0)
     if p + "ffn_down_t.weight" in w:
@@ -313,10 +375,15 @@ def ffn(m: Model, il: int, x, mask=None):
     return out if bias is None else out + bias
 
 
+def router_logits(m: Model, il: int, x):
+    """ffn_gate_inp x (+ ffn_gate_inp.bias, gpt-oss), [n_tok, N]."""
+    return linear(m.w, f"blk.{il}.ffn_gate_inp.", x)
+
+
 def moe_probs(m: Model, il: int, x):
     """The router's gating probabilities [n_tok, N] of the router input x: softmax of the
-    logits ffn_gate_inp x over all experts, or (m.gating == "sigmoid") the sigmoid of each."""
-    logits = x @ m.w[f"blk.{il}.ffn_gate_inp.weight"].T            # [n_tok, N]
+    router logits over all experts, or (m.gating == "sigmoid") the sigmoid of each."""
+    logits = router_logits(m, il, x)                                # [n_tok, N]
     if m.gating == "sigmoid":
         return 1.0 / (1.0 + np.exp(-logits))
     p = np.exp(logits - logits.max(axis=1, keepdims=True))
@@ -325,16 +392,16 @@ def moe_probs(m: Model, il: int, x):
 
 def moe_route(m: Model, il: int, x):
     """(ids, weights), both [n_tok, K]: per token the K experts of largest gating probability
-    (see moe_probs; smallthinker: of largest router logit, the same order without rounding
-    ties), in order of decreasing probability (ties: lower id first), and their probabilities
-    renormalized to sum 1 (softmax: the softmax of the chosen logits; sigmoid: sigmoid(l_e) /
+    (see moe_probs; smallthinker, gpt-oss: of largest router logit, the same order without
+    rounding ties), in order of decreasing probability (ties: lower id first), and their
+    probabilities renormalized to sum 1 (softmax: the softmax of the chosen logits; sigmoid: sigmoid(l_e) /
     sum of the chosen sigmoid(l_j)). With m.forced_routes, those experts instead (weights:
     their probabilities renormalized)."""
     p = moe_probs(m, il, x)
     if m.forced_routes is not None:
         ids = np.asarray(m.forced_routes[il][: len(x)], dtype=np.int64)
     else:
-        key = x @ m.w[f"blk.{il}.ffn_gate_inp.weight"].T if m.arch == "smallthinker" else p
+        key = router_logits(m, il, x) if m.arch in ("smallthinker", GPT_OSS) else p
         ids = np.argsort(-key, axis=1, kind="stable")[:, :m.n_expert_used]
     chosen = np.take_along_axis(p, ids, axis=1)
     return ids, chosen / chosen.sum(axis=1, keepdims=True)
@@ -342,7 +409,8 @@ def moe_route(m: Model, il: int, x):
 
 def moe(m: Model, il: int, x, hook=None, router_in=None):
     """Mixture-of-experts FFN of x [n_tok, n_embd], the normalized FFN input; the router reads
-    router_in (smallthinker: the raw layer input), x when None."""
+    router_in (smallthinker: the raw layer input), x when None. Expert biases (gpt-oss:
+    ffn_{gate,up,down}_exps.bias) are added where present."""
     w, p = m.w, f"blk.{il}."
     router_in = x if router_in is None else router_in
     ids, weights = moe_route(m, il, router_in)
@@ -354,13 +422,15 @@ def moe(m: Model, il: int, x, hook=None, router_in=None):
         down_t = w[p + "ffn_down_exps_t.weight"]
     else:                                   # [N, n_embd, F]
         down_t = np.swapaxes(w[p + "ffn_down_exps.weight"], 1, 2)
+    zero = np.zeros((m.n_expert, 1))
+    gate_b, up_b, down_b = (w.get(f"{p}ffn_{x}_exps.bias", zero) for x in ("gate", "up", "down"))
     out = np.zeros_like(x)
     for e in range(m.n_expert):
         tok, slot = np.nonzero(ids == e)
         if len(tok):
             xe = x[tok]
-            a = ACT[m.act](xe @ gate[e].T) * (xe @ up[e].T)
-            out[tok] += weights[tok, slot][:, None] * (a @ down_t[e])
+            a = gated(m.act, xe @ gate[e].T + gate_b[e], xe @ up[e].T + up_b[e])
+            out[tok] += weights[tok, slot][:, None] * (a @ down_t[e] + down_b[e])
     return out
 
 
@@ -420,18 +490,23 @@ def hidden(m: Model, tokens, sparse=False, threshold=None, hook=None):
                 q = rms_norm(q, w[p + "attn_q_norm.weight"], m.eps)
                 k = rms_norm(k, w[p + "attn_k_norm.weight"], m.eps)
             if m.arch != "opt" and not (m.nope and m.nope[il]):
-                neox = m.arch in NEOX_ARCHS
+                neox = m.arch in NEOX_ARCHS + (GPT_OSS,)
                 q = rope(q, m.n_rot, m.rope_base, neox, m.rope_scale, m.yarn)
                 k = rope(k, m.n_rot, m.rope_base, neox, m.rope_scale, m.yarn)
-            window = m.windows[il] if m.windows else 0
+            # Only the arguments in use, so that replacements of attention(q, k, v) such as
+            # tests/model/reference_f16kv.py keep working.
+            extra = {}
+            if m.windows and m.windows[il]:
+                extra["window"] = m.windows[il]
+            if p + "attn_sinks.weight" in w:
+                extra["sinks"] = w[p + "attn_sinks.weight"]
             layer_in = x
-            # (called without the window argument when global, so replacements of
-            # attention(q, k, v) such as tests/model/reference_f16kv.py keep working)
-            x = x + linear(w, p + "attn_output.", attention(q, k, v, window) if window else attention(q, k, v))
+            x = x + linear(w, p + "attn_output.", attention(q, k, v, **extra))
             if m.arch == "opt":
                 ffn_in = layer_norm(x, w[p + "ffn_norm.weight"], w[p + "ffn_norm.bias"], m.eps)
             else:
-                ffn_in = rms_norm(x, w[p + "ffn_norm.weight"], m.eps)
+                norm = "post_attention_norm" if m.arch == GPT_OSS else "ffn_norm"
+                ffn_in = rms_norm(x, w[p + norm + ".weight"], m.eps)
             mask = predictor_mask(m, il, x, thr) if sparse else None
             if hook:
                 hook(il, "pred_in", x)
@@ -480,9 +555,9 @@ def main(argv=None) -> int:
     ap.add_argument("--greedy", type=int, metavar="N", help="print N greedy next-token ids")
     ap.add_argument("--hidden", help="write float32 normalized hidden states [n_tokens, n_embd] here")
     ap.add_argument("--routes", help="write the chosen experts int32 [n_layer, n_tokens, K] here "
-                    "(qwen3moe, smallthinker, Mixtral)")
+                    "(qwen3moe, smallthinker, Mixtral, gpt-oss)")
     ap.add_argument("--force-routes", help="use these experts, int32 [n_layer, n_tokens, K], instead of the "
-                    "router's choice (qwen3moe, smallthinker, Mixtral)")
+                    "router's choice (qwen3moe, smallthinker, Mixtral, gpt-oss)")
     ap.add_argument("--route-probs", help="write the router's gating probabilities float64 [n_layer, n_tokens, "
                     "expert_count] here: softmax over all experts, or each logit's sigmoid for sigmoid gating")
     args = ap.parse_args(argv)
@@ -503,7 +578,7 @@ def main(argv=None) -> int:
         ap.error("--sparse needs a PowerInfer (PWRI) file")
     if (args.routes or args.force_routes or args.route_probs) and m.n_expert == 0:
         ap.error(f"--routes, --force-routes and --route-probs need a mixture-of-experts model (qwen3moe, "
-                 f"smallthinker, llama with experts), "
+                 f"smallthinker, gpt-oss, llama with experts), "
                  f"not {m.arch}")
     if args.force_routes:
         forced = np.fromfile(args.force_routes, dtype="<i4")

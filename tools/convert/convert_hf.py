@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Converts a Hugging Face checkpoint (llama, bamboo, OPT, Qwen2, Qwen3, Qwen3-MoE, Mixtral,
-SmallThinker) to GGUF, or with --predictors to a PowerInfer GGUF (magic PWRI) that carries the
-per-layer activation predictors.
+SmallThinker, gpt-oss) to GGUF, or with --predictors to a PowerInfer GGUF (magic PWRI) that
+carries the per-layer activation predictors.
 
     convert_hf.py MODEL_DIR --outfile model.gguf [--outtype f16]
     convert_hf.py MODEL_DIR --predictors PRED_DIR --outfile model.powerinfer.gguf --outtype q4_0
@@ -14,8 +14,10 @@ pytorch_model*.bin. Architectures: LlamaForCausalLM / MistralForCausalLM (llama)
 OPTForCausalLM (opt: see hf_archs.py; the OPT-350m layout is refused), Qwen2ForCausalLM (qwen2),
 Qwen3ForCausalLM (qwen3), Qwen3MoeForCausalLM (qwen3moe), MixtralForCausalLM (llama with
 llama.expert_count), SmallThinkerForCausalLM (smallthinker: PowerInfer's SmallThinker-21BA3B and
--4BA0.6B; only llama.cpp's sliding-window / NoPE layer pattern); see hf_archs.py for the
-mixture-of-experts tensors.
+-4BA0.6B; only llama.cpp's sliding-window / NoPE layer pattern), GptOssForCausalLM (gpt-oss:
+OpenAI's gpt-oss-20b and -120b, MXFP4 experts copied bit for bit; see hf_gpt_oss.py); see
+hf_archs.py for the other mixture-of-experts tensors. The tokenizer's chat template is read from
+tokenizer_config.json, else from chat_template.jinja.
 --transpose-down (SmallThinker only): writes each layer's experts' down projections transposed,
 as blk.N.ffn_down_exps_t.weight [n_expert, n_ff_exp, n_embd] (expert e's down.weight.T: one
 contiguous row per expert neuron, PowerInfer's ffn_down_t convention for the sparse ReGLU
@@ -25,12 +27,15 @@ and fc2.weight [n_ff, r]; .npz or .safetensors files with the same keys also wor
 optional config.json with "sparse_threshold". PyTorch is not needed: torch zip files are
 read directly (see checkpoints.py).
 
-Output types: norms and other 1-D tensors are always F32. f32/f16: all matrices in that
+Output types: norms, biases and other 1-D tensors are always F32. f32/f16: all matrices in that
 type. q8_0: matrices Q8_0. q4_0: matrices Q4_0 except output.weight, which is Q8_0 (the
 output head is the most quantization-sensitive matrix). Predictors follow the matrices
 (Q4_0 for q4_0). A matrix whose rows are not a multiple of 32 elements falls back to F16, and
 so does OPT's position table in quantized files. The MoE router (ffn_gate_inp) is always F32;
-the 3-D expert tensors are quantized row by row like the matrices.
+the 3-D expert tensors are quantized row by row like the matrices. mxfp4 (mixture-of-experts
+models only; general.file_type 38, llama.cpp's MOSTLY_MXFP4_MOE): the 3-D expert tensors MXFP4
+(F32 where a row is not a multiple of 32), everything else F32. gpt-oss's MXFP4 experts are
+always written as MXFP4, unchanged, whatever the output type.
 """
 from __future__ import annotations
 
@@ -49,6 +54,8 @@ import bpe_vocab  # noqa: E402
 import checkpoints  # noqa: E402
 import gguf_io  # noqa: E402
 import hf_archs  # noqa: E402
+import hf_gpt_oss  # noqa: E402
+import quants  # noqa: E402
 import spm_vocab  # noqa: E402
 from gguf_io import VT  # noqa: E402
 from quants import GGMLType, quantize  # noqa: E402
@@ -59,28 +66,30 @@ class ConvertError(Exception):
 
 
 # llama.cpp's `general.file_type` values (enum llama_ftype)
-FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7}
+FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "mxfp4": 38}
 ACTIVATIONS = ("silu", "relu", "gelu")
 HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "OPTForCausalLM": "opt",
             "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3moe",
-            "MixtralForCausalLM": "llama", "SmallThinkerForCausalLM": "smallthinker"}
+            "MixtralForCausalLM": "llama", "SmallThinkerForCausalLM": "smallthinker",
+            "GptOssForCausalLM": "gpt-oss"}
 MODEL_TYPES = {"llama": "llama", "mistral": "llama", "opt": "opt", "qwen2": "qwen2", "qwen3": "qwen3",
-               "qwen3_moe": "qwen3moe", "mixtral": "llama", "smallthinker": "smallthinker"}
+               "qwen3_moe": "qwen3moe", "mixtral": "llama", "smallthinker": "smallthinker", "gpt_oss": "gpt-oss"}
 # Mixture-of-experts checkpoints (by architecture class or model_type): their HF layout, see hf_archs.
 MOE_KINDS = {"MixtralForCausalLM": "mixtral", "mixtral": "mixtral",
              "Qwen3MoeForCausalLM": "qwen3moe", "qwen3_moe": "qwen3moe",
-             "SmallThinkerForCausalLM": "smallthinker", "smallthinker": "smallthinker"}
+             "SmallThinkerForCausalLM": "smallthinker", "smallthinker": "smallthinker",
+             "GptOssForCausalLM": "gpt-oss", "gpt_oss": "gpt-oss"}
 # GGUF architectures that keep HF's q/k rows (NeoX RoPE) instead of llama's permuted rows.
-NEOX_ARCHS = ("qwen2", "qwen3", "qwen3moe", "smallthinker")
+NEOX_ARCHS = ("qwen2", "qwen3", "qwen3moe", "smallthinker", "gpt-oss")
 # GGUF architectures that write attention.key_length / value_length (head_dim may differ from
 # n_embd / n_head).
-HEAD_DIM_ARCHS = ("qwen3", "qwen3moe", "smallthinker")
+HEAD_DIM_ARCHS = ("qwen3", "qwen3moe", "smallthinker", "gpt-oss")
 QK_NORM_ARCHS = ("qwen3", "qwen3moe")
 
 
 @dataclass
 class HParams:
-    arch: str           # GGUF architecture: llama | bamboo | opt | qwen2 | qwen3 | qwen3moe | smallthinker
+    arch: str           # GGUF architecture: llama | bamboo | opt | qwen2 | qwen3 | qwen3moe | smallthinker | gpt-oss
     n_vocab: int
     n_embd: int
     n_ff: int
@@ -97,25 +106,31 @@ class HParams:
     # HF rope_scaling {"rope_type": "yarn", ...}: the GGUF keys rope.scaling.* (factor above
     # read from it too); empty = not YaRN.
     rope_yarn: dict = field(default_factory=dict)
-    moe: str = ""           # "" (dense FFN) | "mixtral" | "qwen3moe" | "smallthinker": the HF expert layout
+    moe: str = ""           # "" (dense FFN) | "mixtral" | "qwen3moe" | "smallthinker" | "gpt-oss": the HF expert layout
     n_expert: int = 0
     n_expert_used: int = 0
     n_ff_exp: int = 0       # rows of one expert's gate/up matrix
     expert_gating: int = 0  # smallthinker's expert_gating_func: 1 softmax, 2 sigmoid
-    sliding_window: int = 0  # smallthinker's attention.sliding_window (0: no sliding layers)
+    sliding_window: int = 0  # attention.sliding_window (smallthinker, gpt-oss; 0: no sliding layers)
 
 
 
-def yarn_keys(path, scaling, factor, cfg):
+def yarn_keys(path, scaling, factor, cfg, untruncated_ok=False):
     """HF's YaRN settings as the GGUF keys llama.cpp reads: the original context, beta_fast,
     beta_slow, and an explicit attention_factor as yarn_attn_factor relative to the
     0.1 ln(factor) + 1 both apply by default. Variants whose maths differ (DeepSeek's mscale,
-    un-rounded ramp ends) are refused rather than converted to something else."""
+    un-rounded ramp ends) are refused rather than converted to something else, except
+    untruncated_ok (gpt-oss): llama.cpp runs gpt-oss's un-rounded ramp with rounded ends, and
+    so does the engine; a note says so."""
     for k in ("mscale", "mscale_all_dim"):
         if scaling.get(k):
             raise ConvertError(f"{path}: rope_scaling {k} (DeepSeek's YaRN variant) is not supported")
     if scaling.get("truncate") is False:
-        raise ConvertError(f"{path}: rope_scaling truncate false (un-rounded YaRN ramp) is not supported")
+        if not untruncated_ok:
+            raise ConvertError(f"{path}: rope_scaling truncate false (un-rounded YaRN ramp) is not supported")
+        print(f"convert_hf: note: {path}: rope_scaling truncate false: the engine rounds YaRN's ramp ends "
+              "(floor / ceil) as llama.cpp does for gpt-oss, so the pairs between them blend slightly "
+              "differently from Hugging Face's forward pass", file=sys.stderr)
     orig = scaling.get("original_max_position_embeddings") or cfg.get("max_position_embeddings")
     if not orig:
         raise ConvertError(f"{path}: rope_scaling yarn needs original_max_position_embeddings")
@@ -147,8 +162,8 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
     if arch is None:
         raise ConvertError(f"{path}: unsupported architecture {names or model_type!r}: this converter "
                            "handles LlamaForCausalLM (model_type llama), bamboo, OPTForCausalLM, "
-                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM and "
-                           "SmallThinkerForCausalLM")
+                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, "
+                           "SmallThinkerForCausalLM and GptOssForCausalLM")
     try:
         if arch == "opt":
             hp = HParams(arch=arch, **hf_archs.opt_hparams(cfg, path))
@@ -161,6 +176,8 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
             hf_archs.check_qwen3_config(cfg, path)
         if moe == "smallthinker":
             moe_fields = hf_archs.smallthinker_hparams(cfg, path)
+        elif moe == "gpt-oss":
+            moe_fields = hf_gpt_oss.gpt_oss_hparams(cfg, path)
         else:
             moe_fields = hf_archs.moe_hparams(cfg, path, moe) if moe else {}
     except hf_archs.ArchError as e:
@@ -180,9 +197,10 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
             raise ConvertError(f"{path}: rope_scaling {scaling!r} is not supported (only linear and yarn)")
         factor = float(scaling["factor"])
         if kind == "yarn":
-            yarn = yarn_keys(path, scaling, factor, cfg)
-    # SmallThinker's experts are always ReGLU (the smallthinker GGUF has no activation choice).
-    act = "relu" if moe == "smallthinker" else cfg.get("hidden_act", "silu")
+            yarn = yarn_keys(path, scaling, factor, cfg, untruncated_ok=arch == "gpt-oss")
+    # SmallThinker's experts are always ReGLU, gpt-oss's the clamped SwiGLU (neither GGUF has an
+    # activation key; gpt-oss's hidden_act names the SiLU inside it).
+    act = {"smallthinker": "relu", "gpt-oss": "silu"}.get(moe, cfg.get("hidden_act", "silu"))
     if act == "gelu_new" or act == "gelu_pytorch_tanh":
         act = "gelu"
     if act not in ACTIVATIONS:
@@ -196,10 +214,11 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
                      n_head=n_head, n_head_kv=int(cfg.get("num_key_value_heads") or n_head),
                      head_dim=int(cfg.get("head_dim") or n_embd // n_head),
                      n_ctx=int(cfg.get("max_position_embeddings", 2048)),
-                     # transformers' defaults: 1e-6 (llama, Qwen) / 1e-5 (Mixtral); theta 1e4 / 1e6
-                     eps=float(cfg.get("rms_norm_eps", 1e-5 if moe == "mixtral" else 1e-6)),
+                     # transformers' defaults: 1e-6 (llama, Qwen) / 1e-5 (Mixtral, gpt-oss); theta
+                     # 1e4 / 1e6 (Mixtral) / 150000 (gpt-oss)
+                     eps=float(cfg.get("rms_norm_eps", 1e-5 if moe in ("mixtral", "gpt-oss") else 1e-6)),
                      rope_base=float(cfg.get("rope_theta") or rope_params.get("rope_theta")
-                                     or (1e6 if moe == "mixtral" else 10000.0)), act=act,
+                                     or {"mixtral": 1e6, "gpt-oss": 150000.0}.get(moe, 10000.0)), act=act,
                      tied=bool(cfg.get("tie_word_embeddings", False)), rope_linear_factor=factor, rope_yarn=yarn,
                      moe=moe, **moe_fields)
     except KeyError as e:
@@ -232,12 +251,15 @@ class Item:
     name: str           # GGUF tensor name
     shape: tuple        # output shape, outermost first
     dtype: GGMLType
-    produce: object     # () -> float32 array of `shape`
+    produce: object     # () -> float32 array of `shape`, or with `encoded` its bytes in dtype
+    encoded: bool = False   # produce() returns the tensor's bytes (uint8 [..., row_bytes]) as they are
 
 
 def pick_type(name: str, shape: tuple, outtype: str) -> GGMLType:
-    if len(shape) == 1 or outtype == "f32" or name.endswith("ffn_gate_inp.weight"):
+    if len(shape) == 1 or outtype == "f32" or name.endswith(("ffn_gate_inp.weight", ".bias")):
         return GGMLType.F32
+    if outtype == "mxfp4":   # the expert stacks (3-D) MXFP4, everything else F32
+        return GGMLType.MXFP4 if len(shape) == 3 and shape[-1] % 32 == 0 else GGMLType.F32
     if outtype == "f16" or shape[-1] % 32 or name == "position_embd.weight":
         return GGMLType.F16
     if outtype == "q4_0" and name != "output.weight":
@@ -270,6 +292,11 @@ def expected_shapes(hp: HParams) -> dict:
 def check_model_tensors(src: dict, hp: HParams, model_dir: str):
     if hp.arch == "opt":
         exp = hf_archs.opt_expected_shapes(hp, src)
+    elif hp.arch == "gpt-oss":
+        try:
+            exp = hf_gpt_oss.gpt_oss_expected_shapes(hp, src)
+        except hf_archs.ArchError as e:
+            raise ConvertError(f"{model_dir}: {e}") from None
     else:
         exp = expected_shapes(hp)
         if hp.arch == "qwen2":
@@ -329,14 +356,19 @@ def load_predictors(pred_dir: str, hp: HParams):
 def build_plan(src: dict, hp: HParams, outtype: str, predictors, transpose_down: bool = False) -> list:
     items = []
 
-    def add(name, shape, produce):
-        items.append(Item(name, tuple(shape), pick_type(name, tuple(shape), outtype), produce))
+    def add(name, shape, produce, encoded: GGMLType | None = None):
+        """encoded: produce() returns the tensor's bytes in that type (written unchanged)."""
+        dtype = encoded if encoded is not None else pick_type(name, tuple(shape), outtype)
+        items.append(Item(name, tuple(shape), dtype, produce, encoded is not None))
 
     def copy(hf_name):
         return lambda: src[hf_name].load()
 
     if hp.arch == "opt":
         hf_archs.opt_plan(src, hp, add, predictors)
+        return items
+    if hp.arch == "gpt-oss":
+        hf_gpt_oss.gpt_oss_plan(src, hp, add)
         return items
     # Qwen's GGUF files keep HF's q/k rows (NeoX RoPE); llama's are permuted for pairs (2i, 2i+1).
     permute = rope_to_gguf if hp.arch not in NEOX_ARCHS else (lambda w, n_heads: w)
@@ -407,7 +439,8 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def metadata(hp: HParams, vocab, outtype: str, name: str, threshold):
+def metadata(hp: HParams, vocab, outtype: str, name: str, threshold, quantized: bool = False):
+    """The file's metadata; quantized: some tensor has a block type (general.quantization_version)."""
     a = hp.arch
     md = [
         ("general.architecture", a, VT.STRING),
@@ -420,8 +453,9 @@ def metadata(hp: HParams, vocab, outtype: str, name: str, threshold):
         (f"{a}.feed_forward_length", hp.n_ff, VT.UINT32),
         (f"{a}.attention.head_count", hp.n_head, VT.UINT32),
         (f"{a}.attention.head_count_kv", hp.n_head_kv, VT.UINT32),
-        (f"{a}.feed_forward_activation", hp.act, VT.STRING),
     ]
+    if a != "gpt-oss":   # (its gated unit is fixed: llama.cpp writes no activation key)
+        md.append((f"{a}.feed_forward_activation", hp.act, VT.STRING))
     if a in HEAD_DIM_ARCHS:
         md += [(f"{a}.attention.key_length", hp.head_dim, VT.UINT32),
                (f"{a}.attention.value_length", hp.head_dim, VT.UINT32)]
@@ -449,7 +483,7 @@ def metadata(hp: HParams, vocab, outtype: str, name: str, threshold):
     elif hp.rope_linear_factor != 1.0:
         md += [(f"{a}.rope.scaling.type", "linear", VT.STRING),
                (f"{a}.rope.scaling.factor", hp.rope_linear_factor, VT.FLOAT32)]
-    if outtype in ("q8_0", "q4_0"):
+    if quantized or outtype in ("q8_0", "q4_0", "mxfp4"):
         md.append(("general.quantization_version", 2, VT.UINT32))
     if threshold is not None:
         md.append(("powerinfer.sparse_threshold", float(threshold), VT.FLOAT32))
@@ -496,13 +530,20 @@ def write(outfile: str, magic: bytes, md, items, progress: bool):
             w.write_header()
             bar = Progress(sum(int(np.prod(it.shape)) for it in items), progress)
             for it in items:
-                x = np.asarray(it.produce(), dtype=np.float32)
-                if x.shape != it.shape:
-                    raise ConvertError(f"tensor {it.name}: produced shape {list(x.shape)}, declared {list(it.shape)}")
-                data = quantize_rows(x, it.dtype)
+                if it.encoded:
+                    data = it.produce()
+                    if data.dtype != np.uint8 or data.nbytes != quants.nbytes(it.dtype, it.shape):
+                        raise ConvertError(f"tensor {it.name}: produced {data.nbytes} bytes of {data.dtype}, "
+                                           f"declared {it.dtype.name} {list(it.shape)}")
+                else:
+                    x = np.asarray(it.produce(), dtype=np.float32)
+                    if x.shape != it.shape:
+                        raise ConvertError(f"tensor {it.name}: produced shape {list(x.shape)}, "
+                                           f"declared {list(it.shape)}")
+                    data = quantize_rows(x, it.dtype)
                 total += data.nbytes
                 w.write_tensor(it.name, data)
-                bar.advance(x.size, it.name)
+                bar.advance(int(np.prod(it.shape)), it.name)
             bar.finish()
         os.replace(tmp, outfile)
     finally:
@@ -522,6 +563,14 @@ def load_vocab(model_dir: str, hp: HParams):
         # OPT's tokenizer starts every text with </s> (its BOS) when the config does not say.
         v = bpe_vocab.read_bpe_vocab(model_dir, hp.n_vocab, cfg, default_add_bos=hp.arch == "opt")
         bpe_vocab.warn_notes(v)
+        template = os.path.join(model_dir, "chat_template.jinja")
+        if v.chat_template is None and os.path.isfile(template):
+            with open(template, encoding="utf-8") as f:
+                v.chat_template = f.read()
+        if hp.arch == "gpt-oss" and "<|return|>" in v.tokens:
+            # The harmony format ends a reply with <|return|> (<|call|> ends a tool call; the
+            # engine, as llama.cpp, treats both as end of generation): EOS is <|return|>.
+            v.eos_id = v.tokens.index("<|return|>")
         return v
     raise ConvertError(f"{tok_path}: not found, nor tokenizer.json (the model needs its tokenizer: "
                        "SentencePiece tokenizer.model or a byte-level BPE tokenizer.json)")
@@ -548,13 +597,17 @@ def convert(args) -> str:
         threshold = args.threshold if args.threshold is not None else (threshold if threshold is not None else 0.0)
     elif args.threshold is not None:
         raise ConvertError("--threshold only applies with --predictors")
+    if args.outtype == "mxfp4" and not hp.moe:
+        raise ConvertError(f"{model_dir}: --outtype mxfp4 quantizes the experts of a mixture-of-experts model; "
+                           f"{hp.arch} has none")
     transpose_down = getattr(args, "transpose_down", False)
     if transpose_down and hp.moe != "smallthinker":
         raise ConvertError(f"{model_dir}: --transpose-down only applies to SmallThinker models, not {hp.arch}")
 
     name = args.name or os.path.basename(os.path.normpath(model_dir))
     items = build_plan(src, hp, args.outtype, predictors, transpose_down)
-    md = metadata(hp, vocab, args.outtype, name, threshold)
+    plain = (GGMLType.F32, GGMLType.F16, GGMLType.BF16)
+    md = metadata(hp, vocab, args.outtype, name, threshold, quantized=any(it.dtype not in plain for it in items))
     nbytes = write(args.outfile, magic, md, items, not args.quiet)
     if not args.quiet:
         print(f"wrote {args.outfile}: {magic.decode()} {hp.arch}, {len(items)} tensors, "

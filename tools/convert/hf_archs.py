@@ -1,6 +1,6 @@
 """The Hugging Face checkpoints of OPT, Qwen2, Qwen3 and the mixture-of-experts models as GGUF
-tensors (convert_hf.py handles llama and bamboo itself): which tensors a checkpoint must hold,
-and the plan that writes them.
+tensors (convert_hf.py handles llama and bamboo itself, hf_gpt_oss.py gpt-oss): which tensors a
+checkpoint must hold, and the plan that writes them.
 
 OPT (OPTForCausalLM; facts from HF's modeling_opt and the original PowerInfer's OPT files):
   model.decoder.embed_tokens / embed_positions ([max_position_embeddings + 2, hidden]: position p

@@ -140,6 +140,10 @@ struct SessionOptions {
   // The types of the cached keys and values (-ctk, -ctv).
   KvCacheType kv_type_k = KvCacheType::F16;
   KvCacheType kv_type_v = KvCacheType::F16;
+  // Sliding-window layers (gpt-oss, SmallThinker) keep only what their window may read
+  // (n_seq_max x (window - 1) + n_batch cells) unless swa_full (llama.cpp's --swa-full): the
+  // whole context there too, so that any sequence may be cut back to any position.
+  bool swa_full = false;
   // The device the session runs on: "cpu" (default), "ref" (the scalar reference kernels) or
   // "sim" (the simulated GPU of the tests); `powerinfer devices` lists them. device_budget:
   // bytes the session may allocate there (0: all the device has); everything is counted
@@ -273,8 +277,13 @@ class Session {
   // (no data copied) and takes its penalty window; its RNG restarts from its own seed.
   Status fork(int32_t src, int32_t dst);
   // Sequence seq (-1: all) forgets positions [p0, p1) (p1 = -1: to the end); its sampler is
-  // reset when it holds nothing afterwards.
+  // reset when it holds nothing afterwards. Cutting a sequence back to p0 > 0 fails (nothing
+  // changed) where seq_can_truncate(seq, p0) is false.
   Status seq_rm(int32_t seq, int32_t p0, int32_t p1 = -1);
+  // Whether sequence seq can be cut back to positions [0, p0) and go on from p0: always,
+  // except with sliding-window layers kept bounded (not swa_full), whose window before p0 may
+  // be gone; then evaluate it again from position 0 (seq_rm(seq, 0)).
+  bool seq_can_truncate(int32_t seq, int32_t p0) const;
   // Sequence dst also holds src's positions [p0, p1) (p1 = -1: to the end), sharing cells.
   Status seq_cp(int32_t src, int32_t dst, int32_t p0 = 0, int32_t p1 = -1);
   // Highest position sequence seq holds; -1 when none.

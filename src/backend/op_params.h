@@ -118,6 +118,11 @@ struct KvBatch {
   // list; only a sliding-window model's pass reads them (to cut each list to the window). The
   // ops do not.
   const int32_t* attn_pos = nullptr;
+  // A cache whose sliding-window layers keep a smaller store of window cells (runtime's
+  // KvCache): each token's window cell ([m]) and the attn_cells entries as window cells (same
+  // indexing), which those layers write and read instead; nullptr: the cells themselves.
+  const int32_t* window_cell = nullptr;
+  const int32_t* window_attn_cells = nullptr;
 };
 
 }  // namespace pi::backend

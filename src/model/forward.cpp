@@ -319,6 +319,7 @@ KvBatch Forward::window(const KvBatch& at, int64_t m, int64_t n_ctx) {
     }
     b.attn_cells = iota_cells_.data();
   } else {
+    if (at.window_attn_cells != nullptr) b.attn_cells = at.window_attn_cells;
     // Each list ascends in position: drop its entries at or below pos - w.
     for (int64_t i = 0; i < m; ++i) {
       const int32_t* p = at.attn_pos + at.attn_begin[i];
@@ -328,6 +329,7 @@ KvBatch Forward::window(const KvBatch& at, int64_t m, int64_t n_ctx) {
       swa_len_[static_cast<size_t>(i)] = at.attn_len[i] - (first - p);
     }
   }
+  if (at.window_cell != nullptr) b.cell = at.window_cell;
   b.attn_begin = swa_begin_.data();
   b.attn_len = swa_len_.data();
   return b;

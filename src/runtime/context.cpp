@@ -21,7 +21,7 @@ Context::Context(const model::Model& model, ContextOptions opts,
       opts_(opts),
       dev_(std::move(dev)),
       weights_(std::move(weights)),
-      cache_(model.hparams(), opts.n_ctx, std::move(kv_storage), opts.kv_types) {
+      cache_(model.hparams(), kv_cells(model.hparams(), opts), std::move(kv_storage), opts.kv_types) {
   const auto n_batch = static_cast<size_t>(opts.n_batch);
   const auto n_ctx = static_cast<size_t>(opts.n_ctx);
   lists_.cells.reserve(n_ctx * std::min(static_cast<size_t>(opts.n_seq_max), n_batch));
@@ -63,7 +63,7 @@ Result<std::vector<LedgerLine>> Context::budget_items(const model::Model& model,
   const auto item = [](const char* what, uint64_t bytes) { return LedgerLine{what, 1, bytes}; };
   std::vector<LedgerLine> items = {
       item("weights", backend::WeightStore::cost(dev, model::weight_bytes(model.weights()))),
-      item("KV cache", KvCache::storage_bytes(hp, o.n_ctx, o.kv_types)),
+      item("KV cache", KvCache::storage_bytes(hp, kv_cells(hp, o), o.kv_types)),
       item("step buffers",
            model::StepBuffers::bytes(hp, o.n_batch,
                                      std::max<int64_t>({o.all_logits ? o.n_batch : 1, o.n_seq_max, 1})))};
@@ -151,7 +151,7 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
   // Model::dense_only is what Model::load converted in place, so no context needs a copy.
   auto weights = model::place_weights(**dev, model.weights(), &model.layouts(), model.dense_only());
   if (!weights.ok()) return weights.error();
-  auto kv = (*dev)->alloc(KvCache::storage_bytes(model.hparams(), opts.n_ctx, opts.kv_types),
+  auto kv = (*dev)->alloc(KvCache::storage_bytes(model.hparams(), kv_cells(model.hparams(), opts), opts.kv_types),
                           "KV cache");
   if (!kv.ok()) return kv.error();
   std::vector<KvStorage> storage;
@@ -215,7 +215,7 @@ Status Context::check_seq(SeqId s) const {
   return Status::Ok();
 }
 
-Status Context::eval_slot(std::span<const int32_t> tokens, const KvSlot& slot,
+Status Context::eval_slot(std::span<const int32_t> tokens, KvSlot& slot,
                           std::span<const int32_t> outputs, model::Head head) {
   const int64_t m = slot.size();
   // The contiguous path: one sequence's next positions in the cells equal to them, after the
@@ -231,12 +231,20 @@ Status Context::eval_slot(std::span<const int32_t> tokens, const KvSlot& slot,
       head == model::Head::Hidden ||
       (opts_.all_logits ? static_cast<int64_t>(outputs.size()) == m
                         : outputs.empty() || (outputs.size() == 1 && outputs[0] == m - 1));
-  if (contiguous && rows_fit && cache_.holds_prefix(s, pos0)) {
+  // Sliding-window layers with a window store read and write window cells (KvCache).
+  const bool window = cache_.cells().bounded();
+  if (window) PI_TRY(cache_.plan_window(slot));
+  if (contiguous && rows_fit && !window && cache_.holds_prefix(s, pos0)) {
     PI_TRY(forward_->eval(tokens, pos0, cache_.view(), head));
   } else {
     cache_.attention_lists(slot, lists_);
-    const model::KvBatch b{slot.pos.data(), slot.cells.data(), lists_.cells.data(),
-                           lists_.begin.data(), lists_.len.data(), lists_.pos.data()};
+    model::KvBatch b{slot.pos.data(), slot.cells.data(), lists_.cells.data(),
+                     lists_.begin.data(), lists_.len.data(), lists_.pos.data()};
+    if (window) {
+      PI_TRY(cache_.window_lists(slot, lists_, model_.hparams().n_swa, window_cells_));
+      b.window_cell = slot.window.data();
+      b.window_attn_cells = window_cells_.data();
+    }
     PI_TRY(forward_->eval_batch(tokens, b, cache_.view(), outputs, head));
   }
   return cache_.apply(KvEdit::commit(slot));
@@ -343,7 +351,21 @@ std::span<const float> Context::batch_logits(size_t i) const {
 
 Status Context::seq_rm(SeqId seq, int32_t p0, int32_t p1) {
   if (seq != kAllSeqs) PI_TRY(check_seq(seq));
+  if (p1 == kPosEnd) {
+    for (SeqId s = 0; s < kMaxSeqs; ++s) {
+      if ((seq == kAllSeqs || s == seq) && !can_truncate(s, p0)) {
+        return with_code(err("sequence %d cannot be cut back to position %d: its sliding-window layers no longer "
+                             "hold the positions before it (cut back to 0, or use --swa-full)",
+                             s, p0),
+                         ErrorCode::BadRequest);
+      }
+    }
+  }
   return cache_.apply(KvEdit::remove(seq, p0, p1));
+}
+
+bool Context::can_truncate(SeqId seq, int32_t p0) const {
+  return cache_.can_truncate(seq, p0, model_.hparams().n_swa);
 }
 
 Status Context::seq_cp(SeqId src, SeqId dst, int32_t p0, int32_t p1) {
@@ -378,7 +400,8 @@ Status Context::restore_seq(SeqId s, SeqStateFile& file) {
   auto slot = cache_.find_slot(n - 1);
   if (!slot.ok()) return slot.error();
   slot->assign_sequential(s, 0);
-  PI_TRY(file.read_cells(cache_, slot->cells));
+  PI_TRY(cache_.plan_window(*slot, /*attended=*/false));
+  PI_TRY(file.read_cells(cache_, *slot));
   PI_TRY(cache_.apply(KvEdit::commit(*slot)));
   const BatchToken last{tokens.back(), s, static_cast<int32_t>(n - 1), true};
   if (Status st = decode_batch(std::span<const BatchToken>(&last, 1)); !st.ok()) {

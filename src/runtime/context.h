@@ -14,6 +14,8 @@
 // Thread-safety: one thread drives a Context; the device runs the kernels.
 #pragma once
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -91,9 +93,17 @@ class Context {
   Status embed(std::span<const EmbedInput> inputs, const EmbedParams& p, std::span<float> out);
 
   // Forgets every cached position after the first n of every sequence (0: start over).
-  Status truncate(int64_t n) { return cache_.apply(KvEdit::truncate(n)); }
-  // Sequence seq (kAllSeqs: all) forgets positions [p0, p1) (p1 = kPosEnd: to the end).
+  Status truncate(int64_t n) {
+    if (n < 0) return cache_.apply(KvEdit::truncate(n));  // (refused: an invalid range)
+    return seq_rm(kAllSeqs, static_cast<int32_t>(std::min<int64_t>(n, INT32_MAX)), kPosEnd);
+  }
+  // Sequence seq (kAllSeqs: all) forgets positions [p0, p1) (p1 = kPosEnd: to the end). Cutting
+  // a sequence back to p0 > 0 is refused (BadRequest, nothing changed) where its sliding-window
+  // layers no longer hold the window before p0 (can_truncate).
   Status seq_rm(SeqId seq, int32_t p0, int32_t p1);
+  // Whether sequence seq cut back to [0, p0) could go on at p0 (always without sliding-window
+  // layers or with --swa-full; otherwise only while its window before p0 is still held).
+  bool can_truncate(SeqId seq, int32_t p0) const;
   // Sequence dst also holds src's positions [p0, p1), sharing their cells (no data copied).
   Status seq_cp(SeqId src, SeqId dst, int32_t p0, int32_t p1);
   // Highest position sequence s holds, -1 when none.
@@ -156,7 +166,7 @@ class Context {
   // and sequences filled in) and commits it. Logits: those of the tokens listed in `outputs`
   // (ascending) are in forward().logits(), or with outputs empty those decode() keeps.
   // With Head::Hidden: forward().hidden() holds every token's normalized hidden state.
-  Status eval_slot(std::span<const int32_t> tokens, const KvSlot& slot,
+  Status eval_slot(std::span<const int32_t> tokens, KvSlot& slot,
                    std::span<const int32_t> outputs, model::Head head = model::Head::Logits);
   Status check_embed(std::span<const EmbedInput> inputs, const EmbedParams& p, size_t out_size) const;
 
@@ -180,6 +190,7 @@ class Context {
   sparse::SiteThresholds site_thresholds_;
   // decode_batch() scratch, allocated by create().
   AttnLists lists_;
+  std::vector<int32_t> window_cells_;  // lists_ as window cells (KvCache::window_lists)
   std::vector<int32_t> chunk_tokens_, chunk_outputs_;  // [n_batch]
   std::vector<int32_t> all_rows_;                      // 0 .. n_batch-1
   std::vector<float> batch_logits_;                    // f32 [n_out, n_vocab]

@@ -151,12 +151,12 @@ Result<std::unique_ptr<Context>> Context::create_hybrid(const model::Model& mode
   std::vector<KvStorage> kv;
   const int64_t n_dev = setup->plan.n_dense_layers;
   for (int64_t il = 0; il < n_dev; ++il) {
-    auto b = dev->alloc(KvCache::storage_bytes(hp, opts.n_ctx, 1, opts.kv_types), "KV cache");
+    auto b = dev->alloc(KvCache::storage_bytes(hp, kv_cells(hp, opts), opts.kv_types, il, 1), "KV cache");
     if (!b.ok()) return b.error();
     kv.push_back(KvStorage{std::move(*b), il, 1});
   }
   const uint64_t host_kv =
-      n_dev < hp.n_layer ? KvCache::storage_bytes(hp, opts.n_ctx, hp.n_layer - n_dev, opts.kv_types)
+      n_dev < hp.n_layer ? KvCache::storage_bytes(hp, kv_cells(hp, opts), opts.kv_types, n_dev, hp.n_layer - n_dev)
                          : 0;
   if (n_dev < hp.n_layer) {
     auto b = (*host)->alloc(host_kv, "KV cache");

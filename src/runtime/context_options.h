@@ -40,6 +40,12 @@ struct ContextOptions {
   // is set (sparse/threshold_steps.h: sparsity, sites).
   sparse::ThresholdOptions thresholds;
   int n_seq_max = 1;             // sequences the cache holds (1..64): ids 0 .. n_seq_max-1
+  // Sliding-window layers (gpt-oss, SmallThinker) keep only the cells their window can still
+  // read: n_seq_max * (window - 1) + n_batch of them, not n_ctx (KvCache, "window cells").
+  // swa_full keeps the whole context there too (llama.cpp's --swa-full): more memory, and a
+  // sequence may then be cut back to any position (a bounded one only to where its window is
+  // still held).
+  bool swa_full = false;
   // The types of the cached keys and values (llama.cpp's -ctk/-ctv): F16, Q8_0 or Q4_0, the
   // block types for models whose head_dim is a multiple of 32 (check_kv_types).
   KvTypes kv_types;

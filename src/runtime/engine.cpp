@@ -164,6 +164,7 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.all_logits = o.all_logits;
   co.n_seq_max = o.n_seq_max;
   co.kv_types = runtime::KvTypes{kv_dtype(o.kv_type_k), kv_dtype(o.kv_type_v)};
+  co.swa_full = o.swa_full;
   co.device.name = o.device;
   co.device.budget = o.device_budget;
   co.device.repack = o.repack;
@@ -439,6 +440,10 @@ Status Session::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
 }
 
 int32_t Session::seq_pos_max(int32_t seq) const { return ctx_->seq_pos_max(seq); }
+
+bool Session::seq_can_truncate(int32_t seq, int32_t p0) const {
+  return seq >= 0 && seq < n_seq_max() ? ctx_->can_truncate(seq, p0) : false;
+}
 
 bool Session::grammar_done(int32_t seq) const {
   return seq >= 0 && seq < n_seq_max() && samplers_[static_cast<size_t>(seq)]->grammar_done();

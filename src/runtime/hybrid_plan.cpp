@@ -10,6 +10,7 @@
 #include "model/layout_cache.h"
 #include "model/hybrid_moe.h"
 #include "model/moe_ffn.h"
+#include "runtime/kv_cache.h"
 #include "sparse/activation_stats.h"
 #include "sparse/gpu_index.h"
 #include "sparse/placement_model.h"
@@ -261,6 +262,7 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
   sparse::PlacementRequest req;
   req.budget = budget - margin;
   req.n_ctx = o.n_ctx;
+  req.n_window = kv_cells(hp, o).window;
   req.kv_type_k = o.kv_types.k;
   req.kv_type_v = o.kv_types.v;
   req.n_batch = o.n_batch;
@@ -343,8 +345,10 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
   }
 
   // What each layer reads per token, by side.
-  const uint64_t kv_all = sparse::kv_layer_bytes(hp, o.n_ctx, o.kv_types.k, o.kv_types.v);
   for (size_t l = 0; l < problem->layers.size(); ++l) {
+    // (a window layer reads at most its window's cells; its store counts in dense_read_bytes)
+    const uint64_t kv_all = sparse::kv_layer_bytes(hp, kv_cells(hp, o).of(hp, static_cast<int64_t>(l)),
+                                                   o.kv_types.k, o.kv_types.v);
     const sparse::LayerCost& c = problem->layers[l];
     const sparse::LayerPlan& L = out.plan.layers[l];
     HybridSetup::LayerBytes b;
@@ -413,7 +417,7 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
       out.ledger.add("routers", L.ffn.gate_inp.nbytes());
       if (L.ffn.gate_inp_b.present()) out.ledger.add("routers", L.ffn.gate_inp_b.nbytes());
     }
-    out.ledger.add("KV cache", sparse::kv_layer_bytes(hp, o.n_ctx, o.kv_types.k, o.kv_types.v));
+    out.ledger.add("KV cache", KvCache::storage_bytes(hp, kv_cells(hp, o), o.kv_types, il, 1));
   }
   if (out.plan.head_on_device) {
     model::each_head_view(

@@ -52,14 +52,33 @@ Status check_kv_types(const model::HParams& hp, KvTypes t) {
   return Status::Ok();
 }
 
-uint64_t KvCache::storage_bytes(const model::HParams& hp, int64_t n_ctx, KvTypes types) {
-  return storage_bytes(hp, n_ctx, hp.n_layer, types);
+KvCells kv_cells(const model::HParams& hp, const ContextOptions& opts) {
+  KvCells c{opts.n_ctx, opts.n_ctx};
+  if (hp.n_swa > 0 && !opts.swa_full) {
+    const int64_t batch = std::min(opts.n_batch, opts.n_ctx);
+    c.window = std::min(opts.n_ctx, static_cast<int64_t>(std::max(opts.n_seq_max, 1)) * (hp.n_swa - 1) + batch);
+  }
+  return c;
 }
 
-uint64_t KvCache::storage_bytes(const model::HParams& hp, int64_t n_ctx, int64_t n_layers,
-                                KvTypes types) {
-  const int64_t n = n_ctx * hp.n_embd_kv();
-  return static_cast<uint64_t>(n_layers) * (row_bytes(types.k, n) + row_bytes(types.v, n));
+namespace {
+
+// Bytes of one layer's K and V.
+std::pair<size_t, size_t> layer_bytes(const model::HParams& hp, KvCells cells, KvTypes types, int64_t il) {
+  const int64_t n = cells.of(hp, il) * hp.n_embd_kv();
+  return {row_bytes(types.k, n), row_bytes(types.v, n)};
+}
+
+}  // namespace
+
+uint64_t KvCache::storage_bytes(const model::HParams& hp, KvCells cells, KvTypes types, int64_t first, int64_t n) {
+  const int64_t last = n < 0 ? hp.n_layer : std::min(hp.n_layer, first + n);
+  uint64_t bytes = 0;
+  for (int64_t il = first; il < last; ++il) {
+    const auto [k, v] = layer_bytes(hp, cells, types, il);
+    bytes += k + v;
+  }
+  return bytes;
 }
 
 namespace {
@@ -72,34 +91,40 @@ std::vector<KvStorage> one_block(const model::HParams& hp, backend::Buffer stora
 
 }  // namespace
 
-KvCache::KvCache(const model::HParams& hp, int64_t n_ctx, backend::Buffer storage, KvTypes types)
-    : KvCache(hp, n_ctx, one_block(hp, std::move(storage)), types) {}
+KvCache::KvCache(const model::HParams& hp, KvCells cells, backend::Buffer storage, KvTypes types)
+    : KvCache(hp, cells, one_block(hp, std::move(storage)), types) {}
 
-KvCache::KvCache(const model::HParams& hp, int64_t n_ctx, std::vector<KvStorage> storage,
-                 KvTypes types)
-    : n_ctx_(n_ctx),
+KvCache::KvCache(const model::HParams& hp, KvCells cells, std::vector<KvStorage> storage, KvTypes types)
+    : n_ctx_(cells.n_ctx),
+      window_(std::min(cells.window, cells.n_ctx)),
+      n_swa_(hp.n_swa),
       types_(types),
-      cells_(static_cast<size_t>(n_ctx)),
+      cells_(static_cast<size_t>(cells.n_ctx)),
       seq_max_(static_cast<size_t>(kMaxSeqs), -1),
       seq_entries_(static_cast<size_t>(kMaxSeqs)),
       storage_(std::move(storage)) {
-  const int64_t n = n_ctx * hp.n_embd_kv();
-  const size_t k_bytes = row_bytes(types.k, n), v_bytes = row_bytes(types.v, n);
-  view_.n_ctx = n_ctx;
+  if (window_ < n_ctx_) {
+    slot_of_cell_.assign(static_cast<size_t>(n_ctx_), -1);
+    cell_of_slot_.assign(static_cast<size_t>(window_), -1);
+  }
+  view_.n_ctx = n_ctx_;
   view_.layers.resize(static_cast<size_t>(hp.n_layer));
+  for (int64_t il = 0; il < hp.n_layer; ++il) window_layers_.push_back(hp.layer_swa(il) ? 1 : 0);
   for (const KvStorage& block : storage_) {
     auto* base = block.buffer.as<uint8_t>();
+    size_t at = 0;
     for (int64_t j = 0; j < block.n_layers; ++j) {
-      const auto il = static_cast<size_t>(block.first_layer + j);
-      if (il >= view_.layers.size()) break;
-      model::KvLayer& L = view_.layers[il];
-      const auto at = static_cast<size_t>(j) * (k_bytes + v_bytes);
+      const int64_t il = block.first_layer + j;
+      if (il >= hp.n_layer) break;
+      const auto [k_bytes, v_bytes] = layer_bytes(hp, KvCells{n_ctx_, window_}, types, il);
+      model::KvLayer& L = view_.layers[static_cast<size_t>(il)];
       L.k = base != nullptr ? reinterpret_cast<uint16_t*>(base + at) : nullptr;
       L.v = base != nullptr ? reinterpret_cast<uint16_t*>(base + at + k_bytes) : nullptr;
-      L.head_stride = n_ctx * hp.head_dim;
+      L.head_stride = KvCells{n_ctx_, window_}.of(hp, il) * hp.head_dim;
       L.cell_stride = hp.head_dim;
       L.k_type = types.k;
       L.v_type = types.v;
+      at += k_bytes + v_bytes;
     }
   }
 }
@@ -243,9 +268,18 @@ Status KvCache::commit(const KvSlot& slot) {
   for (size_t i = 0; i < marked; ++i) cells_[static_cast<size_t>(slot.cells[i])].pos = -1;
   if (repeated) return err("KV cache: cell %d planned twice in one batch", slot.cells[marked]);
 
+  if (window_ < n_ctx_ && slot.window.size() != m)
+    return err("KV cache: commit of %zu cells with %zu window cells (plan_window first)", m, slot.window.size());
   for (size_t i = 0; i < m; ++i) {
     cells_[static_cast<size_t>(slot.cells[i])] = Cell{slot.pos[i], bit(slot.seq[i])};
     seq_entries_[static_cast<size_t>(slot.seq[i])].emplace_back(slot.pos[i], slot.cells[i]);
+    if (window_ < n_ctx_ && slot.window[i] >= 0) {
+      // The window cell's earlier cell (one no sequence reads there any more) loses it.
+      int32_t& held = cell_of_slot_[static_cast<size_t>(slot.window[i])];
+      if (held >= 0) slot_of_cell_[static_cast<size_t>(held)] = -1;
+      held = slot.cells[i];
+      slot_of_cell_[static_cast<size_t>(slot.cells[i])] = slot.window[i];
+    }
   }
   std::copy(last, last + kMaxSeqs, seq_max_.begin());
   n_used_ += static_cast<int64_t>(m);
@@ -276,6 +310,11 @@ void KvCache::drop_entries(SeqId s, size_t first, size_t last) {
     if (cell.seqs == 0) {
       cell.pos = -1;
       --n_used_;
+      if (window_ < n_ctx_) {
+        int32_t& w = slot_of_cell_[static_cast<size_t>(e[k].second)];
+        if (w >= 0) cell_of_slot_[static_cast<size_t>(w)] = -1;
+        w = -1;
+      }
     }
   }
   e.erase(e.begin() + static_cast<std::ptrdiff_t>(first), e.begin() + static_cast<std::ptrdiff_t>(last));
@@ -310,6 +349,79 @@ Status KvCache::copy(SeqId src, SeqId dst, int32_t p0, int32_t p1) {
     seq_max_[static_cast<size_t>(dst)] = d.back().first;
   }
   return Status::Ok();
+}
+
+Status KvCache::plan_window(KvSlot& slot, bool attended) const {
+  slot.window.clear();
+  if (window_ == n_ctx_) return Status::Ok();
+  const auto m = static_cast<size_t>(slot.size());
+  // Each batch sequence's last position here: a restore's tokens below its window need none.
+  int32_t last[kMaxSeqs];
+  std::copy(seq_max_.begin(), seq_max_.end(), last);
+  for (size_t i = 0; i < m; ++i)
+    if (valid_seq(slot.seq[i])) last[slot.seq[i]] = std::max(last[slot.seq[i]], slot.pos[i]);
+  // A held window cell may be given again when every sequence holding its cell reads from
+  // above (its highest position + 1) - W on: the batch's tokens of a sequence come after it.
+  const auto readable = [&](const Cell& cell) {
+    for (SeqId s = 0; s < kMaxSeqs; ++s)
+      if ((cell.seqs & bit(s)) != 0 && cell.pos > seq_max_[static_cast<size_t>(s)] + 1 - n_swa_) return true;
+    return false;
+  };
+  slot.window.assign(m, -1);
+  size_t w = 0;
+  for (size_t i = 0; i < m; ++i) {
+    if (!attended && slot.pos[i] <= last[slot.seq[i]] + 1 - n_swa_) continue;
+    for (; w < cell_of_slot_.size(); ++w) {
+      const int32_t held = cell_of_slot_[w];
+      if (held < 0 || !readable(cells_[static_cast<size_t>(held)])) break;
+    }
+    if (w == cell_of_slot_.size()) {
+      slot.window.clear();
+      return with_code(err("the sliding-window layers' %lld cells are all in use (more sequences than the "
+                           "context was made for; --swa-full keeps the whole context there)",
+                           ll(window_)),
+                       ErrorCode::ContextFull);
+    }
+    slot.window[i] = static_cast<int32_t>(w++);
+  }
+  return Status::Ok();
+}
+
+Status KvCache::window_lists(const KvSlot& slot, const AttnLists& lists, int64_t n_swa,
+                             std::vector<int32_t>& out) const {
+  out.resize(lists.cells.size());
+  if (window_ == n_ctx_) {
+    std::copy(lists.cells.begin(), lists.cells.end(), out.begin());
+    return Status::Ok();
+  }
+  // The batch's own cells are not committed yet: their window cells are the plan's.
+  std::vector<std::pair<int32_t, int32_t>> planned(static_cast<size_t>(slot.size()));
+  for (size_t i = 0; i < planned.size(); ++i) planned[i] = {slot.cells[i], slot.window[i]};
+  std::sort(planned.begin(), planned.end());
+  for (size_t k = 0; k < lists.cells.size(); ++k) {
+    const int32_t c = lists.cells[k];
+    const auto it = std::lower_bound(planned.begin(), planned.end(), std::make_pair(c, INT32_MIN));
+    out[k] = it != planned.end() && it->first == c ? it->second : slot_of_cell_[static_cast<size_t>(c)];
+  }
+  for (size_t i = 0; i < static_cast<size_t>(slot.size()); ++i) {
+    for (int64_t k = lists.begin[i]; k < lists.begin[i] + lists.len[i]; ++k) {
+      const auto at = static_cast<size_t>(k);
+      if (lists.pos[at] > slot.pos[i] - n_swa && out[at] < 0) {
+        return err("sequence %d: position %d's window reads position %d, which the sliding-window layers no "
+                   "longer hold (the sequence was cut back further than its window; evaluate it again from "
+                   "position 0, or use --swa-full)",
+                   slot.seq[i], slot.pos[i], lists.pos[at]);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+bool KvCache::can_truncate(SeqId s, int32_t p0, int64_t n_swa) const {
+  if (window_ == n_ctx_ || p0 <= 0 || !valid_seq(s)) return true;
+  for (const auto& [pos, c] : seq_entries_[static_cast<size_t>(s)])
+    if (pos > p0 - n_swa && pos < p0 && slot_of_cell_[static_cast<size_t>(c)] < 0) return false;
+  return true;
 }
 
 }  // namespace pi::runtime

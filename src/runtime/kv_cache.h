@@ -16,6 +16,15 @@
 // A single sequence (Context::decode, Session::prompt/advance) sees the simple layout: cell c
 // holds position c of sequence 0 and the cells in use are [0, n_used()); find_slot() keeps
 // a batch contiguous whenever a run of free cells is long enough.
+//
+// Window cells: a sliding-window layer (HParams::layer_swa) reads only the W latest positions
+// of a sequence, so its keys and values live in a smaller store of `window` cells (KvCells)
+// instead of n_ctx. A cell holds a window cell while any sequence holding it may still read
+// it there: its position lies above (that sequence's highest position + 1) - W. Before a batch
+// runs, plan_window() gives each of its tokens a window cell (a free one, or one no sequence
+// can read any more), window_lists() maps its attention lists to window cells, and the commit
+// records them. A sequence cut back (remove) to a position whose window lost cells cannot go
+// on there (can_truncate); planning a batch that would read a lost cell fails.
 // Thread-safety: none; one session owns a cache.
 #pragma once
 
@@ -45,6 +54,7 @@ struct KvSlot {
   std::vector<int32_t> cells;
   std::vector<int32_t> pos;
   std::vector<SeqId> seq;
+  std::vector<int32_t> window;  // each token's window cell (KvCache::plan_window), or empty
 
   int64_t size() const { return static_cast<int64_t>(cells.size()); }
   // Token i of sequence `s` at position pos0 + i, for every token (the single-sequence case).
@@ -95,10 +105,23 @@ struct KvEdit {
 // Whether the model's head_dim suits the types: an error naming the flag and head_dim if not.
 Status check_kv_types(const model::HParams& hp, KvTypes t);
 
+// The cells of each layer: n_ctx for a layer that attends every position, `window` for a
+// sliding-window one (== n_ctx: no window store, every layer holds the whole context).
+struct KvCells {
+  int64_t n_ctx = 0;
+  int64_t window = 0;
+  // The cells layer il stores.
+  int64_t of(const model::HParams& hp, int64_t il) const { return hp.layer_swa(il) ? window : n_ctx; }
+  bool bounded() const { return window < n_ctx; }
+};
+// The cells a context of these options keeps: window = min(n_ctx, n_seq_max * (n_swa - 1) +
+// n_batch) for a model with sliding-window layers, unless opts.swa_full.
+KvCells kv_cells(const model::HParams& hp, const ContextOptions& opts);
+
 // Cell contents of layers [first_layer, first_layer + n_layers) in one device's memory:
-// storage_bytes(hp, n_ctx, n_layers, types) bytes holding, per layer, K then V, each n_ctx x
-// n_embd_kv values of its type in KvLayer's head-major layout. A hybrid context keeps each layer's cells on the
-// device that runs its attention.
+// storage_bytes(hp, cells, types, first_layer, n_layers) bytes holding, per layer, K then V,
+// each (its cells) x n_embd_kv values of its type in KvLayer's head-major layout. A hybrid
+// context keeps each layer's cells on the device that runs its attention.
 struct KvStorage {
   backend::Buffer buffer;
   int64_t first_layer = 0;
@@ -107,22 +130,26 @@ struct KvStorage {
 
 class KvCache {
  public:
-  // Cell contents live in `storage`, device memory of storage_bytes(hp, n_ctx) bytes for
+  // Cell contents live in `storage`, device memory of storage_bytes(hp, cells) bytes for
   // every layer. An empty storage gives a cache of metadata only (its view's layers point
-  // nowhere).
-  KvCache(const model::HParams& hp, int64_t n_ctx, backend::Buffer storage = {},
-          KvTypes types = {});
+  // nowhere). A plain n_ctx: every layer holds n_ctx cells.
+  KvCache(const model::HParams& hp, KvCells cells, backend::Buffer storage = {}, KvTypes types = {});
+  KvCache(const model::HParams& hp, int64_t n_ctx, backend::Buffer storage = {}, KvTypes types = {})
+      : KvCache(hp, KvCells{n_ctx, n_ctx}, std::move(storage), types) {}
   // Cell contents in several blocks of layers (together covering every layer once).
-  KvCache(const model::HParams& hp, int64_t n_ctx, std::vector<KvStorage> storage,
-          KvTypes types = {});
-  static uint64_t storage_bytes(const model::HParams& hp, int64_t n_ctx, KvTypes types = {});
-  static uint64_t storage_bytes(const model::HParams& hp, int64_t n_ctx, int64_t n_layers,
-                                KvTypes types = {});
+  KvCache(const model::HParams& hp, KvCells cells, std::vector<KvStorage> storage, KvTypes types = {});
+  // Bytes of layers [first, first + n) (n < 0: to the last layer).
+  static uint64_t storage_bytes(const model::HParams& hp, KvCells cells, KvTypes types = {}, int64_t first = 0,
+                                int64_t n = -1);
+  static uint64_t storage_bytes(const model::HParams& hp, int64_t n_ctx, KvTypes types = {}) {
+    return storage_bytes(hp, KvCells{n_ctx, n_ctx}, types);
+  }
   KvTypes types() const { return types_; }
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
   int64_t n_ctx() const { return n_ctx_; }
+  KvCells cells() const { return {n_ctx_, window_}; }
   int64_t n_used() const { return n_used_; }  // cells holding a position
   int64_t n_free() const { return n_ctx_ - n_used_; }
   // Position held by cell c, or -1 when the cell is free.
@@ -154,6 +181,29 @@ class KvCache {
   // a commit checks.
   void attention_lists(const KvSlot& slot, AttnLists& out) const;
 
+  // ---- window cells (a model with sliding-window layers and a bounded window store) ----
+  // Gives each token of a planned slot (positions and sequences filled in) its window cell in
+  // slot.window: a free one, else one whose cell no sequence can read through its window any
+  // more. `attended`: the batch runs (every token is read by the later ones of its sequence);
+  // otherwise (a restore) only the tokens within their sequence's window get one (-1 the
+  // others). Fails with ContextFull when too few are left (more sequences than n_seq_max).
+  // A cache without a window store leaves slot.window empty.
+  Status plan_window(KvSlot& slot, bool attended = true) const;
+  // `lists` (attention_lists of `slot`) as window cells, entry for entry, into `out`; fails
+  // when an entry within its token's window lost its window cell (a sequence cut back too
+  // far, see can_truncate).
+  Status window_lists(const KvSlot& slot, const AttnLists& lists, int64_t n_swa,
+                      std::vector<int32_t>& out) const;
+  // The window cell of cell c, -1 when none (a cache without a window store: c).
+  int32_t window_cell(int64_t c) const {
+    return window_ == n_ctx_ ? static_cast<int32_t>(c) : slot_of_cell_[static_cast<size_t>(c)];
+  }
+  // Whether sequence s cut back to positions [0, p0) can go on at p0: every position of its
+  // window there still has its window cell (always without a window store, or for p0 = 0).
+  bool can_truncate(SeqId s, int32_t p0, int64_t n_swa) const;
+  // Whether layer il keeps window cells (a sliding-window layer of a cache with a window store).
+  bool window_layer(int64_t il) const { return window_ < n_ctx_ && window_layers_[static_cast<size_t>(il)] != 0; }
+
   // The single mutator of the metadata. A refused edit changes nothing. Refused:
   // - Commit: cells out of range, repeated or in use; sizes that differ; a sequence id outside
   //   [0, 64); a position < 0, not above the sequence's highest one, or not increasing within
@@ -183,11 +233,16 @@ class KvCache {
   using SeqEntries = std::vector<std::pair<int32_t, int32_t>>;
 
   int64_t n_ctx_;
+  int64_t window_;  // window cells (== n_ctx_: no window store)
+  int64_t n_swa_ = 0;
   KvTypes types_;
   int64_t n_used_ = 0;
   std::vector<Cell> cells_;        // [n_ctx]
   std::vector<int32_t> seq_max_;   // [kMaxSeqs] highest position, -1: none
   std::vector<SeqEntries> seq_entries_;  // [kMaxSeqs]
+  std::vector<int32_t> slot_of_cell_;    // [n_ctx] window cell of each cell, -1: none
+  std::vector<int32_t> cell_of_slot_;    // [window] cell of each window cell, -1: free
+  std::vector<uint8_t> window_layers_;   // [n_layer] HParams::layer_swa
   std::vector<KvStorage> storage_;  // per block: [n_layers, {K, V}, n_head_kv, n_ctx, head_dim]
   model::KvView view_;
 };

@@ -46,6 +46,40 @@ void for_runs(std::span<const int32_t> cells, bool rows_adjacent, F&& f) {
   }
 }
 
+// A window layer's cells (KvCache window cells): which of `cells` hold one (`at`, indices
+// into cells) and those window cells (`window`).
+struct WindowPick {
+  std::vector<size_t> at;
+  std::vector<int32_t> window;
+};
+WindowPick pick_window(std::span<const int32_t> cells, std::span<const int32_t> window) {
+  WindowPick p;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (window[i] < 0) continue;
+    p.at.push_back(i);
+    p.window.push_back(window[i]);
+  }
+  return p;
+}
+
+// Rows of the picked entries between staging [n_head_kv][n][row] and compact
+// [n_head_kv][picked][row]; rows not picked are zero in the full one.
+void expand_rows(const WindowPick& p, int64_t n_head_kv, size_t n, uint64_t row, const std::byte* compact,
+                 std::byte* full) {
+  std::memset(full, 0, static_cast<size_t>(n_head_kv) * n * row);
+  for (int64_t h = 0; h < n_head_kv; ++h)
+    for (size_t k = 0; k < p.at.size(); ++k)
+      std::memcpy(full + (static_cast<size_t>(h) * n + p.at[k]) * row,
+                  compact + (static_cast<size_t>(h) * p.at.size() + k) * row, row);
+}
+void compact_rows(const WindowPick& p, int64_t n_head_kv, size_t n, uint64_t row, const std::byte* full,
+                  std::byte* compact) {
+  for (int64_t h = 0; h < n_head_kv; ++h)
+    for (size_t k = 0; k < p.at.size(); ++k)
+      std::memcpy(compact + (static_cast<size_t>(h) * p.at.size() + k) * row,
+                  full + (static_cast<size_t>(h) * n + p.at[k]) * row, row);
+}
+
 // Host staging [n_head_kv][cells.size()][row] <-> the cells' rows of one layer's K or V.
 void download_rows(backend::Device& dev, const HeadRows& r, int64_t n_head_kv,
                    std::span<const int32_t> cells, std::byte* out) {
@@ -206,6 +240,12 @@ Result<uint64_t> write_seq_state(const std::string& path, const KvFingerprint& f
   ok = std::fwrite(header.data(), 1, header.size(), f) == header.size();
   std::vector<std::byte> staging(cells.size() * std::max(fp.kv_row_bytes, fp.kv_row_bytes_v));
   const model::KvView& view = cache.view();
+  // Window layers hold the positions their window may still read: the others are saved as
+  // zeros (a restore gives window cells only to the positions the next token reads).
+  std::vector<int32_t> window(cells.size());
+  for (size_t i = 0; i < cells.size(); ++i) window[i] = cache.window_cell(cells[i]);
+  const WindowPick pick = pick_window(cells, window);
+  std::vector<std::byte> compact;
   for (int64_t il = 0; il < fp.n_layer && ok; ++il) {
     backend::Device* dev = cache.layer_device(il);
     if (dev == nullptr) {
@@ -217,8 +257,14 @@ Result<uint64_t> write_seq_state(const std::string& path, const KvFingerprint& f
     for (bool v : {false, true}) {
       const uint64_t cell_bytes = v ? fp.kv_row_bytes_v : fp.kv_row_bytes;
       const uint64_t row = cell_bytes / static_cast<uint64_t>(fp.n_head_kv);
-      download_rows(*dev, head_rows(view.layers[static_cast<size_t>(il)], v, row), fp.n_head_kv,
-                    cells, staging.data());
+      const HeadRows rows = head_rows(view.layers[static_cast<size_t>(il)], v, row);
+      if (cache.window_layer(il)) {
+        compact.resize(pick.at.size() * cell_bytes);
+        download_rows(*dev, rows, fp.n_head_kv, pick.window, compact.data());
+        expand_rows(pick, fp.n_head_kv, cells.size(), row, compact.data(), staging.data());
+      } else {
+        download_rows(*dev, rows, fp.n_head_kv, cells, staging.data());
+      }
       const size_t n_bytes = cells.size() * cell_bytes;
       ok = ok && std::fwrite(staging.data(), 1, n_bytes, f) == n_bytes;
     }
@@ -344,9 +390,13 @@ Result<SeqStateFile> SeqStateFile::open(const std::string& path, const KvFingerp
   return s;
 }
 
-Status SeqStateFile::read_cells(const KvCache& cache, std::span<const int32_t> cells) {
+Status SeqStateFile::read_cells(const KvCache& cache, const KvSlot& slot) {
+  const std::span<const int32_t> cells = slot.cells;
   const auto n_file = static_cast<uint64_t>(tokens_.size());
   const uint64_t n = cells.size();
+  const bool windowed = slot.window.size() == cells.size();
+  const WindowPick pick = windowed ? pick_window(cells, slot.window) : WindowPick{};
+  std::vector<std::byte> compact;
   if (n > n_file)
     return err("%s: %llu cells asked of a file of %llu tokens", path_.c_str(), ull(n), ull(n_file));
   std::vector<std::byte> staging(n * std::max(fp_.kv_row_bytes, fp_.kv_row_bytes_v));
@@ -370,8 +420,14 @@ Status SeqStateFile::read_cells(const KvCache& cache, std::span<const int32_t> c
           return err("%s: read failed at offset %llu (layer %lld)", path_.c_str(), ull(off), ll(il));
         }
       }
-      upload_rows(*dev, head_rows(view.layers[static_cast<size_t>(il)], v != 0, row),
-                  fp_.n_head_kv, cells, staging.data());
+      const HeadRows rows = head_rows(view.layers[static_cast<size_t>(il)], v != 0, row);
+      if (windowed && cache.window_layer(il)) {
+        compact.resize(pick.at.size() * cell_bytes);
+        compact_rows(pick, fp_.n_head_kv, n, row, staging.data(), compact.data());
+        upload_rows(*dev, rows, fp_.n_head_kv, pick.window, compact.data());
+      } else {
+        upload_rows(*dev, rows, fp_.n_head_kv, cells, staging.data());
+      }
       at += n_file * cell_bytes;
     }
   }

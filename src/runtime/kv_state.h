@@ -67,7 +67,7 @@ class SeqStateFile {
 
   // Writes the K and V rows of the file's tokens [0, cells.size()) into cells `cells` of every
   // layer of `cache` (the contents only; the caller commits them).
-  Status read_cells(const KvCache& cache, std::span<const int32_t> cells);
+  Status read_cells(const KvCache& cache, const KvSlot& slot);
 
  private:
   struct Closer {

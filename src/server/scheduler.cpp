@@ -268,6 +268,11 @@ void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
   size_t n_common = sp.cache_prompt ? common_prefix(s.cached, sp.prompt) : 0;
   // At least the last prompt token is evaluated: its logits give the first token.
   n_common = std::min(n_common, sp.prompt.size() - 1);
+  // A model whose sliding-window layers keep only their window (no --swa-full) can go on from
+  // a cached prefix only while the window before its end is still held: else from scratch.
+  if (n_common > 0 && s.cached.size() > n_common &&
+      !session_->seq_can_truncate(s.id, static_cast<int32_t>(n_common)))
+    n_common = 0;
   s.stats = JobStats{};
   s.stats.slot = s.id;
   s.stats.n_prompt = static_cast<int64_t>(sp.prompt.size());

@@ -24,6 +24,7 @@ constexpr const char* kKvTypeV = "powerinfer.gpu_index.kv_type_v";
 constexpr const char* kDenseLayers = "powerinfer.gpu_index.dense_layers";
 constexpr const char* kHead = "powerinfer.gpu_index.head_on_device";
 constexpr const char* kReserved = "powerinfer.gpu_index.reserved_bytes";
+constexpr const char* kNWindow = "powerinfer.gpu_index.n_window";
 
 std::string idx_name(size_t l) { return "blk." + std::to_string(l) + ".gpu_idx"; }
 std::string bucket_name(size_t l) { return "blk." + std::to_string(l) + ".gpu_bucket"; }
@@ -69,6 +70,7 @@ IndexKey index_key(const gguf::File& model, const ActivationStats* stats, const 
   key.budget = req.budget;
   key.n_ctx = req.n_ctx;
   key.n_batch = req.n_batch;
+  key.n_window = req.n_window > 0 && req.n_window < req.n_ctx ? req.n_window : 0;
   key.kv_type_k = req.kv_type_k;
   key.kv_type_v = req.kv_type_v;
   return key;
@@ -89,6 +91,7 @@ Status write_gpu_index(const std::string& path, const PlacementPlan& plan, const
   PI_TRY(w.add_kv(kNCtx, gguf::Value(static_cast<uint64_t>(key.n_ctx))));
   PI_TRY(w.add_kv(kNBatch, gguf::Value(static_cast<uint64_t>(key.n_batch))));
   PI_TRY(w.add_kv(kReserved, gguf::Value(key.reserved)));
+  if (key.n_window > 0) PI_TRY(w.add_kv(kNWindow, gguf::Value(static_cast<uint64_t>(key.n_window))));
   PI_TRY(w.add_kv(kKvTypeK, gguf::Value(static_cast<uint32_t>(key.kv_type_k))));
   PI_TRY(w.add_kv(kKvTypeV, gguf::Value(static_cast<uint32_t>(key.kv_type_v))));
   PI_TRY(w.add_kv(kDenseLayers, gguf::Value(static_cast<uint32_t>(plan.n_dense_layers))));
@@ -207,6 +210,13 @@ Result<GpuIndex> read_gpu_index(const std::string& path) {
       if (*r < 0) return err("%s: %s %lld is negative", path.c_str(), kReserved, static_cast<long long>(*r));
       idx.key.reserved = static_cast<uint64_t>(*r);
     }
+    // Files written before sliding-window layers had their own store: 0, the whole context.
+    if (f->find(kNWindow) != nullptr) {
+      auto r = f->get_int(kNWindow);
+      if (!r.ok()) return r.error();
+      if (*r < 0) return err("%s: %s %lld is negative", path.c_str(), kNWindow, static_cast<long long>(*r));
+      idx.key.n_window = *r;
+    }
     idx.n_dense_layers = *dense;
     idx.head_on_device = std::get<bool>(head->data);
   }
@@ -236,6 +246,8 @@ Status check_index_matches(const GpuIndex& idx, const IndexKey& key,
   if (idx.key.granularity != key.granularity) return differs("granularity", idx.key.granularity, key.granularity);
   if (idx.key.n_ctx != key.n_ctx) return differs("n_ctx", idx.key.n_ctx, key.n_ctx);
   if (idx.key.n_batch != key.n_batch) return differs("n_batch", idx.key.n_batch, key.n_batch);
+  if (idx.key.n_window != key.n_window)
+    return differs("sliding-window cells (0: the whole context)", idx.key.n_window, key.n_window);
   if (idx.key.reserved != key.reserved)
     return differs("bytes reserved beside the plan (--expert-cache)", static_cast<long long>(idx.key.reserved),
                    static_cast<long long>(key.reserved));

@@ -50,6 +50,7 @@ struct IndexKey {
   DType kv_type_k = DType::F16;  // the KV bytes counted per layer depend on them
   DType kv_type_v = DType::F16;
   uint64_t reserved = 0;  // budget bytes held back beside the plan (--expert-cache's slots)
+  int64_t n_window = 0;   // cells of a sliding-window layer (0: n_ctx, or an older file)
 };
 
 struct GpuIndex {

@@ -120,9 +120,10 @@ Result<PlacementProblem> placement_problem(const model::Model& m, const Activati
   } else {
     p.scratch_bytes = step_scratch_bytes(hp, req.n_batch, req.n_outputs);
   }
-  const uint64_t kv = kv_layer_bytes(hp, req.n_ctx, req.kv_type_k, req.kv_type_v);
   p.layers.resize(w.layers.size());
   for (size_t l = 0; l < w.layers.size(); ++l) {
+    const int64_t cells = hp.layer_swa(static_cast<int64_t>(l)) && req.n_window > 0 ? req.n_window : req.n_ctx;
+    const uint64_t kv = kv_layer_bytes(hp, cells, req.kv_type_k, req.kv_type_v);
     const model::FfnWeights& f = w.layers[l].ffn;
     LayerCost& L = p.layers[l];
     Bytes b;

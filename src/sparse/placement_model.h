@@ -28,6 +28,7 @@ struct ScratchBytes {
 struct PlacementRequest {
   uint64_t budget = 0;       // device bytes
   int64_t n_ctx = 4096;      // KV cells the context holds (already resolved, > 0)
+  int64_t n_window = 0;      // ... in a sliding-window layer (runtime's KvCells); 0: n_ctx
   DType kv_type_k = DType::F16;  // the KV cache's key and value types
   DType kv_type_v = DType::F16;
   int64_t n_batch = 512;     // most tokens per step: sizes the per-step scratch

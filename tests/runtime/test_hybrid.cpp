@@ -319,7 +319,7 @@ TEST(Hybrid, QuantizedKvCacheIsCountedInItsTypesAndMatchesTheCpu) {
     for (const runtime::LedgerLine& l : c->hybrid()->ledger.lines())
       if (l.what == "KV cache") kv += l.bytes;
     const model::HParams& hp = m->hparams();
-    const uint64_t layer = runtime::KvCache::storage_bytes(hp, o.n_ctx, 1, types);
+    const uint64_t layer = runtime::KvCache::storage_bytes(hp, {o.n_ctx, o.n_ctx}, types, 0, 1);
     EXPECT_EQ(layer, static_cast<uint64_t>(o.n_ctx) * (2 * 18 + 2 * 34));  // n_embd_kv 64
     EXPECT_EQ(kv, static_cast<uint64_t>(c->hybrid()->plan.n_dense_layers) *
                       c->device().alloc_footprint(layer));

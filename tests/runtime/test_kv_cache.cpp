@@ -80,7 +80,7 @@ TEST(KvCache, StorageIsSizedByTheKvTypes) {
   const pi::runtime::KvTypes mixed{pi::DType::Q4_0, pi::DType::F16};
   EXPECT_EQ(KvCache::storage_bytes(hp, 10), 3u * 2 * 10 * 64 * 2);
   EXPECT_EQ(KvCache::storage_bytes(hp, 10, q8), 3u * 2 * 10 * 2 * 34);
-  EXPECT_EQ(KvCache::storage_bytes(hp, 10, 1, mixed), 10u * (2 * 18 + 64 * 2));
+  EXPECT_EQ(KvCache::storage_bytes(hp, {10, 10}, mixed, 0, 1), 10u * (2 * 18 + 64 * 2));
   pi::backend::CpuDevice dev(1);
   KvCache c(hp, 10, dev.alloc(KvCache::storage_bytes(hp, 10, mixed), "KV cache").value(), mixed);
   EXPECT_EQ(c.nbytes(), KvCache::storage_bytes(hp, 10, mixed));

@@ -116,6 +116,20 @@ TEST(SavedState, GreedyContinuesBitIdentically) {
   expect_restored_continues(*e, {});
 }
 
+// gpt-oss's sliding-window layers keep a store of 2 + 8 cells (runtime/kv_cache.h): the
+// file holds their rows of the positions still there, the restore gives window cells to the
+// ones the next token reads, and the session continues bit for bit.
+TEST(SavedState, SlidingWindowStoreRestores) {
+  TinySpec spec;
+  spec.arch = "gpt-oss";
+  spec.n_layer = 3;
+  spec.n_swa = 3;
+  spec.expert_wtype = pi::DType::MXFP4;
+  auto e = load_engine("state_gpt_oss.gguf", spec);
+  ASSERT_NE(e, nullptr);
+  expect_restored_continues(*e, {});
+}
+
 TEST(SavedState, SeededContinuesIdentically) {
   auto e = load_engine("state_seeded.gguf");
   ASSERT_NE(e, nullptr);

@@ -121,6 +121,10 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_option("--cache-type-v", f.cache_type_v,
                   "KV cache type of values (-ctv): f16, q8_0 or q4_0, as -ctk")
       ->capture_default_str();
+  sub->add_flag("--swa-full", f.swa_full,
+                "Sliding-window layers (gpt-oss, SmallThinker) keep the whole context instead of "
+                "their window's cells (n_seq x (window - 1) + batch): more memory, and a conversation "
+                "or cached prompt can then be cut back to any point without evaluating it again");
   sub->add_flag("--mlock", f.mlock,
                 "Lock the model in RAM so it is never paged out (a warning when the lock fails, "
                 "e.g. ulimit -l)");
@@ -170,6 +174,7 @@ Result<std::optional<uint64_t>> vram_budget_bytes(const std::string& gib) {
 
 Status apply_hybrid_flags(const ModelFlags& f, SessionOptions& so) {
   so.repack = f.repack;
+  so.swa_full = f.swa_full;
   for (auto [flag, name, type] : {std::tuple{"-ctk", &f.cache_type_k, &so.kv_type_k},
                                   std::tuple{"-ctv", &f.cache_type_v, &so.kv_type_v}}) {
     std::string lower = *name;

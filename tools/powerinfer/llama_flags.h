@@ -42,6 +42,7 @@ struct ModelFlags {
   bool mlock = false;                // --mlock: lock the model in RAM
   bool check_tensors = false;        // --check-tensors: scan every weight for NaN/Inf at load
   bool repack = true;                // --no-repack: transposed weights as in the file on the CPU
+  bool swa_full = false;             // --swa-full: sliding-window layers keep the whole context
 };
 
 // Registers -ngl/--n-gpu-layers, --flash-attn, --cache-type-k, --cache-type-v, --mlock,

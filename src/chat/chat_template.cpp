@@ -3,6 +3,8 @@
 #include <array>
 #include <utility>
 
+#include "chat/harmony.h"
+
 namespace pi::chat {
 namespace {
 
@@ -11,7 +13,7 @@ struct Named {
   const char* name;
 };
 
-constexpr std::array<Named, 10> kNames = {{
+constexpr std::array<Named, 11> kNames = {{
     {Template::ChatML, "chatml"},
     {Template::Llama2, "llama2"},
     {Template::Llama3, "llama3"},
@@ -22,16 +24,18 @@ constexpr std::array<Named, 10> kNames = {{
     {Template::Vicuna, "vicuna"},
     {Template::Alpaca, "alpaca"},
     {Template::DeepSeek, "deepseek"},
+    {Template::Harmony, "gpt-oss"},
 }};
 
 bool has(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
 
 Error bad(Error e) { return with_code(std::move(e), ErrorCode::BadRequest); }
 
-Status check_role(const Message& m, size_t i) {
+Status check_role(Template t, const Message& m, size_t i) {
   if (m.role == "system" || m.role == "user" || m.role == "assistant") return Status::Ok();
-  return bad(err("messages[%zu]: role '%s' is not one of system, user, assistant", i,
-                 m.role.c_str()));
+  if (t == Template::Harmony && m.role == "developer") return Status::Ok();
+  return bad(err("messages[%zu]: role '%s' is not one of system, %suser, assistant", i,
+                 m.role.c_str(), t == Template::Harmony ? "developer, " : ""));
 }
 
 // Families that write each message as opening + role + separator + content + closing.
@@ -161,16 +165,38 @@ std::string template_names() {
   return s;
 }
 
+const char* reasoning_effort_name(ReasoningEffort e) {
+  switch (e) {
+    case ReasoningEffort::Low: return "low";
+    case ReasoningEffort::Medium: return "medium";
+    case ReasoningEffort::High: return "high";
+  }
+  return "medium";
+}
+
+bool parse_reasoning_effort(std::string_view s, ReasoningEffort& out) {
+  for (ReasoningEffort e : {ReasoningEffort::Low, ReasoningEffort::Medium, ReasoningEffort::High}) {
+    if (s == reasoning_effort_name(e)) {
+      out = e;
+      return true;
+    }
+  }
+  return false;
+}
+
 Result<Template> template_from_name(std::string_view name) {
   for (const Named& n : kNames)
     if (name == n.name) return n.t;
+  if (name == "harmony") return Template::Harmony;
   return bad(err("unknown chat template '%.*s' (known: %s)", static_cast<int>(name.size()),
                  name.data(), template_names().c_str()));
 }
 
 Result<Template> detect_template(std::string_view j) {
   // Most specific markers first: Phi-3 and Zephyr share <|user|>; DeepSeek Coder and Alpaca
-  // share "### Instruction:"; Llama 2 and Mistral share [INST].
+  // share "### Instruction:"; Llama 2 and Mistral share [INST]; gpt-oss's <|end|> is Phi-3's
+  // too.
+  if (has(j, "<|channel|>") && has(j, "<|start|>")) return Template::Harmony;
   if (has(j, "<|im_start|>")) return Template::ChatML;
   if (has(j, "<|start_header_id|>") && has(j, "<|end_header_id|>")) return Template::Llama3;
   if (has(j, "<start_of_turn>")) return Template::Gemma;
@@ -201,8 +227,8 @@ Result<Template> resolve_template(std::string_view override_spec,
 }
 
 Result<std::string> render(Template t, std::span<const Message> messages,
-                           bool add_generation_prompt) {
-  for (size_t i = 0; i < messages.size(); ++i) PI_TRY(check_role(messages[i], i));
+                           bool add_generation_prompt, const RenderOptions& options) {
+  for (size_t i = 0; i < messages.size(); ++i) PI_TRY(check_role(t, messages[i], i));
   const bool gen = add_generation_prompt;
   switch (t) {
     case Template::ChatML:
@@ -229,8 +255,16 @@ Result<std::string> render(Template t, std::span<const Message> messages,
     case Template::Mistral:
     case Template::Gemma:
       return render_folded(t, messages, gen);
+    case Template::Harmony:
+      return render_harmony(messages, gen, options);
   }
   return err("chat template %d not implemented", static_cast<int>(t));
+}
+
+ReplyTokens reply_tokens(Template t) {
+  if (t != Template::Harmony) return {};
+  using namespace harmony;
+  return {{kStart, kChannel, kMessage, kEnd, kConstrain}, {kEnd}, {kReturn, kCall}};
 }
 
 }  // namespace pi::chat

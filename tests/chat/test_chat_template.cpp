@@ -69,7 +69,7 @@ const std::vector<Case> kCases = {
 };
 
 TEST(ChatTemplate, EveryFamilyRendersExactly) {
-  ASSERT_EQ(kCases.size(), 10u);
+  ASSERT_EQ(kCases.size(), 10u);  // and Harmony, whose text has its own tests (test_harmony.cpp)
   for (const Case& c : kCases) {
     SCOPED_TRACE(template_name(c.t));
     EXPECT_EQ(must_render(c.t, kWithSystem, true), c.with_system_gen);

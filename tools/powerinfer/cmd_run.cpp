@@ -21,6 +21,8 @@
 #include <string_view>
 #include <thread>
 
+#include <unistd.h>
+
 #include "commands.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
@@ -42,6 +44,8 @@ struct RunOptions : GenOptions {
   std::string system_prompt;  // -sys
   std::string chat_template;  // --chat-template NAME (or Jinja text); empty: the model's
   int64_t n_keep = 0;         // --keep
+  std::string reasoning_effort = "medium";  // --reasoning-effort: gpt-oss's system message
+  bool hide_reasoning = false;              // --hide-reasoning: print a reply's answer only
   // PowerInfer files: --sparsity-report, --check-predictor (implies the report).
   bool sparsity_report = false;
   bool check_predictor = false;
@@ -158,6 +162,11 @@ int run(const RunOptions& o_in) {
     log_error("--prompt-cache is not supported in conversation mode");
     return 1;
   }
+  chat::ReasoningEffort effort{};
+  if (!chat::parse_reasoning_effort(o.reasoning_effort, effort)) {
+    log_error("--reasoning-effort must be low, medium or high (got '%s')", o.reasoning_effort.c_str());
+    return 1;
+  }
   if (o.prompt_cache_all && o.interactive) {
     log_error("--prompt-cache-all is not supported in interactive mode");
     return 1;
@@ -256,6 +265,9 @@ int run(const RunOptions& o_in) {
     co.n_keep = o.n_keep;
     co.n_predict = o.n_predict;
     co.ignore_eos = o.ignore_eos;
+    co.render.reasoning_effort = effort;
+    co.show_reasoning = !o.hide_reasoning;
+    co.dim_reasoning = isatty(STDOUT_FILENO) != 0;
     ConsoleIo io;
     io.read_line = read_line;
     io.print = [](std::string_view s) { print_piece(std::string(s)); };
@@ -450,6 +462,14 @@ Runner add_run(CLI::App& app) {
                   "Conversation mode: tokens kept from the start when the context fills (-1: the "
                   "whole first turn; the BOS token is always kept)")
       ->capture_default_str();
+  sub->add_option("--reasoning-effort", o->reasoning_effort,
+                  "Conversation mode, gpt-oss (harmony) template: the reasoning effort in the "
+                  "system message, low, medium or high")
+      ->capture_default_str();
+  sub->add_flag("--hide-reasoning", o->hide_reasoning,
+                "Conversation mode, gpt-oss (harmony) template: print only the answer (the final "
+                "channel), not the reasoning (the analysis channel, by default printed between "
+                "[Start thinking] and [End thinking], dim on a terminal)");
   sub->add_option("--prompt-cache", o->prompt_cache,
                   "File to cache the prompt's state in: when it exists and matches the model, "
                   "the longest common prefix of its tokens and the prompt is restored instead of "

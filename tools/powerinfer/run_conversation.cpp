@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "chat/harmony.h"
+#include "chat/reasoning.h"
 #include "core/log.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,9 +31,10 @@ Result<std::vector<int32_t>> shift_context(std::span<const int32_t> history, int
 
 namespace {
 
-// Feeds `tokens` after `hist`, shifting the context first when they do not fit.
+// Feeds `tokens` after `hist`, shifting the context first when they do not fit (counted in
+// `shifts`).
 Status feed(Session& s, std::vector<int32_t>& hist, std::span<const int32_t> tokens,
-            int64_t n_keep, const ConsoleIo& io) {
+            int64_t n_keep, const ConsoleIo& io, int& shifts) {
   const auto need = static_cast<int64_t>(tokens.size());
   if (static_cast<int64_t>(hist.size()) + need > s.n_ctx()) {
     auto kept = shift_context(hist, n_keep, need, s.n_ctx());
@@ -42,6 +45,7 @@ Status feed(Session& s, std::vector<int32_t>& hist, std::span<const int32_t> tok
     s.reset();
     hist = std::move(*kept);
     PI_TRY(s.prompt(hist));
+    ++shifts;
   }
   const int64_t before = s.n_past();
   Status st = tokens.size() == 1 ? s.advance(tokens[0]) : s.prompt(tokens, io.interrupted);
@@ -50,14 +54,93 @@ Status feed(Session& s, std::vector<int32_t>& hist, std::span<const int32_t> tok
   return st;
 }
 
+bool has_token(const std::vector<int32_t>& ids, int32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+// The template's reply tokens (chat::reply_tokens) as ids of this vocabulary.
+struct ReplyIds {
+  std::vector<int32_t> shown, not_end, end;
+
+  ReplyIds(const Tokenizer& tok, chat::Template t) {
+    const chat::ReplyTokens r = chat::reply_tokens(t);
+    auto ids = [&](const std::vector<std::string_view>& texts, std::vector<int32_t>& out) {
+      for (std::string_view text : texts)
+        if (const int32_t id = tok.find_token(text); id >= 0) out.push_back(id);
+    };
+    ids(r.shown, shown);
+    ids(r.not_end, not_end);
+    ids(r.end, end);
+  }
+  bool ends(const Tokenizer& tok, int32_t t) const {
+    return (tok.is_eog(t) && !has_token(not_end, t)) || has_token(end, t);
+  }
+};
+
+// Prints a reply's split: reasoning between "[Start thinking]" and "[End thinking]" (dim on
+// a terminal; nothing when hidden), then the answer.
+class ReplyPrinter {
+ public:
+  ReplyPrinter(const ConversationOptions& o, const ConsoleIo& io) : o_(o), io_(io) {}
+  void print(const chat::ReplySplit::Delta& d) {
+    if (!d.reasoning.empty() && o_.show_reasoning) {
+      if (!thinking_) io_.print(o_.dim_reasoning ? "\x1b[2m[Start thinking]\n" : "[Start thinking]\n");
+      thinking_ = true;
+      io_.print(d.reasoning);
+    }
+    if (!d.content.empty()) {
+      close();
+      io_.print(d.content);
+    }
+  }
+  void close() {
+    if (thinking_) io_.print(o_.dim_reasoning ? "\n[End thinking]\x1b[0m\n\n" : "\n[End thinking]\n\n");
+    thinking_ = false;
+  }
+
+ private:
+  const ConversationOptions& o_;
+  const ConsoleIo& io_;
+  bool thinking_ = false;
+};
+
+// The tokens of the rendered conversation from the start, without the oldest user/assistant
+// turns (the system message stays) while it takes more than half of n_ctx; those turns are
+// removed from `msgs`.
+Result<std::vector<int32_t>> rebuild(std::vector<chat::Message>& msgs, const Tokenizer& tok,
+                                     const ConversationOptions& o, const chat::RenderOptions& ro,
+                                     int64_t n_ctx, std::string& text) {
+  const size_t first = !msgs.empty() && msgs[0].role == "system" ? 1 : 0;
+  while (true) {
+    auto full = chat::render(o.chat_template, msgs, true, ro);
+    if (!full.ok()) return full.error();
+    std::vector<int32_t> tokens = tok.encode(*full, tok.add_bos(), true);
+    if (static_cast<int64_t>(tokens.size()) <= n_ctx / 2 || msgs.size() < first + 3) {
+      text = std::move(*full);
+      return tokens;
+    }
+    msgs.erase(msgs.begin() + static_cast<std::ptrdiff_t>(first),
+               msgs.begin() + static_cast<std::ptrdiff_t>(first + 2));
+  }
+}
+
 }  // namespace
 
 Status run_conversation(Session& s, const Tokenizer& tok, const ConversationOptions& o,
                         const ConsoleIo& io) {
   std::vector<chat::Message> msgs;
   if (!o.system_prompt.empty()) msgs.push_back({"system", o.system_prompt});
+  chat::RenderOptions ro = o.render;
+  if (ro.current_date.empty()) ro.current_date = chat::local_date();
+  const ReplyIds reply(tok, o.chat_template);
+  const chat::SplitKind kind =
+      o.chat_template == chat::Template::Harmony ? chat::SplitKind::Harmony : chat::SplitKind::None;
   std::vector<int32_t> hist;  // every token the session holds, in order
-  std::string fed_text;       // the rendered conversation up to the last answer
+  std::string fed_text;       // the text they stand for: rendered turns and replies as written
+  size_t reply_bytes = 0;     // of fed_text, the last reply's
+  size_t reply_tokens = 0;    // of hist, the last reply's
+  bool reply_whole = false;   // no context shift since the last reply began
+  int shifts = 0;
   int64_t n_keep = o.n_keep;
   // The BOS token is always kept: the model never saw text without it.
   const int64_t n_bos = tok.add_bos() && tok.bos() >= 0 ? 1 : 0;
@@ -69,41 +152,82 @@ Status run_conversation(Session& s, const Tokenizer& tok, const ConversationOpti
     while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
     if (line.empty()) continue;
     msgs.push_back({"user", line});
-    auto full = chat::render(o.chat_template, msgs, true);
+    auto full = chat::render(o.chat_template, msgs, true, ro);
     if (!full.ok()) return full.error();
-    const std::string delta =
-        full->compare(0, fed_text.size(), fed_text) == 0 ? full->substr(fed_text.size()) : *full;
-    const std::vector<int32_t> turn = tok.encode(delta, hist.empty() && tok.add_bos(), true);
+    std::vector<int32_t> turn;
+    std::string held, next;  // the text the session holds before and after `turn` is fed
+    bool rebuilt = false;
+    const std::string_view before_reply = std::string_view(fed_text).substr(0, fed_text.size() - reply_bytes);
+    if (full->starts_with(fed_text)) {
+      held = fed_text;
+    } else if (reply_whole && full->starts_with(before_reply) &&
+               s.seq_can_truncate(0, static_cast<int32_t>(hist.size() - reply_tokens))) {
+      // The reply is not in the rendering (harmony): drop its tokens, feed from before it
+      // (unless sliding-window layers no longer hold the window there: rebuilt below).
+      const size_t keep = hist.size() - reply_tokens;
+      PI_TRY(s.seq_rm(0, static_cast<int32_t>(keep)));
+      hist.resize(keep);
+      held = before_reply;
+    } else {
+      s.reset();
+      hist.clear();
+      auto tokens = rebuild(msgs, tok, o, ro, s.n_ctx(), *full);
+      if (!tokens.ok()) return tokens.error();
+      turn = std::move(*tokens);
+      rebuilt = true;
+    }
+    next = std::move(*full);
+    if (!rebuilt) turn = tok.encode(next.substr(held.size()), hist.empty() && tok.add_bos(), true);
+    reply_bytes = reply_tokens = 0;
     const size_t before = hist.size();
-    if (Status st = feed(s, hist, turn, std::max(n_keep, n_bos), io); !st.ok()) {
+    if (Status st = feed(s, hist, turn, std::max(n_keep, n_bos), io, shifts); !st.ok()) {
       if (st.error().code != ErrorCode::Cancelled) return st;
       // Ctrl-C while reading the turn: forget it and ask again.
+      if (!s.seq_can_truncate(0, static_cast<int32_t>(before))) {
+        // The window before the turn is gone (sliding-window layers): start over from the
+        // messages on the next turn.
+        s.reset();
+        hist.clear();
+        msgs.pop_back();
+        fed_text.clear();
+        continue;
+      }
       PI_TRY(s.seq_rm(0, static_cast<int32_t>(before)));
       hist.resize(std::min(hist.size(), before));
       msgs.pop_back();
+      fed_text = std::move(held);
       continue;
     }
+    fed_text = std::move(next);
     if (n_keep < 0) n_keep = static_cast<int64_t>(hist.size());  // --keep -1: the first turn
 
     Tokenizer::StreamDecoder dec(tok);
-    std::string answer;
+    chat::ReplySplit split(kind);
+    ReplyPrinter printer(o, io);
+    std::string raw, answer;  // the reply as written; its answer (harmony: the final channel)
+    auto take = [&](const std::string& piece, bool last) {
+      raw += piece;
+      const chat::ReplySplit::Delta d = last ? split.push(piece) + split.finish() : split.push(piece);
+      printer.print(d);
+      answer += d.content;
+    };
+    const int shifts_before = shifts;
     for (int64_t n = 0; o.n_predict < 0 || n < o.n_predict; ++n) {
       if (io.interrupted()) break;
       const int32_t t = s.sample();
-      if (!o.ignore_eos && tok.is_eog(t)) break;
-      const std::string piece = dec.push(t);
-      io.print(piece);
-      answer += piece;
+      if (!o.ignore_eos && reply.ends(tok, t)) break;
+      // A shown control token's text follows what the decoder holds.
+      take(has_token(reply.shown, t) ? dec.flush() + tok.token_to_piece(t) : dec.push(t), false);
       const int32_t one[1] = {t};
-      PI_TRY(feed(s, hist, one, std::max(n_keep, n_bos), io));
+      PI_TRY(feed(s, hist, one, std::max(n_keep, n_bos), io, shifts));
+      ++reply_tokens;
     }
-    const std::string rest = dec.flush();
-    io.print(rest);
-    answer += rest;
+    take(dec.flush(), true);
+    printer.close();
+    fed_text += raw;
+    reply_bytes = raw.size();
+    reply_whole = shifts == shifts_before;
     msgs.push_back({"assistant", answer});
-    auto rendered = chat::render(o.chat_template, msgs, false);
-    if (!rendered.ok()) return rendered.error();
-    fed_text = std::move(*rendered);
   }
   return Status::Ok();
 }

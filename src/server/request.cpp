@@ -22,7 +22,8 @@ const std::set<std::string>& known_fields(Endpoint e) {
       "cache_prompt", "ignore_eos", "n", "user", "response_format", "grammar", "json_schema"};
   static const std::set<std::string> chat = [] {
     auto s = common;
-    s.insert({"messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs", "reasoning_format"});
+    s.insert({"messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs",
+              "reasoning_format", "reasoning_effort"});
     return s;
   }();
   static const std::set<std::string> completion = [] {
@@ -179,6 +180,17 @@ ParseResult parse_gen_request(std::string_view body, Endpoint endpoint,
         rd.error = bad("field 'reasoning_format' must be \"none\", \"deepseek\" or \"auto\" (got \"" + format + "\")");
       } else {
         g.reasoning_format = f;
+      }
+    }
+    std::string effort;
+    rd.string("reasoning_effort", effort);
+    chat::ReasoningEffort e{};
+    if (!effort.empty() && !rd.error) {
+      if (!chat::parse_reasoning_effort(effort, e)) {
+        rd.error = bad("field 'reasoning_effort' must be \"low\", \"medium\" or \"high\" (got \"" +
+                       effort + "\")");
+      } else {
+        g.reasoning_effort = e;
       }
     }
   }

@@ -45,6 +45,9 @@ struct GenRequest {
   bool ignore_eos = false;
   // Chat: "reasoning_format" ("none", "deepseek", "auto"); absent: the server's --reasoning-format.
   std::optional<chat::ReasoningFormat> reasoning_format;
+  // Chat: OpenAI's "reasoning_effort" ("low", "medium", "high"), written into a harmony
+  // (gpt-oss) prompt; other templates ignore it. Absent: the server's --reasoning-effort.
+  std::optional<chat::ReasoningEffort> reasoning_effort;
 };
 
 // Parses `body` for `endpoint`. `defaults` are the server's sampling settings (its flags).

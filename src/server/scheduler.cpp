@@ -23,6 +23,10 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
   return i;
 }
 
+bool contains(const std::vector<int32_t>& ids, int32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
 // The longest k < stop.size() such that `text` ends with the first k bytes of a stop string:
 // text that may still become a stop string and so is held back.
 size_t held_back(const std::string& text, size_t from, const std::vector<std::string>& stops) {
@@ -309,7 +313,8 @@ void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
     end(s, Finish::Error, st.error().message);
     return;
   }
-  if (sp.ignore_eos) session_->ban_tokens(s.id, vocab_.eog_tokens());
+  if (sp.ignore_eos)
+    session_->ban_tokens(s.id, sp.end_tokens.empty() ? vocab_.eog_tokens() : sp.end_tokens);
 }
 
 void Scheduler::start_embed(Slot& s, std::shared_ptr<Job> job) {
@@ -400,12 +405,16 @@ bool Scheduler::on_token(Slot& s, int32_t t, std::span<const float> logits) {
     end(s, Finish::Error, "the grammar allows no token of the vocabulary after this text");
     return false;
   }
-  if (sp.n_predict == 0 || (!sp.ignore_eos && vocab_.is_eog(t))) {
+  const bool ends = sp.end_tokens.empty() ? vocab_.is_eog(t) : contains(sp.end_tokens, t);
+  if (sp.n_predict == 0 || (!sp.ignore_eos && ends)) {
     end(s, sp.n_predict == 0 ? Finish::Length : Finish::Stop);
     return false;
   }
   s.stats.n_predicted += 1;
-  const std::string piece = s.dec->push(t);
+  // A shown control token's text follows what the decoder holds (a byte-level vocabulary's
+  // flush only completes the text; harmony's vocabularies are such).
+  const std::string piece =
+      contains(sp.shown_tokens, t) ? s.dec->flush() + vocab_.piece(t) : s.dec->push(t);
   if (sp.logprobs) {
     // log-softmax of the raw logits.
     float mx = -INFINITY;

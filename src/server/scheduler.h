@@ -81,6 +81,12 @@ struct JobSpec {
   int top_logprobs = 0;
   bool cache_prompt = true;
   bool ignore_eos = false;
+  // Control tokens whose text goes into the output (harmony's message headers and ends, which
+  // the reply split reads: chat::reply_tokens); other control tokens add no text.
+  std::vector<int32_t> shown_tokens;
+  // The tokens that end the job; empty: the vocabulary's end-of-generation tokens
+  // (Vocabulary::is_eog). With ignore_eos these are the ones banned.
+  std::vector<int32_t> end_tokens;
 };
 
 struct JobStats {

@@ -42,6 +42,12 @@ uint64_t random_seed() {
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
+// The id of the control token written `text`, or -1 when the vocabulary has none.
+int32_t control_token(const Vocabulary& v, std::string_view text) {
+  const std::vector<int32_t> ids = v.encode(text, /*add_bos=*/false, /*parse_special=*/true);
+  return ids.size() == 1 && v.piece(ids[0]) == text ? ids[0] : -1;
+}
+
 // Parses a JSON object body for the small endpoints; sets `e` on failure.
 std::optional<json> object_body(const std::string& body, ApiError& e) {
   json j = json::parse(body, nullptr, false);
@@ -85,7 +91,7 @@ ApiServer::ApiServer(HttpServer& http, const ApiOptions& o) : o_(o) {
   http.route("GET", "/", [](const HttpRequest&) {
     HttpResponse r;
     r.content_type = "text/html; charset=utf-8";
-    r.body = kChatPage;
+    r.body = chat_page_html();
     return r;
   });
   for (const char* path : {"/v1/chat/completions", "/chat/completions"})
@@ -146,6 +152,24 @@ void ApiServer::attach(const Engine& engine, Scheduler& scheduler, chat::Templat
   engine_ = &engine;
   sched_ = &scheduler;
   tmpl_ = tmpl;
+  const chat::ReplyTokens rt = chat::reply_tokens(tmpl);
+  if (!rt.empty()) {
+    const Vocabulary& v = *engine.vocabulary();
+    auto ids = [&](const std::vector<std::string_view>& texts) {
+      std::vector<int32_t> out;
+      for (std::string_view t : texts)
+        if (const int32_t id = control_token(v, t); id >= 0) out.push_back(id);
+      return out;
+    };
+    shown_tokens_ = ids(rt.shown);
+    const std::vector<int32_t> not_end = ids(rt.not_end);
+    for (int32_t id : v.eog_tokens())
+      if (std::find(not_end.begin(), not_end.end(), id) == not_end.end()) end_tokens_.push_back(id);
+    for (int32_t id : ids(rt.end)) {
+      if (std::find(end_tokens_.begin(), end_tokens_.end(), id) == end_tokens_.end())
+        end_tokens_.push_back(id);
+    }
+  }
   ready_.store(true, std::memory_order_release);
   if (draining_.load()) sched_->drain();
 }
@@ -166,18 +190,22 @@ HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
   if (!pr.request) return error_response(pr.error);
   GenRequest rq = std::move(*pr.request);
   std::string text = rq.prompt;
-  // Chat replies of thinking models: the <think> block apart, as "reasoning_content".
-  bool split = false, open = false;
+  // Chat replies of thinking models: the <think> block or harmony's analysis channel apart, as
+  // "reasoning_content".
+  chat::SplitKind split = chat::SplitKind::None;
+  bool open = false;
   if (ep == Endpoint::Chat) {
-    auto rendered = chat::render(tmpl_, rq.messages, true);
+    chat::RenderOptions ro;
+    ro.reasoning_effort = rq.reasoning_effort.value_or(o_.reasoning_effort);
+    auto rendered = chat::render(tmpl_, rq.messages, true, ro);
     if (!rendered.ok()) return error_response({400, "invalid_request_error", rendered.error().message});
     text = std::move(*rendered);
-    split = chat::splits_reasoning(rq.reasoning_format.value_or(o_.reasoning_format),
-                                   engine_->info().chat_template);
+    split = chat::split_kind(rq.reasoning_format.value_or(o_.reasoning_format), tmpl_,
+                             engine_->info().chat_template);
     // A template that opens the block itself (DeepSeek-R1's): the reply starts inside it.
     std::string_view t = text;
     while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
-    open = split && t.ends_with("<think>");
+    open = split == chat::SplitKind::Think && t.ends_with("<think>");
   }
   const Vocabulary& v = *engine_->vocabulary();
   JobSpec spec;
@@ -200,6 +228,8 @@ HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
   spec.top_logprobs = rq.top_logprobs;
   spec.cache_prompt = rq.cache_prompt;
   spec.ignore_eos = rq.ignore_eos;
+  spec.shown_tokens = shown_tokens_;
+  spec.end_tokens = end_tokens_;
   std::shared_ptr<Job> job = sched_->submit(std::move(spec));
   if (!job) {
     if (sched_->draining()) return error_response(kDraining);
@@ -220,13 +250,12 @@ HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
     resp.headers.emplace_back("Cache-Control", "no-cache");
     resp.stream = [job, rq, id, deadline, kTick, split, open](const BodyWriter& write) {
       bool first = true;
-      chat::ReasoningSplit splitter(open);
+      chat::ReplySplit splitter(split, open);
       while (true) {
         Job::Output out = job->take(kTick);
         bool ok = true;
-        chat::ReasoningSplit::Delta d;
-        if (split) d = out.done ? splitter.push(out.text) + splitter.finish() : splitter.push(out.text);
-        else d.content = out.text;
+        const chat::ReplySplit::Delta d =
+            out.done ? splitter.push(out.text) + splitter.finish() : splitter.push(out.text);
         if (!d.empty() || !out.probs.empty()) {
           ok = write(chunk_event(rq, id, d.content, out.probs, first, d.reasoning));
           first = false;
@@ -269,9 +298,9 @@ HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
   auto body = [rq, id, collected, split, open](const JobStats& st) {
     if (st.finish == Finish::Error) return error_json({500, "server_error", st.error});
     if (st.finish == Finish::Shutdown) return error_json(kStopped);
-    if (!split) return final_json(rq, id, collected->first, collected->second, st);
-    chat::ReasoningSplit splitter(open);
-    const chat::ReasoningSplit::Delta d = splitter.push(collected->first) + splitter.finish();
+    if (split == chat::SplitKind::None) return final_json(rq, id, collected->first, collected->second, st);
+    chat::ReplySplit splitter(split, open);
+    const chat::ReplySplit::Delta d = splitter.push(collected->first) + splitter.finish();
     return final_json(rq, id, d.content, collected->second, st, &d.reasoning);
   };
   const bool heartbeat = o_.heartbeat_s > 0;

@@ -49,12 +49,18 @@ struct ApiOptions {
   // --reasoning-format: chat replies' <think> blocks as "reasoning_content" (deepseek), left
   // in "content" (none), or split when the model's chat template mentions <think> (auto).
   chat::ReasoningFormat reasoning_format = chat::ReasoningFormat::Auto;
+  // --reasoning-effort: a harmony (gpt-oss) prompt's "Reasoning:" where a request has no
+  // "reasoning_effort".
+  chat::ReasoningEffort reasoning_effort = chat::ReasoningEffort::Medium;
 };
 
 class ApiServer {
  public:
   ApiServer(HttpServer& http, const ApiOptions& o);
   // From now on requests are served by `scheduler` (which must outlive this object's use).
+  // With a harmony template (gpt-oss) every generation shows the message headers and ends at
+  // <|return|> or <|call|>, not at <|end|> (chat::reply_tokens), on every endpoint; chat
+  // replies are split into reasoning_content (analysis) and content.
   void attach(const Engine& engine, Scheduler& scheduler, chat::Template tmpl);
   // Starts a graceful stop: new generation requests are refused (503, Connection: close) and
   // the scheduler, if attached, takes no new jobs. Idempotent; callable from any thread.
@@ -75,6 +81,7 @@ class ApiServer {
   const Engine* engine_ = nullptr;
   Scheduler* sched_ = nullptr;
   chat::Template tmpl_ = chat::Template::ChatML;
+  std::vector<int32_t> shown_tokens_, end_tokens_;  // JobSpec's, from chat::reply_tokens(tmpl_)
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{1};

@@ -185,6 +185,22 @@ TEST(ServerResponses, ReasoningContent) {
   expect_error(R"({"prompt":"hi","reasoning_format":"none"})", 400, "reasoning_format");
 }
 
+// OpenAI's reasoning_effort (harmony prompts): low, medium or high, chat only; absent: unset
+// (the server's --reasoning-effort applies).
+TEST(ServerRequest, ReasoningEffort) {
+  ParseResult r = parse(R"({"messages":[{"role":"user","content":"hi"}],"reasoning_effort":"high"})", Endpoint::Chat);
+  ASSERT_TRUE(r.request.has_value()) << r.error.message;
+  EXPECT_EQ(r.request->reasoning_effort, chat::ReasoningEffort::High);
+  r = parse(R"({"messages":[{"role":"user","content":"hi"}]})", Endpoint::Chat);
+  ASSERT_TRUE(r.request.has_value()) << r.error.message;
+  EXPECT_FALSE(r.request->reasoning_effort.has_value());
+  expect_error(R"({"messages":[{"role":"user","content":"hi"}],"reasoning_effort":"minimal"})", 400,
+               "field 'reasoning_effort' must be \"low\", \"medium\" or \"high\"", Endpoint::Chat);
+  expect_error(R"({"messages":[{"role":"user","content":"hi"}],"reasoning_effort":2})", 400,
+               "field 'reasoning_effort' must be a string", Endpoint::Chat);
+  expect_error(R"({"prompt":"hi","reasoning_effort":"low"})", 400, "reasoning_effort");
+}
+
 TEST(ServerResponses, MetricsAreParseablePrometheusText) {
   SchedulerStats s;
   s.submitted = 3;

@@ -161,6 +161,38 @@ TEST_F(SchedulerTest, StopStringsEndTheAnswerBeforeTheStop) {
   EXPECT_EQ(st.stop_word, word);
 }
 
+// JobSpec::end_tokens (harmony's <|return|>/<|call|>): a token of the list ends the job
+// before its text, as an end-of-generation token does; shown_tokens adds a control token's
+// text (here BOS, "<s>", which the model never samples: the answer is unchanged).
+TEST_F(SchedulerTest, EndTokensReplaceTheVocabularysEndOfGeneration) {
+  auto s = make(1, 4);
+  JobSpec j = spec("And God said", 12, 2);
+  j.sampling.temperature = 0;
+  j.logprobs = true;
+  std::string full;
+  std::vector<int32_t> ids;
+  std::vector<std::string> pieces;
+  for (auto job = s->submit(j);;) {
+    Job::Output o = job->take(std::chrono::milliseconds(200));
+    full += o.text;
+    for (const TokenProb& p : o.probs) {
+      ids.push_back(p.id);
+      pieces.push_back(p.text);
+    }
+    if (o.done) break;
+  }
+  ASSERT_GE(ids.size(), 6u);
+  const Vocabulary& v = *engine_->vocabulary();
+  j.logprobs = false;
+  j.end_tokens = {ids[5]};
+  j.shown_tokens = {v.bos()};
+  auto [text, st] = wait(*s->submit(j));
+  EXPECT_EQ(st.finish, Finish::Stop);
+  EXPECT_EQ(st.n_predicted, 5);
+  EXPECT_EQ(text, pieces[0] + pieces[1] + pieces[2] + pieces[3] + pieces[4]);
+  EXPECT_EQ(full.compare(0, text.size(), text), 0);
+}
+
 TEST_F(SchedulerTest, ShutdownEndsRunningAndQueuedJobs) {
   auto s = make(1, 4);
   JobSpec long_job = spec("And God said", 250, 1);

@@ -57,6 +57,7 @@ struct ServeOptions {
   std::string device = "cpu";
   std::string pooling = "mean";  // embeddings (/v1/embeddings, /embedding)
   std::string reasoning_format = "auto";  // chat replies' <think> blocks
+  std::string reasoning_effort = "medium";  // a harmony (gpt-oss) prompt's "Reasoning:"
 };
 
 // "<hostname>:<port>": unique among the replicas of one host and across hosts.
@@ -99,6 +100,9 @@ int serve(const ServeOptions& o) {
   chat::ReasoningFormat reasoning{};
   if (!chat::parse_reasoning_format(o.reasoning_format, reasoning))
     return fail("--reasoning-format must be none, deepseek or auto (got '" + o.reasoning_format + "')");
+  chat::ReasoningEffort effort{};
+  if (!chat::parse_reasoning_effort(o.reasoning_effort, effort))
+    return fail("--reasoning-effort must be low, medium or high (got '" + o.reasoning_effort + "')");
   if (!o.slot_save_path.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.slot_save_path, ec);
@@ -133,6 +137,7 @@ int serve(const ServeOptions& o) {
   ao.heartbeat_s = o.heartbeat_s;
   ao.pooling = *pooling;
   ao.reasoning_format = reasoning;
+  ao.reasoning_effort = effort;
   ao.slot_save_path = o.slot_save_path;
   if (Status b = http.bind(); !b.ok()) return fail(b.error().message);
   ao.replica_id = !o.replica_id.empty() ? o.replica_id : default_replica_id(http.port());
@@ -261,7 +266,13 @@ Runner add_serve(CLI::App& app) {
   sub->add_option("--reasoning-format", o->reasoning_format,
                   "Chat replies' <think>...</think> block: deepseek returns it as reasoning_content, none leaves "
                   "it in content, auto splits it when the model's chat template has <think> (Qwen3, DeepSeek-R1); "
-                  "a request's \"reasoning_format\" overrides it")
+                  "with the gpt-oss template, auto and deepseek return the analysis channel as reasoning_content "
+                  "and none gives the reply as written, message headers included; a request's "
+                  "\"reasoning_format\" overrides it")
+      ->capture_default_str();
+  sub->add_option("--reasoning-effort", o->reasoning_effort,
+                  "gpt-oss (harmony) prompts: the system message's reasoning effort, low, medium or high; "
+                  "a chat request's \"reasoning_effort\" overrides it")
       ->capture_default_str();
   sub->add_option("--chat-template", o->chat_template, "Chat template name (" + chat::template_names() + ") or Jinja text; default: the model's, else chatml");
   sub->add_option("--temp", o->sampling.temperature, "Default temperature")->capture_default_str();

@@ -59,3 +59,17 @@ def test_bad_reasoning_effort_is_a_one_line_error(model):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert "--reasoning-effort must be low, medium or high" in r.stderr
+
+
+def test_plain_run_prints_every_message_and_stops_at_return(model):
+    # Without -cnv the text is the model's as written (as llama.cpp's raw completion): the
+    # analysis message, its <|end|> (which does not stop the text), the final message, and
+    # nothing after <|return|>.
+    prompt = "<|start|>user<|message|>Show me code<|end|><|start|>assistant"
+    r = subprocess.run([BIN, "run", "-m", model, "-p", prompt, "-n", "300", "-t", "1", "-s", "1"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "<|channel|>analysis<|message|>" + harmony_model.REASONING + "<|end|>" in out, out
+    assert "<|start|>assistant<|channel|>final<|message|>" + harmony_model.ANSWER in out, out
+    assert out.rstrip().endswith(harmony_model.ANSWER.rstrip()), out

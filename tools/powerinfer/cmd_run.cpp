@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -106,16 +107,16 @@ enum class Stop { Eog, Limit, ContextFull, Interrupted, GrammarDone };
 
 // Samples, prints and feeds tokens until end of generation, `limit` tokens (-1: none), a
 // full context, a grammar's complete text or Ctrl-C. Tokens fed are appended to `fed` when
-// given.
+// given. `reply`: a harmony model's reply tokens (its headers printed, <|end|> not the end).
 Result<Stop> generate(Session& s, const Tokenizer& tok, Tokenizer::StreamDecoder& dec,
-                      int64_t limit, bool ignore_eos, DenseShadow* shadow,
+                      int64_t limit, bool ignore_eos, DenseShadow* shadow, const ReplyIds* reply,
                       std::vector<int32_t>* fed = nullptr) {
   for (int64_t n = 0; limit < 0 || n < limit; ++n) {
     if (interrupted()) return Stop::Interrupted;
     const int32_t t = s.sample();
     if (t < 0) return err("the grammar allows no token of the vocabulary after this text");
-    if (!ignore_eos && tok.is_eog(t)) return Stop::Eog;
-    print_piece(dec.push(t));
+    if (!ignore_eos && (reply != nullptr ? reply->ends(tok, t) : tok.is_eog(t))) return Stop::Eog;
+    print_piece(reply != nullptr && reply->is_shown(t) ? dec.flush() + tok.token_to_piece(t) : dec.push(t));
     if (s.grammar_done()) return Stop::GrammarDone;
     if (s.n_past() >= s.n_ctx()) return Stop::ContextFull;
     PI_TRY(s.advance(t));
@@ -287,6 +288,13 @@ int run(const RunOptions& o_in) {
     return 0;
   }
 
+  // A harmony model (gpt-oss) writes several messages: their headers are shown and <|end|>
+  // between them does not stop the text (as llama.cpp's raw completion).
+  std::optional<ReplyIds> harmony;
+  if (auto t = chat::resolve_template(o.chat_template, info.chat_template); t.ok() && *t == chat::Template::Harmony)
+    harmony.emplace(*tok, *t);
+  const ReplyIds* reply = harmony ? &*harmony : nullptr;
+
   // An interactive session without a prompt starts with the user's first line.
   std::vector<int32_t> tokens;
   if (!(o.interactive && prompt.empty()))
@@ -360,7 +368,7 @@ int run(const RunOptions& o_in) {
   }
   if (!o.interactive) {
     std::vector<int32_t> fed = tokens;
-    auto stop = generate(session, *tok, dec, o.n_predict, o.ignore_eos, shadow.get(),
+    auto stop = generate(session, *tok, dec, o.n_predict, o.ignore_eos, shadow.get(), reply,
                          o.prompt_cache_all ? &fed : nullptr);
     if (!stop.ok()) {
       log_error("%s", stop.error().message.c_str());
@@ -384,7 +392,7 @@ int run(const RunOptions& o_in) {
   // Interactive: answer the prompt (if any), then alternate user turns and answers.
   bool first_turn = tokens.empty();
   if (!tokens.empty()) {
-    auto stop = generate(session, *tok, dec, o.n_predict, o.ignore_eos, shadow.get());
+    auto stop = generate(session, *tok, dec, o.n_predict, o.ignore_eos, shadow.get(), reply);
     if (!stop.ok()) {
       log_error("%s", stop.error().message.c_str());
       return finish(1);
@@ -419,7 +427,7 @@ int run(const RunOptions& o_in) {
         }
       }
     }
-    auto stop = generate(session, *tok, dec, o.n_predict, o.ignore_eos, shadow.get());
+    auto stop = generate(session, *tok, dec, o.n_predict, o.ignore_eos, shadow.get(), reply);
     if (!stop.ok()) {
       log_error("%s", stop.error().message.c_str());
       return finish(1);

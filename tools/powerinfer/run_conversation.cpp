@@ -58,25 +58,6 @@ bool has_token(const std::vector<int32_t>& ids, int32_t id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-// The template's reply tokens (chat::reply_tokens) as ids of this vocabulary.
-struct ReplyIds {
-  std::vector<int32_t> shown, not_end, end;
-
-  ReplyIds(const Tokenizer& tok, chat::Template t) {
-    const chat::ReplyTokens r = chat::reply_tokens(t);
-    auto ids = [&](const std::vector<std::string_view>& texts, std::vector<int32_t>& out) {
-      for (std::string_view text : texts)
-        if (const int32_t id = tok.find_token(text); id >= 0) out.push_back(id);
-    };
-    ids(r.shown, shown);
-    ids(r.not_end, not_end);
-    ids(r.end, end);
-  }
-  bool ends(const Tokenizer& tok, int32_t t) const {
-    return (tok.is_eog(t) && !has_token(not_end, t)) || has_token(end, t);
-  }
-};
-
 // Prints a reply's split: reasoning between "[Start thinking]" and "[End thinking]" (dim on
 // a terminal; nothing when hidden), then the answer.
 class ReplyPrinter {
@@ -217,7 +198,7 @@ Status run_conversation(Session& s, const Tokenizer& tok, const ConversationOpti
       const int32_t t = s.sample();
       if (!o.ignore_eos && reply.ends(tok, t)) break;
       // A shown control token's text follows what the decoder holds.
-      take(has_token(reply.shown, t) ? dec.flush() + tok.token_to_piece(t) : dec.push(t), false);
+      take(reply.is_shown(t) ? dec.flush() + tok.token_to_piece(t) : dec.push(t), false);
       const int32_t one[1] = {t};
       PI_TRY(feed(s, hist, one, std::max(n_keep, n_bos), io, shifts));
       ++reply_tokens;
@@ -231,5 +212,22 @@ Status run_conversation(Session& s, const Tokenizer& tok, const ConversationOpti
   }
   return Status::Ok();
 }
+
+ReplyIds::ReplyIds(const Tokenizer& tok, chat::Template t) {
+  const chat::ReplyTokens r = chat::reply_tokens(t);
+  auto ids = [&](const std::vector<std::string_view>& texts, std::vector<int32_t>& out) {
+    for (std::string_view text : texts)
+      if (const int32_t id = tok.find_token(text); id >= 0) out.push_back(id);
+  };
+  ids(r.shown, shown);
+  ids(r.not_end, not_end);
+  ids(r.end, end);
+}
+
+bool ReplyIds::ends(const Tokenizer& tok, int32_t t) const {
+  return (tok.is_eog(t) && !has_token(not_end, t)) || has_token(end, t);
+}
+
+bool ReplyIds::is_shown(int32_t t) const { return has_token(shown, t); }
 
 }  // namespace pi::cli

@@ -153,7 +153,8 @@ typedef struct pi_chat_message {
 
 /* Renders messages with a chat template into prompt text (to tokenize with parse_special).
  * `tmpl`: a template name ("chatml", "llama2", "llama3", "mistral", "zephyr", "gemma", "phi3",
- * "vicuna", "alpaca", "deepseek") or Jinja text to recognise; NULL or "": the model's own
+ * "vicuna", "alpaca", "deepseek", "gpt-oss" (harmony; alias "harmony")) or Jinja text to
+ * recognise; NULL or "": the model's own
  * (tokenizer.chat_template). add_assistant: end with the opening of an assistant turn.
  * Returns the bytes needed as pi_detokenize does; -1 on failure (unknown template, bad role),
  * with the message in pi_engine_error(). Not thread-safe with other failing calls on the same

@@ -189,9 +189,14 @@ class ChatSession:
                 answer.append(piece)
                 yield piece
             self.messages.append(("assistant", "".join(answer)))
-            # The answer is fed again next turn as the template lays it out.
-            self.session._s.seq_rm(0, start, -1)
-            del self.session._tokens[start:]
+            # The answer is fed again next turn as the template lays it out (from scratch where
+            # sliding-window layers no longer hold the window before it).
+            if self.session._s.seq_can_truncate(0, start):
+                self.session._s.seq_rm(0, start, -1)
+                del self.session._tokens[start:]
+            else:
+                self.session.reset()
+                self._held = ""
 
         it = run()
         return it if stream else "".join(it)

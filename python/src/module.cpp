@@ -232,6 +232,11 @@ NB_MODULE(_powerinfer, m) {
            })
       .def("seq_rm", [](PySession& s, int32_t seq, int32_t p0, int32_t p1) { check(s.session->seq_rm(seq, p0, p1)); },
            "seq"_a, "p0"_a, "p1"_a = -1)
+      .def("seq_can_truncate",
+           [](PySession& s, int32_t seq, int32_t p0) { return s.session->seq_can_truncate(seq, p0); },
+           "seq"_a, "p0"_a,
+           "Whether sequence seq can be cut back to [0, p0) and go on (sliding-window layers kept "
+           "bounded may have lost the window before p0)")
       .def("embed",
            [](PySession& s, const std::vector<std::vector<int32_t>>& inputs, const std::string& pooling,
               bool normalize) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -429,6 +430,17 @@ TEST(CliSynth, GptOssPresetWritesWhatTheReleasedFilesHold) {
   EXPECT_NE(f->find_tensor("blk.1.post_attention_norm.weight"), nullptr);
   auto r = run_command(kBin + "/powerinfer run -m " + p + " -p \"a b\" -n 4 -t 2");
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  // The sliding-window layer (0) keeps 1 x 127 + 512 cells whatever the context; the global
+  // one (1) the context: n_embd_kv 128 f16 K and V, 512 bytes a cell. --swa-full: both all.
+  const auto kv_mib = [&](const std::string& flags) {
+    auto k = run_command(kBin + "/powerinfer run -m " + p + " -p \"a b\" -n 1 -t 1 " + flags);
+    EXPECT_EQ(k.exit_code, 0) << k.output;
+    const size_t at = k.output.find("host   KV cache");  // the memory breakdown's line
+    return at == std::string::npos ? -1.0 : std::atof(k.output.c_str() + k.output.find_first_of("0123456789", at));
+  };
+  EXPECT_NEAR(kv_mib("-c 1024"), (639 + 1024) * 512.0 / 1048576, 0.06);
+  EXPECT_NEAR(kv_mib("-c 4096"), (639 + 4096) * 512.0 / 1048576, 0.06);
+  EXPECT_NEAR(kv_mib("-c 4096 --swa-full"), 2 * 4096 * 512.0 / 1048576, 0.06);
   r = run_command(kBin + "/powerinfer synth -o " + tmp("x.gguf") + " --preset gpt-oss-20b --ctx 64");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("the sliding window 128 exceeds --ctx 64"), std::string::npos) << r.output;

@@ -7,7 +7,8 @@
 //   mix = ext_factor * (1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1)),
 //   theta = theta_interp * (1 - mix) + theta_extrap * mix,
 // where [lo, hi] are the pairs whose wavelengths lie between n_ctx_orig / beta_fast and
-// n_ctx_orig / beta_slow (lo = floor, hi = ceil, clamped to [0, n_rot - 1]); the fast pairs
+// n_ctx_orig / beta_slow (lo = floor, hi = ceil as ggml rounds them, or unrounded where the
+// model was trained so: gpt-oss's `truncate: false`; clamped to [0, n_rot - 1]); the fast pairs
 // (below lo) keep their unscaled angle, the slow ones (above hi) are interpolated. Both cos
 // and sin are multiplied by mscale = attn_factor * (1 + 0.1 ln(1 / freq_scale)) when
 // ext_factor != 0, else attn_factor. Angles in double: they reach thousands of radians.
@@ -31,6 +32,9 @@ struct RopeYarn {
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
   int64_t n_ctx_orig = 0;  // rope.scaling.original_context_length
+  // The ramp's ends rounded outwards to whole pairs (ggml, most models) or not (gpt-oss, as
+  // OpenAI's and Hugging Face's implementations with truncate false).
+  bool truncate = true;
 };
 
 // What the angle of every pair needs besides its position, computed once per op.
@@ -56,8 +60,9 @@ inline RopeAngles rope_angles(int64_t n_rot, float base, float freq_scale, const
            (2.0 * std::log(static_cast<double>(base)));
   };
   a.ext = y.ext_factor;
-  a.lo = std::fmax(0.0, std::floor(corr(y.beta_fast)));
-  a.hi = std::fmin(static_cast<double>(n_rot - 1), std::ceil(corr(y.beta_slow)));
+  const double lo = corr(y.beta_fast), hi = corr(y.beta_slow);
+  a.lo = std::fmax(0.0, y.truncate ? std::floor(lo) : lo);
+  a.hi = std::fmin(static_cast<double>(n_rot - 1), y.truncate ? std::ceil(hi) : hi);
   a.mscale *= 1.0 + 0.1 * std::log(1.0 / static_cast<double>(freq_scale));
   return a;
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <variant>
 
 namespace pi::model {
 
@@ -76,6 +77,16 @@ Status read_yarn(const gguf::File& f, HParams& hp, const char* path) {
   }
   // llama.cpp writes a negative ext_factor for "the default" (1 under YaRN).
   if (y.ext_factor < 0.0f) y.ext_factor = 1.0f;
+  // The ramp's ends: rounded (ggml) unless rope.scaling.yarn_truncate says false; gpt-oss was
+  // trained with them unrounded (its config's truncate: false; llama.cpp rounds them anyway,
+  // vLLM and SGLang no longer do), so there the default is false.
+  const std::string truncate = key(hp, "rope.scaling.yarn_truncate");
+  y.truncate = hp.arch_name != "gpt-oss";
+  if (const gguf::Value* v = f.find(truncate); v != nullptr) {
+    const bool* b = std::get_if<bool>(&v->data);
+    if (b == nullptr) return err("%s: metadata key '%s' must be a bool", path, truncate.c_str());
+    y.truncate = *b;
+  }
   if (!(y.beta_fast > 0.0f && y.beta_slow > 0.0f))
     return err("%s: metadata keys '%s' and '%s' must be positive", path, key(hp, "rope.scaling.yarn_beta_fast").c_str(),
                key(hp, "rope.scaling.yarn_beta_slow").c_str());

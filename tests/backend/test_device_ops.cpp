@@ -390,6 +390,15 @@ TEST_F(DeviceOps, EmbedNormRopeAndElementwise) {
           lin.yarn = {};
           auto l = run_on(ref_, q, [&](Device& d, float* y) { d.ops().rope(lin, y, m, 5, pos); });
           EXPECT_GT(std::fabs(l[80] - w[80]), 1e-3) << dc.label;
+          // The ramp's ends unrounded (gpt-oss): the same on the device, and not the rounded.
+          RopeParams exact = p;
+          exact.yarn.truncate = false;
+          auto ge = run_on(*dev, q, [&](Device& d, float* y) { d.ops().rope(exact, y, m, 5, pos); });
+          auto we = run_on(ref_, q, [&](Device& d, float* y) { d.ops().rope(exact, y, m, 5, pos); });
+          expect_close(ge, we, rt, dc.label + " rope yarn unrounded");
+          double differ = 0;
+          for (size_t k = 0; k < we.size(); ++k) differ = std::max(differ, static_cast<double>(std::fabs(we[k] - w[k])));
+          EXPECT_GT(differ, 1e-3) << dc.label;
         }
       }
     }

@@ -343,6 +343,27 @@ TEST(ModelLoad, YarnRopeScaling) {
   EXPECT_EQ(p.yarn.beta_fast, 16.0f);
   EXPECT_EQ(p.yarn.beta_slow, 1.0f);
   EXPECT_EQ(p.yarn.n_ctx_orig, 256);  // no original_context_length: the training context
+  EXPECT_TRUE(p.yarn.truncate);       // the ramp's ends rounded, as ggml does
+
+  // rope.scaling.yarn_truncate false: unrounded (gpt-oss's default, its config's truncate).
+  s.bool_keys["llama.rope.scaling.yarn_truncate"] = false;
+  m = load(s, "yarn_truncate.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_FALSE((*m)->hparams().rope_params().yarn.truncate);
+  s.bool_keys.clear();
+  {
+    TinySpec oss;
+    oss.arch = "gpt-oss";
+    oss.vocab = false;
+    oss.string_keys["gpt-oss.rope.scaling.type"] = "yarn";
+    oss.float_keys["gpt-oss.rope.scaling.factor"] = 32.0f;
+    auto g = load(oss, "yarn_gpt_oss.gguf");
+    ASSERT_TRUE(g.ok()) << g.error().message;
+    EXPECT_FALSE((*g)->hparams().rope_params().yarn.truncate);
+    oss.float_keys["gpt-oss.rope.scaling.yarn_truncate"] = 0.0f;
+    const std::string bad = load_error(oss, "yarn_gpt_oss_bad.gguf");
+    EXPECT_NE(bad.find("metadata key 'gpt-oss.rope.scaling.yarn_truncate' must be a bool"), std::string::npos) << bad;
+  }
 
   s.int_keys["llama.rope.scaling.original_context_length"] = 64;
   m = load(s, "yarn_orig.gguf");

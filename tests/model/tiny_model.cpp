@@ -189,6 +189,7 @@ Status write_tiny_model(const TinySpec& s, const std::string& path) {
   }
   for (const auto& [key, v] : s.float_keys) PI_TRY(w.add_kv(key, Value(v)));
   for (const auto& [key, v] : s.string_keys) PI_TRY(w.add_kv(key, Value(v)));
+  for (const auto& [key, v] : s.bool_keys) PI_TRY(w.add_kv(key, Value(v)));
   if (s.vocab) add_vocab(w, s);
 
   std::vector<TensorSpec> list = tensor_list(s);

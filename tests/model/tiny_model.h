@@ -53,6 +53,7 @@ struct TinySpec {
   std::map<std::string, int64_t> int_keys;  // extra integer keys (u32 >= 0, i32 < 0), e.g. a bad gating
   std::map<std::string, float> float_keys;        // extra f32 keys
   std::map<std::string, std::string> string_keys;  // extra string keys
+  std::map<std::string, bool> bool_keys;           // extra bool keys
   // Rows (of the tensor viewed as [rows, cols]) written as 1e30: finite, so a load accepts them,
   // but any product that reads one overflows.
   std::map<std::string, std::vector<int64_t>> huge_rows;

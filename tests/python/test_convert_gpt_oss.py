@@ -69,7 +69,8 @@ def make_gpt_oss(d, *, layers=3, embd=64, heads=4, kv_heads=2, head_dim=16, ff=6
            "sliding_window": window, "layer_types": ["sliding_attention" if il % 2 == 0 else "full_attention"
                                                      for il in range(layers)],
            "rope_theta": 150000.0, "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
-                                                    "beta_slow": 1.0, "original_max_position_embeddings": 4096},
+                                                    "beta_slow": 1.0, "original_max_position_embeddings": 4096,
+                                                    "truncate": False},   # as the released configs
            "max_position_embeddings": 131072, "initial_context_length": 4096, "rms_norm_eps": 1e-5,
            "swiglu_limit": 7.0, "attention_bias": True, "hidden_act": "silu", "tie_word_embeddings": False,
            "eos_token_id": SPECIAL_BASE + 4, "pad_token_id": SPECIAL_BASE + 1}
@@ -146,7 +147,8 @@ def hf_experts(w, x):
 
 def hf_gpt_oss_logits(w, tokens, cfg, stats=None):
     """modeling_gpt_oss in float64 on the HF tensor names, driven by config.json: rotate_half
-    RoPE with YaRN (inverse frequencies blended by a floor/ceil-rounded ramp, cos and sin times
+    RoPE with YaRN (inverse frequencies blended by a ramp, its ends floor/ceil-rounded unless the
+    config's truncate is false, cos and sin times
     0.1 ln(factor) + 1), eager attention whose scores get the head's sink as one more column
     before the softmax (dropped after), sliding layers from layer_types, the router's top-k
     logits softmaxed, experts gate_up = y @ W + b split even/odd, min(gate, limit),
@@ -161,7 +163,10 @@ def hf_gpt_oss_logits(w, tokens, cfg, stats=None):
     pos_freqs = base ** (np.arange(0, d, 2) / d)
     factor, orig = sc["factor"], sc["original_max_position_embeddings"]
     corr = lambda rot: d * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base))  # noqa: E731
-    low, high = max(math.floor(corr(sc["beta_fast"])), 0), min(math.ceil(corr(sc["beta_slow"])), d - 1)
+    low, high = corr(sc["beta_fast"]), corr(sc["beta_slow"])
+    if sc.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
     ramp = np.clip((np.arange(d // 2) - low) / (high - low), 0, 1)
     extrapolation = 1 - ramp
     inv_freq = (1 / (factor * pos_freqs)) * (1 - extrapolation) + (1 / pos_freqs) * extrapolation
@@ -326,14 +331,19 @@ def test_dequantized_experts_follow_the_output_type(tmp_path):
         assert np.array_equal(np.asarray(r.raw(f"blk.1.{gg}.weight")).reshape(q.shape), q)
 
 
-def test_untruncated_yarn_converts_with_a_note(tmp_path, capsys):
+def test_untruncated_yarn_writes_yarn_truncate_false(tmp_path):
     rope = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
             "original_max_position_embeddings": 4096, "truncate": False}
     make_gpt_oss(tmp_path / "hf", layers=2, config_extra={"rope_scaling": rope})
     convert(tmp_path / "hf", "--outfile", tmp_path / "m.gguf", "--outtype", "f32")
-    assert "rope_scaling truncate false: the engine rounds YaRN's ramp ends" in capsys.readouterr().err
     md = GGUFReader(tmp_path / "m.gguf").metadata
     assert md["gpt-oss.rope.scaling.type"] == "yarn" and md["gpt-oss.rope.scaling.factor"] == 32.0
+    assert bool(md["gpt-oss.rope.scaling.yarn_truncate"]) is False
+    # Without the key Hugging Face rounds (truncate defaults to true): so does the file.
+    rope.pop("truncate")
+    make_gpt_oss(tmp_path / "hf2", layers=2, config_extra={"rope_scaling": rope})
+    convert(tmp_path / "hf2", "--outfile", tmp_path / "m2.gguf", "--outtype", "f32")
+    assert bool(GGUFReader(tmp_path / "m2.gguf").metadata["gpt-oss.rope.scaling.yarn_truncate"]) is True
 
 
 @pytest.mark.parametrize("extra,drop,message", [

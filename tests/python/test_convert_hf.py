@@ -213,11 +213,15 @@ def test_yarn_rope_scaling(tmp_path, spm_model):
     assert md["llama.rope.scaling.original_context_length"] == 32768
     assert md["llama.rope.scaling.yarn_beta_fast"] == 16.0 and "llama.rope.scaling.yarn_beta_slow" not in md
     assert abs(md["llama.rope.scaling.yarn_attn_factor"] * (0.1 * math.log(4.0) + 1.0) - 1.5) < 1e-6
-    # DeepSeek's variant and un-rounded ramp ends: refused, naming the setting.
-    for extra, msg in (({"mscale": 0.707}, "mscale"), ({"truncate": False}, "truncate")):
-        make_hf_checkpoint(tmp_path / "hf3", spm_model, config_extra={"rope_scaling": {**yarn, **extra}})
-        p = run_cli(tmp_path / "hf3", "--outfile", tmp_path / "m3.gguf")
-        assert p.returncode != 0 and msg in p.stderr, p.stderr
+    assert "llama.rope.scaling.yarn_truncate" not in md  # rounded ramp ends: the default
+    # DeepSeek's variant: refused, naming the setting.
+    make_hf_checkpoint(tmp_path / "hf3", spm_model, config_extra={"rope_scaling": {**yarn, "mscale": 0.707}})
+    p = run_cli(tmp_path / "hf3", "--outfile", tmp_path / "m3.gguf")
+    assert p.returncode != 0 and "mscale" in p.stderr, p.stderr
+    # Un-rounded ramp ends (truncate false): yarn_truncate false.
+    make_hf_checkpoint(tmp_path / "hf4", spm_model, config_extra={"rope_scaling": {**yarn, "truncate": False}})
+    convert(tmp_path / "hf4", "--outfile", tmp_path / "m4.gguf", "--outtype", "f32")
+    assert bool(GGUFReader(tmp_path / "m4.gguf").metadata["llama.rope.scaling.yarn_truncate"]) is False
 
 
 def test_tied_embeddings(tmp_path, spm_model):

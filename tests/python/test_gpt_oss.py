@@ -45,7 +45,10 @@ def direct_gpt_oss(path, w, tokens):
     if hp("rope.scaling.type") == "yarn":
         factor, orig = hp("rope.scaling.factor"), hp("rope.scaling.original_context_length")
         turning = lambda turns: d * math.log(orig / (turns * 2 * math.pi)) / (2 * math.log(base))   # noqa: E731
-        low, high = max(math.floor(turning(32.0)), 0), min(math.ceil(turning(1.0)), d - 1)
+        low, high = turning(32.0), turning(1.0)
+        if hp("rope.scaling.yarn_truncate", False):   # gpt-oss: unrounded unless the file says
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, d - 1)
         for i in range(half):
             keep = 1 - min(max((i - low) / (high - low), 0.0), 1.0)    # 1: the original frequency
             freq[i] = freq[i] / factor * (1 - keep) + freq[i] * keep

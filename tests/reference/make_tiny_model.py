@@ -347,7 +347,7 @@ def build(a):
                   n_rot=head_dim(a), eps=eps(a), rope_base=rope_base(a), act=act, pwri=False, w=w,
                   head_dim=head_dim(a))
     if a.yarn is not None:
-        m.rope_scale, m.yarn = 1.0 / a.yarn, (float(YARN_ORIG_CTX), 32.0, 1.0)
+        m.rope_scale, m.yarn = 1.0 / a.yarn, (float(YARN_ORIG_CTX), 32.0, 1.0, a.arch != "gpt-oss")
     if a.moe:   # sparsity calibration only of ReGLU experts (see the module docstring)
         m.n_expert, m.n_expert_used = a.experts, a.experts_used
         if a.arch == "smallthinker":

@@ -115,7 +115,8 @@ class Model:
     pwri: bool
     threshold: float = 0.0    # predictor threshold (PWRI)
     rope_scale: float = 1.0   # position multiplier: 1 / rope.scaling.factor (linear scaling)
-    # YaRN (rope.scaling.type yarn): (original context, beta_fast, beta_slow); None: linear.
+    # YaRN (rope.scaling.type yarn): (original context, beta_fast, beta_slow, truncate: the ramp's
+    # ends rounded); None: linear.
     yarn: tuple = None
     head_dim: int = 0         # attention.key_length; 0: n_embd // n_head
     n_expert: int = 0         # experts (qwen3moe, smallthinker, Mixtral), 0 for a dense FFN
@@ -192,7 +193,10 @@ def load_model(path) -> Model:
         m.rope_scale = 1.0 / float(r.get(f"{arch}.rope.scaling.factor"))
         m.yarn = (float(r.get(f"{arch}.rope.scaling.original_context_length", r.get(f"{arch}.context_length"))),
                   float(r.get(f"{arch}.rope.scaling.yarn_beta_fast", 32.0)),
-                  float(r.get(f"{arch}.rope.scaling.yarn_beta_slow", 1.0)))
+                  float(r.get(f"{arch}.rope.scaling.yarn_beta_slow", 1.0)),
+                  # rounded ends unless yarn_truncate says false (gpt-oss: unrounded by default,
+                  # as its config's truncate false and OpenAI's implementation)
+                  bool(r.get(f"{arch}.rope.scaling.yarn_truncate", arch != GPT_OSS)))
     elif r.get(f"{arch}.rope.scaling.type") != "none":
         raise ValueError(f"{path}: rope scaling {r.get(f'{arch}.rope.scaling.type')!r} is not supported")
     if arch in QK_NORM_ARCHS:
@@ -280,15 +284,17 @@ def yarn_inv_freq(n_rot, base, scale, yarn):
     """YaRN as the YaRN paper and Hugging Face's rope utilities state it: per pair, the
     inverse frequency blends the interpolated one (scale * base^(-2i/n_rot)) and the original
     by a ramp over the pair index between the pairs that turn beta_fast and beta_slow times
-    over the original context (floor / ceil, clamped to [0, n_rot - 1]); the attention factor
-    0.1 ln(1 / scale) + 1 multiplies cos and sin."""
-    orig, beta_fast, beta_slow = yarn
+    over the original context (floor / ceil when truncating, else as they are; clamped to
+    [0, n_rot - 1]); the attention factor 0.1 ln(1 / scale) + 1 multiplies cos and sin."""
+    orig, beta_fast, beta_slow, truncate = yarn if len(yarn) == 4 else (*yarn, True)
 
     def pair_turning(turns):
         return n_rot * math.log(orig / (turns * 2 * math.pi)) / (2 * math.log(base))
 
-    low = max(math.floor(pair_turning(beta_fast)), 0)
-    high = min(math.ceil(pair_turning(beta_slow)), n_rot - 1)
+    low, high = pair_turning(beta_fast), pair_turning(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, n_rot - 1)
     if low == high:
         high += 0.001
     ramp = np.clip((np.arange(n_rot // 2) - low) / (high - low), 0, 1)

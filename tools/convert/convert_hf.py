@@ -115,22 +115,16 @@ class HParams:
 
 
 
-def yarn_keys(path, scaling, factor, cfg, untruncated_ok=False):
+def yarn_keys(path, scaling, factor, cfg):
     """HF's YaRN settings as the GGUF keys llama.cpp reads: the original context, beta_fast,
     beta_slow, and an explicit attention_factor as yarn_attn_factor relative to the
-    0.1 ln(factor) + 1 both apply by default. Variants whose maths differ (DeepSeek's mscale,
-    un-rounded ramp ends) are refused rather than converted to something else, except
-    untruncated_ok (gpt-oss): llama.cpp runs gpt-oss's un-rounded ramp with rounded ends, and
-    so does the engine; a note says so."""
+    0.1 ln(factor) + 1 both apply by default; `truncate: false` (un-rounded ramp ends, as
+    gpt-oss's config says) as yarn_truncate false, which the engine reads (llama.cpp does not:
+    it rounds them). DeepSeek's mscale variant is refused rather than converted to something
+    else."""
     for k in ("mscale", "mscale_all_dim"):
         if scaling.get(k):
             raise ConvertError(f"{path}: rope_scaling {k} (DeepSeek's YaRN variant) is not supported")
-    if scaling.get("truncate") is False:
-        if not untruncated_ok:
-            raise ConvertError(f"{path}: rope_scaling truncate false (un-rounded YaRN ramp) is not supported")
-        print(f"convert_hf: note: {path}: rope_scaling truncate false: the engine rounds YaRN's ramp ends "
-              "(floor / ceil) as llama.cpp does for gpt-oss, so the pairs between them blend slightly "
-              "differently from Hugging Face's forward pass", file=sys.stderr)
     orig = scaling.get("original_max_position_embeddings") or cfg.get("max_position_embeddings")
     if not orig:
         raise ConvertError(f"{path}: rope_scaling yarn needs original_max_position_embeddings")
@@ -140,6 +134,8 @@ def yarn_keys(path, scaling, factor, cfg, untruncated_ok=False):
             keys[key] = float(scaling[hf])
     if scaling.get("attention_factor") is not None:
         keys["yarn_attn_factor"] = float(scaling["attention_factor"]) / (0.1 * math.log(factor) + 1.0)
+    if scaling.get("truncate") is False:
+        keys["yarn_truncate"] = False
     return keys
 
 def load_config(model_dir: str, arch_override: str | None) -> HParams:
@@ -197,7 +193,9 @@ def load_config(model_dir: str, arch_override: str | None) -> HParams:
             raise ConvertError(f"{path}: rope_scaling {scaling!r} is not supported (only linear and yarn)")
         factor = float(scaling["factor"])
         if kind == "yarn":
-            yarn = yarn_keys(path, scaling, factor, cfg, untruncated_ok=arch == "gpt-oss")
+            yarn = yarn_keys(path, scaling, factor, cfg)
+            if arch == "gpt-oss":   # (the engine's default there is unrounded: say which)
+                yarn["yarn_truncate"] = scaling.get("truncate", True) is not False
     # SmallThinker's experts are always ReGLU, gpt-oss's the clamped SwiGLU (neither GGUF has an
     # activation key; gpt-oss's hidden_act names the SiLU inside it).
     act = {"smallthinker": "relu", "gpt-oss": "silu"}.get(moe, cfg.get("hidden_act", "silu"))
@@ -480,6 +478,8 @@ def metadata(hp: HParams, vocab, outtype: str, name: str, threshold, quantized: 
                (f"{a}.rope.scaling.original_context_length", hp.rope_yarn["original_context_length"], VT.UINT32)]
         md += [(f"{a}.rope.scaling.{k}", hp.rope_yarn[k], VT.FLOAT32)
                for k in ("yarn_beta_fast", "yarn_beta_slow", "yarn_attn_factor") if k in hp.rope_yarn]
+        if "yarn_truncate" in hp.rope_yarn:
+            md.append((f"{a}.rope.scaling.yarn_truncate", bool(hp.rope_yarn["yarn_truncate"]), VT.BOOL))
     elif hp.rope_linear_factor != 1.0:
         md += [(f"{a}.rope.scaling.type", "linear", VT.STRING),
                (f"{a}.rope.scaling.factor", hp.rope_linear_factor, VT.FLOAT32)]

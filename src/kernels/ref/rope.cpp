@@ -17,15 +17,16 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t po
   // YaRN: pair i's wavelength 2 pi base^(2i / n_rot) against the original context. Pairs that
   // turn more than beta_fast times over it keep the unscaled angle, those that turn fewer than
   // beta_slow times take the scaled one, and a linear ramp over the pair index in between
-  // (its ends rounded outwards to whole pairs, as ggml does).
+  // (its ends rounded outwards to whole pairs, as ggml does, unless yarn.truncate is off).
   const bool yarn_on = yarn.ext_factor != 0.0f && yarn.n_ctx_orig > 0;
   double lo = 0, hi = 0, mscale = yarn.attn_factor;
   if (yarn_on) {
     const auto pair_turning = [&](double turns) {  // the pair index turning `turns` times
       return n_rot * std::log(static_cast<double>(yarn.n_ctx_orig) / (2.0 * M_PI * turns)) / (2.0 * std::log(static_cast<double>(base)));
     };
-    lo = std::max(0.0, std::floor(pair_turning(yarn.beta_fast)));
-    hi = std::min(static_cast<double>(n_rot - 1), std::ceil(pair_turning(yarn.beta_slow)));
+    const double fast = pair_turning(yarn.beta_fast), slow = pair_turning(yarn.beta_slow);
+    lo = std::max(0.0, yarn.truncate ? std::floor(fast) : fast);
+    hi = std::min(static_cast<double>(n_rot - 1), yarn.truncate ? std::ceil(slow) : slow);
     mscale *= 1.0 + 0.1 * std::log(1.0 / static_cast<double>(freq_scale));
   }
   for (int64_t h = 0; h < n_heads; ++h) {

@@ -367,22 +367,30 @@ Status KvCache::plan_window(KvSlot& slot, bool attended) const {
       if ((cell.seqs & bit(s)) != 0 && cell.pos > seq_max_[static_cast<size_t>(s)] + 1 - n_swa_) return true;
     return false;
   };
+  // Free window cells first, then the ones no sequence reads any more, oldest position first:
+  // a dead cell kept longest lets a sequence be cut back furthest (can_truncate).
+  std::vector<std::pair<int32_t, int32_t>> order;  // (position, window cell); -1: free
+  for (size_t w = 0; w < cell_of_slot_.size(); ++w) {
+    const int32_t held = cell_of_slot_[w];
+    if (held < 0) {
+      order.emplace_back(-1, static_cast<int32_t>(w));
+    } else if (const Cell& cell = cells_[static_cast<size_t>(held)]; !readable(cell)) {
+      order.emplace_back(cell.pos, static_cast<int32_t>(w));
+    }
+  }
+  std::sort(order.begin(), order.end());
   slot.window.assign(m, -1);
-  size_t w = 0;
+  size_t next = 0;
   for (size_t i = 0; i < m; ++i) {
     if (!attended && slot.pos[i] <= last[slot.seq[i]] + 1 - n_swa_) continue;
-    for (; w < cell_of_slot_.size(); ++w) {
-      const int32_t held = cell_of_slot_[w];
-      if (held < 0 || !readable(cells_[static_cast<size_t>(held)])) break;
-    }
-    if (w == cell_of_slot_.size()) {
+    if (next == order.size()) {
       slot.window.clear();
       return with_code(err("the sliding-window layers' %lld cells are all in use (more sequences than the "
                            "context was made for; --swa-full keeps the whole context there)",
                            ll(window_)),
                        ErrorCode::ContextFull);
     }
-    slot.window[i] = static_cast<int32_t>(w++);
+    slot.window[i] = order[next++].second;
   }
   return Status::Ok();
 }

@@ -184,7 +184,8 @@ class KvCache {
   // ---- window cells (a model with sliding-window layers and a bounded window store) ----
   // Gives each token of a planned slot (positions and sequences filled in) its window cell in
   // slot.window: a free one, else one whose cell no sequence can read through its window any
-  // more. `attended`: the batch runs (every token is read by the later ones of its sequence);
+  // more, the oldest position first (so a sequence can be cut back by up to about n_batch
+  // tokens: the store holds that much beyond the windows). `attended`: the batch runs (every token is read by the later ones of its sequence);
   // otherwise (a restore) only the tokens within their sequence's window get one (-1 the
   // others). Fails with ContextFull when too few are left (more sequences than n_seq_max).
   // A cache without a window store leaves slot.window empty.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "model/tiny_model.h"
 #include "server/scheduler.h"
 
 namespace pi::server {
@@ -309,6 +310,62 @@ TEST_F(SchedulerTest, SlotSaveAndRestoreMakeTheCachedPrompt) {
   EXPECT_EQ(b->snapshot().slots[1].n_cached, 0);
   std::filesystem::remove(path);
   std::filesystem::remove(path + ".busy");
+}
+
+// A model whose sliding-window layers keep only their window (gpt-oss, windows of 3): a cached
+// prompt is reused where the new prompt extends it, and where it would be cut back to a point
+// whose window is gone the slot evaluates from scratch, with the answer a fresh slot gives.
+TEST(SchedulerWindow, APrefixWhoseWindowIsGoneIsEvaluatedAgain) {
+  testing::TinySpec spec;
+  spec.arch = "gpt-oss";
+  spec.n_layer = 3;
+  spec.n_swa = 3;
+  const std::string path = testing::temp_path("scheduler_gpt_oss.gguf");
+  ASSERT_TRUE(testing::write_tiny_model(spec, path).ok());
+  auto e = Engine::load(path);
+  ASSERT_TRUE(e.ok()) << e.error().message;
+  const auto make = [&] {
+    SessionOptions so;
+    so.n_ctx = 128;
+    so.n_batch = 8;
+    so.n_threads = 1;
+    auto s = Session::create(**e, so);
+    EXPECT_TRUE(s.ok()) << s.error().message;
+    return std::make_unique<Scheduler>(**e, std::move(*s), SchedulerOptions{1, 128, 4});
+  };
+  const auto job = [](std::vector<int32_t> prompt) {
+    JobSpec j;
+    j.prompt = std::move(prompt);
+    j.n_predict = 6;
+    j.sampling.temperature = 0.0f;
+    return j;
+  };
+  const auto run = [](Scheduler& s, JobSpec j) {
+    auto h = s.submit(std::move(j));
+    EXPECT_NE(h, nullptr);
+    std::string text;
+    while (true) {
+      Job::Output o = h->take(std::chrono::milliseconds(200));
+      text += o.text;
+      if (o.done) return std::make_pair(text, o.stats);
+    }
+  };
+  std::vector<int32_t> a;
+  for (int32_t i = 0; i < 30; ++i) a.push_back(3 + (i * 37) % 250);
+  std::vector<int32_t> b(a.begin(), a.begin() + 10);  // shares 10 tokens: their window is gone
+  for (int32_t i = 0; i < 8; ++i) b.push_back(200 + i);
+  auto s = make();
+  const auto first = run(*s, job(a));
+  EXPECT_EQ(first.second.n_cached, 0);
+  const auto cut = run(*s, job(b));
+  EXPECT_EQ(cut.second.n_cached, 0);  // not 10
+  EXPECT_EQ(cut.first, run(*make(), job(b)).first);
+  // A prompt extending what the slot holds (b and its answer's first tokens were fed): reused.
+  std::vector<int32_t> c = b;
+  c.push_back(77);
+  const auto extended = run(*s, job(c));
+  EXPECT_EQ(extended.second.n_cached, static_cast<int64_t>(b.size()));
+  EXPECT_EQ(extended.first, run(*make(), job(c)).first);
 }
 
 }  // namespace

@@ -320,6 +320,9 @@ struct Shape {
 constexpr Shape kShapes[] = {{"4096x4096", 4096, 4096},   {"11008x4096", 11008, 4096},
                              {"4096x11008", 4096, 11008}, {"1024x4096", 1024, 4096},
                              {"11008x1024", 11008, 1024}};
+// gpt-oss's expert matrices (n_embd 2880, expert width 2880: 90 blocks per row), for MXFP4
+// and Q4_0 alongside it.
+constexpr Shape kExpertShape{"2880x2880", 2880, 2880};
 const DType kTypes[] = {DType::Q4_0, DType::Q8_0, DType::F16,  DType::BF16, DType::F32,
                         DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q6_K, DType::Q4_K,
                         DType::Q5_K, DType::Q3_K, DType::Q2_K, DType::MXFP4};
@@ -329,7 +332,9 @@ void register_all() {
 
   for (DType t : kTypes) {
     const std::string tn(pi::dtype_name(t));
-    for (const Shape& s : kShapes) {
+    std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+    if (t == DType::MXFP4 || t == DType::Q4_0) shapes.push_back(kExpertShape);
+    for (const Shape& s : shapes) {
       benchmark::RegisterBenchmark(("matvec/" + tn + "/" + s.name).c_str(), [t, s](benchmark::State& st) {
         ThreadPool& tp = pool(static_cast<int>(st.range(0)));
         const Matrix& w = matrix(t, s.rows, s.cols);
@@ -401,26 +406,29 @@ void register_all() {
     })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
   }
 
-  // Compute ceiling: the same kernels on one L2-resident matrix (256 x 4096). GB/s here far
-  // above the probe means the DRAM-sized runs are bound by memory, not by the kernel.
+  // Compute ceiling: the same kernels on one L2-resident matrix (256 x 4096; MXFP4 and Q4_0 also
+  // 256 x 2880, gpt-oss's rows). GB/s here far above the probe means the DRAM-sized runs are
+  // bound by memory, not by the kernel.
   for (DType t : kTypes) {
     const std::string tn(pi::dtype_name(t));
-    benchmark::RegisterBenchmark(("matvec_l2/" + tn + "/256x4096").c_str(), [t](benchmark::State& st) {
-      ThreadPool& tp = pool(1);
-      Buffer w = alloc(pi::row_bytes(t, 4096) * 256);
-      fill_random(t, w.get(), 256, 4096, 9);
-      const auto x = random_vector(4096, 8);
-      std::vector<float> y(256);
-      const auto t0 = std::chrono::steady_clock::now();
-      int64_t n = 0;
-      for (auto _ : st) {
-        kernels().matvec(tp, t, w.get(), 256, 4096, x.data(), y.data());
-        ++n;
-      }
-      st.counters["GB/s"] = benchmark::Counter(static_cast<double>(pi::row_bytes(t, 4096) * 256) * static_cast<double>(n),
-                                               benchmark::Counter::kIsRate);
-      benchmark::DoNotOptimize(t0);
-    });
+    std::vector<int64_t> l2_cols{4096};
+    if (t == DType::MXFP4 || t == DType::Q4_0) l2_cols.push_back(kExpertShape.cols);
+    for (const int64_t cols : l2_cols) {
+      benchmark::RegisterBenchmark(("matvec_l2/" + tn + "/256x" + std::to_string(cols)).c_str(), [t, cols](benchmark::State& st) {
+        ThreadPool& tp = pool(1);
+        Buffer w = alloc(pi::row_bytes(t, cols) * 256);
+        fill_random(t, w.get(), 256, cols, 9);
+        const auto x = random_vector(cols, 8);
+        std::vector<float> y(256);
+        int64_t n = 0;
+        for (auto _ : st) {
+          kernels().matvec(tp, t, w.get(), 256, cols, x.data(), y.data());
+          ++n;
+        }
+        st.counters["GB/s"] = benchmark::Counter(static_cast<double>(pi::row_bytes(t, cols) * 256) * static_cast<double>(n),
+                                                 benchmark::Counter::kIsRate);
+      });
+    }
     benchmark::RegisterBenchmark(("axpy_l2/" + tn + "/256x4096").c_str(), [t](benchmark::State& st) {
       ThreadPool& tp = pool(1);
       Buffer w = alloc(pi::row_bytes(t, 4096) * 256);

@@ -18,4 +18,9 @@ void avx2_kq_prepare(DType t, const float* x, int64_t cols, uint8_t* out);
 void avx2_kq_dot(const DotTask& task);
 void avx2_kq_axpy(const AxpyTask& task);
 
+// MXFP4's dot products (avx2_mxfp4.cpp: eight-block activation slots); its axpy is avx2_axpy's.
+size_t avx2_mx_act_bytes(int64_t cols);
+void avx2_mx_prepare(const float* x, int64_t cols, uint8_t* out);
+void avx2_mx_dot(const DotTask& task);
+
 }  // namespace pi::cpu::detail

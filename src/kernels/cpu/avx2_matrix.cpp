@@ -1,6 +1,6 @@
 // AVX2 dot-product leaves: activation quantization to Q8, integer dot products of the block
 // types (vpmaddubsw + vpmaddwd) and f32 FMA dot products of F32/F16/BF16 rows; the K-quants
-// Q2_K..Q6_K go to avx2_kquant.cpp. Compiled with -mavx2 -mfma -mf16c.
+// Q2_K..Q6_K go to avx2_kquant.cpp, MXFP4 to avx2_mxfp4.cpp. Compiled with -mavx2 -mfma -mf16c.
 //
 // Prepared activation (integer types): per 32-element block one 96-byte slot: 32 int8 quants
 // (natural order), 8 int32 lane terms (-offset * sum of the lane's 4 quants, for types
@@ -30,13 +30,12 @@ inline __m256i lane_dot(__m256i a, __m256i b) {
 
 bool int_path(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-         t == DType::Q8_0 || t == DType::MXFP4;
+         t == DType::Q8_0;
 }
 
 int act_offset(DType t) {
   switch (t) {
     case DType::Q4_0: return BQ4_0::kOffset;
-    case DType::MXFP4: return BMXFP4::kOffset;
     case DType::Q5_0: return BQ5_0::kOffset;
     default: return 0;
   }
@@ -50,11 +49,13 @@ bool k_quant(DType t) {
 
 size_t avx2_act_bytes(DType t, int64_t cols) {
   if (k_quant(t)) return avx2_kq_act_bytes(t, cols);
+  if (t == DType::MXFP4) return avx2_mx_act_bytes(cols);
   return int_path(t) ? static_cast<size_t>(cols / 32) * kSlot : 0;
 }
 
 void avx2_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out) {
   if (k_quant(t)) return avx2_kq_prepare(t, x, cols, out);
+  if (t == DType::MXFP4) return avx2_mx_prepare(x, cols, out);
   if (!int_path(t)) return;
   const __m256i neg_off = _mm256_set1_epi32(-act_offset(t));
   for (int64_t b = 0; b < cols / 32; ++b) {
@@ -91,7 +92,7 @@ inline void dot_blocks(const uint8_t* const* rows, const uint8_t* const* next, c
   for (int64_t b = 0; b < nb; ++b) {
     const size_t off = static_cast<size_t>(b) * Dec::kBytes;
     // The unsigned types' four-row tiles convert the rows' f16 scales (those starting with
-    // an f16 d; MXFP4's exponent byte goes through d()) in one instruction and multiply them by dx at once: the same
+    // an f16 d) in one instruction and multiply them by dx at once: the same
     // products as one row at a time, and one permute per row instead of a convert, a multiply
     // and a broadcast. (Q8_0's tiles measured slower so; they keep the scalar form.)
     constexpr bool kVecScale = NR == 4 && !Dec::kSigned && Dec::kHalfScale;
@@ -260,7 +261,7 @@ void avx2_dot(const DotTask& t) {
     case DType::Q5_0: return dot_quant<BQ5_0>(t);
     case DType::Q5_1: return dot_quant<BQ5_1>(t);
     case DType::Q8_0: return dot_quant<BQ8_0>(t);
-    case DType::MXFP4: return dot_quant<BMXFP4>(t);
+    case DType::MXFP4: return avx2_mx_dot(t);
     case DType::Q2_K:
     case DType::Q3_K:
     case DType::Q4_K:

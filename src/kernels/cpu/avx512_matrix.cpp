@@ -9,19 +9,17 @@
 // types stored as q - offset (so vpdpbusd starting from it yields sum (q - offset) * x),
 // or dx * (lane sum) in f32 for the types with a minimum. An odd last block fills A only.
 //
-// Q4_0, the format of most deployed models, has its own wider layout: per quad of four
-// 32-element blocks one 256-byte slot of low halves (elements 0-15 of block j at bytes
-// 16j..16j+15), high halves (elements 16-31, same places), lane terms -8 * (lane sum of both
-// halves) and scales dx per lane (lane k belongs to block k / 4). The weights of a quad (72
-// bytes) are loaded with two loads and their nibbles gathered by one byte permute, so one
-// quad costs about what one pair costs in the layout above. A partial last quad is zero-padded
-// (its weights are read with masked loads, never past the row).
+// Q4_0, the format of most deployed models, and MXFP4 (gpt-oss's experts) have their own
+// wider layout, four blocks per 256-byte slot (avx512_quads.h): the weights of a quad are
+// loaded with two loads and their nibbles gathered by one byte permute, so one quad costs
+// about what one pair costs in the layout above.
 #include <immintrin.h>
 
 #include <cstdint>
 #include <type_traits>
 
 #include "kernels/cpu/avx512_leaves.h"
+#include "kernels/cpu/avx512_quads.h"
 #include "kernels/cpu/avx512_quant.h"
 #include "kernels/cpu/scalar_blocks.h"
 #include "kernels/cpu/scalar_leaves.h"
@@ -30,7 +28,6 @@ namespace pi::cpu::detail {
 namespace {
 
 constexpr size_t kSlot = 192;
-constexpr size_t kQuadSlot = 256;  // Q4_0: four blocks
 
 inline __m128i loadu128(const uint8_t* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -118,28 +115,6 @@ struct DecQ5_0 {
   static __m512 scales1(const uint8_t* b) { return half_pair(load_u16(b), nib_lanes()); }
 };
 
-// MXFP4: each nibble is a code looked up (vpshufb) as its doubled E2M1 value + 12, unsigned;
-// the E8M0 exponent byte gives the lane scale 2^(e - 128) exactly.
-inline __m512i mxfp4_codes(__m512i nib) {
-  const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-  return _mm512_shuffle_epi8(table, nib);
-}
-inline __m512 e8m0_pair(uint8_t ea, uint8_t eb) {
-  return _mm512_permutexvar_ps(nib_lanes(), _mm512_castps128_ps512(_mm_setr_ps(e8m0_half(ea), e8m0_half(eb), 0.0f, 0.0f)));
-}
-
-struct DecMXFP4 {
-  static constexpr bool kStreamRows = true;
-  static constexpr size_t kBytes = 17;
-  static constexpr bool kMin = false;
-  static constexpr bool kNibble = true;
-  static constexpr int kOffset = 12;
-  static __m512i quants(const uint8_t* b) { return mxfp4_codes(nibbles2(b + 1, b + 18)); }
-  static __m512i quants1(const uint8_t* b) { return mxfp4_codes(nibbles1(b + 1)); }
-  static __m512 scales(const uint8_t* b) { return e8m0_pair(b[0], b[17]); }
-  static __m512 scales1(const uint8_t* b) { return e8m0_pair(b[0], 0); }
-};
-
 // Types with a minimum: x = d q + m. scales() yields d per lane, mins() m per lane.
 inline __m512 min_pair(uint16_t ma, uint16_t mb) { return half_pair(ma | uint32_t{mb} << 16, nib_lanes()); }
 
@@ -185,42 +160,15 @@ bool k_quant(DType t) {
 
 bool int_path(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-         t == DType::Q8_0 || t == DType::MXFP4;
+         t == DType::Q8_0;
 }
 
 int act_offset(DType t) {
   switch (t) {
     case DType::Q4_0: return DecQ4_0::kOffset;
-    case DType::MXFP4: return DecMXFP4::kOffset;
     case DType::Q5_0: return DecQ5_0::kOffset;
     case DType::Q8_0: return DecQ8_0::kOffset;
     default: return 0;
-  }
-}
-
-// Q4_0 activation quads (see the header comment): blocks beyond nb are zero.
-void prepare_quads(const float* x, int64_t nb, uint8_t* out) {
-  const __m512i ones = _mm512_set1_epi8(1);
-  for (int64_t qd = 0; qd < (nb + 3) / 4; ++qd) {
-    alignas(64) int8_t lo[64] = {};
-    alignas(64) int8_t hi[64] = {};
-    alignas(64) float dx[16] = {};
-    for (int j = 0; j < 4 && 4 * qd + j < nb; ++j) {
-      alignas(64) int8_t q[32];
-      const float d = quantize32(x + 32 * (4 * qd + j), q);
-      for (int e = 0; e < 16; ++e) {
-        lo[16 * j + e] = q[e];
-        hi[16 * j + e] = q[16 + e];
-      }
-      for (int l = 0; l < 4; ++l) dx[4 * j + l] = d;
-    }
-    const __m512i xlo = _mm512_load_si512(lo), xhi = _mm512_load_si512(hi);
-    const __m512i sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xlo), ones, xhi);
-    uint8_t* slot = out + qd * kQuadSlot;
-    _mm512_store_si512(slot, xlo);
-    _mm512_store_si512(slot + 64, xhi);
-    _mm512_store_si512(slot + 128, _mm512_mullo_epi32(sums, _mm512_set1_epi32(-DecQ4_0::kOffset)));
-    _mm512_store_ps(slot + 192, _mm512_load_ps(dx));
   }
 }
 
@@ -228,17 +176,18 @@ void prepare_quads(const float* x, int64_t nb, uint8_t* out) {
 
 size_t avx512_act_bytes(DType t, int64_t cols) {
   if (k_quant(t)) return avx512_kq_act_bytes(t, cols);
+  if (t == DType::Q4_0 || t == DType::MXFP4) return static_cast<size_t>((cols / 32 + 3) / 4) * kQuadSlot;
   if (!int_path(t)) return 0;
-  if (t == DType::Q4_0) return static_cast<size_t>((cols / 32 + 3) / 4) * kQuadSlot;
   return static_cast<size_t>((cols / 32 + 1) / 2) * kSlot;
 }
 
 void avx512_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out) {
   if (k_quant(t)) return avx512_kq_prepare(t, x, cols, out);
+  if (t == DType::Q4_0) return prepare_quads<QuadQ4_0>(x, cols / 32, out);
+  if (t == DType::MXFP4) return prepare_quads<QuadMXFP4>(x, cols / 32, out);
   if (!int_path(t)) return;
-  if (t == DType::Q4_0) return prepare_quads(x, cols / 32, out);
   const int64_t nb = cols / 32;
-  const bool nibble = t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::MXFP4;
+  const bool nibble = t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1;
   const bool with_min = t == DType::Q4_1 || t == DType::Q5_1;
   const __m512i lanes = nibble ? nib_lanes() : nat_lanes();
   const __m512i neg_off = _mm512_set1_epi32(-act_offset(t));
@@ -345,7 +294,7 @@ inline void dot_tokens(const uint8_t* row, const uint8_t* const* acts, int64_t n
   for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], accm[i]));
 }
 
-// Two rows x NT tokens, each token's slot loaded once for both rows (as q4_tokens2); every
+// Two rows x NT tokens, each token's slot loaded once for both rows (as quad_tokens2); every
 // (row, token) pair sees exactly dot_tokens' operations.
 template <class Dec, int NT>
 inline void dot_tokens2(const uint8_t* row0, const uint8_t* row1, const uint8_t* const* acts, int64_t nb,
@@ -387,137 +336,6 @@ inline void dot_tokens2(const uint8_t* row0, const uint8_t* row1, const uint8_t*
   for (int i = 0; i < NT; ++i) {
     out0[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][i], accm[0][i]));
     out1[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[1][i], accm[1][i]));
-  }
-}
-
-// ---- Q4_0 quads: four blocks per step ------------------------------------------------------
-// Source byte of each permuted byte: quants of block j (bytes 18j+2 .. 18j+17 of the quad;
-// 64 and up come from the second register), and the f16 scale word of the block of each lane.
-inline __m512i q4_quant_bytes() {
-  alignas(64) static const uint8_t idx[64] = {
-      2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 20, 21, 22, 23, 24, 25,
-      26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49,
-      50, 51, 52, 53, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71};
-  return _mm512_load_si512(idx);
-}
-inline __m512i q4_scale_words() {
-  return _mm512_setr_epi32(0, 0, 9 | 9 << 16, 9 | 9 << 16, 18 | 18 << 16, 18 | 18 << 16, 27 | 27 << 16,
-                           27 | 27 << 16, 0, 0, 0, 0, 0, 0, 0, 0);
-}
-
-// A quad's weights: nibble halves lo/hi in the activation's order and the scale per lane.
-struct Q4Quad {
-  __m512i lo, hi;
-  __m512 dw;
-};
-inline Q4Quad q4_decode(__m512i v0, __m512i v1, __m512i perm, __m512i words) {
-  const __m512i p = _mm512_permutex2var_epi8(v0, perm, v1);
-  const __m512i m = _mm512_set1_epi8(0x0f);
-  const __m256i w = _mm512_castsi512_si256(_mm512_permutexvar_epi16(words, v0));
-  return {_mm512_and_si512(p, m), _mm512_and_si512(_mm512_srli_epi16(p, 4), m), _mm512_cvtph_ps(w)};
-}
-inline Q4Quad q4_load(const uint8_t* b, __m512i perm, __m512i words) {
-  return q4_decode(_mm512_loadu_si512(b), _mm512_zextsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 64))), perm, words);
-}
-// The last, partial quad of a row: nbt (1..3) blocks, nothing read past them.
-inline Q4Quad q4_load_tail(const uint8_t* b, int64_t nbt, __m512i perm, __m512i words) {
-  const __mmask64 k = (__mmask64{1} << (18 * nbt)) - 1;
-  return q4_decode(_mm512_maskz_loadu_epi8(k, b), _mm512_setzero_si512(), perm, words);
-}
-// A token's slot of one quad: low and high nibble activations, the offset term, the scales.
-struct Q4Act {
-  __m512i lo, hi, off;
-  __m512 scale;
-};
-inline Q4Act q4_act(const uint8_t* a) {
-  return {_mm512_load_si512(a), _mm512_load_si512(a + 64), _mm512_load_si512(a + 128), _mm512_load_ps(a + 192)};
-}
-// acc += (sum over the quad's lanes of w . x) per lane, scaled.
-inline __m512 q4_step(const Q4Quad& w, const Q4Act& x, __m512 acc) {
-  __m512i s = _mm512_dpbusd_epi32(x.off, w.lo, x.lo);
-  s = _mm512_dpbusd_epi32(s, w.hi, x.hi);
-  return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), x.scale), w.dw, acc);
-}
-inline __m512 q4_step(const Q4Quad& w, const uint8_t* a, __m512 acc) { return q4_step(w, q4_act(a), acc); }
-
-// NR rows x one token. Every (row, token) pair sees the same operations in the same order
-// here and in q4_tokens, so one-token and many-token products agree bit for bit.
-// kLight: prefetch each line of the next rows once (one per quad, plus the ninth line of
-// every eight quads), else both ends of every quad (most lines twice). Light measured ~15%
-// faster for short consecutive rows (the predictor's fc2: 1024 columns) and slower for the
-// 4096-column matrices of the model.
-template <int NR, bool kLight = false>
-inline void q4_rows(const uint8_t* const* rows, const uint8_t* const* next, const uint8_t* act, int64_t nb,
-                    float* out) {
-  const __m512i perm = q4_quant_bytes(), words = q4_scale_words();
-  __m512 acc[NR];
-  for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
-  const int64_t nq = nb / 4;
-  for (int64_t qd = 0; qd < nq; ++qd) {
-    const uint8_t* a = act + qd * kQuadSlot;
-    const size_t off = static_cast<size_t>(qd) * 72;
-    for (int r = 0; r < NR; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(next[r] + off), _MM_HINT_T0);
-      if (!kLight || (qd & 7) == 7)
-        _mm_prefetch(reinterpret_cast<const char*>(next[r] + off + (kLight ? 64 : 71)), _MM_HINT_T0);
-      acc[r] = q4_step(q4_load(rows[r] + off, perm, words), a, acc[r]);
-    }
-  }
-  if (nb % 4 != 0) {
-    const uint8_t* a = act + nq * kQuadSlot;
-    for (int r = 0; r < NR; ++r) acc[r] = q4_step(q4_load_tail(rows[r] + nq * 72, nb % 4, perm, words), a, acc[r]);
-  }
-  for (int r = 0; r < NR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
-}
-
-// One row x NT tokens: the row is decoded once per quad for all tokens.
-template <int NT>
-inline void q4_tokens(const uint8_t* row, const uint8_t* const* acts, int64_t nb, float* out) {
-  const __m512i perm = q4_quant_bytes(), words = q4_scale_words();
-  __m512 acc[NT];
-  for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
-  const int64_t nq = nb / 4;
-  for (int64_t qd = 0; qd < nq; ++qd) {
-    const Q4Quad w = q4_load(row + qd * 72, perm, words);
-    for (int i = 0; i < NT; ++i) acc[i] = q4_step(w, acts[i] + qd * kQuadSlot, acc[i]);
-  }
-  if (nb % 4 != 0) {
-    const Q4Quad w = q4_load_tail(row + nq * 72, nb % 4, perm, words);
-    for (int i = 0; i < NT; ++i) acc[i] = q4_step(w, acts[i] + nq * kQuadSlot, acc[i]);
-  }
-  for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(acc[i]);
-}
-
-// Two rows x NT tokens: each token's activation slot is loaded once for both rows (one row
-// per call left the loads, four per row x token x quad, as the bound of prompt matmuls).
-// Each (row, token) pair sees exactly q4_tokens' operations, so the results are the same bits.
-template <int NT>
-inline void q4_tokens2(const uint8_t* row0, const uint8_t* row1, const uint8_t* const* acts, int64_t nb,
-                       float* out0, float* out1) {
-  const __m512i perm = q4_quant_bytes(), words = q4_scale_words();
-  __m512 acc0[NT], acc1[NT];
-  for (int i = 0; i < NT; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
-  const int64_t nq = nb / 4;
-  for (int64_t qd = 0; qd < nq; ++qd) {
-    const Q4Quad w0 = q4_load(row0 + qd * 72, perm, words), w1 = q4_load(row1 + qd * 72, perm, words);
-    for (int i = 0; i < NT; ++i) {
-      const Q4Act x = q4_act(acts[i] + qd * kQuadSlot);
-      acc0[i] = q4_step(w0, x, acc0[i]);
-      acc1[i] = q4_step(w1, x, acc1[i]);
-    }
-  }
-  if (nb % 4 != 0) {
-    const Q4Quad w0 = q4_load_tail(row0 + nq * 72, nb % 4, perm, words);
-    const Q4Quad w1 = q4_load_tail(row1 + nq * 72, nb % 4, perm, words);
-    for (int i = 0; i < NT; ++i) {
-      const Q4Act x = q4_act(acts[i] + nq * kQuadSlot);
-      acc0[i] = q4_step(w0, x, acc0[i]);
-      acc1[i] = q4_step(w1, x, acc1[i]);
-    }
-  }
-  for (int i = 0; i < NT; ++i) {
-    out0[i] = _mm512_reduce_add_ps(acc0[i]);
-    out1[i] = _mm512_reduce_add_ps(acc1[i]);
   }
 }
 
@@ -710,7 +528,7 @@ void dot_quant(const DotTask& t) {
   if (t.m == 1 && t.masks == nullptr) {
     auto one = [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_rows<Dec, 1>(r, n, t.act, nb, o); };
     if (Dec::kStreamRows && t.idx == nullptr) {
-      // Consecutive rows one at a time: a single sequential stream (see dot_q4_0).
+      // Consecutive rows one at a time: a single sequential stream (see dot_quads).
       rows_one_token<1>(t, one, one);
     } else if (t.row_bytes <= 2560) {
       rows_one_token<4>(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_rows<Dec, 4>(r, n, t.act, nb, o); }, one);
@@ -732,22 +550,25 @@ void dot_quant(const DotTask& t) {
       });
 }
 
-void dot_q4_0(const DotTask& t) {
+// Q4_0 and MXFP4 (F: QuadQ4_0, QuadMXFP4) over activation quads.
+template <class F>
+void dot_quads(const DotTask& t) {
+  const F f;
   const int64_t nb = t.cols / 32;
   if (t.m == 1 && t.masks == nullptr) {
-    auto one = [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { q4_rows<1>(r, n, t.act, nb, o); };
+    auto one = [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { quad_rows<F, 1>(f, r, n, t.act, nb, o); };
     if (t.idx != nullptr) {
       // Scattered rows (sparse gate/up): eight in flight measured 10-15% faster than four
       // (matvec_rows_10pct, one thread) and ~3% on the gate/up phase of the 7B-shaped file;
       // one or two at a time 7-13% slower.
-      rows_one_token<8>(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { q4_rows<8>(r, n, t.act, nb, o); }, one);
+      rows_one_token<8>(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { quad_rows<F, 8>(f, r, n, t.act, nb, o); }, one);
     } else if (t.row_bytes <= 1152) {
       // Consecutive rows one at a time: the weights stream as one sequential run, which the
       // hardware prefetchers follow best. Groups of four rows (four interleaved streams 2304
       // bytes apart) read at ~80% of the probe, one row at 95-105% (matvec 4096x4096 and
       // 11008x4096, 1 and 2 threads) - end to end +15% dense and +13% sparse decode - with
       // the same compute ceiling (matvec_l2). Short rows (the predictor's fc2): light prefetch.
-      rows_one_token<1>(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { q4_rows<1, true>(r, n, t.act, nb, o); }, one);
+      rows_one_token<1>(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { quad_rows<F, 1, true>(f, r, n, t.act, nb, o); }, one);
     } else {
       rows_one_token<1>(t, one, one);
     }
@@ -756,10 +577,10 @@ void dot_q4_0(const DotTask& t) {
   many_tokens(
       t,
       [&](auto n, const uint8_t* row, const uint8_t* const* acts, float* out) {
-        q4_tokens<decltype(n)::value>(row, acts, nb, out);
+        quad_tokens<F, decltype(n)::value>(f, row, acts, nb, out);
       },
       [&](auto n, const uint8_t* r0, const uint8_t* r1, const uint8_t* const* acts, float* o0, float* o1) {
-        q4_tokens2<decltype(n)::value>(r0, r1, acts, nb, o0, o1);
+        quad_tokens2<F, decltype(n)::value>(f, r0, r1, acts, nb, o0, o1);
       });
 }
 
@@ -769,7 +590,7 @@ void dot_floats(const DotTask& t) {
     const float* x = t.x;
     auto one = [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_float<T, 1, 1>(r, n, &x, t.cols, o); };
     if (t.idx == nullptr) {
-      rows_one_token<1>(t, one, one);  // one sequential stream (see dot_q4_0): 84% -> 94-98%
+      rows_one_token<1>(t, one, one);  // one sequential stream (see dot_quads): 84% -> 94-98%
     } else {
       rows_one_token(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_float<T, 4, 1>(r, n, &x, t.cols, o); }, one);
     }
@@ -791,12 +612,12 @@ void dot_floats(const DotTask& t) {
 
 void avx512_dot(const DotTask& t) {
   switch (t.type) {
-    case DType::Q4_0: return dot_q4_0(t);
+    case DType::Q4_0: return dot_quads<QuadQ4_0>(t);
     case DType::Q4_1: return dot_quant<DecQ4_1>(t);
     case DType::Q5_0: return dot_quant<DecQ5_0>(t);
     case DType::Q5_1: return dot_quant<DecQ5_1>(t);
     case DType::Q8_0: return dot_quant<DecQ8_0>(t);
-    case DType::MXFP4: return dot_quant<DecMXFP4>(t);
+    case DType::MXFP4: return dot_quads<QuadMXFP4>(t);
     case DType::Q2_K:
     case DType::Q3_K:
     case DType::Q4_K:

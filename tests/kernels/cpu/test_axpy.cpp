@@ -9,9 +9,6 @@
 // Q4_0 sums integers over groups of rows (src/kernels/cpu/q4_groups.h): a_k d_kb is rounded to
 // an integer multiple of 1/127 of the largest such product in its group, whose rows lie in one
 // window of 32, so each term is further off by at most 8 * amax_window / 254.
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 
 #include "kernels/ref/ref.h"
@@ -35,32 +32,6 @@ std::vector<int32_t> subset(int64_t n, double frac, uint32_t seed) {
     if (keep(rng)) idx.push_back(static_cast<int32_t>(r));
   return idx;
 }
-
-// `bytes` writable bytes that end where an inaccessible page begins (as a tensor at the end of
-// a mapped file): a read past them faults, in any build.
-class GuardedBytes {
- public:
-  explicit GuardedBytes(size_t bytes) {
-    const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    const size_t span = (bytes + page - 1) / page * page;
-    size_ = span + page;
-    map_ = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map_ == MAP_FAILED || mprotect(static_cast<uint8_t*>(map_) + span, page, PROT_NONE) != 0) return;
-    data_ = static_cast<uint8_t*>(map_) + span - bytes;
-  }
-  ~GuardedBytes() {
-    if (map_ != MAP_FAILED) munmap(map_, size_);
-  }
-  GuardedBytes(const GuardedBytes&) = delete;
-  GuardedBytes& operator=(const GuardedBytes&) = delete;
-  bool ok() const { return data_ != nullptr; }
-  uint8_t* data() const { return data_; }
-
- private:
-  void* map_ = MAP_FAILED;
-  size_t size_ = 0;
-  uint8_t* data_ = nullptr;
-};
 
 void expect_axpy(const Weights& w, const std::vector<int32_t>& idx, const float* a,
                  const float* y0, const float* y, const float* want) {

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -219,6 +221,32 @@ class Guarded {
  private:
   std::vector<float> buf_;
   int64_t n_;
+};
+
+// `bytes` writable bytes that end where an inaccessible page begins (as a tensor at the end of
+// a mapped file): a read past them faults, in any build.
+class GuardedBytes {
+ public:
+  explicit GuardedBytes(size_t bytes) {
+    const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t span = (bytes + page - 1) / page * page;
+    size_ = span + page;
+    map_ = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map_ == MAP_FAILED || mprotect(static_cast<uint8_t*>(map_) + span, page, PROT_NONE) != 0) return;
+    data_ = static_cast<uint8_t*>(map_) + span - bytes;
+  }
+  ~GuardedBytes() {
+    if (map_ != MAP_FAILED) munmap(map_, size_);
+  }
+  GuardedBytes(const GuardedBytes&) = delete;
+  GuardedBytes& operator=(const GuardedBytes&) = delete;
+  bool ok() const { return data_ != nullptr; }
+  uint8_t* data() const { return data_; }
+
+ private:
+  void* map_ = MAP_FAILED;
+  size_t size_ = 0;
+  uint8_t* data_ = nullptr;
 };
 
 // Elements per activation scale of the integer path for weight type t on `isa`: 32 (the

@@ -6,14 +6,20 @@
 #   scripts/install-deps.sh           everything (scripts/test.sh)
 #   scripts/install-deps.sh --build   only what building the `powerinfer` binary needs
 #                                     (scripts/run.sh: compiler, CMake, the header libraries)
+#   scripts/install-deps.sh --arm64   what --build needs, plus the aarch64 cross build's
+#                                     (scripts/build-arm64.sh): Debian's cross compiler,
+#                                     qemu-aarch64, and the arm64 libraries it links (GoogleTest,
+#                                     cpp-httplib) through Debian multiarch
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_only=0
+arm64=0
 case "${1:-}" in
   --build) build_only=1 ;;
+  --arm64) build_only=1; arm64=1 ;;
   "") ;;
-  *) echo "usage: scripts/install-deps.sh [--build]" >&2; exit 2 ;;
+  *) echo "usage: scripts/install-deps.sh [--build|--arm64]" >&2; exit 2 ;;
 esac
 
 APT_PACKAGES=(
@@ -26,6 +32,17 @@ if ((!build_only)); then
     python3 python3-venv python3-pip
     chromium haproxy
   )
+fi
+if ((arm64)); then
+  # The header-only libraries serve both architectures; GoogleTest and cpp-httplib (Debian
+  # compiles it) are linked, so their arm64 builds are installed beside the host's (multiarch,
+  # /usr/lib/aarch64-linux-gnu, where the cross compiler looks).
+  APT_PACKAGES+=(g++-aarch64-linux-gnu qemu-user libgtest-dev:arm64 libcpp-httplib-dev:arm64)
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    $SUDO dpkg --add-architecture arm64
+  fi
 fi
 
 missing=()

@@ -96,13 +96,21 @@ TEST(F16, SubnormalBoundaries) {
   EXPECT_EQ(f32_to_f16(0x1p-14f), 0x0400u);
 }
 
-#if defined(__FLT16_MANT_DIG__)
+// The compiler's IEEE binary16: GCC 12 knows _Float16 in C++ on x86 only; on aarch64 Arm's
+// __fp16 is the same format, converted by the hardware (round to nearest even).
+#if defined(__aarch64__)
+using CompilerHalf = __fp16;
+#elif defined(__FLT16_MANT_DIG__)
+using CompilerHalf = _Float16;
+#endif
+
+#if defined(__aarch64__) || defined(__FLT16_MANT_DIG__)
 // Cross-check against the compiler's IEEE conversion over a sweep of f32 bit patterns.
 TEST(F16, MatchesCompilerHalfOnSweep) {
   for (uint64_t u = 0; u <= 0xffffffffull; u += 257) {
     const float f = bits_f32(static_cast<uint32_t>(u));
     if (std::isnan(f)) continue;
-    const auto ref = std::bit_cast<uint16_t>(static_cast<_Float16>(f));
+    const auto ref = std::bit_cast<uint16_t>(static_cast<CompilerHalf>(f));
     ASSERT_EQ(f32_to_f16(f), ref) << std::hex << u;
   }
 }

@@ -157,7 +157,7 @@ void MoeFfn::expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st)
     // gpt-oss's biases, whole on every device: indexed by expert id.
     if (w.gate_exps_b.present()) ops_.add_bias(gate, expert_bias(w.gate_exps_b, counted, hp.n_expert), n, n_ff);
     if (w.up_exps_b.present()) ops_.add_bias(up, expert_bias(w.up_exps_b, counted, hp.n_expert), n, n_ff);
-    ops_.ffn_combine(hp.ffn == FfnKind::SwigluOai ? FfnKind::SwigluOai : FfnKind::Gated, hp.act, gate, up, n, n_ff);
+    ops_.ffn_combine(hp.ffn, hp.act, gate, up, n, n_ff);  // gated: SwiGLU/ReGLU, or gpt-oss's clamped one
     if (w.down_exps_t.present()) {
       ops_.linear_t(expert_rows(w.down_exps_t, e, n_exp), gate, n, all_rows_, ye);
     } else {

@@ -99,6 +99,14 @@ void each_expert_stack(Ffn& ffn, OnStack&& on_stack) {
     if (m->present()) on_stack(*m);
 }
 
+// on_bias(Vector&) for each expert-stacked bias `ffn` holds (gpt-oss's gate, up and down;
+// const or not as ffn is).
+template <typename Ffn, typename OnBias>
+void each_expert_bias(Ffn& ffn, OnBias&& on_bias) {
+  for (auto* v : {&ffn.gate_exps_b, &ffn.up_exps_b, &ffn.down_exps_b})
+    if (v->present()) on_bias(*v);
+}
+
 // One layer's views. Every member has a row in layer_tensors.h (kLayerTensors), through which
 // loading, placement and the ledger reach it: a member added here needs its row there.
 struct LayerWeights {

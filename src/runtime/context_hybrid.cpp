@@ -73,8 +73,7 @@ Result<model::PlacedWeights> place_planned(backend::Device& dev, const model::Mo
     if (ids.empty()) continue;
     // The experts' biases (gpt-oss) go whole: a few KiB, read by expert id.
     if (!h.ffn_on_device(il))
-      for (model::Vector* b : {&L.ffn.gate_exps_b, &L.ffn.up_exps_b, &L.ffn.down_exps_b})
-        if (b->present()) each(*b);
+      model::each_expert_bias(L.ffn, each);
     model::each_expert_stack(L.ffn, [&](model::Matrix& stack) {
       if (!st.ok()) return;
       const int64_t n_exp = m.hparams().n_expert;

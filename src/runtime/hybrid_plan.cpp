@@ -293,8 +293,7 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
     // gpt-oss's expert biases go whole with a layer's first device expert: reserved for every
     // layer (1.1 MiB a layer for gpt-oss-20b).
     for (const model::LayerWeights& L : m.weights().layers)
-      for (const model::Vector* b : {&L.ffn.gate_exps_b, &L.ffn.up_exps_b, &L.ffn.down_exps_b})
-        if (b->present()) s.neurons += dev.alloc_footprint(b->nbytes());
+      model::each_expert_bias(L.ffn, [&](const model::Vector& b) { s.neurons += dev.alloc_footprint(b.nbytes()); });
     // The cache's slots come out of the budget first.
     for (int64_t il = 0; il < hp.n_layer; ++il)
       if (!sparse::ffn_kept_on_cpu(out.ffn_on_cpu, il))
@@ -435,8 +434,7 @@ Result<HybridSetup> plan_hybrid(const model::Model& m, const ContextOptions& o,
       });
       // Their biases whole, one allocation each (context_hybrid.cpp places them so).
       if (!out.ffn_on_device(il))
-        for (const model::Vector* b : {&f.gate_exps_b, &f.up_exps_b, &f.down_exps_b})
-          if (b->present()) out.ledger.add("experts", b->nbytes());
+        model::each_expert_bias(f, [&](const model::Vector& b) { out.ledger.add("experts", b.nbytes()); });
     }
     out.ledger.add_all("FFN scratch", model::ffn_device_allocations(hp, o.n_batch));
     out.ledger.add_all("MoE FFN inputs", model::HybridMoeFfn::device_allocations(hp, moe_split(out), o.n_batch));

@@ -345,10 +345,10 @@ void register_all() {
         });
       })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
     }
-    if (t == DType::Q4_0 || t == DType::Q8_0) {
-      // The dense layouts of Q4_0 and Q8_0 (cpu::dot_layout): 16 rows side by side.
-      const DType r16 = t == DType::Q4_0 ? DType::Q4_0_R16 : DType::Q8_0_R16;
-      for (const Shape& s : kShapes) {
+    if (t == DType::Q4_0 || t == DType::Q8_0 || t == DType::MXFP4) {
+      // The dense layouts of Q4_0, Q8_0 and MXFP4 (cpu::dot_layout): 16 rows side by side.
+      const DType r16 = t == DType::Q4_0 ? DType::Q4_0_R16 : t == DType::Q8_0 ? DType::Q8_0_R16 : DType::MXFP4_R16;
+      for (const Shape& s : shapes) {
         benchmark::RegisterBenchmark(("matvec/" + std::string(pi::dtype_name(r16)) + "/" + s.name).c_str(), [r16, s](benchmark::State& st) {
           ThreadPool& tp = pool(static_cast<int>(st.range(0)));
           const Matrix& w = matrix(r16, s.rows, s.cols);

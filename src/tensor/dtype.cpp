@@ -50,6 +50,7 @@ constexpr std::array kInternalTypes = {
     DTypeInfo{DType::Q4_0_R16, "q4_0_r16", 32, 18, true, false},
     DTypeInfo{DType::Q8_0_R16, "q8_0_r16", 32, 34, true, false},
     DTypeInfo{DType::Q4_K_R16, "q4_k_r16", 256, 144, true, false},
+    DTypeInfo{DType::MXFP4_R16, "mxfp4_r16", 32, 17, true, false},
 };
 
 }  // namespace

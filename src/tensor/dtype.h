@@ -66,6 +66,10 @@ enum class DType : uint32_t {
   // 64 + 64 w + 4 i), then 32 x 64 bytes where bytes 4i .. 4i+3 of part k are quant bytes
   // 4k .. 4k+3 of row 16g+i (q4_k_r16_offset, quant.h). Same bytes as the Q4_K matrix.
   Q4_K_R16 = 0x10003,
+  // The same for MXFP4: block b of a group is 272 bytes at 272 b: the 16 rows' E8M0 exponent
+  // bytes, then 4 x 64 bytes where bytes 4i .. 4i+3 of part k are code bytes 4k .. 4k+3 of row
+  // 16g+i (mxfp4_r16_offset, quant.h). Same bytes as the MXFP4 matrix.
+  MXFP4_R16 = 0x10004,
 };
 
 struct DTypeInfo {

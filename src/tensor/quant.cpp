@@ -155,7 +155,24 @@ void move_q4_k_group(const unsigned char* src, unsigned char* dst, int64_t n, bo
   }
 }
 
-// Every group of 16 rows of a Q4_0, Q8_0 or Q4_K matrix [rows, n] through `move` (either way).
+// The same for a group of 16 MXFP4 rows and MXFP4_R16, a byte or a 4-byte word at a time.
+void move_mxfp4_group(const unsigned char* src, unsigned char* dst, int64_t n, bool to_r16) {
+  const int64_t nb = n / 32;
+  const size_t rb = row_bytes(DType::MXFP4, n);
+  for (int64_t i = 0; i < 16; ++i) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t file = static_cast<int64_t>(i * rb) + 17 * b;
+      const int64_t e[2] = {file, mxfp4_r16_exponent(b, i)};
+      dst[e[to_r16]] = src[e[!to_r16]];
+      for (int64_t w = 0; w < 4; ++w) {
+        const int64_t word[2] = {file + 1 + 4 * w, mxfp4_r16_offset(b, i, 4 * w)};
+        std::memcpy(dst + word[to_r16], src + word[!to_r16], 4);
+      }
+    }
+  }
+}
+
+// Every group of 16 rows of a Q4_0, Q8_0, Q4_K or MXFP4 matrix [rows, n] through `move` (either way).
 using GroupMove = void (*)(const unsigned char*, unsigned char*, int64_t, bool);
 void move_groups(GroupMove move, DType t, const void* in, void* out, int64_t rows, int64_t n, bool to_r16) {
   const size_t group = 16 * row_bytes(t, n);
@@ -181,13 +198,16 @@ void deinterleave_q4_0_rows(const void* in, void* out, int64_t rows, int64_t n) 
   move_groups(move_q4_0_group, DType::Q4_0, in, out, rows, n, false);
 }
 
-bool is_r16(DType t) { return t == DType::Q4_0_R16 || t == DType::Q8_0_R16 || t == DType::Q4_K_R16; }
+bool is_r16(DType t) {
+  return t == DType::Q4_0_R16 || t == DType::Q8_0_R16 || t == DType::Q4_K_R16 || t == DType::MXFP4_R16;
+}
 
 DType r16_file_type(DType t) {
   switch (t) {
     case DType::Q4_0_R16: return DType::Q4_0;
     case DType::Q8_0_R16: return DType::Q8_0;
     case DType::Q4_K_R16: return DType::Q4_K;
+    case DType::MXFP4_R16: return DType::MXFP4;
     default: return t;
   }
 }
@@ -198,6 +218,7 @@ GroupMove group_move(DType r16) {
   switch (r16) {
     case DType::Q8_0_R16: return move_q8_0_group;
     case DType::Q4_K_R16: return move_q4_k_group;
+    case DType::MXFP4_R16: return move_mxfp4_group;
     default: return move_q4_0_group;
   }
 }

@@ -156,7 +156,14 @@ inline int64_t q4_k_r16_offset(int64_t s, int64_t i, int64_t t) {
 inline int64_t q4_k_r16_d(int64_t s, int64_t i) { return 2304 * s + 2 * i; }
 inline int64_t q4_k_r16_scales(int64_t s, int64_t i, int64_t w) { return 2304 * s + 64 + 64 * w + 4 * i; }
 
-// The 16-row layouts (Q4_0_R16, Q8_0_R16, Q4_K_R16), in one place: whether t is one, the file type it
+// MXFP4_R16 (dtype.h): where code byte c (0..15) of block b of row i of a group lies, and its
+// E8M0 exponent byte.
+inline int64_t mxfp4_r16_offset(int64_t b, int64_t i, int64_t c) {
+  return 272 * b + 16 + 64 * (c / 4) + 4 * i + c % 4;
+}
+inline int64_t mxfp4_r16_exponent(int64_t b, int64_t i) { return 272 * b + i; }
+
+// The 16-row layouts (Q4_0_R16, Q8_0_R16, Q4_K_R16, MXFP4_R16), in one place: whether t is one, the file type it
 // holds (t itself for any other type), and a matrix [rows, n] (rows a multiple of 16) moved
 // into the layout `r16` from its file type, and back. `out` must not overlap `in`.
 bool is_r16(DType t);

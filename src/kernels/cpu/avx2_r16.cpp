@@ -1,4 +1,4 @@
-// AVX2 leaves of the Q4_0_R16, Q8_0_R16 and Q4_K_R16 dense products (r16.h), for CPUs without AVX-512: each group's
+// AVX2 leaves of the Q4_0_R16, Q8_0_R16, MXFP4_R16 and Q4_K_R16 dense products (r16.h), for CPUs without AVX-512: each group's
 // 16 rows as two halves of 8 (one ymm lane per row), up to 4 tokens per pass over a block.
 // Without VNNI the 4-byte dots are vpmaddubsw (pairs to int16; a block's 8 of them summed in
 // int16, at most 8 x 2 x 15 x 127 = 30480) and one vpmaddwd to int32: the same exact integer
@@ -17,19 +17,37 @@ namespace {
 
 constexpr int kTokens = 4;  // tokens per pass: 16 ymm registers hold 8 weight vectors + 4 sums
 
+// The three 32-element R16 formats (r16.h).
+enum class Fmt { Q4_0, Q8_0, Mxfp4 };
+
 // Rows 8h .. 8h+7 of one group x NT tokens over blocks [0, nb): ys[i][0..7] = their results.
 // Q8_0 (kQ8): the quants back to signed (q + 128 ^ 0x80), each 4-byte dot as vpmaddubsw of
 // |q| with x signed by q (at most 2 x 127 x 127 per int16 pair) widened at once by vpmaddwd.
-template <int NT, bool kQ8>
+// MXFP4: codes looked up as value + 12 (vpshufb), at most 24, so that 8 vpmaddubsw summed in
+// int16 could reach 8 x 2 x 24 x 128: the low and high nibbles' four each are summed apart
+// (24576 at most) and widened separately.
+template <int NT, Fmt kFmt>
 inline void half_tile(const uint8_t* G, int h, const uint8_t* const* acts, int64_t nb, float* const* ys) {
-  constexpr size_t kBlock = kQ8 ? kR16Q8BlockBytes : kR16BlockBytes;
+  constexpr bool kQ8 = kFmt == Fmt::Q8_0, kMx = kFmt == Fmt::Mxfp4;
+  constexpr size_t kBlock = kQ8 ? kR16Q8BlockBytes : kMx ? kR16MxBlockBytes : kR16BlockBytes;
+  constexpr size_t kQuants = kMx ? 16 : 32;  // where the parts start
   __m256 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
+  alignas(16) int8_t values[16];
+  for (int c = 0; c < 16; ++c) values[c] = static_cast<int8_t>(kMxfp4Values[c] + 12);
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(values)));
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = G + b * kBlock;
-    const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+    __m256 ws;
+    if constexpr (kMx) {
+      // 2^(e - 128) as f32 bits (e - 1) << 23, e - 1 saturated at 0 (r16.h's mxfp4_r16_scale).
+      const __m128i e = _mm_subs_epu8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * h)), _mm_set1_epi8(1));
+      ws = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(e), 23));
+    } else {
+      ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+    }
     if constexpr (kQ8) {
       __m256i q[8], aq[8];
       for (int k = 0; k < 8; ++k) {
@@ -52,18 +70,28 @@ inline void half_tile(const uint8_t* G, int h, const uint8_t* const* acts, int64
     }
     __m256i lo[4], hi[4];
     for (int k = 0; k < 4; ++k) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 64 * k + 32 * h));
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kQuants + 64 * k + 32 * h));
       lo[k] = _mm256_and_si256(v, m4);
       hi[k] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      if constexpr (kMx) {
+        lo[k] = _mm256_shuffle_epi8(table, lo[k]);
+        hi[k] = _mm256_shuffle_epi8(table, hi[k]);
+      }
     }
     for (int i = 0; i < NT; ++i) {
       const uint8_t* a = acts[i] + b * kR16ActBytes;
       __m256i s16 = _mm256_maddubs_epi16(lo[0], _mm256_set1_epi32(load_i32(a)));
       for (int k = 1; k < 4; ++k)
         s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo[k], _mm256_set1_epi32(load_i32(a + 4 * k))));
+      __m256i s32 = _mm256_setzero_si256();
+      if constexpr (kMx) {
+        s32 = _mm256_madd_epi16(s16, ones);
+        s16 = _mm256_setzero_si256();
+      }
       for (int k = 0; k < 4; ++k)
         s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[k], _mm256_set1_epi32(load_i32(a + 16 + 4 * k))));
-      const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(load_i32(a + 36)));
+      s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(s16, ones));
+      const __m256i s = _mm256_add_epi32(s32, _mm256_set1_epi32(load_i32(a + 36)));
       float d;
       std::memcpy(&d, a + 32, 4);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(ws, _mm256_set1_ps(d)), acc[i]);
@@ -150,8 +178,8 @@ inline void tile_k(const uint8_t* G, int h0, const uint8_t* const* acts, int64_t
     for (int i = 0; i < NT; ++i) _mm256_storeu_ps(ys[i] + 8 * (h0 + hh), acc[hh][i]);
 }
 
-// kK: Q4_K_R16 (super-blocks of 256), else Q4_0_R16 / Q8_0_R16 (blocks of 32).
-template <bool kQ8, bool kK = false>
+// kK: Q4_K_R16 (super-blocks of 256), else Q4_0_R16 / Q8_0_R16 / MXFP4_R16 (blocks of 32).
+template <Fmt kFmt, bool kK = false>
 void r16_dot(const DotTask& t) {
   const int64_t nb = t.cols / (kK ? 256 : 32);
   const size_t group_bytes = static_cast<size_t>(kR16Rows) * t.row_bytes;
@@ -181,10 +209,10 @@ void r16_dot(const DotTask& t) {
           continue;
         }
         switch (nt) {
-          case 4: half_tile<4, kQ8>(G, h, acts, nb, ys); break;
-          case 3: half_tile<3, kQ8>(G, h, acts, nb, ys); break;
-          case 2: half_tile<2, kQ8>(G, h, acts, nb, ys); break;
-          default: half_tile<1, kQ8>(G, h, acts, nb, ys); break;
+          case 4: half_tile<4, kFmt>(G, h, acts, nb, ys); break;
+          case 3: half_tile<3, kFmt>(G, h, acts, nb, ys); break;
+          case 2: half_tile<2, kFmt>(G, h, acts, nb, ys); break;
+          default: half_tile<1, kFmt>(G, h, acts, nb, ys); break;
         }
       }
     }
@@ -195,11 +223,13 @@ void r16_dot(const DotTask& t) {
 
 void avx2_r16_dot(const DotTask& t) {
   if (t.type == DType::Q4_K_R16) {
-    r16_dot<false, true>(t);
+    r16_dot<Fmt::Q4_0, true>(t);
   } else if (t.type == DType::Q8_0_R16) {
-    r16_dot<true>(t);
+    r16_dot<Fmt::Q8_0>(t);
+  } else if (t.type == DType::MXFP4_R16) {
+    r16_dot<Fmt::Mxfp4>(t);
   } else {
-    r16_dot<false>(t);
+    r16_dot<Fmt::Q4_0>(t);
   }
 }
 

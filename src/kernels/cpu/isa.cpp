@@ -117,6 +117,7 @@ DType dot_layout(Isa isa, DType t, int64_t rows) {
     case DType::Q4_0: return DType::Q4_0_R16;
     case DType::Q8_0: return DType::Q8_0_R16;
     case DType::Q4_K: return DType::Q4_K_R16;
+    case DType::MXFP4: return DType::MXFP4_R16;
     default: return t;
   }
 }

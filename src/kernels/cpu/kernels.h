@@ -60,13 +60,13 @@ bool supports_axpy(DType t);
 // scales-apart layout"), else t itself. Same results either way, bit for bit.
 DType axpy_layout(Isa isa, DType t);
 // True for weight types the dense products (matvec, matvec_multi, matmul) accept: those of
-// supports() and the R16 layouts Q4_0_R16 / Q8_0_R16 / Q4_K_R16 (tensor/dtype.h; rows a
-// multiple of 16), layouts of Q4_0, Q8_0 and Q4_K matrices for these three alone (the row-list
-// kernels refuse them).
+// supports() and the R16 layouts Q4_0_R16 / Q8_0_R16 / Q4_K_R16 / MXFP4_R16 (tensor/dtype.h;
+// rows a multiple of 16), layouts of Q4_0, Q8_0, Q4_K and MXFP4 matrices for these alone (the
+// row-list kernels refuse them).
 bool supports_dense(DType t);
 // The layout the dense products of `isa` read a matrix of type t and `rows` rows fastest in:
-// Q4_0_R16 for Q4_0, Q8_0_R16 for Q8_0 and Q4_K_R16 for Q4_K with the AVX-512 or AVX2 leaves,
-// when rows is a multiple of 16 (prompt batches 2-3x faster:
+// Q4_0_R16 for Q4_0, Q8_0_R16 for Q8_0, Q4_K_R16 for Q4_K and MXFP4_R16 for MXFP4 with the
+// AVX-512 or AVX2 leaves, when rows is a multiple of 16 (prompt batches 2-3x faster:
 // docs/BENCHMARKS.md, "Sixteen rows side by side"), else t. The results differ from the file
 // layout's in the last bits (another order of sums), never between batch sizes, thread counts
 // or ISAs reading the same layout.

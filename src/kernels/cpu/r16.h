@@ -8,6 +8,12 @@
 // quants in natural order (bytes 0-31), its scale d (f32, bytes 32-35) and -8 x the sum of
 // its quants (int32, bytes 36-39), the Q4_0 offset applied to the whole block at once.
 //
+// MXFP4_R16 is Q4_0_R16's walk with an E8M0 exponent byte per row instead of an f16 scale: a
+// code c stands for kMxfp4Values[c] + 12 (0..24, unsigned for vpdpbusd), the activation's
+// offset is -12 x the sum of its quants, and the row's scale is 2^(e - 128) from the exponent
+// byte e, taken as 0 for e = 0 and 1 (see avx512_quads.h: subnormal scales, values below
+// 12 x 2^-127, which the SIMD leaves of the row layout also drop).
+//
 // Q8_0_R16 is the same with 8 parts of 64 bytes per block, quants stored as q + 128 (unsigned
 // for vpdpbusd) and 16 x off (= -128 x the sum) taking the offset back out.
 //
@@ -44,6 +50,7 @@ namespace pi::cpu::detail {
 constexpr int64_t kR16Rows = 16;
 constexpr size_t kR16BlockBytes = 288;    // Q4_0_R16: 16 scales + 16 rows x 16 quant bytes
 constexpr size_t kR16Q8BlockBytes = 544;  // Q8_0_R16: 16 scales + 16 rows x 32 quants (q + 128)
+constexpr size_t kR16MxBlockBytes = 272;  // MXFP4_R16: 16 exponents + 16 rows x 16 code bytes
 constexpr size_t kR16ActBytes = 40;     // per block: 32 quants, d, offset
 constexpr size_t kR16KBlockBytes = 2304;  // Q4_K_R16: a super-block of 16 rows
 constexpr size_t kR16KActBytes = 288;     // per super-block: 256 quants, 8 sums, dx (and padding)
@@ -66,7 +73,22 @@ inline size_t r16_act_bytes(DType t, int64_t cols) {
 }
 
 using pi::is_r16;  // tensor/quant.h
-inline size_t r16_block_bytes(DType t) { return t == DType::Q8_0_R16 ? kR16Q8BlockBytes : kR16BlockBytes; }
+inline size_t r16_block_bytes(DType t) {
+  return t == DType::Q8_0_R16 ? kR16Q8BlockBytes : t == DType::MXFP4_R16 ? kR16MxBlockBytes : kR16BlockBytes;
+}
+
+// The activation's offset factor of a 32-element R16 type (bytes 36-39 hold it x the quants'
+// sum): what its weight bytes add to each value so that they are unsigned.
+inline int32_t r16_act_offset(DType t) { return t == DType::MXFP4_R16 ? 12 : 8; }
+
+// MXFP4_R16's row scale from its exponent byte e: 2^(e - 128), 0 for e < 2 (f32 bits
+// (e - 1) << 23 with e - 1 saturated at 0, as the vector leaves compute it).
+inline float mxfp4_r16_scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0u : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 // The walk every R16 leaf shares: the task's groups of 16 rows, and per group its tokens in
 // tiles of up to kMaxTile: tile(std::integral_constant<int, NT>, G, acts, ys, end) with G the

@@ -85,7 +85,7 @@ void dot_k(const DotTask& t) {
   });
 }
 
-void prepare_32(const float* x, int64_t cols, uint8_t* out) {
+void prepare_32(const float* x, int64_t cols, int32_t offset, uint8_t* out) {
   for (int64_t b = 0; b < cols / 32; ++b) {
     const float* xb = x + 32 * b;
     uint8_t* a = out + b * kR16ActBytes;
@@ -104,7 +104,7 @@ void prepare_32(const float* x, int64_t cols, uint8_t* out) {
       std::memcpy(a + j, &q, 1);
       sum += q;
     }
-    const int32_t off = -8 * sum;
+    const int32_t off = -offset * sum;
     std::memcpy(a + 32, &d, 4);
     std::memcpy(a + 36, &off, 4);
   }
@@ -116,7 +116,7 @@ void scalar_r16_prepare(DType t, const float* x, int64_t cols, uint8_t* out) {
   if (t == DType::Q4_K_R16) {
     for (int64_t s = 0; s < cols / 256; ++s) prepare_k(x + 256 * s, out + s * kR16KActBytes);
   } else {
-    prepare_32(x, cols, out);
+    prepare_32(x, cols, r16_act_offset(t), out);
   }
 }
 
@@ -124,6 +124,7 @@ void scalar_r16_dot(const DotTask& t) {
   if (t.type == DType::Q4_K_R16) return dot_k(t);
   const int64_t nb = t.cols / 32;
   const bool q8 = t.type == DType::Q8_0_R16;
+  const bool mx = t.type == DType::MXFP4_R16;
   const size_t block_bytes = r16_block_bytes(t.type);
   r16_walk<1>(t, [&](auto, const uint8_t* G, const uint8_t* const* acts, float* const* ys, const uint8_t*) {
     const uint8_t* act = acts[0];
@@ -140,13 +141,18 @@ void scalar_r16_dot(const DotTask& t) {
         int32_t s = q8 ? 16 * off : off;
         if (q8) {
           for (int c = 0; c < 32; ++c) s += p[32 + 64 * (c / 4) + 4 * r + c % 4] * q[c];
+        } else if (mx) {
+          for (int c = 0; c < 16; ++c) {
+            const uint8_t byte = p[16 + 64 * (c / 4) + 4 * r + c % 4];
+            s += (kMxfp4Values[byte & 15] + 12) * q[c] + (kMxfp4Values[byte >> 4] + 12) * q[16 + c];
+          }
         } else {
           for (int c = 0; c < 16; ++c) {
             const uint8_t byte = p[32 + 64 * (c / 4) + 4 * r + c % 4];
             s += (byte & 15) * q[c] + (byte >> 4) * q[16 + c];
           }
         }
-        const float scale = half_to_float(load_u16(p + 2 * r)) * d;
+        const float scale = (mx ? mxfp4_r16_scale(p[r]) : half_to_float(load_u16(p + 2 * r))) * d;
         acc[r] = std::fma(static_cast<float>(s), scale, acc[r]);
       }
     }

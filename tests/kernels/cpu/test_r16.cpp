@@ -1,4 +1,4 @@
-// Q4_0_R16, Q8_0_R16 and Q4_K_R16 (tensor/dtype.h): the interleaving of 16 rows and the dense products
+// Q4_0_R16, Q8_0_R16, Q4_K_R16 and MXFP4_R16 (tensor/dtype.h): the interleaving of 16 rows and the dense products
 // that read them (kernels/cpu/r16.h), on every ISA: against the reference on the file's bytes, and bit
 // for bit across ISAs, thread counts, batch splits and matvec_multi, since every R16 leaf
 // follows one order of operations.
@@ -12,7 +12,12 @@ namespace {
 
 // The 16-row layout of a file type.
 DType r16_of(DType t) {
-  return t == DType::Q8_0 ? DType::Q8_0_R16 : t == DType::Q4_K ? DType::Q4_K_R16 : DType::Q4_0_R16;
+  switch (t) {
+    case DType::Q8_0: return DType::Q8_0_R16;
+    case DType::Q4_K: return DType::Q4_K_R16;
+    case DType::MXFP4: return DType::MXFP4_R16;
+    default: return DType::Q4_0_R16;
+  }
 }
 
 // w's bytes in its 16-row layout, at an odd offset (no leaf may assume alignment).
@@ -27,7 +32,7 @@ Interleaved interleave(const Weights& w) {
   return out;
 }
 
-constexpr DType kTypes[] = {DType::Q4_0, DType::Q8_0, DType::Q4_K};
+constexpr DType kTypes[] = {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::MXFP4};
 
 // Column counts to try: one block, a few, and a 7B-like width that is not a power of two.
 std::vector<int64_t> col_counts(DType t) {
@@ -35,13 +40,14 @@ std::vector<int64_t> col_counts(DType t) {
   return {32, 96, 4128};
 }
 
-// Every scale and quant byte at its place (Q8_0's quants as q + 128: the sign bit flipped),
-// and the round trip back to the file's bytes.
+// Every scale and quant byte at its place (Q8_0's quants as q + 128: the sign bit flipped;
+// MXFP4's one exponent byte for a scale), and the round trip back to the file's bytes.
 TEST(R16, InterleavingMovesEveryByteAndRoundTrips) {
-  for (DType wt : {DType::Q4_0, DType::Q8_0}) {
-    const bool q8 = wt == DType::Q8_0;
+  for (DType wt : {DType::Q4_0, DType::Q8_0, DType::MXFP4}) {
+    const bool q8 = wt == DType::Q8_0, mx = wt == DType::MXFP4;
     const int64_t quant_bytes = q8 ? 32 : 16;
-    const size_t block = q8 ? 34 : 18;
+    const size_t block = q8 ? 34 : mx ? 17 : 18;
+    const size_t scale = mx ? 1 : 2;
     for (int64_t cols : {32, 96, 4128}) {
       SCOPED_TRACE(::testing::Message() << dtype_name(wt) << " " << cols);
       const Weights w = random_weights(wt, 48, cols, 3);
@@ -54,10 +60,11 @@ TEST(R16, InterleavingMovesEveryByteAndRoundTrips) {
         const int64_t i = row % 16;
         for (int64_t b = 0; b < cols / 32; ++b) {
           const uint8_t* blk = file + row * w.row_bytes() + block * b;
-          ASSERT_EQ(0, std::memcmp(g + (q8 ? q8_0_r16_scale(b, i) : q4_0_r16_scale(b, i)), blk, 2)) << row << " " << b;
+          const int64_t scale_at = q8 ? q8_0_r16_scale(b, i) : mx ? mxfp4_r16_exponent(b, i) : q4_0_r16_scale(b, i);
+          ASSERT_EQ(0, std::memcmp(g + scale_at, blk, scale)) << row << " " << b;
           for (int64_t c = 0; c < quant_bytes; ++c) {
-            const int64_t at = q8 ? q8_0_r16_offset(b, i, c) : q4_0_r16_offset(b, i, c);
-            ASSERT_EQ(g[at], q8 ? blk[2 + c] ^ 0x80 : blk[2 + c]) << row << " " << b << " " << c;
+            const int64_t at = q8 ? q8_0_r16_offset(b, i, c) : mx ? mxfp4_r16_offset(b, i, c) : q4_0_r16_offset(b, i, c);
+            ASSERT_EQ(g[at], q8 ? blk[scale + c] ^ 0x80 : blk[scale + c]) << row << " " << b << " " << c;
           }
         }
       }
@@ -114,6 +121,12 @@ TEST(Q4_0R16, OnlyTheDenseProductsTakeIt) {
   EXPECT_EQ(dot_layout(Isa::Avx2, DType::Q4_K, 4096), DType::Q4_K_R16);
   EXPECT_EQ(dot_layout(Isa::Scalar, DType::Q4_K, 4096), DType::Q4_K);
   EXPECT_EQ(dot_layout(Isa::Scalar, DType::Q4_0, 4096), DType::Q4_0);
+  EXPECT_TRUE(supports_dense(DType::MXFP4_R16));
+  EXPECT_FALSE(supports(DType::MXFP4_R16));
+  EXPECT_EQ(dot_layout(Isa::Avx512, DType::MXFP4, 2880), DType::MXFP4_R16);
+  EXPECT_EQ(dot_layout(Isa::Avx2, DType::MXFP4, 2880), DType::MXFP4_R16);
+  EXPECT_EQ(dot_layout(Isa::Scalar, DType::MXFP4, 2880), DType::MXFP4);
+  EXPECT_EQ(r16_file_type(DType::MXFP4_R16), DType::MXFP4);
   EXPECT_FALSE(quantize_row(DType::Q4_0_R16, nullptr, nullptr, 32).ok());
 }
 

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/avx512_quant.h"
 #include "kernels/cpu/r16.h"
+#include "kernels/cpu/stream_ahead.h"
 
 namespace pi::cpu::detail {
 namespace {
@@ -17,8 +18,8 @@ namespace {
 enum class Fmt { Q4_0, Q8_0, Mxfp4 };
 
 // One group of 16 rows x NT tokens over blocks [0, nb): ys[i][0..15] = the rows' results for
-// token i. With kPrefetch (one token: memory-bound) every line kR16PrefetchAhead bytes on is prefetched
-// once, up to `end`.
+// token i. With kPrefetch (one token: memory-bound) the stream is prefetched ahead in two levels
+// (stream_ahead.h), up to `end`.
 template <int NT, bool kPrefetch, Fmt kFmt>
 inline void group_tile(const uint8_t* G, const uint8_t* const* acts, int64_t nb, float* const* ys,
                        const uint8_t* end) {
@@ -32,13 +33,10 @@ inline void group_tile(const uint8_t* G, const uint8_t* const* acts, int64_t nb,
   alignas(16) int8_t values[16];
   for (int c = 0; c < 16; ++c) values[c] = static_cast<int8_t>(kMxfp4Values[c] + 12);
   const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(values)));
-  const uint8_t* pf = G + kR16PrefetchAhead;
+  StreamAhead ahead(G, end);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = G + b * kBlock;
-    if constexpr (kPrefetch) {
-      for (; pf < p + kR16PrefetchAhead + kBlock && pf < end; pf += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
-    }
+    if constexpr (kPrefetch) ahead.upto(p + kBlock);
     __m512 ws;
     if constexpr (kFmt == Fmt::Mxfp4) {
       // 2^(e - 128) as f32 bits (e - 1) << 23, e - 1 saturated at 0 (r16.h's mxfp4_r16_scale).

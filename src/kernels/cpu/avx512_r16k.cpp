@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "kernels/cpu/r16.h"
+#include "kernels/cpu/stream_ahead.h"
 
 namespace pi::cpu::detail {
 namespace {
@@ -55,13 +56,10 @@ inline void group_tile(const uint8_t* G, const uint8_t* const* acts, int64_t nsb
   __m512 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0f);
-  const uint8_t* pf = G + kR16PrefetchAhead;
+  StreamAhead ahead(G, end);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* p = G + sb * kR16KBlockBytes;
-    if constexpr (kPrefetch) {
-      for (; pf < p + kR16PrefetchAhead + kR16KBlockBytes && pf < end; pf += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
-    }
+    if constexpr (kPrefetch) ahead.upto(p + kR16KBlockBytes);
     const Scales sc = unpack(p);
     __m512i isum[NT];
     for (int i = 0; i < NT; ++i) isum[i] = _mm512_setzero_si512();

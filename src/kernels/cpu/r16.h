@@ -56,10 +56,6 @@ constexpr size_t kR16KBlockBytes = 2304;  // Q4_K_R16: a super-block of 16 rows
 constexpr size_t kR16KActBytes = 288;     // per super-block: 256 quants, 8 sums, dx (and padding)
 constexpr int kR16TokenTile = 8;        // tokens one leaf call keeps in registers
 
-// Bytes ahead of the block being computed that a one-token leaf (memory-bound) prefetches:
-// about one core's bandwidth-latency product, as kPrefetchAhead in avx512_matrix.cpp.
-constexpr size_t kR16PrefetchAhead = 6144;
-
 // 4 activation bytes as one int32 (for a broadcast).
 inline int32_t load_i32(const uint8_t* p) {
   int32_t v;

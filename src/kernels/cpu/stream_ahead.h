@@ -1,0 +1,46 @@
+// Internal: the software prefetch of a weight stream that a one-token (memory-bound) leaf reads
+// front to back, in two levels: every line kStreamFar bytes ahead into L2 (prefetcht1) and again
+// kStreamNear bytes ahead into L1 (prefetcht0).
+//
+// One level into L1 alone (every line 6 KiB ahead) left the 4-bit leaves at 85-88% of the read
+// probe on one thread while the 8-bit ones, with half their work per byte, reached 97-100%: an
+// L1 prefetch holds a line-fill buffer for the whole DRAM latency, so a leaf with more work per
+// line has fewer misses in flight. With the far level bringing lines only into L2 (the L2's
+// queue, deeper than the fill buffers, waits for DRAM) and the near one moving them from L2 to
+// L1 in time, the same leaves read at 96-98% (docs/BENCHMARKS.md, "Prefetching in two levels").
+//
+// Portable (__builtin_prefetch: locality 2 is prefetcht1 on x86, a prefetch for L2 elsewhere),
+// so every ISA's files may include it; everything here has internal linkage.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pi::cpu::detail {
+namespace {
+
+constexpr size_t kStreamFar = 12288;
+constexpr size_t kStreamNear = 1536;
+
+// The two cursors over [begin, end): upto(p) prefetches every line before p + kStreamFar into
+// L2 and before p + kStreamNear into L1 that the earlier calls did not, never at or past end.
+// Call it with p just past the bytes about to be read, in increasing order.
+class StreamAhead {
+ public:
+  StreamAhead(const uint8_t* begin, const uint8_t* end)
+      : far_(reinterpret_cast<uintptr_t>(begin) + kStreamFar),
+        near_(reinterpret_cast<uintptr_t>(begin) + kStreamNear),
+        end_(reinterpret_cast<uintptr_t>(end)) {}
+  void upto(const uint8_t* p) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    for (; far_ < at + kStreamFar && far_ < end_; far_ += 64) __builtin_prefetch(reinterpret_cast<const void*>(far_), 0, 2);
+    for (; near_ < at + kStreamNear && near_ < end_; near_ += 64) __builtin_prefetch(reinterpret_cast<const void*>(near_), 0, 3);
+  }
+
+ private:
+  uintptr_t far_, near_;
+  const uintptr_t end_;
+};
+
+}  // namespace
+}  // namespace pi::cpu::detail

@@ -15,8 +15,8 @@ void avx2_kq_prepare(DType, const float* x, int64_t cols, uint8_t* out) {
 
 void avx2_kq_dot(const DotTask& t) {
   const int64_t nsb = t.cols / 256;
-  kq_drive(t, [&](auto nt, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, float* out) {
-    kq_dot_row<decltype(nt)::value>(t.type, row, next, acts, nsb, out);
+  kq_drive(t, [&](auto nt, auto two, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, float* out) {
+    kq_dot_row<decltype(nt)::value, decltype(two)::value>(t.type, row, next, acts, nsb, out);
   });
 }
 

@@ -100,7 +100,7 @@ inline float hsum(__m256 v) {
 }
 
 // One row x NT tokens over nb blocks; next (or null): a row to prefetch meanwhile.
-template <int NT>
+template <int NT, bool kTwoLevel = false>
 inline void dot_row(const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, int64_t nb, float* out) {
   const __m256i table = code_table();
   __m256 acc[NT];
@@ -108,7 +108,7 @@ inline void dot_row(const uint8_t* row, const uint8_t* next, const uint8_t* cons
   auto octet = [&](int64_t o, int64_t nbo) {
     const uint8_t* w = row + o * kOctetBytes;
     if (next != nullptr) {
-      for (size_t l = 0; l < kOctetBytes; l += 64) prefetch(next + o * kOctetBytes + l);
+      for (size_t l = 0; l < kOctetBytes; l += 64) prefetch_next<kTwoLevel>(next + o * kOctetBytes + l);
     }
     const __m256 dw = octet_scales(w, nbo);
     __m256 dd[NT];
@@ -160,8 +160,8 @@ void avx2_mx_prepare(const float* x, int64_t cols, uint8_t* out) {
 
 void avx2_mx_dot(const DotTask& t) {
   const int64_t nb = t.cols / 32;
-  kq_drive(t, [&](auto nt, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, float* out) {
-    dot_row<decltype(nt)::value>(row, next, acts, nb, out);
+  kq_drive(t, [&](auto nt, auto two, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, float* out) {
+    dot_row<decltype(nt)::value, decltype(two)::value>(row, next, acts, nb, out);
   });
 }
 

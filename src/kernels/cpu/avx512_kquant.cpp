@@ -80,7 +80,7 @@ inline void decode_q45(const uint8_t* b, const __m512i* sidx, Block512& k) {
 // vpdpwssd(vpmaddubsw(z, q), scales), csum = vpmaddwd(bsums, corr); then
 // acc += (d dx) isum and accm += (dc dx) csum. The same operations for every NT.
 // decode(b, k) fills a Block512 for the super-block at b (kBytes each).
-template <size_t kBytes, int NT, typename Decode>
+template <size_t kBytes, int NT, bool kTwoLevel, typename Decode>
 inline void row512(const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, int64_t nsb,
                    Decode decode, float* out) {
   __m512 acc[NT];
@@ -92,7 +92,7 @@ inline void row512(const uint8_t* row, const uint8_t* next, const uint8_t* const
   for (int64_t s = 0; s < nsb; ++s) {
     const uint8_t* b = row + s * kBytes;
     if (next != nullptr) {
-      for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next + s * kBytes + o), _MM_HINT_T0);
+      for (size_t o = 0; o < kBytes; o += 64) prefetch_next<kTwoLevel>(next + s * kBytes + o);
     }
     Block512 k;
     decode(b, k);
@@ -111,11 +111,11 @@ inline void row512(const uint8_t* row, const uint8_t* next, const uint8_t* const
   for (int i = 0; i < NT; ++i) out[i] = _mm512_reduce_add_ps(acc[i]) + kq_hsum(accm[i]);
 }
 
-template <bool kQ5, int NT>
+template <bool kQ5, int NT, bool kTwoLevel>
 inline void q45_row(const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, int64_t nsb, float* out) {
   __m512i sidx[4];
   for (int p = 0; p < 4; ++p) sidx[p] = scale_index(kNibbleOrder[2 * p], kNibbleOrder[2 * p + 1]);
-  row512<kQ5 ? 176 : 144, NT>(row, next, acts, nsb, [&](const uint8_t* b, Block512& k) { decode_q45<kQ5>(b, sidx, k); },
+  row512<kQ5 ? 176 : 144, NT, kTwoLevel>(row, next, acts, nsb, [&](const uint8_t* b, Block512& k) { decode_q45<kQ5>(b, sidx, k); },
                               out);
 }
 
@@ -135,7 +135,7 @@ inline void q6k_quarters(const uint8_t* b, __m512i* z) {
   }
 }
 
-template <int NT>
+template <int NT, bool kTwoLevel>
 inline void q6k_row(const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, int64_t nsb, float* out) {
   __m512i sidx[4];
   for (int p = 0; p < 4; ++p) {
@@ -143,7 +143,7 @@ inline void q6k_row(const uint8_t* row, const uint8_t* next, const uint8_t* cons
     for (int l = 0; l < 32; ++l) idx[l] = static_cast<int16_t>(4 * p + l / 8);
     sidx[p] = _mm512_load_si512(idx);
   }
-  row512<210, NT>(row, next, acts, nsb, [&](const uint8_t* b, Block512& k) {
+  row512<210, NT, kTwoLevel>(row, next, acts, nsb, [&](const uint8_t* b, Block512& k) {
     q6k_quarters(b, k.z);
     k.corr = _mm256_cvtepi8_epi16(loadu128(b + 192));
     for (int p = 0; p < 4; ++p) k.sc[p] = _mm512_permutexvar_epi16(sidx[p], _mm512_castsi256_si512(k.corr));
@@ -163,20 +163,20 @@ void avx512_kq_prepare(DType t, const float* x, int64_t cols, uint8_t* out) {
 void avx512_kq_dot(const DotTask& t) {
   const int64_t nsb = t.cols / 256;
   if (t.type == DType::Q4_K) {
-    kq_drive(t, [&](auto nt, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, float* out) {
-      q45_row<false, decltype(nt)::value>(row, next, acts, nsb, out);
+    kq_drive(t, [&](auto nt, auto two, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, float* out) {
+      q45_row<false, decltype(nt)::value, decltype(two)::value>(row, next, acts, nsb, out);
     });
   } else if (t.type == DType::Q6_K) {
-    kq_drive(t, [&](auto nt, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, float* out) {
-      q6k_row<decltype(nt)::value>(row, next, acts, nsb, out);
+    kq_drive(t, [&](auto nt, auto two, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, float* out) {
+      q6k_row<decltype(nt)::value, decltype(two)::value>(row, next, acts, nsb, out);
     });
   } else if (t.type == DType::Q5_K) {
-    kq_drive(t, [&](auto nt, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, float* out) {
-      q45_row<true, decltype(nt)::value>(row, next, acts, nsb, out);
+    kq_drive(t, [&](auto nt, auto two, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, float* out) {
+      q45_row<true, decltype(nt)::value, decltype(two)::value>(row, next, acts, nsb, out);
     });
   } else {
-    kq_drive(t, [&](auto nt, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, float* out) {
-      kq_dot_row<decltype(nt)::value>(t.type, row, next, acts, nsb, out);
+    kq_drive(t, [&](auto nt, auto two, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, float* out) {
+      kq_dot_row<decltype(nt)::value, decltype(two)::value>(t.type, row, next, acts, nsb, out);
     });
   }
 }

@@ -23,6 +23,7 @@
 #include "kernels/cpu/avx512_quant.h"
 #include "kernels/cpu/scalar_blocks.h"
 #include "kernels/cpu/scalar_leaves.h"
+#include "kernels/cpu/stream_ahead.h"
 
 namespace pi::cpu::detail {
 namespace {
@@ -214,7 +215,7 @@ void avx512_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out) {
 namespace {
 
 // ---- integer dot products: NR rows x one token ----------------------------------------
-template <class Dec, int NR>
+template <class Dec, int NR, bool kTwoLevel = false>
 inline void dot_rows(const uint8_t* const* rows, const uint8_t* const* next, const uint8_t* act,
                      int64_t nb, float* out) {
   __m512 acc[NR], accm[NR];
@@ -228,9 +229,8 @@ inline void dot_rows(const uint8_t* const* rows, const uint8_t* const* next, con
     const size_t off = static_cast<size_t>(p) * 2 * Dec::kBytes;
     for (int r = 0; r < NR; ++r) {
       const uint8_t* b = rows[r] + off;
-      _mm_prefetch(reinterpret_cast<const char*>(next[r] + off), _MM_HINT_T0);
-      if constexpr (2 * Dec::kBytes > 64)
-        _mm_prefetch(reinterpret_cast<const char*>(next[r] + off + 64), _MM_HINT_T0);
+      prefetch_next<kTwoLevel>(next[r] + off);
+      if constexpr (2 * Dec::kBytes > 64) prefetch_next<kTwoLevel>(next[r] + off + 64);
       if constexpr (Dec::kMin) {
         const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), Dec::quants(b), xq);
         acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dxv), Dec::scales(b), acc[r]);
@@ -356,7 +356,7 @@ inline __m512 load_w_n(const uint8_t* row, int64_t j, __mmask16 k) {
 }
 
 // NR rows x NT tokens (one of them is 1 in practice).
-template <DType T, int NR, int NT>
+template <DType T, int NR, int NT, bool kTwoLevel = false>
 inline void dot_float(const uint8_t* const* rows, const uint8_t* const* next, const float* const* xs,
                       int64_t cols, float* out) {
   __m512 acc[NR][NT];
@@ -368,7 +368,9 @@ inline void dot_float(const uint8_t* const* rows, const uint8_t* const* next, co
     for (int r = 0; r < NR; ++r) {
       // Rows of 4 KiB and more: four of them ahead would crowd L1, so they go to L2.
       if ((j * kElemBytes) % 64 == 0) {
-        if (cols * kElemBytes < 4096) {
+        if (kTwoLevel) {
+          prefetch_next<true>(next[r] + j * kElemBytes);
+        } else if (cols * kElemBytes < 4096) {
           _mm_prefetch(reinterpret_cast<const char*>(next[r] + j * kElemBytes), _MM_HINT_T0);
         } else {
           _mm_prefetch(reinterpret_cast<const char*>(next[r] + j * kElemBytes), _MM_HINT_T1);
@@ -425,6 +427,17 @@ void rows_one_token(const DotTask& t, GroupG gg, Group1 g1) {
     g1(&row, &row, &out);
     t.Y[row_of(t, k)] = out;
   }
+}
+
+// One token, consecutive rows one at a time (t.idx null): one stream, prefetched in two levels
+// (stream_ahead.h) by leaf(rows, next, out), a one-row leaf built with kTwoLevel.
+template <typename Leaf>
+void rows_streamed(const DotTask& t, Leaf leaf) {
+  stream_rows(t.W, t.row_bytes, t.k0, t.k1, [&](const uint8_t* row, const uint8_t* next, int64_t k) {
+    float out;
+    leaf(&row, &next, &out);
+    t.Y[k] = out;
+  });
 }
 
 // Several tokens: per row, the selected tokens in groups of up to four. The row about
@@ -529,7 +542,7 @@ void dot_quant(const DotTask& t) {
     auto one = [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_rows<Dec, 1>(r, n, t.act, nb, o); };
     if (Dec::kStreamRows && t.idx == nullptr) {
       // Consecutive rows one at a time: a single sequential stream (see dot_quads).
-      rows_one_token<1>(t, one, one);
+      rows_streamed(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_rows<Dec, 1, true>(r, n, t.act, nb, o); });
     } else if (t.row_bytes <= 2560) {
       rows_one_token<4>(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_rows<Dec, 4>(r, n, t.act, nb, o); }, one);
     } else {
@@ -568,9 +581,9 @@ void dot_quads(const DotTask& t) {
       // bytes apart) read at ~80% of the probe, one row at 95-105% (matvec 4096x4096 and
       // 11008x4096, 1 and 2 threads) - end to end +15% dense and +13% sparse decode - with
       // the same compute ceiling (matvec_l2). Short rows (the predictor's fc2): light prefetch.
-      rows_one_token<1>(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { quad_rows<F, 1, true>(f, r, n, t.act, nb, o); }, one);
+      rows_streamed(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { quad_rows<F, 1, true, true>(f, r, n, t.act, nb, o); });
     } else {
-      rows_one_token<1>(t, one, one);
+      rows_streamed(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { quad_rows<F, 1, false, true>(f, r, n, t.act, nb, o); });
     }
     return;
   }
@@ -590,7 +603,8 @@ void dot_floats(const DotTask& t) {
     const float* x = t.x;
     auto one = [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_float<T, 1, 1>(r, n, &x, t.cols, o); };
     if (t.idx == nullptr) {
-      rows_one_token<1>(t, one, one);  // one sequential stream (see dot_quads): 84% -> 94-98%
+      // One sequential stream (see dot_quads): 84% -> 94-98%.
+      rows_streamed(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_float<T, 1, 1, true>(r, n, &x, t.cols, o); });
     } else {
       rows_one_token(t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_float<T, 4, 1>(r, n, &x, t.cols, o); }, one);
     }

@@ -26,6 +26,7 @@
 #include "kernels/cpu/avx2_blocks.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/scalar_blocks.h"
+#include "kernels/cpu/stream_ahead.h"
 
 namespace pi::cpu::detail {
 namespace {
@@ -241,21 +242,22 @@ inline float kq_hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+template <bool kTwoLevel = false>
 inline void kq_prefetch_row(const uint8_t* p, size_t bytes) {
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+  for (size_t o = 0; o < bytes; o += 64) prefetch_next<kTwoLevel>(p + o);
 }
 
 // One row x NT tokens over nsb super-blocks of type T; next: a row to prefetch meanwhile (or
 // null). The type is a template parameter so that its decoder is inlined into the loop (a
 // call per super-block passed the 256 quants through memory).
-template <DType T, int NT>
+template <DType T, int NT, bool kTwoLevel = false>
 inline void kq_dot_row_t(const uint8_t* row, const uint8_t* next, const uint8_t* const* acts, int64_t nsb,
                          float* out) {
   constexpr size_t bb = kq_bytes_of(T);
   __m256 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t s = 0; s < nsb; ++s) {
-    if (next != nullptr) kq_prefetch_row(next + s * bb, bb);
+    if (next != nullptr) kq_prefetch_row<kTwoLevel>(next + s * bb, bb);
     KBlock k;
     kq_decode_as<T>(row + s * bb, k);
     kq_dot_block<NT>(k, acts, static_cast<size_t>(s) * kKSlot, acc);
@@ -263,22 +265,37 @@ inline void kq_dot_row_t(const uint8_t* row, const uint8_t* next, const uint8_t*
   for (int i = 0; i < NT; ++i) out[i] = kq_hsum(acc[i]);
 }
 
-template <int NT>
+template <int NT, bool kTwoLevel = false>
 inline void kq_dot_row(DType t, const uint8_t* row, const uint8_t* next, const uint8_t* const* acts,
                        int64_t nsb, float* out) {
   switch (t) {
-    case DType::Q2_K: return kq_dot_row_t<DType::Q2_K, NT>(row, next, acts, nsb, out);
-    case DType::Q3_K: return kq_dot_row_t<DType::Q3_K, NT>(row, next, acts, nsb, out);
-    case DType::Q4_K: return kq_dot_row_t<DType::Q4_K, NT>(row, next, acts, nsb, out);
-    case DType::Q5_K: return kq_dot_row_t<DType::Q5_K, NT>(row, next, acts, nsb, out);
-    default: return kq_dot_row_t<DType::Q6_K, NT>(row, next, acts, nsb, out);
+    case DType::Q2_K: return kq_dot_row_t<DType::Q2_K, NT, kTwoLevel>(row, next, acts, nsb, out);
+    case DType::Q3_K: return kq_dot_row_t<DType::Q3_K, NT, kTwoLevel>(row, next, acts, nsb, out);
+    case DType::Q4_K: return kq_dot_row_t<DType::Q4_K, NT, kTwoLevel>(row, next, acts, nsb, out);
+    case DType::Q5_K: return kq_dot_row_t<DType::Q5_K, NT, kTwoLevel>(row, next, acts, nsb, out);
+    default: return kq_dot_row_t<DType::Q6_K, NT, kTwoLevel>(row, next, acts, nsb, out);
   }
 }
 
-// Rows of a DotTask (one row at a time, the row about 6 KiB ahead prefetched; several tokens
-// in groups of up to four). row_fn<NT>(row, next, acts, out) computes one row.
+// Rows of a DotTask (one row at a time: consecutive rows for one token as one stream prefetched
+// in two levels, else the row about 6 KiB ahead prefetched; several tokens in groups of up to
+// four). row_fn(nt, two, row, next, acts, out) computes one row for NT = nt (a
+// std::integral_constant) tokens, prefetching `next` in two levels when `two` is std::true_type
+// (stream_ahead.h's prefetch_next).
 template <typename RowFn>
 inline void kq_drive(const DotTask& t, RowFn row_fn) {
+  // Q2_K and Q3_K are bound by their decoding on one core (50-65% of the read probe), and
+  // the second level measured 15% slower for them (matvec 4096x4096, one thread).
+  const bool compute_bound = t.type == DType::Q2_K || t.type == DType::Q3_K;
+  if (t.m == 1 && t.masks == nullptr && t.idx == nullptr && !compute_bound) {
+    // Consecutive rows, one token: one stream, prefetched in two levels (stream_ahead.h).
+    stream_rows(t.W, t.row_bytes, t.k0, t.k1, [&](const uint8_t* row, const uint8_t* next, int64_t k) {
+      float out;
+      row_fn(std::integral_constant<int, 1>{}, std::true_type{}, row, next, &t.act, &out);
+      t.Y[k] = out;
+    });
+    return;
+  }
   const int64_t ahead = static_cast<int64_t>((6144 + t.row_bytes - 1) / t.row_bytes);
   auto row_of = [&](int64_t k) { return t.idx != nullptr ? t.idx[k] : k; };
   auto ptr = [&](int64_t k) { return t.W + static_cast<size_t>(row_of(k)) * t.row_bytes; };
@@ -288,7 +305,7 @@ inline void kq_drive(const DotTask& t, RowFn row_fn) {
     const int64_t r = row_of(k);
     if (t.m == 1 && t.masks == nullptr) {
       float out;
-      row_fn(std::integral_constant<int, 1>{}, row, next, &t.act, &out);
+      row_fn(std::integral_constant<int, 1>{}, std::false_type{}, row, next, &t.act, &out);
       t.Y[r] = out;
       continue;
     }
@@ -301,10 +318,10 @@ inline void kq_drive(const DotTask& t, RowFn row_fn) {
       float out[4];
       const uint8_t* pf = g == 0 ? next : nullptr;
       switch (nt) {
-        case 4: row_fn(std::integral_constant<int, 4>{}, row, pf, acts, out); break;
-        case 3: row_fn(std::integral_constant<int, 3>{}, row, pf, acts, out); break;
-        case 2: row_fn(std::integral_constant<int, 2>{}, row, pf, acts, out); break;
-        default: row_fn(std::integral_constant<int, 1>{}, row, pf, acts, out); break;
+        case 4: row_fn(std::integral_constant<int, 4>{}, std::false_type{}, row, pf, acts, out); break;
+        case 3: row_fn(std::integral_constant<int, 3>{}, std::false_type{}, row, pf, acts, out); break;
+        case 2: row_fn(std::integral_constant<int, 2>{}, std::false_type{}, row, pf, acts, out); break;
+        default: row_fn(std::integral_constant<int, 1>{}, std::false_type{}, row, pf, acts, out); break;
       }
       for (int i = 0; i < nt; ++i) t.Y[sel[g + i] * t.ldy + r] = out[i];
     }

@@ -345,9 +345,9 @@ void register_all() {
         });
       })->Arg(1)->Arg(2)->UseRealTime()->Iterations(1);
     }
-    if (t == DType::Q4_0 || t == DType::Q8_0 || t == DType::MXFP4) {
-      // The dense layouts of Q4_0, Q8_0 and MXFP4 (cpu::dot_layout): 16 rows side by side.
-      const DType r16 = t == DType::Q4_0 ? DType::Q4_0_R16 : t == DType::Q8_0 ? DType::Q8_0_R16 : DType::MXFP4_R16;
+    if (t == DType::Q4_0 || t == DType::Q8_0 || t == DType::MXFP4 || t == DType::Q4_K) {
+      // The dense layouts of Q4_0, Q8_0, MXFP4 and Q4_K (cpu::dot_layout): 16 rows side by side.
+      const DType r16 = pi::cpu::dot_layout(pi::cpu::Isa::Avx512, t, 16);
       for (const Shape& s : shapes) {
         benchmark::RegisterBenchmark(("matvec/" + std::string(pi::dtype_name(r16)) + "/" + s.name).c_str(), [r16, s](benchmark::State& st) {
           ThreadPool& tp = pool(static_cast<int>(st.range(0)));

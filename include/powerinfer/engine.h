@@ -153,11 +153,12 @@ struct SessionOptions {
   // The CPU keeps transposed Q4_0 weights (calibrated and PowerInfer files) in the layout its
   // AVX-512 axpy reads fastest, the same results bit for bit: the engine's own memory when it
   // was loaded with LoadOptions::repack into memory, else a copy made once and shared by the
-  // engine's sessions. The CPU also keeps the Q4_0, Q8_0 and Q4_K matrices that only dense
-  // products read (every matrix of an ordinary GGUF file, the attention and head of a
-  // PowerInfer file, nothing of a calibrated one) as Q4_0_R16 / Q8_0_R16 / Q4_K_R16 (AVX-512
-  // and AVX2), 16 rows side by side for its GEMM (prompts 2-3x faster; results differ from the file layout's in the last
-  // bits), the same way: in place when read into memory, else a copy once per engine.
+  // engine's sessions. The CPU also keeps the Q4_0, Q8_0, Q4_K and MXFP4 matrices that only
+  // dense products read (every matrix of an ordinary GGUF file, the attention and head of a
+  // PowerInfer file, nothing of a calibrated one) as Q4_0_R16 / Q8_0_R16 / Q4_K_R16 /
+  // MXFP4_R16 (AVX-512 and AVX2), 16 rows side by side for its GEMM (prompts 2-3x faster;
+  // results differ from the file layout's in the last bits), the same way: in place when read
+  // into memory, else a copy once per engine.
   // false: both as in the file (--no-repack).
   bool repack = true;
   // ---- Hybrid execution, on a device that is not the host (sim; cuda in CUDA builds) ----

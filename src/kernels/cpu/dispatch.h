@@ -2,8 +2,9 @@
 // task descriptions the threaded front ends (matvec.cpp, axpy.cpp, ops.cpp) hand to them.
 // Leaves work on a slice of the output and never allocate.
 //
-// Adding an ISA (e.g. NEON): write a file that fills a KernelTable, declare its getter below,
-// and list it in isa.cpp. Leaves may delegate types they do not vectorise to the scalar ones.
+// Adding an ISA: write a file that fills a KernelTable, declare its getter below, and list it
+// in isa.cpp (as avx2_*, avx512_* and neon_* do). Leaves may delegate types they do not
+// vectorise to the scalar ones.
 #pragma once
 
 #include <cstddef>
@@ -126,6 +127,12 @@ const KernelTable& avx2_table();
 #endif
 #if defined(PI_KERNELS_HAVE_AVX512)
 const KernelTable& avx512_table();
+#endif
+#if defined(PI_KERNELS_HAVE_NEON)
+const KernelTable& neon_table();
+#endif
+#if defined(PI_KERNELS_HAVE_NEON_DOT)
+const KernelTable& neon_dot_table();
 #endif
 
 const KernelTable& table_for(Isa isa);

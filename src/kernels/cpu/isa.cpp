@@ -8,8 +8,25 @@
 #include "kernels/cpu/dispatch.h"
 #include "tensor/quant.h"
 
+#if defined(PI_KERNELS_HAVE_NEON) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
 namespace pi::cpu {
 namespace {
+
+#if defined(PI_KERNELS_HAVE_NEON)
+// The kernel's view of the CPU (Linux: the hardware capability bits; elsewhere the baseline
+// Advanced SIMD alone).
+unsigned long arm_hwcaps() {
+#if defined(__linux__)
+  return getauxval(AT_HWCAP);
+#else
+  return 0;
+#endif
+}
+#endif
 
 bool cpu_has(Isa isa) {
   switch (isa) {
@@ -31,6 +48,21 @@ bool cpu_has(Isa isa) {
 #else
       return false;
 #endif
+    case Isa::Neon:
+#if defined(PI_KERNELS_HAVE_NEON) && defined(__linux__)
+      return (arm_hwcaps() & HWCAP_ASIMD) != 0;
+#elif defined(PI_KERNELS_HAVE_NEON)
+      return true;  // Advanced SIMD is part of every aarch64 CPU
+#else
+      return false;
+#endif
+    case Isa::NeonDot:
+#if defined(PI_KERNELS_HAVE_NEON_DOT) && defined(__linux__)
+      return (arm_hwcaps() & HWCAP_ASIMD) != 0 && (arm_hwcaps() & HWCAP_ASIMDDP) != 0 &&
+             (arm_hwcaps() & HWCAP_ASIMDHP) != 0;
+#else
+      return false;
+#endif
   }
   return false;
 }
@@ -38,13 +70,15 @@ bool cpu_has(Isa isa) {
 Isa best() {
   if (cpu_has(Isa::Avx512)) return Isa::Avx512;
   if (cpu_has(Isa::Avx2)) return Isa::Avx2;
+  if (cpu_has(Isa::NeonDot)) return Isa::NeonDot;
+  if (cpu_has(Isa::Neon)) return Isa::Neon;
   return Isa::Scalar;
 }
 
 Isa initial_isa() {
   const char* env = std::getenv("PI_KERNELS_ISA");
   if (env != nullptr && *env != '\0') {
-    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDot}) {
       if (isa_name(isa) == env) {
         if (cpu_has(isa)) return isa;
         std::fprintf(stderr, "PI_KERNELS_ISA=%s is not available here; using %s\n", env,
@@ -52,8 +86,8 @@ Isa initial_isa() {
         return best();
       }
     }
-    std::fprintf(stderr, "PI_KERNELS_ISA=%s is unknown (scalar|avx2|avx512); using %s\n", env,
-                 isa_name(best()).data());
+    std::fprintf(stderr, "PI_KERNELS_ISA=%s is unknown (scalar|avx2|avx512|neon|neon-dot); using %s\n",
+                 env, isa_name(best()).data());
   }
   return best();
 }
@@ -68,6 +102,10 @@ std::string_view isa_name(Isa isa) {
       return "avx2";
     case Isa::Avx512:
       return "avx512";
+    case Isa::Neon:
+      return "neon";
+    case Isa::NeonDot:
+      return "neon-dot";
   }
   return "?";
 }
@@ -133,6 +171,14 @@ const KernelTable& table_for(Isa isa) {
 #if defined(PI_KERNELS_HAVE_AVX2)
     case Isa::Avx2:
       return avx2_table();
+#endif
+#if defined(PI_KERNELS_HAVE_NEON_DOT)
+    case Isa::NeonDot:
+      return neon_dot_table();
+#endif
+#if defined(PI_KERNELS_HAVE_NEON)
+    case Isa::Neon:
+      return neon_table();
 #endif
     default:
       return scalar_table();

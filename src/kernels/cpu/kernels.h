@@ -11,8 +11,8 @@
 //
 // Numerics: quantized weight types multiply against activations quantized on the fly to
 // 8-bit blocks (once per call): blocks of 32, or of 256 for the K-quants (Q2_K..Q5_K, and
-// Q6_K on AVX-512), so results differ from ref by at most the activation quantization error
-// (|x_block|_max / 254 per element) plus float rounding. Results never
+// Q6_K on AVX-512 and NEON), so results differ from ref by at most the activation
+// quantization error (|x_block|_max / 254 per element) plus float rounding. Results never
 // depend on the number of threads: every output element is computed by one task in a fixed
 // order. Outputs of different ISAs may differ in the last bits.
 //
@@ -39,13 +39,15 @@ struct KernelTable;
 }
 
 // ---- Instruction set selection -------------------------------------------------------
-enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+// Neon: ARMv8.0 Advanced SIMD (every aarch64 CPU); NeonDot: ARMv8.2 with the dot-product
+// (SDOT) and half-precision arithmetic extensions.
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2, Neon = 3, NeonDot = 4 };
 
 std::string_view isa_name(Isa isa);
 // True when kernels for `isa` are compiled into this binary and the CPU executes them.
 bool isa_available(Isa isa);
 // The best ISA available here, or the one the environment variable PI_KERNELS_ISA
-// (scalar|avx2|avx512) asks for when it is available (read once; a warning is
+// (scalar|avx2|avx512|neon|neon-dot) asks for when it is available (read once; a warning is
 // printed for an unknown or unavailable value). Devices use it as their default.
 Isa default_isa();
 

@@ -329,5 +329,16 @@ TEST(CpuMatvec, SupportsTheDocumentedTypes) {
   EXPECT_FALSE(supports(DType::I32));
 }
 
+// The NEON tables leave the R16 leaves and Q4_0_SPLIT to the scalar ones, so no layout may
+// route their products there: the dense products and the axpy of NEON read the file layouts.
+TEST(CpuMatvec, NeonReadsTheFileLayouts) {
+  for (Isa isa : {Isa::Neon, Isa::NeonDot}) {
+    for (DType t : matrix_types()) {
+      EXPECT_EQ(dot_layout(isa, t, 4096), t) << isa_name(isa) << " " << dtype_name(t);
+      EXPECT_EQ(axpy_layout(isa, t), t) << isa_name(isa) << " " << dtype_name(t);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pi::cpu::test

@@ -11,7 +11,10 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -39,11 +42,48 @@ inline std::vector<float> dyadic(int64_t n, uint32_t seed, int lo = -8, int hi =
   return v;
 }
 
-// All ISAs this binary and CPU can run; each test runs its body under every one.
+// All ISAs this binary and CPU can run; each test runs its body under every one. The ISAs
+// of this architecture that the CPU lacks are skipped, which the first call says in one line.
+// PI_TEST_ISAS (a comma-separated list of ISA names, e.g. "neon,neon-dot") narrows the set,
+// so that a second run on another CPU need not repeat the ISAs a first one tested.
 inline std::vector<Isa> isas() {
+#if defined(__aarch64__)
+  const Isa arch[] = {Isa::Scalar, Isa::Neon, Isa::NeonDot};
+#else
+  const Isa arch[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512};
+#endif
+  // PI_TEST_ISAS split at commas; every name must be an ISA of this architecture (a typo
+  // must not leave nothing tested).
+  std::vector<std::string> only;
+  if (const char* env = std::getenv("PI_TEST_ISAS"); env != nullptr) {
+    std::string rest = env;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      only.push_back(rest.substr(0, comma));
+      rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+      bool known = false;
+      for (Isa isa : arch) known |= only.back() == isa_name(isa);
+      if (!known) ADD_FAILURE() << "PI_TEST_ISAS names '" << only.back() << "', no ISA of this architecture";
+    }
+  }
+  auto wanted = [&only](Isa isa) {
+    return only.empty() || std::find(only.begin(), only.end(), isa_name(isa)) != only.end();
+  };
   std::vector<Isa> out;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
-    if (isa_available(isa)) out.push_back(isa);
+  std::string skipped;
+  for (Isa isa : arch) {
+    if (!wanted(isa)) continue;
+    if (isa_available(isa)) {
+      out.push_back(isa);
+    } else {
+      skipped.append(skipped.empty() ? "" : ", ").append(isa_name(isa));
+    }
+  }
+  static const bool said = [&] {
+    if (!skipped.empty()) std::fprintf(stderr, "[ SKIPPED  ] ISAs this CPU lacks: %s\n", skipped.c_str());
+    return true;
+  }();
+  (void)said;
   return out;
 }
 

@@ -21,6 +21,7 @@ from ._powerinfer import Engine as _Engine
 from ._powerinfer import Error
 from ._powerinfer import json_schema_to_grammar as _json_schema_to_grammar
 from ._powerinfer import Session as _Session
+from ._powerinfer import _ReplySplit
 
 __all__ = ["Engine", "Session", "ChatSession", "Error", "json_schema_to_grammar"]
 
@@ -137,15 +138,19 @@ class Session:
         self._s.prompt(tokens)
         self._tokens += tokens
 
-    def stream(self, max_tokens: int = 128, stop_at_eog: bool = True) -> Iterator[str]:
-        """Generates up to max_tokens tokens, yielding text as it becomes valid UTF-8."""
+    def stream(self, max_tokens: int = 128, stop_at_eog: bool = True, end_ids: Sequence[int] = (),
+               keep_ids: Sequence[int] = ()) -> Iterator[str]:
+        """Generates up to max_tokens tokens, yielding text as it becomes valid UTF-8. With
+        stop_at_eog it stops before an end-of-generation token not in keep_ids, or one in
+        end_ids (a chat format's reply ends: Engine.reply_format)."""
         e = self.engine._e
+        end, keep = set(end_ids), set(keep_ids)
         pending = b""
         for _ in range(max_tokens):
             t = self._s.sample()
             if t < 0:
                 raise Error("the grammar allows no token of the vocabulary after this text")
-            if stop_at_eog and e.is_eog(t):
+            if stop_at_eog and ((e.is_eog(t) and t not in keep) or t in end):
                 break
             pending += e.piece(t)
             if self._s.grammar_done():  # the grammar's text is complete: t ends it
@@ -165,15 +170,41 @@ class Session:
         return it if stream else "".join(it)
 
 
+def _reply(session: "Session", engine: "Engine", template: str, prompt: str, max_tokens: int,
+           reasoning: list[str]) -> Iterator[str]:
+    """The answer of a chat reply generated after `prompt` (already fed), as the server gives
+    `content`: generation runs to the format's end of reply (harmony: <|return|>, not the
+    <|end|> that closes its analysis message) and the reasoning (harmony's analysis channel,
+    <think> blocks) goes to `reasoning` instead."""
+    kind, _, keep, end = engine._e.reply_format(template)
+    split = _ReplySplit(kind, kind == "think" and prompt.rstrip(" \n").endswith("<think>"))
+
+    def parts(reasoning_bytes: bytes, content: bytes) -> str:
+        if reasoning_bytes:
+            reasoning.append(reasoning_bytes.decode("utf-8", errors="replace"))
+        return content.decode("utf-8", errors="replace")
+
+    for piece in session.stream(max_tokens, end_ids=end, keep_ids=keep):
+        text = parts(*split.push(piece.encode("utf-8")))
+        if text:
+            yield text
+    text = parts(*split.finish())
+    if text:
+        yield text
+
+
 class ChatSession:
     """A conversation: each send() renders the messages with the chat template and feeds only
-    what the session does not hold yet (templates are prefix-stable)."""
+    what the session does not hold yet (templates are prefix-stable). send() returns the
+    answer; a model's reasoning (gpt-oss's analysis channel, Qwen3's <think> block) is kept
+    apart in `reasoning`, the last reply's, as the server's `reasoning_content`."""
 
     def __init__(self, engine: "Engine", template: str = "", system: str | None = None, **opts):
         self.engine = engine
         self.template = template
         self.messages: list[tuple[str, str]] = [("system", system)] if system else []
         self.session = Session(engine, **opts)
+        self.reasoning = ""
         self._held = ""
 
     def send(self, content: str, max_tokens: int = 128, stream: bool = False):
@@ -184,10 +215,11 @@ class ChatSession:
         start = self.session.n_past
 
         def run() -> Iterator[str]:
-            answer = []
-            for piece in self.session.stream(max_tokens):
+            answer, reasoning = [], []
+            for piece in _reply(self.session, self.engine, self.template, prompt, max_tokens, reasoning):
                 answer.append(piece)
                 yield piece
+            self.reasoning = "".join(reasoning)
             self.messages.append(("assistant", "".join(answer)))
             # The answer is fed again next turn as the template lays it out (from scratch where
             # sliding-window layers no longer hold the window before it).
@@ -241,8 +273,11 @@ class Engine:
 
     def chat(self, messages: Sequence[dict], max_tokens: int = 128, template: str = "",
              stream: bool = False, **opts):
-        """The assistant's answer to OpenAI-style messages [{"role": ..., "content": ...}]."""
+        """The assistant's answer to OpenAI-style messages [{"role": ..., "content": ...}]
+        (without its reasoning: ChatSession keeps that apart)."""
         pairs = [(m["role"], m["content"]) for m in messages]
         s = Session(self, **opts)
-        s.feed(self._e.render_chat(pairs, template, True))
-        return s.generate(max_tokens, stream=stream)
+        prompt = self._e.render_chat(pairs, template, True)
+        s.feed(prompt)
+        it = _reply(s, self, template, prompt, max_tokens, [])
+        return it if stream else "".join(it)

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "chat/reasoning.h"
 #include "powerinfer/engine.h"
 #include "powerinfer/grammar.h"
 
@@ -160,7 +161,61 @@ NB_MODULE(_powerinfer, m) {
              if (!r.ok()) raise(r.error());
              return *r;
            },
-           "messages"_a, "template"_a = "", "add_generation_prompt"_a = true);
+           "messages"_a, "template"_a = "", "add_generation_prompt"_a = true)
+      // How a chat reply with `template` (as render_chat resolves it) is generated and read:
+      // (split, shown, not_end, end) with split "none", "think" or "harmony" (the reasoning
+      // split the server applies with --reasoning-format auto) and the ids of the control tokens
+      // whose text is part of the reply, of the end-of-generation tokens that do not end it
+      // (harmony's <|end|>), and of the tokens that end it besides (<|return|>, <|call|>).
+      .def("reply_format",
+           [](const PyEngine& e, const std::string& tmpl) {
+             auto t = pi::chat::resolve_template(tmpl, e.engine->info().chat_template);
+             if (!t.ok()) raise(t.error());
+             const pi::chat::SplitKind k =
+                 pi::chat::split_kind(pi::chat::ReasoningFormat::Auto, *t, e.engine->info().chat_template);
+             const char* kind = k == pi::chat::SplitKind::Harmony ? "harmony"
+                                : k == pi::chat::SplitKind::Think ? "think"
+                                                                   : "none";
+             const pi::chat::ReplyTokens r = pi::chat::reply_tokens(*t);
+             auto ids = [&](const std::vector<std::string_view>& texts) {
+               std::vector<int32_t> out;
+               for (std::string_view text : texts) {
+                 const std::vector<int32_t> one = e.vocab().encode(text, false, true);
+                 if (one.size() == 1) out.push_back(one[0]);  // a token of this vocabulary
+               }
+               return out;
+             };
+             return nb::make_tuple(kind, ids(r.shown), ids(r.not_end), ids(r.end));
+           },
+           "template"_a = "");
+
+  // A reply's reasoning apart from its answer (chat/reasoning.h's ReplySplit): push(bytes)
+  // and finish() return (reasoning, content) as bytes.
+  nb::class_<pi::chat::ReplySplit>(m, "_ReplySplit")
+      .def("__init__",
+           [](pi::chat::ReplySplit* self, const std::string& kind, bool open) {
+             pi::chat::SplitKind k = pi::chat::SplitKind::None;
+             if (kind == "harmony") {
+               k = pi::chat::SplitKind::Harmony;
+             } else if (kind == "think") {
+               k = pi::chat::SplitKind::Think;
+             } else if (kind != "none") {
+               raise(pi::err("reply split must be 'none', 'think' or 'harmony' (got '%s')", kind.c_str()));
+             }
+             new (self) pi::chat::ReplySplit(k, open);
+           },
+           "kind"_a, "open"_a = false)
+      .def("push",
+           [](pi::chat::ReplySplit& s, nb::bytes piece) {
+             const auto d = s.push(std::string_view(piece.c_str(), piece.size()));
+             return std::make_pair(nb::bytes(d.reasoning.data(), d.reasoning.size()),
+                                   nb::bytes(d.content.data(), d.content.size()));
+           })
+      .def("finish", [](pi::chat::ReplySplit& s) {
+        const auto d = s.finish();
+        return std::make_pair(nb::bytes(d.reasoning.data(), d.reasoning.size()),
+                              nb::bytes(d.content.data(), d.content.size()));
+      });
 
   m.def(
       "json_schema_to_grammar",

@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 import threading
 import time
 
@@ -79,6 +80,34 @@ def test_chat_session_continues(engine):
     answer = engine.chat([{"role": "user", "content": "Who begat Enos?"}], max_tokens=12,
                          template="chatml", temperature=0)
     assert isinstance(answer, str) and answer
+
+
+def test_harmony_chat_answers_with_the_reasoning_apart(tmp_path):
+    """A gpt-oss (harmony) chat: generation goes past the <|end|> of the analysis message to the
+    <|return|> of the final one; send() returns the answer, `reasoning` the analysis channel
+    (as the server's content and reasoning_content), every turn; Engine.chat likewise. The tiny
+    model (tests/chat/harmony_model.py) always replies with the same two messages."""
+    sys.path.insert(0, str(ROOT / "tests" / "chat"))
+    import harmony_model
+
+    path = str(tmp_path / "harmony.gguf")
+    harmony_model.build(path)
+    e = powerinfer.Engine(path)
+    kind, _, keep, end = e._e.reply_format()
+    assert kind == "harmony" and keep and end  # <|end|> kept, <|return|> and <|call|> end
+    chat = e.chat_session(temperature=0, n_ctx=2048)
+    assert chat.send("Show me code", max_tokens=400) == harmony_model.ANSWER
+    assert chat.reasoning == harmony_model.REASONING
+    assert "".join(chat.send("Again", max_tokens=400, stream=True)) == harmony_model.ANSWER
+    assert chat.reasoning == harmony_model.REASONING
+    assert [m[0] for m in chat.messages] == ["user", "assistant", "user", "assistant"]
+    assert chat.messages[1][1] == harmony_model.ANSWER  # history keeps the final channel only
+    assert e.chat([{"role": "user", "content": "hi"}], max_tokens=400, temperature=0) == harmony_model.ANSWER
+    # Stopping at the first end of generation, as a plain session does, cuts the reply after
+    # the analysis message.
+    s = e.session(temperature=0, n_ctx=2048)
+    s.feed(e._e.render_chat([("user", "hi")], "", True))
+    assert harmony_model.ANSWER not in s.generate(max_tokens=400)
 
 
 def test_errors_are_powerinfer_errors(engine, tmp_path):

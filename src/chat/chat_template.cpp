@@ -226,13 +226,18 @@ Result<Template> resolve_template(std::string_view override_spec,
   return detect_template(model_template);
 }
 
+bool has_thinking_switch(std::string_view jinja) { return jinja.find("enable_thinking") != std::string_view::npos; }
+
 Result<std::string> render(Template t, std::span<const Message> messages,
                            bool add_generation_prompt, const RenderOptions& options) {
   for (size_t i = 0; i < messages.size(); ++i) PI_TRY(check_role(t, messages[i], i));
   const bool gen = add_generation_prompt;
   switch (t) {
-    case Template::ChatML:
-      return render_tagged({"<|im_start|>", "\n", "<|im_end|>\n"}, messages, gen);
+    case Template::ChatML: {
+      std::string text = render_tagged({"<|im_start|>", "\n", "<|im_end|>\n"}, messages, gen);
+      if (gen && !options.enable_thinking) text += "<think>\n\n</think>\n\n";
+      return text;
+    }
     case Template::Llama3:
       return render_tagged({"<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>"},
                            messages, gen);

@@ -50,12 +50,18 @@ const char* reasoning_effort_name(ReasoningEffort e);  // "low", "medium", "high
 // From "low", "medium" or "high"; false for anything else.
 bool parse_reasoning_effort(std::string_view s, ReasoningEffort& out);
 
-// What a rendering depends on besides the messages; only Harmony reads it.
+// What a rendering depends on besides the messages (a request's chat_template_kwargs).
 struct RenderOptions {
+  // Harmony: written into the system message.
   ReasoningEffort reasoning_effort = ReasoningEffort::Medium;
   // "YYYY-MM-DD", the system message's "Current date"; empty: today, local time. A
   // conversation fixes it once so that its renderings agree across midnight.
   std::string current_date;
+  // ChatML with a generation prompt: false opens the assistant turn with an empty
+  // "<think>\n\n</think>\n\n" block, as Qwen3's template does for enable_thinking=false (the
+  // model answers without reasoning). For models whose template has the switch
+  // (has_thinking_switch); the other families ignore it.
+  bool enable_thinking = true;
 };
 
 // The name --chat-template takes: "chatml", "llama2", "llama3", "mistral", "zephyr", "gemma",
@@ -75,6 +81,10 @@ Result<Template> detect_template(std::string_view jinja);
 // the model's tokenizer.chat_template. Fails when both are empty ("the model has no chat
 // template ...") or the one given is not recognised.
 Result<Template> resolve_template(std::string_view override_spec, std::string_view model_template);
+
+// Whether a Jinja chat template reads enable_thinking (Qwen3's), so that RenderOptions's
+// switch means something for its model.
+bool has_thinking_switch(std::string_view jinja);
 
 // The prompt text for `messages`; with add_generation_prompt it ends with the opening of an
 // assistant turn. Fails (ErrorCode::BadRequest) naming the message index for a role other than

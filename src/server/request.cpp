@@ -23,7 +23,7 @@ const std::set<std::string>& known_fields(Endpoint e) {
   static const std::set<std::string> chat = [] {
     auto s = common;
     s.insert({"messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs",
-              "reasoning_format", "reasoning_effort"});
+              "reasoning_format", "reasoning_effort", "chat_template_kwargs"});
     return s;
   }();
   static const std::set<std::string> completion = [] {
@@ -184,6 +184,29 @@ ParseResult parse_gen_request(std::string_view body, Endpoint endpoint,
     }
     std::string effort;
     rd.string("reasoning_effort", effort);
+    // llama.cpp's chat_template_kwargs: the variables its Jinja templates read. Ours render
+    // without Jinja, so the two that change a rendering are taken, anything else refused.
+    if (const json* kw = rd.get("chat_template_kwargs"); kw != nullptr && !rd.error) {
+      if (!kw->is_object()) {
+        rd.error = bad("field 'chat_template_kwargs' must be an object");
+      } else {
+        for (const auto& [key, value] : kw->items()) {
+          if (key == "enable_thinking" && value.is_boolean()) {
+            g.enable_thinking = value.get<bool>();
+          } else if (key == "reasoning_effort" && value.is_string()) {
+            if (effort.empty()) effort = value.get<std::string>();
+          } else if (key == "enable_thinking" || key == "reasoning_effort") {
+            rd.error = bad("chat_template_kwargs." + key + " must be a " +
+                           (key == "enable_thinking" ? "boolean" : "string"));
+            break;
+          } else {
+            rd.error = bad("chat_template_kwargs." + key +
+                           " is not supported (known: enable_thinking, reasoning_effort)");
+            break;
+          }
+        }
+      }
+    }
     chat::ReasoningEffort e{};
     if (!effort.empty() && !rd.error) {
       if (!chat::parse_reasoning_effort(effort, e)) {

@@ -48,6 +48,10 @@ struct GenRequest {
   // Chat: OpenAI's "reasoning_effort" ("low", "medium", "high"), written into a harmony
   // (gpt-oss) prompt; other templates ignore it. Absent: the server's --reasoning-effort.
   std::optional<chat::ReasoningEffort> reasoning_effort;
+  // Chat: "chat_template_kwargs" {"enable_thinking": false} (llama.cpp's field, Qwen3's switch:
+  // the reply starts after an empty <think> block); "reasoning_effort" may come there too.
+  // Absent: thinking on.
+  std::optional<bool> enable_thinking;
 };
 
 // Parses `body` for `endpoint`. `defaults` are the server's sampling settings (its flags).

@@ -197,6 +197,10 @@ HttpResponse ApiServer::generate(const HttpRequest& r, Endpoint ep) {
   if (ep == Endpoint::Chat) {
     chat::RenderOptions ro;
     ro.reasoning_effort = rq.reasoning_effort.value_or(o_.reasoning_effort);
+    // enable_thinking: only where the model's template has the switch (Qwen3's); elsewhere an
+    // empty <think> block would be text the model never saw, so the field is ignored.
+    ro.enable_thinking = rq.enable_thinking.value_or(true) ||
+                         !chat::has_thinking_switch(engine_->info().chat_template);
     auto rendered = chat::render(tmpl_, rq.messages, true, ro);
     if (!rendered.ok()) return error_response({400, "invalid_request_error", rendered.error().message});
     text = std::move(*rendered);

@@ -184,5 +184,24 @@ TEST(ChatTemplate, LoneSystemMessageBecomesAUserTurn) {
   EXPECT_EQ(must_render(Template::ChatML, {}, true), "<|im_start|>assistant\n");
 }
 
+// Qwen3's enable_thinking=false (a request's chat_template_kwargs): the assistant turn opens
+// with an empty think block, as its Jinja writes it; history and other families are unchanged.
+TEST(ChatTemplate, ThinkingSwitchOpensAnEmptyThinkBlock) {
+  RenderOptions off;
+  off.enable_thinking = false;
+  const std::vector<Message> m = {{"user", "Hi"}};
+  auto r = render(Template::ChatML, m, true, off);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  r = render(Template::ChatML, m, false, off);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, "<|im_start|>user\nHi<|im_end|>\n");  // no generation prompt: nothing added
+  r = render(Template::Llama3, m, true, off);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->find("<think>"), std::string::npos);
+  EXPECT_TRUE(has_thinking_switch("{%- if enable_thinking is defined and enable_thinking is false %}"));
+  EXPECT_FALSE(has_thinking_switch("{% for message in messages %}<|im_start|>"));
+}
+
 }  // namespace
 }  // namespace pi::chat

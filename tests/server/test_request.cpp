@@ -201,6 +201,32 @@ TEST(ServerRequest, ReasoningEffort) {
   expect_error(R"({"prompt":"hi","reasoning_effort":"low"})", 400, "reasoning_effort");
 }
 
+// llama.cpp's chat_template_kwargs: enable_thinking (a boolean) and reasoning_effort (the
+// top-level field wins); anything else, or a wrong type, is a 400 naming the key.
+TEST(ServerRequest, ChatTemplateKwargs) {
+  ParseResult r = parse(
+      R"({"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":false,"reasoning_effort":"low"}})",
+      Endpoint::Chat);
+  ASSERT_TRUE(r.request.has_value()) << r.error.message;
+  EXPECT_EQ(r.request->enable_thinking, false);
+  EXPECT_EQ(r.request->reasoning_effort, chat::ReasoningEffort::Low);
+  r = parse(R"({"messages":[{"role":"user","content":"hi"}],"reasoning_effort":"high",)"
+            R"("chat_template_kwargs":{"reasoning_effort":"low"}})",
+            Endpoint::Chat);
+  ASSERT_TRUE(r.request.has_value()) << r.error.message;
+  EXPECT_EQ(r.request->reasoning_effort, chat::ReasoningEffort::High);
+  EXPECT_FALSE(r.request->enable_thinking.has_value());
+  expect_error(R"({"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":"no"}})",
+               400, "chat_template_kwargs.enable_thinking must be a boolean", Endpoint::Chat);
+  expect_error(R"({"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"tools":[]}})", 400,
+               "chat_template_kwargs.tools is not supported", Endpoint::Chat);
+  expect_error(R"({"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":[1]})", 400,
+               "field 'chat_template_kwargs' must be an object", Endpoint::Chat);
+  expect_error(R"({"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"reasoning_effort":"max"}})",
+               400, "must be \"low\", \"medium\" or \"high\"", Endpoint::Chat);
+  expect_error(R"({"prompt":"hi","chat_template_kwargs":{}})", 400, "chat_template_kwargs");
+}
+
 TEST(ServerResponses, MetricsAreParseablePrometheusText) {
   SchedulerStats s;
   s.submitted = 3;

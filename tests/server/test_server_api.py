@@ -2,11 +2,12 @@
 streaming, stop strings, usage counts, and the same text as `powerinfer run`."""
 import concurrent.futures as cf
 import json
+import os
 
 import openai
 import pytest
 
-from conftest import run_cli
+from conftest import MODEL, ROOT, run_cli
 
 PROMPTS = ["And God said", "In the beginning", "The LORD is my shepherd", "Jesus wept"]
 
@@ -152,3 +153,48 @@ def test_reasoning_format_wiring(start_server):
         chat.choices[0].message.content
     status, body = s.post("/v1/chat/completions", {"messages": msgs, "reasoning_format": "r1"})
     assert status == 400 and "reasoning_format" in body["error"]["message"]
+
+
+QWEN3_LIKE_TEMPLATE = (
+    "{%- for message in messages %}{{ '<|im_start|>' + message.role + '\\n' + message.content + "
+    "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}{%- endif %}")
+
+
+def test_enable_thinking_through_chat_template_kwargs(start_server, tmp_path):
+    """chat_template_kwargs {"enable_thinking": false} (llama.cpp's field, Qwen3's switch) opens
+    the reply with an empty think block on a model whose template has the switch: the prompt
+    grows by those tokens; a model without the switch ignores it; a bad value is a 400."""
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "tools", "convert"))
+    import gguf_io
+
+    r = gguf_io.GGUFReader(MODEL)
+    path = str(tmp_path / "thinking.pwri.gguf")
+    with gguf_io.GGUFWriter(path, r.magic, r.alignment) as w:
+        for k, v in r.metadata.items():
+            if k != "general.alignment":
+                w.add(k, v, r.types[k])
+        w.add("tokenizer.chat_template", QWEN3_LIKE_TEMPLATE)
+        for t in r.tensors.values():
+            w.add_tensor_info(t.name, t.shape, t.dtype)
+        w.write_header()
+        for t in r.tensors.values():
+            w.write_tensor(t.name, r.raw(t.name))
+    msgs = [{"role": "user", "content": "Who made the heaven?"}]
+    off = {"chat_template_kwargs": {"enable_thinking": False}}
+
+    def prompt_tokens(server, extra):
+        status, body = server.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 1, **extra})
+        assert status == 200, body
+        return body["usage"]["prompt_tokens"]
+
+    s = start_server("-c", 256, model=path)
+    # "<think>\n\n</think>\n\n" is plain text to this vocabulary: several tokens more.
+    assert prompt_tokens(s, off) >= prompt_tokens(s, {}) + 4
+    status, body = s.post("/v1/chat/completions", {"messages": msgs, "chat_template_kwargs": {"enable_thinking": 0}})
+    assert status == 400 and "enable_thinking must be a boolean" in body["error"]["message"]
+    plain = start_server("-c", 256, "--chat-template", "chatml")
+    assert prompt_tokens(plain, off) == prompt_tokens(plain, {})

@@ -171,55 +171,11 @@ inline void dot_float(const uint8_t* const* rows, const uint8_t* const* next, co
     }
 }
 
-// ---- drivers (as in avx512_matrix.cpp) ------------------------------------------------------
-inline int64_t row_of(const DotTask& t, int64_t k) { return t.idx != nullptr ? t.idx[k] : k; }
-inline const uint8_t* row_ptr(const DotTask& t, int64_t k) {
-  return t.W + static_cast<size_t>(row_of(t, k)) * t.row_bytes;
-}
-
-// Calls fn(rows, next, nr, acts-or-xs selector...) for groups: 4 rows x 1 token when the
-// task is a plain one-token product, else 1 row x up to 4 selected tokens.
-template <typename Rows4, typename Row1, typename Tokens>
-void drive(const DotTask& t, Rows4 rows4, Row1 row1, Tokens tokens) {
-  if (t.m == 1 && t.masks == nullptr) {
-    int64_t k = t.k0;
-    for (; k + 4 <= t.k1; k += 4) {
-      const uint8_t* rows[4];
-      const uint8_t* next[4];
-      float out[4];
-      for (int r = 0; r < 4; ++r) {
-        rows[r] = row_ptr(t, k + r);
-        next[r] = k + 4 + r < t.k1 ? row_ptr(t, k + 4 + r) : rows[r];
-      }
-      rows4(rows, next, out);
-      for (int r = 0; r < 4; ++r) t.Y[row_of(t, k + r)] = out[r];
-    }
-    for (; k < t.k1; ++k) {
-      const uint8_t* row = row_ptr(t, k);
-      float out;
-      row1(row, &out);
-      t.Y[row_of(t, k)] = out;
-    }
-    return;
-  }
-  for (int64_t k = t.k0; k < t.k1; ++k) {
-    const uint8_t* row = row_ptr(t, k);
-    int sel[kMaxMaskTokens];
-    const int n = select_tokens(t, k, sel);
-    for (int g = 0; g < n; g += 4) {
-      const int nt = n - g < 4 ? n - g : 4;
-      float out[4];
-      tokens(row, sel + g, nt, out);
-      for (int i = 0; i < nt; ++i) t.Y[sel[g + i] * t.ldy + row_of(t, k)] = out[i];
-    }
-  }
-}
-
 template <class Dec>
 void dot_quant(const DotTask& t) {
   const int64_t nb = t.cols / 32;
   const uint8_t* act0 = t.act;
-  drive(
+  drive_rows4(
       t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_blocks<Dec, 4, 1>(r, n, &act0, nb, o); },
       [&](const uint8_t* r, float* o) { dot_blocks<Dec, 1, 1>(&r, &r, &act0, nb, o); },
       [&](const uint8_t* r, const int* sel, int nt, float* o) {
@@ -237,7 +193,7 @@ void dot_quant(const DotTask& t) {
 template <DType T>
 void dot_floats(const DotTask& t) {
   const float* x0 = t.x;
-  drive(
+  drive_rows4(
       t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { dot_float<T, 4, 1>(r, n, &x0, t.cols, o); },
       [&](const uint8_t* r, float* o) { dot_float<T, 1, 1>(&r, &r, &x0, t.cols, o); },
       [&](const uint8_t* r, const int* sel, int nt, float* o) {

@@ -393,10 +393,6 @@ inline void dot_float(const uint8_t* const* rows, const uint8_t* const* next, co
 }
 
 // ---- drivers ---------------------------------------------------------------------------
-inline int64_t row_of(const DotTask& t, int64_t k) { return t.idx != nullptr ? t.idx[k] : k; }
-inline const uint8_t* row_ptr(const DotTask& t, int64_t k) {
-  return t.W + static_cast<size_t>(row_of(t, k)) * t.row_bytes;
-}
 
 // Bytes of weights the one-token leaves prefetch ahead of the rows they compute: about the
 // bandwidth-latency product of one core (~40 GB/s x ~150 ns). One group of short rows (the

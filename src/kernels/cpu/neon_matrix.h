@@ -87,49 +87,6 @@ inline void n_prepare_act(DType t, const float* x, int64_t cols, uint8_t* out) {
 }
 
 // ---- drivers ---------------------------------------------------------------------------------
-inline int64_t n_row_of(const DotTask& t, int64_t k) { return t.idx != nullptr ? t.idx[k] : k; }
-inline const uint8_t* n_row_ptr(const DotTask& t, int64_t k) {
-  return t.W + static_cast<size_t>(n_row_of(t, k)) * t.row_bytes;
-}
-
-// Groups of 4 rows x 1 token for a plain one-token product (rows4(rows, next, out)), its
-// leftover rows one at a time (row1), else 1 row x up to 4 selected tokens (tokens(row, sel,
-// nt, out)).
-template <typename Rows4, typename Row1, typename Tokens>
-void n_drive(const DotTask& t, Rows4 rows4, Row1 row1, Tokens tokens) {
-  if (t.m == 1 && t.masks == nullptr) {
-    int64_t k = t.k0;
-    for (; k + 4 <= t.k1; k += 4) {
-      const uint8_t* rows[4];
-      const uint8_t* next[4];
-      float out[4];
-      for (int r = 0; r < 4; ++r) {
-        rows[r] = n_row_ptr(t, k + r);
-        next[r] = k + 4 + r < t.k1 ? n_row_ptr(t, k + 4 + r) : rows[r];
-      }
-      rows4(rows, next, out);
-      for (int r = 0; r < 4; ++r) t.Y[n_row_of(t, k + r)] = out[r];
-    }
-    for (; k < t.k1; ++k) {
-      float out;
-      row1(n_row_ptr(t, k), &out);
-      t.Y[n_row_of(t, k)] = out;
-    }
-    return;
-  }
-  for (int64_t k = t.k0; k < t.k1; ++k) {
-    const uint8_t* row = n_row_ptr(t, k);
-    int sel[kMaxMaskTokens];
-    const int n = select_tokens(t, k, sel);
-    for (int g = 0; g < n; g += 4) {
-      const int nt = n - g < 4 ? n - g : 4;
-      float out[4];
-      tokens(row, sel + g, nt, out);
-      for (int i = 0; i < nt; ++i) t.Y[sel[g + i] * t.ldy + n_row_of(t, k)] = out[i];
-    }
-  }
-}
-
 // Calls f(std::integral_constant<int, NT>) for NT = nt in 1..4.
 template <typename F>
 inline void n_tokens(int nt, F f) {
@@ -179,7 +136,7 @@ template <class Dec>
 void n_dot_quant(const DotTask& t) {
   const int64_t nb = t.cols / 32;
   const uint8_t* act0 = t.act;
-  n_drive(
+  drive_rows4(
       t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { n_dot_blocks<Dec, 4, 1>(r, n, &act0, nb, o); },
       [&](const uint8_t* r, float* o) { n_dot_blocks<Dec, 1, 1>(&r, &r, &act0, nb, o); },
       [&](const uint8_t* r, const int* sel, int nt, float* o) {
@@ -229,7 +186,7 @@ inline void n_dot_float(const uint8_t* const* rows, const uint8_t* const* next, 
 template <DType T>
 void n_dot_floats(const DotTask& t) {
   const float* x0 = t.x;
-  n_drive(
+  drive_rows4(
       t, [&](const uint8_t* const* r, const uint8_t* const* n, float* o) { n_dot_float<T, 4, 1>(r, n, &x0, t.cols, o); },
       [&](const uint8_t* r, float* o) { n_dot_float<T, 1, 1>(&r, &r, &x0, t.cols, o); },
       [&](const uint8_t* r, const int* sel, int nt, float* o) {
@@ -436,7 +393,7 @@ template <DType T>
 void nk_dot(const DotTask& t) {
   const int64_t nsb = t.cols / 256;
   const uint8_t* act0 = t.act;
-  n_drive(
+  drive_rows4(
       t,
       [&](const uint8_t* const* r, const uint8_t* const* n, float* o) {
         for (int i = 0; i < 4; ++i) nk_dot_row<T, 1>(r[i], n[i], &act0, nsb, o + i);

@@ -186,5 +186,51 @@ inline void decode_block(DType t, const uint8_t* p, float* y) {
   }
 }
 
+// The rows of a DotTask: row entry k is row idx[k] (idx set) or k.
+inline int64_t row_of(const DotTask& t, int64_t k) { return t.idx != nullptr ? t.idx[k] : k; }
+inline const uint8_t* row_ptr(const DotTask& t, int64_t k) {
+  return t.W + static_cast<size_t>(row_of(t, k)) * t.row_bytes;
+}
+
+// The row-group driver of the AVX2 and NEON dot leaves: rows4(rows, next, out) for groups of 4
+// rows x 1 token when the task is a plain one-token product (next: the 4 rows after them, to
+// prefetch), row1(row, out) for its leftover rows, else tokens(row, sel, nt, out) for 1 row x
+// up to 4 selected tokens.
+template <typename Rows4, typename Row1, typename Tokens>
+void drive_rows4(const DotTask& t, Rows4 rows4, Row1 row1, Tokens tokens) {
+  if (t.m == 1 && t.masks == nullptr) {
+    int64_t k = t.k0;
+    for (; k + 4 <= t.k1; k += 4) {
+      const uint8_t* rows[4];
+      const uint8_t* next[4];
+      float out[4];
+      for (int r = 0; r < 4; ++r) {
+        rows[r] = row_ptr(t, k + r);
+        next[r] = k + 4 + r < t.k1 ? row_ptr(t, k + 4 + r) : rows[r];
+      }
+      rows4(rows, next, out);
+      for (int r = 0; r < 4; ++r) t.Y[row_of(t, k + r)] = out[r];
+    }
+    for (; k < t.k1; ++k) {
+      const uint8_t* row = row_ptr(t, k);
+      float out;
+      row1(row, &out);
+      t.Y[row_of(t, k)] = out;
+    }
+    return;
+  }
+  for (int64_t k = t.k0; k < t.k1; ++k) {
+    const uint8_t* row = row_ptr(t, k);
+    int sel[kMaxMaskTokens];
+    const int n = select_tokens(t, k, sel);
+    for (int g = 0; g < n; g += 4) {
+      const int nt = n - g < 4 ? n - g : 4;
+      float out[4];
+      tokens(row, sel + g, nt, out);
+      for (int i = 0; i < nt; ++i) t.Y[sel[g + i] * t.ldy + row_of(t, k)] = out[i];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pi::cpu::detail

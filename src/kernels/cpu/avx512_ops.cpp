@@ -95,29 +95,15 @@ inline VF vexp(VF x) {
 
 const KernelTable& avx512_table() {
   using namespace avx512_isa;
-  static const KernelTable table = {
+  static const KernelTable table = with_generic_ops({
       .isa = Isa::Avx512,
       .act_bytes = avx512_act_bytes,
       .prepare_act = avx512_prepare_act,
       .dot = avx512_dot,
       .axpy = avx512_axpy,
-      .rmsnorm = g_rmsnorm,
-      .layernorm = g_layernorm,
-      .softmax = g_softmax,
-      .silu = g_silu,
-      .gelu = g_gelu,
-      .relu = g_relu,
-      .relu_squared = g_relu_squared,
-      .add = g_add,
-      .mul = g_mul,
-      .swiglu_oai = g_swiglu_oai,
-      .rope = g_rope,
-      .attn_head = g_attn_head,
-      .to_f16 = g_to_f16,
-      .decode_kv_row = g_decode_kv_row,
       .r16_prepare = avx512_r16_prepare,
       .r16_dot = avx512_r16_dot,
-  };
+  });
   return table;
 }
 

@@ -80,45 +80,46 @@ struct AttnHeadTask {
   float* out;
 };
 
-// Filled with designated initialisers (the ISA files), so that two entries of one signature
-// cannot be swapped silently.
+// Filled by name (designated initialisers, and ops_generic.inc's with_generic_ops for the
+// small ops every ISA takes from there), so that two entries of one signature cannot be
+// swapped silently; an entry left unset is null, which a test checks for every table.
 struct KernelTable {
-  Isa isa;
+  Isa isa = Isa::Scalar;
   // Bytes of one token's prepared activation for weight type t (0: leaves read x directly).
-  size_t (*act_bytes)(DType t, int64_t cols);
-  void (*prepare_act)(DType t, const float* x, int64_t cols, uint8_t* out);
-  void (*dot)(const DotTask& task);
-  void (*axpy)(const AxpyTask& task);
+  size_t (*act_bytes)(DType t, int64_t cols) = nullptr;
+  void (*prepare_act)(DType t, const float* x, int64_t cols, uint8_t* out) = nullptr;
+  void (*dot)(const DotTask& task) = nullptr;
+  void (*axpy)(const AxpyTask& task) = nullptr;
 
-  void (*rmsnorm)(const float* x, const float* w, int64_t n, float eps, float* y);
+  void (*rmsnorm)(const float* x, const float* w, int64_t n, float eps, float* y) = nullptr;
   void (*layernorm)(const float* x, const float* w, const float* b, int64_t n, float eps,
-                    float* y);
-  void (*softmax)(float* x, int64_t n);
-  void (*silu)(const float* x, float* y, int64_t n);
-  void (*gelu)(const float* x, float* y, int64_t n);
-  void (*relu)(const float* x, float* y, int64_t n);
-  void (*relu_squared)(const float* x, float* y, int64_t n);
-  void (*add)(const float* a, const float* b, float* y, int64_t n);
-  void (*mul)(const float* a, const float* b, float* y, int64_t n);
+                    float* y) = nullptr;
+  void (*softmax)(float* x, int64_t n) = nullptr;
+  void (*silu)(const float* x, float* y, int64_t n) = nullptr;
+  void (*gelu)(const float* x, float* y, int64_t n) = nullptr;
+  void (*relu)(const float* x, float* y, int64_t n) = nullptr;
+  void (*relu_squared)(const float* x, float* y, int64_t n) = nullptr;
+  void (*add)(const float* a, const float* b, float* y, int64_t n) = nullptr;
+  void (*mul)(const float* a, const float* b, float* y, int64_t n) = nullptr;
   // y = gpt-oss's clamped gated unit of gate and up (Kernels::swiglu_oai).
-  void (*swiglu_oai)(const float* gate, const float* up, float* y, int64_t n);
+  void (*swiglu_oai)(const float* gate, const float* up, float* y, int64_t n) = nullptr;
   // x: f32 [n_heads, head_dim]; in each head, pair p < n_pairs, (a, b) -> (a c - b s,
   // a s + b c) with c = cs[p], s = cs[n_pairs + p]. The pair is (p, p + n_pairs) when neox,
   // else (2p, 2p + 1).
   void (*rope)(float* x, int64_t n_heads, int64_t head_dim, int64_t n_pairs, const float* cs,
-               bool neox);
-  void (*attn_head)(const AttnHeadTask& task);
+               bool neox) = nullptr;
+  void (*attn_head)(const AttnHeadTask& task) = nullptr;
   // y = x rounded to f16 (nearest even; bit patterns as pi::f32_to_f16), n elements.
-  void (*to_f16)(const float* x, uint16_t* y, int64_t n);
+  void (*to_f16)(const float* x, uint16_t* y, int64_t n) = nullptr;
   // out[0:n] = a Q8_0 / Q4_0 K or V row of type t decoded to f32 (n a multiple of 32): the
   // floats attn_head reads from that row, so attention over the decoded copy (type F32) gives
   // the same bits as over the blocks.
-  void (*decode_kv_row)(DType t, const uint8_t* row, float* out, int64_t n);
+  void (*decode_kv_row)(DType t, const uint8_t* row, float* out, int64_t n) = nullptr;
   // Dense products over the R16 layouts (r16.h): one token's activation for a matrix of R16
   // type t prepared into r16_act_bytes(t, cols) bytes, and the dot leaf over whole groups of
   // 16 rows.
-  void (*r16_prepare)(DType t, const float* x, int64_t cols, uint8_t* out);
-  void (*r16_dot)(const DotTask& task);
+  void (*r16_prepare)(DType t, const float* x, int64_t cols, uint8_t* out) = nullptr;
+  void (*r16_dot)(const DotTask& task) = nullptr;
 };
 
 const KernelTable& scalar_table();

@@ -137,29 +137,15 @@ inline VF vexp(VF a) { return {vexp4(a.lo), vexp4(a.hi)}; }
 
 const KernelTable& neon_table() {
   using namespace neon_isa;
-  static const KernelTable table = {
+  static const KernelTable table = with_generic_ops({
       .isa = Isa::Neon,
       .act_bytes = neon_act_bytes,
       .prepare_act = neon_prepare_act,
       .dot = neon_dot,
       .axpy = neon_axpy,
-      .rmsnorm = g_rmsnorm,
-      .layernorm = g_layernorm,
-      .softmax = g_softmax,
-      .silu = g_silu,
-      .gelu = g_gelu,
-      .relu = g_relu,
-      .relu_squared = g_relu_squared,
-      .add = g_add,
-      .mul = g_mul,
-      .swiglu_oai = g_swiglu_oai,
-      .rope = g_rope,
-      .attn_head = g_attn_head,
-      .to_f16 = g_to_f16,
-      .decode_kv_row = g_decode_kv_row,
       .r16_prepare = scalar_r16_prepare,
       .r16_dot = scalar_r16_dot,
-  };
+  });
   return table;
 }
 

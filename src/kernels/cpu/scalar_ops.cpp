@@ -85,29 +85,15 @@ void prepare_act(DType, const float*, int64_t, uint8_t*) {}
 
 const KernelTable& scalar_table() {
   using namespace scalar_isa;
-  static const KernelTable table = {
+  static const KernelTable table = with_generic_ops({
       .isa = Isa::Scalar,
       .act_bytes = act_bytes,
       .prepare_act = prepare_act,
       .dot = scalar_dot,
       .axpy = scalar_axpy,
-      .rmsnorm = g_rmsnorm,
-      .layernorm = g_layernorm,
-      .softmax = g_softmax,
-      .silu = g_silu,
-      .gelu = g_gelu,
-      .relu = g_relu,
-      .relu_squared = g_relu_squared,
-      .add = g_add,
-      .mul = g_mul,
-      .swiglu_oai = g_swiglu_oai,
-      .rope = g_rope,
-      .attn_head = g_attn_head,
-      .to_f16 = g_to_f16,
-      .decode_kv_row = g_decode_kv_row,
       .r16_prepare = scalar_r16_prepare,
       .r16_dot = scalar_r16_dot,
-  };
+  });
   return table;
 }
 

@@ -7,6 +7,7 @@
 // image, and loosely with the reference on x itself (dot_bound + act_quant_bound).
 #include <algorithm>
 
+#include "kernels/cpu/dispatch.h"
 #include "kernels/ref/ref.h"
 #include "test_util.h"
 
@@ -337,6 +338,28 @@ TEST(CpuMatvec, NeonReadsTheFileLayouts) {
       EXPECT_EQ(dot_layout(isa, t, 4096), t) << isa_name(isa) << " " << dtype_name(t);
       EXPECT_EQ(axpy_layout(isa, t), t) << isa_name(isa) << " " << dtype_name(t);
     }
+  }
+}
+
+// Every ISA's kernel table sets every entry (the tables are filled by name; an entry left out
+// would be null) and names its own ISA.
+TEST(CpuKernels, EveryTableIsComplete) {
+  for (Isa isa : isas()) {
+    const detail::KernelTable& t = detail::table_for(isa);
+    SCOPED_TRACE(std::string(isa_name(isa)));
+    EXPECT_EQ(t.isa, isa);
+    const std::pair<const char*, bool> set[] = {
+        {"act_bytes", t.act_bytes != nullptr},   {"prepare_act", t.prepare_act != nullptr},
+        {"dot", t.dot != nullptr},               {"axpy", t.axpy != nullptr},
+        {"rmsnorm", t.rmsnorm != nullptr},       {"layernorm", t.layernorm != nullptr},
+        {"softmax", t.softmax != nullptr},       {"silu", t.silu != nullptr},
+        {"gelu", t.gelu != nullptr},             {"relu", t.relu != nullptr},
+        {"relu_squared", t.relu_squared != nullptr}, {"add", t.add != nullptr},
+        {"mul", t.mul != nullptr},               {"swiglu_oai", t.swiglu_oai != nullptr},
+        {"rope", t.rope != nullptr},             {"attn_head", t.attn_head != nullptr},
+        {"to_f16", t.to_f16 != nullptr},         {"decode_kv_row", t.decode_kv_row != nullptr},
+        {"r16_prepare", t.r16_prepare != nullptr}, {"r16_dot", t.r16_dot != nullptr}};
+    for (const auto& [name, ok] : set) EXPECT_TRUE(ok) << name;
   }
 }
 

@@ -1,0 +1,79 @@
+#include "core/disk_probe.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace pi {
+
+Result<DiskProbe> probe_direct_read(const std::string& path, size_t chunk, uint64_t total, int depth, uint64_t seed) {
+  constexpr size_t kAlign = 4096;
+  DiskProbe p;
+  p.chunk = std::max(kAlign, (chunk + kAlign - 1) / kAlign * kAlign);
+  p.depth = std::max(1, depth);
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  p.direct = fd >= 0;
+  if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return err("%s: cannot open: %s", path.c_str(), std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(p.chunk)) {
+    ::close(fd);
+    return err("%s: smaller than one read of %zu bytes", path.c_str(), p.chunk);
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const uint64_t slots = (size - p.chunk) / kAlign + 1;
+  const uint64_t n = std::max<uint64_t>(static_cast<uint64_t>(p.depth), std::min(total, size) / p.chunk);
+  std::atomic<int> failed_errno{0};
+  std::atomic<long long> failed_at{0};
+  // Thread t reads reads t, t + depth, ... of one random sequence (the same offsets for any depth).
+  const auto work = [&](int t) {
+    void* raw = nullptr;
+    if (posix_memalign(&raw, kAlign, p.chunk) != 0) {
+      failed_errno = ENOMEM;
+      return;
+    }
+    std::unique_ptr<void, decltype(&std::free)> buf(raw, &std::free);
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<uint64_t> at(0, slots - 1);
+    for (uint64_t i = 0; i < n; ++i) {
+      const off_t off = static_cast<off_t>(at(rng) * kAlign);
+      if (i % static_cast<uint64_t>(p.depth) != static_cast<uint64_t>(t)) continue;
+      size_t got = 0;
+      while (got < p.chunk && failed_errno == 0) {
+        const ssize_t r = ::pread(fd, static_cast<char*>(raw) + got, p.chunk - got, off + static_cast<off_t>(got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+          failed_errno = r < 0 ? errno : EIO;
+          failed_at = static_cast<long long>(off);
+          return;
+        }
+        got += static_cast<size_t>(r);
+      }
+    }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 1; t < p.depth; ++t) threads.emplace_back(work, t);
+  work(0);
+  for (std::thread& t : threads) t.join();
+  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::close(fd);
+  if (failed_errno != 0)
+    return err("%s: read at offset %lld failed: %s", path.c_str(), failed_at.load(), std::strerror(failed_errno));
+  p.bytes = n * p.chunk;
+  p.mbps = p.seconds > 0 ? static_cast<double>(p.bytes) / p.seconds / 1e6 : 0.0;
+  return p;
+}
+
+}  // namespace pi

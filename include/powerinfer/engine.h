@@ -178,6 +178,11 @@ struct SessionOptions {
   // Mixtures of experts placed by vram_budget: per layer, this many device slots hold recently
   // used experts (an LRU cache) beside the most chosen ones.
   int expert_cache = 0;
+  // Mixtures of experts larger than memory, on the CPU (--moe-ram GiB): the weights take this
+  // many bytes of RAM, those besides the experts resident and the rest a cache of the recently
+  // used experts, read from the file on demand (direct I/O) and ahead of need; the same output
+  // as with the whole model in memory. Needs the file mapped (ModelLoad::Map). 0: off.
+  uint64_t moe_ram = 0;
   // llama.cpp's -ot/--override-tensor: "REGEX=CPU" each, found in the tensor names; a layer
   // whose FFN matrices a pattern finds keeps its FFN (router and experts) on the CPU.
   std::vector<std::string> tensor_overrides;
@@ -191,6 +196,24 @@ struct MemoryLine {
   std::string device;  // "host", or the device's name ("sim", "cuda") for its own memory
   std::string what;    // "model (read into memory)", "KV cache", "step buffers", ...
   uint64_t bytes = 0;
+};
+
+// The experts a session with SessionOptions::moe_ram reads from the file, since creation or
+// the last reset_sparsity(): how often a layer found the experts its router chose in the
+// cache, what was read (on demand, and ahead of need), and how long the forward pass waited.
+struct ExpertReads {
+  bool on = false;          // the session reads experts on demand
+  int64_t slots = 0;        // experts the cache holds
+  uint64_t cache_bytes = 0;
+  bool direct_io = false;   // read with O_DIRECT (else through the page cache)
+  // Each expert a layer asked for was cached since before (a hit), read ahead for this use
+  // (read_ahead_used), or read while the layer waited (a miss).
+  uint64_t hits = 0, misses = 0;
+  uint64_t read_ahead = 0, read_ahead_used = 0;  // read ahead of need, and then used
+  uint64_t guessed = 0, guessed_right = 0;  // next-layer guesses (not SmallThinker's, which routes first)
+  uint64_t bytes_read = 0;
+  double read_s = 0;        // reading (both threads)
+  double wait_s = 0;        // the forward pass waiting for experts
 };
 
 // Wall-clock time spent in each phase, for llama.cpp-style timing reports.
@@ -355,6 +378,8 @@ class Session {
   // engine's other sessions), then what the session allocated (KV cache, step buffers,
   // scratch); on a hybrid session's device its ledger (weights, KV cache, buffers, margin).
   std::vector<MemoryLine> memory() const;
+  // Experts read from the file on demand (SessionOptions::moe_ram); on = false otherwise.
+  ExpertReads expert_reads() const;
 
  private:
   Session() = default;

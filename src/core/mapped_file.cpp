@@ -229,6 +229,11 @@ void MappedFile::prefetch(size_t offset, size_t length) const {
   madvise(const_cast<std::byte*>(data_) + begin, end - begin, MADV_WILLNEED);
 }
 
+void MappedFile::release_pages() const {
+  if (data_ == nullptr || mode_ != LoadMode::Map) return;
+  madvise(region_, region_size_, MADV_DONTNEED);
+}
+
 }  // namespace pi
 
 namespace pi {

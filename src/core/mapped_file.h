@@ -70,6 +70,9 @@ class MappedFile {
 
   // Asks the kernel to read the given range ahead (madvise WILLNEED). Best effort.
   void prefetch(size_t offset, size_t length) const;
+  // Map mode: drops the pages touched so far from this process's memory (madvise DONTNEED;
+  // the page cache keeps them, a later touch maps them again). No-op otherwise. Best effort.
+  void release_pages() const;
 
   // Read mode only: makes the memory writable while `edit` runs on it, then read-only again,
   // so that a loader can convert data in place (the CPU's layout of transposed weights,

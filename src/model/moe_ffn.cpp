@@ -128,7 +128,10 @@ void MoeFfn::route(int64_t il, const float* x, int64_t m) {
   routed_ = il;
 }
 
-void MoeFfn::before_attention(int64_t il, const float* x, int64_t m) { route(il, x, m); }
+void MoeFfn::before_attention(int64_t il, const float* x, int64_t m) {
+  route(il, x, m);
+  if (stream_ != nullptr) stream_->prefetch(il, ids_, false);  // read while attention runs
+}
 
 void MoeFfn::count_neurons(bool on) {
   const HParams& hp = model_.hparams();
@@ -141,27 +144,31 @@ void MoeFfn::expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st)
   const FfnWeights& w = w_.layers[static_cast<size_t>(il)].ffn;
   const HParams& hp = model_.hparams();
   const int64_t n_ff = hp.n_ff_exp, n_exp = n_stacked_[static_cast<size_t>(il)];
-  const std::vector<int32_t>& slot = slots_[static_cast<size_t>(il)];
+  const std::vector<int32_t>& slot = stream_slots_ != nullptr ? *stream_slots_ : slots_[static_cast<size_t>(il)];
   const int64_t counted = e;  // neuron counts and biases are by expert id
   if (!slot.empty()) e = slot[static_cast<size_t>(e)];
-  assert(e >= 0 && e < n_exp);
+  assert(e >= 0 && (stream_slots_ != nullptr || e < n_exp));
+  // Expert e's matrix of a stack: in the stack, or in the stream's slot.
+  const auto rows_of_expert = [&](const Matrix& stack, ExpertPart part) {
+    return stream_slots_ != nullptr ? stream_->matrix(il, part, static_cast<int32_t>(e)) : expert_rows(stack, e, n_exp);
+  };
   const float* xe = xe_.as<float>();
   float* gate = gate_.as<float>();
   float* up = up_.as<float>();
   const Matrix& down = w.down_exps_t.present() ? w.down_exps_t : w.down_exps;
   const uint64_t expert_bytes = (w.gate_exps.nbytes() + w.up_exps.nbytes() + down.nbytes()) / n_exp;
-  ops_.linear(expert_rows(w.gate_exps, e, n_exp), xe, n, gate);
+  ops_.linear(rows_of_expert(w.gate_exps, ExpertPart::Gate), xe, n, gate);
   if (!sparse_) {
     st.bytes += expert_bytes;
-    ops_.linear(expert_rows(w.up_exps, e, n_exp), xe, n, up);
+    ops_.linear(rows_of_expert(w.up_exps, ExpertPart::Up), xe, n, up);
     // gpt-oss's biases, whole on every device: indexed by expert id.
     if (w.gate_exps_b.present()) ops_.add_bias(gate, expert_bias(w.gate_exps_b, counted, hp.n_expert), n, n_ff);
     if (w.up_exps_b.present()) ops_.add_bias(up, expert_bias(w.up_exps_b, counted, hp.n_expert), n, n_ff);
     ops_.ffn_combine(hp.ffn, hp.act, gate, up, n, n_ff);  // gated: SwiGLU/ReGLU, or gpt-oss's clamped one
     if (w.down_exps_t.present()) {
-      ops_.linear_t(expert_rows(w.down_exps_t, e, n_exp), gate, n, all_rows_, ye);
+      ops_.linear_t(rows_of_expert(w.down_exps_t, ExpertPart::DownT), gate, n, all_rows_, ye);
     } else {
-      ops_.linear(expert_rows(w.down_exps, e, n_exp), gate, n, ye);
+      ops_.linear(rows_of_expert(w.down_exps, ExpertPart::Down), gate, n, ye);
     }
     if (w.down_exps_b.present()) ops_.add_bias(ye, expert_bias(w.down_exps_b, counted, hp.n_expert), n, hp.n_embd);
     return;
@@ -197,12 +204,12 @@ void MoeFfn::expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st)
   const auto rows_of = [&](const Matrix& stack) { return stack.nbytes() / n_exp / static_cast<uint64_t>(n_ff) * n_union; };
   st.bytes += w.gate_exps.nbytes() / n_exp + rows_of(w.up_exps) +
               (w.down_exps_t.present() ? rows_of(w.down_exps_t) : down.nbytes() / n_exp);
-  ops_.linear_rows(expert_rows(w.up_exps, e, n_exp), xe, n, idx_.data(), offsets_.data(), up);
+  ops_.linear_rows(rows_of_expert(w.up_exps, ExpertPart::Up), xe, n, idx_.data(), offsets_.data(), up);
   if (w.down_exps_t.present()) {
     // relu(g) * u = g * u at the listed entries (the only ones linear_t_rows reads; the others
     // hold whatever up held).
     ops_.ffn_combine(FfnKind::Gated, hp.act, gate, up, n, n_ff);
-    ops_.linear_t_rows(expert_rows(w.down_exps_t, e, n_exp), gate, n, idx_.data(), offsets_.data(), ye);
+    ops_.linear_t_rows(rows_of_expert(w.down_exps_t, ExpertPart::DownT), gate, n, idx_.data(), offsets_.data(), ye);
     return;
   }
   // The dense down product reads every entry: the unlisted ones are zero (host memory: the
@@ -221,7 +228,7 @@ void MoeFfn::expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st)
       }
     }
   }
-  ops_.linear(expert_rows(w.down_exps, e, n_exp), gate, n, ye);
+  ops_.linear(rows_of_expert(w.down_exps, ExpertPart::Down), gate, n, ye);
 }
 
 const MoeFfn::Groups& MoeFfn::group(int64_t il, int64_t m, const std::vector<uint8_t>* front) {
@@ -290,10 +297,39 @@ void MoeFfn::combine(const Groups& g, const float* ye, float* out) {
 }
 
 void MoeFfn::run(int64_t il, const FfnInput& in, float* out) {
-  if (!model_.hparams().router_before_attn) route(il, in.x, in.m);
+  const HParams& hp = model_.hparams();
+  if (!hp.router_before_attn) route(il, in.x, in.m);
+  if (stream_ != nullptr) {
+    stream_slots_ = &stream_->acquire(il, ids_);
+    if (in.m <= kGuessTokens) guess_next(il, in);
+  }
   const Groups& g = group(il, in.m);
   compute(il, g, in.x, nullptr, false, ye_.as<float>());
   combine(g, ye_.as<float>(), out);
+  stream_slots_ = nullptr;
+}
+
+// The next MoE layers' routers on this layer's FFN input: the residual stream changes little
+// from one layer to the next, so their choice is mostly the same (read ahead while this layer
+// and the next compute; a wrong guess costs a read). Two layers ahead keeps the disk busy while
+// a layer computes for less time than its misses take to read.
+void MoeFfn::guess_next(int64_t il, const FfnInput& in) {
+  const HParams& hp = model_.hparams();
+  const int64_t k = hp.n_expert_used;
+  int64_t next = il;
+  for (int ahead = 0; ahead < kGuessLayers; ++ahead) {
+    ++next;
+    while (next < hp.n_layer && !w_.layers[static_cast<size_t>(next)].ffn.gate_inp.present()) ++next;
+    if (next >= hp.n_layer) return;
+    const FfnWeights& fw = w_.layers[static_cast<size_t>(next)].ffn;
+    ops_.linear(fw.gate_inp, in.x, in.m, logits_.as<float>());
+    if (fw.gate_inp_b.present()) ops_.add_bias(logits_.as<float>(), fw.gate_inp_b, in.m, hp.n_expert);
+    guess_ids_.resize(static_cast<size_t>(in.m * k));
+    guess_w_.resize(static_cast<size_t>(in.m * k));
+    route_top_k(logits_.as<float>(), in.m, hp.n_expert, k, hp.gating, guess_ids_.data(), guess_w_.data(),
+                &route_order_);
+    stream_->prefetch(next, guess_ids_, true);
+  }
 }
 
 Result<std::unique_ptr<FfnStep>> make_ffn(const Model& model, const ModelWeights& weights, backend::Device& dev,

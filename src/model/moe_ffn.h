@@ -12,6 +12,7 @@
 #include "backend/device.h"
 #include "backend/ops.h"
 #include "core/error.h"
+#include "model/expert_stream.h"
 #include "model/ffn.h"
 #include "model/model.h"
 
@@ -69,6 +70,11 @@ class MoeFfn final : public FfnStep {
                float* ye);
   // out[i] = sum over token i's places of weight * ye[place], in ascending expert order.
   void combine(const Groups& g, const float* ye, float* out);
+  // The experts are read from the file on demand into `stream`'s slots (a host device; nullptr:
+  // the stacks hold them). Decode steps then predict the next layer's experts from this
+  // layer's input (its router on it) and read them ahead; SmallThinker's router before
+  // attention says which without a guess.
+  void set_expert_stream(ExpertStream* stream) { stream_ = stream; }
   // This device's stacks of layer il hold only some experts: slot[e] is expert e's position
   // in them, -1 for an expert they lack (compute() must not be asked for it). Default: all
   // n_expert experts in id order.
@@ -111,6 +117,10 @@ class MoeFfn final : public FfnStep {
   MoeFfn(const Model& model, const ModelWeights& weights, backend::Device& dev, bool dense);
   // Expert e's FFN of its n tokens (inputs xe_) into ye (f32 [n, n_embd]), counted in `st`.
   void expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st);
+  // Reads ahead the experts the next MoE layers' routers pick on this layer's input (stream_).
+  void guess_next(int64_t il, const FfnInput& in);
+  static constexpr int64_t kGuessTokens = 4;  // steps of up to this many tokens guess
+  static constexpr int kGuessLayers = 2;      // this many MoE layers ahead
   // The host's copy of device memory written by the ops submitted so far (a sync on a device
   // whose memory is not the host's).
   const float* on_host(const float* p, int64_t n, backend::Buffer& host);
@@ -143,6 +153,10 @@ class MoeFfn final : public FfnStep {
   std::vector<LayerStats> stats_;  // [n_layer]
   std::vector<uint8_t> row_seen_;  // [n_ff_exp] scratch: the union of a batch's rows
   bool trace_ = false;
+  ExpertStream* stream_ = nullptr;     // set_expert_stream
+  const std::vector<int32_t>* stream_slots_ = nullptr;  // acquire()'s slots of the layer computing
+  std::vector<int32_t> guess_ids_;    // [m, k] the next layer's predicted experts
+  std::vector<float> guess_w_;
   std::vector<std::vector<float>> neuron_counts_;  // [n_layer][n_expert * n_ff_exp] when counting
   std::vector<std::vector<int32_t>> routes_;  // [n_layer][tokens * n_expert_used] while tracing
 };

@@ -54,6 +54,86 @@ std::string mib(uint64_t b) {
   return buf;
 }
 
+// A context whose experts are read from the file on demand (ContextOptions::moe_ram): every
+// other weight placed as usual, the expert stacks left as views of the mapped file (never read
+// through it), and the stream that reads them into the layout placement would have given them.
+struct StreamedWeights {
+  model::PlacedWeights placed;
+  std::unique_ptr<model::ExpertStream> stream;
+};
+
+Result<StreamedWeights> place_streamed(const model::Model& model, const ContextOptions& o, backend::Device& dev) {
+  const model::HParams& hp = model.hparams();
+  const std::string& path = model.file().path();
+  if (!hp.is_moe()) return err("%s: --moe-ram reads experts on demand, and this model has none", path.c_str());
+  if (model.file().mapping().mode() != LoadMode::Map) {
+    return err("%s: --moe-ram needs the file mapped, not read into memory (drop --no-mmap)", path.c_str());
+  }
+  if (wants_thresholds(model, o)) {
+    return err("%s: --moe-ram runs the experts of a file without activation thresholds (this one is "
+               "calibrated; --dense runs it)", path.c_str());
+  }
+  model::ModelWeights rest = model.weights();
+  int64_t n_moe_layers = 0;
+  for (model::LayerWeights& L : rest.layers) {
+    n_moe_layers += L.ffn.gate_exps.present() ? 1 : 0;
+    model::each_expert_stack(L.ffn, [](model::Matrix& m) { m = model::Matrix{}; });
+  }
+  const uint64_t resident = model::weight_bytes(rest);
+  if (o.moe_ram <= resident) {
+    return err("%s: --moe-ram %.2f GiB: the weights besides the experts take %.2f GiB, all of them resident; "
+               "give more", path.c_str(), static_cast<double>(o.moe_ram) / 1073741824.0,
+               static_cast<double>(resident) / 1073741824.0);
+  }
+  // The layout each expert part takes: as place_weights would give the whole stack.
+  std::vector<std::array<DType, model::kExpertParts>> layout(model.weights().layers.size());
+  for (size_t il = 0; il < layout.size(); ++il) {
+    const model::FfnWeights& f = model.weights().layers[il].ffn;
+    const model::Matrix* parts[] = {&f.gate_exps, &f.up_exps, &f.down_exps, &f.down_exps_t};
+    for (int p = 0; p < model::kExpertParts; ++p) layout[il][static_cast<size_t>(p)] = parts[p]->type;
+    const DType t = model::file_layout(f.down_exps_t.type);
+    if (f.down_exps_t.present() && model::converts(t, dev.transposed_layout(t)))
+      layout[il][static_cast<size_t>(model::ExpertPart::DownT)] = dev.transposed_layout(t);
+  }
+  model::ModelWeights all = model.weights();
+  for (size_t il = 0; il < all.layers.size(); ++il) {
+    model::FfnWeights& f = all.layers[il].ffn;
+    model::Matrix* parts[] = {&f.gate_exps, &f.up_exps, &f.down_exps, &f.down_exps_t};
+    model::each_dense_candidate(all, model.dense_only(), [&](model::Matrix& m, bool dense_only) {
+      for (int p = 0; p < 3; ++p) {
+        if (&m != parts[p] || !dense_only) continue;
+        const DType t = model::file_layout(m.type), want = dev.dense_layout(t, m.rows / hp.n_expert);
+        if (model::converts(t, want)) layout[il][static_cast<size_t>(p)] = want;
+      }
+    });
+  }
+  auto placed = model::place_weights(dev, rest, &model.layouts(), model.dense_only());
+  if (!placed.ok()) return placed.error();
+  for (size_t il = 0; il < rest.layers.size(); ++il) {
+    model::FfnWeights& f = placed->weights.layers[il].ffn;
+    const model::FfnWeights& file = model.weights().layers[il].ffn;
+    f.gate_exps = file.gate_exps;
+    f.up_exps = file.up_exps;
+    f.down_exps = file.down_exps;
+    f.down_exps_t = file.down_exps_t;
+  }
+  // What placement copied came through the mapping: those pages leave this process's memory
+  // (the page cache keeps them; what is still read through the mapping comes back).
+  model.file().mapping().release_pages();
+  const int64_t min_slots = std::max(hp.n_expert + hp.n_expert_used, n_moe_layers * hp.n_expert_used);
+  const auto& map = model.file().mapping();
+  auto stream = model::ExpertStream::create(path, map.data(), map.size(), hp, model.weights(), layout,
+                                            o.moe_ram - resident, min_slots);
+  if (!stream.ok()) return stream.error();
+  log_info("%s: experts read on demand (--moe-ram %.2f GiB): %.2f GiB of other weights resident, %lld experts "
+           "of %.1f MiB cached (%.2f GiB)%s",
+           path.c_str(), static_cast<double>(o.moe_ram) / 1073741824.0, static_cast<double>(resident) / 1073741824.0,
+           static_cast<long long>((*stream)->slots()), static_cast<double>(model::ExpertStream::slot_bytes(hp, model.weights())) / 1048576.0,
+           static_cast<double>((*stream)->cache_bytes()) / 1073741824.0,
+           (*stream)->direct_io() ? "" : ", through the page cache");
+  return StreamedWeights{std::move(*placed), std::move(*stream)};
+}
+
 }  // namespace
 
 Result<std::vector<LedgerLine>> Context::budget_items(const model::Model& model,
@@ -141,7 +221,13 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
                "`powerinfer calibrate` (this one has no %s)",
                model.file().path().c_str(), sparse::kMethodKey);
   }
-  if (!(*dev)->host_addressable()) return create_hybrid(model, opts, std::move(*dev));
+  if (!(*dev)->host_addressable()) {
+    if (opts.moe_ram > 0) {
+      return err("--moe-ram reads experts for the CPU; with --device %s place them by --vram-budget",
+                 (*dev)->name().c_str());
+    }
+    return create_hybrid(model, opts, std::move(*dev));
+  }
   const bool sparse = wants_sparse(model, opts);
   if (model.hparams().powerinfer && !opts.dense && !sparse) {
     log_warn("%s: PowerInfer file without predictors (blk.N.fc1/fc2): running dense",
@@ -149,8 +235,18 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
   }
   PI_TRY(check_budget(model, opts, **dev, sparse));
   // Model::dense_only is what Model::load converted in place, so no context needs a copy.
-  auto weights = model::place_weights(**dev, model.weights(), &model.layouts(), model.dense_only());
-  if (!weights.ok()) return weights.error();
+  std::unique_ptr<model::ExpertStream> stream;
+  std::optional<model::PlacedWeights> weights;
+  if (opts.moe_ram > 0) {
+    auto sw = place_streamed(model, opts, **dev);
+    if (!sw.ok()) return sw.error();
+    weights.emplace(std::move(sw->placed));
+    stream = std::move(sw->stream);
+  } else {
+    auto w = model::place_weights(**dev, model.weights(), &model.layouts(), model.dense_only());
+    if (!w.ok()) return w.error();
+    weights.emplace(std::move(*w));
+  }
   auto kv = (*dev)->alloc(KvCache::storage_bytes(model.hparams(), kv_cells(model.hparams(), opts), opts.kv_types),
                           "KV cache");
   if (!kv.ok()) return kv.error();
@@ -158,6 +254,7 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
   storage.push_back(KvStorage{std::move(*kv), 0, model.hparams().n_layer});
   std::unique_ptr<Context> ctx(
       new Context(model, opts, std::move(*dev), std::move(*weights), std::move(storage)));
+  ctx->stream_ = std::move(stream);
   PI_TRY(ctx->build_forward());
   // The host's account: what check_budget counted, less what costs nothing here (weights and
   // predictors are the model's own memory on a host device).
@@ -165,6 +262,7 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
   if (!items.ok()) return items.error();
   for (LedgerLine& l : *items)
     if (l.bytes > 0) ctx->host_memory_.push_back(std::move(l));
+  if (ctx->stream_) ctx->host_memory_.push_back(LedgerLine{"expert cache (--moe-ram)", 1, ctx->stream_->cache_bytes()});
   return ctx;
 }
 
@@ -198,6 +296,7 @@ Status Context::build_forward() {
     if (!moe.ok()) return moe.error();
     moe_ = moe->get();
     moe_all_ = {moe_};
+    if (stream_) moe_->set_expert_stream(stream_.get());
     ffn = std::move(*moe);
   }
   auto f = model::Forward::create(model_, weights(), *dev_, fo, std::move(ffn));
@@ -246,6 +345,10 @@ Status Context::eval_slot(std::span<const int32_t> tokens, KvSlot& slot,
       b.window_attn_cells = window_cells_.data();
     }
     PI_TRY(forward_->eval_batch(tokens, b, cache_.view(), outputs, head));
+  }
+  // An expert that could not be read computed as zeros: the step fails, nothing committed.
+  if (stream_) {
+    if (std::string why = stream_->failure(); !why.empty()) return err("%s", why.c_str());
   }
   return cache_.apply(KvEdit::commit(slot));
 }

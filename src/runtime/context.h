@@ -25,6 +25,7 @@
 
 #include "core/error.h"
 #include "backend/device.h"
+#include "model/expert_stream.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/placed_weights.h"
@@ -124,6 +125,9 @@ class Context {
   const model::HybridMoeFfn* hybrid_moe() const { return hybrid_moe_; }
   // The mixture-of-experts FFN step of a MoE model on one device, else nullptr.
   model::MoeFfn* moe_ffn() const { return moe_; }
+  // The experts read from the file on demand (ContextOptions::moe_ram), else nullptr.
+  const model::ExpertStream* expert_stream() const { return stream_.get(); }
+  model::ExpertStream* expert_stream() { return stream_.get(); }
   // Every mixture-of-experts FFN step (a hybrid context has one per lane that runs an FFN;
   // each counts the layers it ran).
   const std::vector<model::MoeFfn*>& moe_ffns() const { return moe_all_; }
@@ -183,6 +187,7 @@ class Context {
   sparse::SparseFfn* sparse_ = nullptr;  // owned by forward_
   model::MoeFfn* moe_ = nullptr;         // owned by forward_
   std::vector<model::MoeFfn*> moe_all_;  // owned by forward_
+  std::unique_ptr<model::ExpertStream> stream_;  // moe_ram: the experts' slots
   sparse::Threshold threshold_;
   sparse::ThresholdFfn* threshold_ffn_ = nullptr;    // owned by forward_
   sparse::ThresholdProj* threshold_proj_ = nullptr;  // owned by forward_

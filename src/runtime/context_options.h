@@ -67,6 +67,10 @@ struct ContextOptions {
   // device slots of the budget hold recently used experts (an LRU cache: an expert the CPU
   // ran is uploaded for the steps after it), beside the static set the planner chooses.
   int expert_cache = 0;
+  // Mixtures of experts larger than memory, on the CPU (--moe-ram): the weights take this many
+  // bytes of RAM, those besides the experts resident and the rest an LRU cache of experts read
+  // from the file on demand (model/expert_stream.h); 0: every weight in memory.
+  uint64_t moe_ram = 0;
   // llama.cpp's -ot/--override-tensor, "REGEX=TARGET" each (a comma-separated list in one
   // string also works); the first pattern that finds a tensor's name decides: a layer any of
   // whose FFN matrices go to CPU keeps its whole FFN group on the CPU; another target is the

@@ -174,6 +174,7 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.n_gpu_layers = o.n_gpu_layers;
   co.n_cpu_moe = o.n_cpu_moe;
   co.expert_cache = o.expert_cache;
+  co.moe_ram = o.moe_ram;
   co.tensor_overrides = o.tensor_overrides;
   co.gpu_index_path = o.gpu_index;
   co.reset_gpu_index = o.reset_gpu_index;
@@ -620,9 +621,17 @@ std::vector<MemoryLine> Session::memory() const {
   std::vector<MemoryLine> out;
   const model::Model& m = ctx_->model();
   const MappedFile& f = m.file().mapping();
-  out.push_back({"host", f.mode() == LoadMode::Map ? "model (mapped)" : "model (read into memory)", f.size()});
-  if (const uint64_t copies = m.layouts().bytes(); copies > 0)
-    out.push_back({"host", "model (layout copies)", copies});
+  const uint64_t copies = m.layouts().bytes();
+  if (const model::ExpertStream* s = ctx_->expert_stream(); s != nullptr) {
+    // The experts are not in memory but in the expert cache (host_memory's line).
+    uint64_t experts = 0;
+    for (const model::LayerWeights& L : m.weights().layers)
+      model::each_expert_stack(L.ffn, [&](const model::Matrix& x) { experts += x.nbytes(); });
+    out.push_back({"host", "model besides experts", f.size() - std::min<uint64_t>(f.size(), experts)});
+  } else {
+    out.push_back({"host", f.mode() == LoadMode::Map ? "model (mapped)" : "model (read into memory)", f.size()});
+  }
+  if (copies > 0) out.push_back({"host", "model (layout copies)", copies});
   for (const runtime::LedgerLine& l : ctx_->host_memory()) out.push_back({"host", l.what, l.bytes});
   if (const runtime::HybridSetup* h = ctx_->hybrid(); h != nullptr) {
     const std::string dev = ctx_->device().name();
@@ -632,7 +641,29 @@ std::vector<MemoryLine> Session::memory() const {
   return out;
 }
 
+ExpertReads Session::expert_reads() const {
+  ExpertReads r;
+  const model::ExpertStream* s = ctx_->expert_stream();
+  if (s == nullptr) return r;
+  const model::ExpertStreamStats st = s->stats();
+  r.on = true;
+  r.slots = s->slots();
+  r.cache_bytes = s->cache_bytes();
+  r.direct_io = s->direct_io();
+  r.hits = st.hits;
+  r.misses = st.misses;
+  r.read_ahead = st.prefetched;
+  r.read_ahead_used = st.prefetch_used;
+  r.guessed = st.predicted;
+  r.guessed_right = st.predicted_right;
+  r.bytes_read = st.bytes_read;
+  r.read_s = st.read_s;
+  r.wait_s = st.wait_s;
+  return r;
+}
+
 void Session::reset_sparsity() {
+  if (model::ExpertStream* s = ctx_->expert_stream(); s != nullptr) s->reset_stats();
   if (sparse::SparseFfn* ffn = ctx_->sparse_ffn(); ffn != nullptr) ffn->reset_stats();
   for (model::MoeFfn* moe : ctx_->moe_ffns()) moe->reset_stats();
   if (ctx_->threshold_ffn() != nullptr) ctx_->threshold_ffn()->reset_stats();

@@ -113,6 +113,47 @@ TEST(LlamaFlags, CpuMoeKeepsTheExpertsOnTheCpu) {
   EXPECT_TRUE(has(bad.output, "--expert-cache must be 0..65536")) << bad.output;
 }
 
+// --moe-ram GiB: the experts read from the file into a cache of what the weights besides them
+// leave: the bundled MoE model gives the same text with a cache that holds a fraction of its
+// experts (greedy and sampled), says how the cache did, and bench reports the disk's
+// direct-read rate beside the memory probe and a row of expert reads; bad limits exit 1 in one
+// line before anything runs.
+TEST(LlamaFlags, MoeRamReadsExpertsOnDemandWithTheSameText) {
+  const std::string moe = std::string(PI_SOURCE_DIR) + "/models/kjv-moe/kjv-moe.gguf";
+  for (const char* sampling : {" --temp 0", " --temp 1 --seed 3"}) {
+    const std::string base = kPi + "run -m " + moe + " -p 'In the beginning' -n 24 --ignore-eos" + sampling;
+    const std::string whole = text_of(base);
+    // 6 layers x 8 experts of ~0.3 MiB; 0.01 GiB holds 21 of the 48 beside ~3.5 MiB of the rest.
+    EXPECT_EQ(text_of(base + " --moe-ram 0.01"), whole) << sampling;
+    EXPECT_EQ(text_of(base + " --moe-ram 0.01 --no-mmap -t 1"), whole) << sampling;
+  }
+  auto r = stderr_of(kPi + "run -m " + moe + " -p 'In the beginning' -n 8 --temp 0 --moe-ram 0.01 --no-mmap");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "--no-mmap ignored")) << r.output;
+  EXPECT_TRUE(has(r.output, "experts read on demand (21 cached")) << r.output;
+  EXPECT_TRUE(has(r.output, "expert cache (--moe-ram)")) << r.output;
+  auto bench = run_command("(" + kPi + "bench -m " + moe +
+                           " -p 0 -n 4 -r 1 -t 1 --warmup-gen 0 --probe-mib 8 --probe-passes 1 --moe-ram 0.01 2>/dev/null)");
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_TRUE(has(bench.output, "Disk: kjv-moe.gguf read")) << bench.output;
+  EXPECT_TRUE(has(bench.output, "4 at a time")) << bench.output;
+  EXPECT_TRUE(has(bench.output, "| MiB read/token |")) << bench.output;
+  // Errors: not a number, less than the weights besides the experts, fewer experts than a step
+  // needs, a model without experts.
+  const std::string run = kPi + "run -m " + moe + " -p 'In the beginning' -n 4 --moe-ram ";
+  const std::pair<std::string, std::string> bad[] = {
+      {run + "lots", "--moe-ram: 'lots' is not a positive number of GiB"},
+      {run + "0.001", "the weights besides the experts take"},
+      {run + "0.0045", "fewer than the 12 it needs"},
+      {kPi + "run -m " + model() + " -p 'the' -n 2 --moe-ram 1", "this model has none"},
+  };
+  for (const auto& [cmd, message] : bad) {
+    auto e = run_command(cmd);
+    EXPECT_EQ(e.exit_code, 1) << cmd << "\n" << e.output;
+    EXPECT_TRUE(has(e.output, message)) << cmd << "\n" << e.output;
+  }
+}
+
 // llama.cpp's -ot/--override-tensor REGEX=TARGET: the first pattern that finds a tensor
 // decides; CPU keeps a layer's FFN there (any model: a dense FFN too), another target is the
 // device; the same text as the CPU; patterns on attention, bad regexes refused by name.

@@ -83,6 +83,25 @@ void print_timings(double load_ms, const Timings& t, double total_ms) {
            static_cast<long long>(t.n_prompt + t.n_eval));
 }
 
+// --moe-ram: how the expert cache did.
+void print_expert_reads(const ExpertReads& r) {
+  if (!r.on) return;
+  const uint64_t asked = r.hits + r.read_ahead_used + r.misses;
+  const auto pct = [&](uint64_t n) { return asked > 0 ? 100.0 * static_cast<double>(n) / static_cast<double>(asked) : 0.0; };
+  char guesses[64] = "";
+  if (r.guessed > 0)
+    std::snprintf(guesses, sizeof guesses, "; next-layer guesses %.1f%% right",
+                  100.0 * static_cast<double>(r.guessed_right) / static_cast<double>(r.guessed));
+  log_info("experts read on demand (%lld cached, %.1f MiB%s): of %llu asked for, %.1f%% cached, %.1f%% read "
+           "ahead, %.1f%% read while waiting (%llu read ahead in all%s); %.1f MiB read in %.2f s (%.0f MB/s), "
+           "waited %.2f s",
+           static_cast<long long>(r.slots), static_cast<double>(r.cache_bytes) / 1048576.0,
+           r.direct_io ? ", direct I/O" : "", static_cast<unsigned long long>(asked), pct(r.hits),
+           pct(r.read_ahead_used), pct(r.misses), static_cast<unsigned long long>(r.read_ahead), guesses,
+           static_cast<double>(r.bytes_read) / 1048576.0, r.read_s,
+           r.read_s > 0 ? static_cast<double>(r.bytes_read) / r.read_s / 1e6 : 0.0, r.wait_s);
+}
+
 // The session's memory account per device, with a total per device, then this process's
 // peak resident memory (llama.cpp prints its buffers; this is the same habit, from the ledger).
 void print_memory(const Session& s) {
@@ -101,6 +120,7 @@ void print_memory(const Session& s) {
   }
   if (const size_t peak = peak_resident_bytes(); peak > 0)
     log_info("%-17s = %10.1f MiB", "peak resident", mib(peak));
+  print_expert_reads(s.expert_reads());
 }
 
 enum class Stop { Eog, Limit, ContextFull, Interrupted, GrammarDone };

@@ -97,6 +97,11 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
                   "Mixtures of experts placed by --vram-budget: N device slots per layer hold recently "
                   "used experts (an LRU cache: an expert the CPU ran is uploaded for the next tokens), "
                   "beside the most chosen ones; `powerinfer profile --expert-cache` measures whether it pays");
+  sub->add_option("--moe-ram", f.moe_ram,
+                  "Mixtures of experts larger than memory, on the CPU: hold the weights in this many GiB, "
+                  "those besides the experts resident and the rest a cache of recently used experts read "
+                  "from the file on demand (direct I/O) and ahead of need; the same output as with the "
+                  "whole model in memory. Maps the file (no --no-mmap)");
   sub->add_option("--override-tensor", f.override_tensor,
                   "llama.cpp's -ot REGEX=CPU[,REGEX=CPU...] (repeatable): a layer whose FFN "
                   "matrices the pattern finds in their names keeps its FFN (a mixture's router and "
@@ -172,8 +177,20 @@ Result<std::optional<uint64_t>> vram_budget_bytes(const std::string& gib) {
   return std::optional<uint64_t>(*b);
 }
 
+Result<uint64_t> moe_ram_bytes(const std::string& gib) {
+  if (gib.empty()) return uint64_t{0};
+  char* end = nullptr;
+  const double v = std::strtod(gib.c_str(), &end);
+  if (end == gib.c_str() || *end != '\0' || !(v > 0) || v > 1e6)
+    return err("--moe-ram: '%s' is not a positive number of GiB", gib.c_str());
+  return static_cast<uint64_t>(v * 1073741824.0);
+}
+
 Status apply_hybrid_flags(const ModelFlags& f, SessionOptions& so) {
   so.repack = f.repack;
+  auto ram = moe_ram_bytes(f.moe_ram);
+  if (!ram.ok()) return ram.error();
+  so.moe_ram = *ram;
   so.swa_full = f.swa_full;
   for (auto [flag, name, type] : {std::tuple{"-ctk", &f.cache_type_k, &so.kv_type_k},
                                   std::tuple{"-ctv", &f.cache_type_v, &so.kv_type_v}}) {
@@ -219,6 +236,11 @@ Status apply_hybrid_flags(const ModelFlags& f, SessionOptions& so) {
 LoadOptions load_options(const ModelFlags& f, ModelLoad load) {
   LoadOptions o;
   o.load = load;
+  if (!f.moe_ram.empty()) {
+    // The experts are read from the file as needed: the rest is mapped, never read whole.
+    if (load == ModelLoad::Read) log_warn("--moe-ram maps the model file: --no-mmap ignored");
+    o.load = ModelLoad::Map;
+  }
   o.mlock = f.mlock;
   o.check_tensors = f.check_tensors;
   o.repack = f.repack;

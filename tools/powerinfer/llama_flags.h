@@ -25,6 +25,7 @@ struct ModelFlags {
   bool cpu_moe = false;
   int64_t n_cpu_moe = 0;
   int64_t expert_cache = 0;  // --expert-cache N
+  std::string moe_ram;       // --moe-ram GiB: experts read from the file into a cache (CPU)
   // -ot/--override-tensor REGEX=CPU[,...] (repeatable): layers whose FFN matrices match keep
   // their FFN on the CPU.
   std::vector<std::string> override_tensor;
@@ -67,6 +68,8 @@ inline constexpr const char* kDenseHelp =
 
 // --vram-budget GiB as bytes (one value); unset when the flag is absent.
 Result<std::optional<uint64_t>> vram_budget_bytes(const std::string& gib);
+// --moe-ram GiB as bytes; 0 when the flag is absent.
+Result<uint64_t> moe_ram_bytes(const std::string& gib);
 
 // The hybrid flags into `so` (its device already set): the budget, statistics, index and -ngl;
 // warns when they cannot apply (a host device). Also --no-repack and the KV cache types

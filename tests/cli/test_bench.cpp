@@ -487,7 +487,7 @@ TEST_F(BenchCli, ErrorsAreClearAndNonZero) {
       {"-m " + dense_ + " -o xml", "-o: unknown format 'xml'"},
       {"-m " + dense_ + " -r 0", "-r: 0 is out of range"},
       {"-n 2", "no model given"},
-      {"--probe -m " + dense_, "--probe runs only the bandwidth probe"},
+      {"--probe -n 2", "--probe runs only the probes"},
   };
   for (const Case& c : cases) {
     const Run r = bench(c.args);

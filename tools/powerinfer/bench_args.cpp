@@ -115,11 +115,13 @@ Result<BenchOptions> validate_bench_flags(const BenchFlags& f, int default_threa
     return err("--scatter-fraction: %g is out of range (0, 1]", f.scatter_fraction);
   o.scatter_fraction = f.scatter_fraction;
   if (o.probe_only) {
-    if (!f.models.empty() || !f.prompts.empty() || !f.gens.empty() || !f.modes.empty() || f.dense ||
-        f.sparse)
+    if (!f.prompts.empty() || !f.gens.empty() || !f.modes.empty() || f.dense || f.sparse)
       return err(
-          "--probe runs only the bandwidth probe: it takes no -m, -p, -n, --mode, --dense "
-          "or --sparse");
+          "--probe runs only the probes: it takes no -p, -n, --mode, --dense or --sparse (-m FILE: "
+          "the disk's direct-read rate of that file too)");
+    auto files = split_list("-m", f.models);
+    if (!files.ok()) return files.error();
+    o.models = std::move(*files);
     return o;
   }
 

@@ -57,6 +57,35 @@ Json load_json(const LoadAverage& l) {
   return Json::array({l.m1, l.m5, l.m15});
 }
 
+// --moe-ram rows: how the expert cache did and the disk's bound.
+std::string expert_reads_markdown(const BenchReport& r) {
+  std::string s;
+  for (const BenchRow& row : r.rows) {
+    if (!row.expert_reads.on) continue;
+    if (s.empty()) {
+      s = "\n| model | threads | test | t/s | cached | read ahead | read waiting | next-layer guesses right | "
+          "MiB read/token | disk-bound t/s | of disk bound | peak RSS |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    }
+    const ExpertReads& e = row.expert_reads;
+    const double asked = static_cast<double>(e.hits + e.read_ahead_used + e.misses);
+    const auto pct = [&](uint64_t n) { return asked > 0 ? fmt("%.1f%%", 100.0 * static_cast<double>(n) / asked) : std::string("-"); };
+    const std::string guess = e.guessed > 0 ? fmt("%.1f%%", 100.0 * static_cast<double>(e.guessed_right) / static_cast<double>(e.guessed)) : "-";
+    s += fmt("| %s | %d | %s | %.2f | %s | %s | %s | %s | %.1f | %s | %s | %s |\n", basename(r.models[row.model].path).c_str(),
+             row.threads, row.test.c_str(), row.ts_median, pct(e.hits).c_str(), pct(e.read_ahead_used).c_str(),
+             pct(e.misses).c_str(), guess.c_str(), row.expert_bytes_per_token / kMiB,
+             row.disk_bound_ts > 0 ? fmt("%.2f", row.disk_bound_ts).c_str() : "-",
+             row.disk_bound_ts > 0 ? fmt("%.0f%%", 100 * row.disk_ratio).c_str() : "-", size_text(row.peak_rss).c_str());
+  }
+  if (!s.empty()) {
+    s += "\nExperts read on demand (--moe-ram): of the experts each layer's router chose, those the cache "
+         "held (cached), read ahead of the layer (SmallThinker: routed before attention; others: the next "
+         "layer's router on this layer's input), or read while the layer waited; MiB read/token: from the "
+         "file, in 4 KiB-aligned ranges; disk-bound t/s: the disk probe's rate (as many reads at a time as the "
+         "stream's readers) / that.\n";
+  }
+  return s;
+}
+
 Json probe_json(const ProbeStats& p) {
   Json j{{"threads", p.threads},
          {"gbps_median", p.median},
@@ -270,6 +299,11 @@ std::string format_markdown(const BenchReport& r) {
     s += fmt("| %d | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", p.threads, p.median, p.min, p.max,
              p.scattered, p.median > 0 ? 100 * p.scattered / p.median : 0.0);
   s += compute_markdown(r);
+  for (const DiskStats& d : r.disk)
+    s += fmt("\nDisk: %s read %s, %zu KiB at random offsets, %d at a time: %.0f MB/s.\n", basename(d.path).c_str(),
+             d.probe.direct ? "past the page cache (O_DIRECT)" : "through the page cache (the file system refused O_DIRECT)",
+             d.probe.chunk >> 10, d.probe.depth, d.probe.mbps);
+  s += expert_reads_markdown(r);
 
   if (r.options.probe_only) return s;
   bool any_host = false, any_hybrid = false;
@@ -439,9 +473,26 @@ std::string format_json(const BenchReport& r) {
                         {"int8_ratio", nullable(row.has_int8, row.int8_ratio)},
                         {"load_1m", nullable(row.load_1m >= 0, row.load_1m)},
                         {"peak_rss_bytes", row.peak_rss},
-                        {"hybrid", hybrid_json(row.hybrid)}});
+                        {"hybrid", hybrid_json(row.hybrid)},
+                        {"expert_reads", row.expert_reads.on ? Json{{"hits", row.expert_reads.hits},
+                                                                    {"read_ahead_used", row.expert_reads.read_ahead_used},
+                                                                    {"misses", row.expert_reads.misses},
+                                                                    {"read_ahead", row.expert_reads.read_ahead},
+                                                                    {"guessed", row.expert_reads.guessed},
+                                                                    {"guessed_right", row.expert_reads.guessed_right},
+                                                                    {"bytes_read", row.expert_reads.bytes_read},
+                                                                    {"bytes_per_token", row.expert_bytes_per_token},
+                                                                    {"disk_bound_ts", row.disk_bound_ts},
+                                                                    {"disk_ratio", row.disk_ratio},
+                                                                    {"cache_bytes", row.expert_reads.cache_bytes}}
+                                                               : Json()}});
   }
   j["results"] = rows;
+  Json disk = Json::array();
+  for (const DiskStats& d : r.disk)
+    disk.push_back(Json{{"path", d.path}, {"mbps", d.probe.mbps}, {"chunk", d.probe.chunk}, {"depth", d.probe.depth},
+                        {"direct", d.probe.direct}});
+  j["disk"] = disk;
   return j.dump(2) + "\n";
 }
 

@@ -15,6 +15,7 @@
 #include "cli_checks.h"
 #include "core/bandwidth_probe.h"
 #include "core/compute_probe.h"
+#include "model/expert_stream.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
@@ -203,6 +204,24 @@ void int8_shares(BenchReport& report) {
   }
 }
 
+// Sums the expert-read counters of one repetition into a row's.
+void add_expert_reads(ExpertReads& sum, const ExpertReads& r) {
+  if (!r.on) return;
+  sum.on = true;
+  sum.slots = r.slots;
+  sum.cache_bytes = r.cache_bytes;
+  sum.direct_io = r.direct_io;
+  sum.hits += r.hits;
+  sum.misses += r.misses;
+  sum.read_ahead += r.read_ahead;
+  sum.read_ahead_used += r.read_ahead_used;
+  sum.guessed += r.guessed;
+  sum.guessed_right += r.guessed_right;
+  sum.bytes_read += r.bytes_read;
+  sum.read_s += r.read_s;
+  sum.wait_s += r.wait_s;
+}
+
 // Sparse counters of the session since the last reset, summed over layers.
 struct SparseTotals {
   int64_t tokens = 0;  // tokens per layer
@@ -314,6 +333,7 @@ class RowRunner {
       auto dt = once();
       if (!dt.ok()) return dt.error();
       row.samples.push_back(*dt > 0 ? static_cast<double>(tokens) / *dt : 0.0);
+      add_expert_reads(row.expert_reads, session_.expert_reads());
       const SparseTotals t = sparse_totals(session_);
       sum.tokens += t.tokens;
       sum.neurons += t.neurons;
@@ -405,6 +425,41 @@ Status map_all_weights(const Engine& engine, int32_t bos, int threads, bool repa
   auto s = Session::create(engine, so);
   if (!s.ok()) return s.error();
   return (*s)->warmup(bos);
+}
+
+// The direct-read rate of each model file, in reads of about an expert's part (1 MiB), for
+// rows that read experts from the file (--moe-ram) or a --probe run given files.
+Status disk_probes(const BenchOptions& o, BenchReport& report) {
+  if (o.model_flags.moe_ram.empty() && !o.probe_only) return Status::Ok();
+  for (const std::string& path : o.models) {
+    for (int depth : {1, model::ExpertStream::kReaders}) {
+      auto d = probe_direct_read(path, size_t{1} << 20, uint64_t{256} << 20, depth);
+      if (!d.ok()) return d.error();
+      log_info("bench: disk: %s read %s in %zu KiB pieces at random offsets, %d at a time: %.0f MB/s", path.c_str(),
+               d->direct ? "past the page cache (O_DIRECT)" : "through the page cache (no O_DIRECT here)",
+               d->chunk >> 10, depth, d->mbps);
+      report.disk.push_back({path, *d});
+    }
+  }
+  return Status::Ok();
+}
+
+// Rows that read experts on demand: bytes per token and the disk's bound on t/s.
+void disk_shares(BenchReport& report) {
+  for (BenchRow& row : report.rows) {
+    if (!row.expert_reads.on || row.samples.empty()) continue;
+    const double tokens = static_cast<double>((row.n_gen > 0 ? row.n_gen : row.n_prompt)) *
+                          static_cast<double>(row.samples.size());
+    row.expert_bytes_per_token = static_cast<double>(row.expert_reads.bytes_read) / tokens;
+    for (const DiskStats& d : report.disk) {
+      // The rate at the readers' depth: what the expert stream can get.
+      if (d.path != report.models[row.model].path || row.expert_bytes_per_token <= 0 ||
+          d.probe.depth != model::ExpertStream::kReaders)
+        continue;
+      row.disk_bound_ts = d.probe.mbps * 1e6 / row.expert_bytes_per_token;
+      row.disk_ratio = row.ts_median / row.disk_bound_ts;
+    }
+  }
 }
 
 Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t index,
@@ -618,8 +673,10 @@ Result<BenchReport> run_bench(const BenchOptions& o) {
   if (!o.probe_only) paths = int8 ? std::vector<ComputePath>{*int8} : std::vector<ComputePath>{};
   measure_compute_table(o, counts, paths, report);
 
+  PI_TRY(disk_probes(o, report));
   if (!o.probe_only)
     for (size_t i = 0; i < o.models.size(); ++i) PI_TRY(run_model(o, **probe, i, report));
+  disk_shares(report);
   PI_TRY(model_hybrid_rows(report));
   int8_shares(report);
   for (BenchRow& row : report.rows) {

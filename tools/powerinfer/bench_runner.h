@@ -19,7 +19,9 @@
 #include "bench_args.h"
 #include "bench_hybrid.h"
 #include "bench_machine.h"
+#include "core/disk_probe.h"
 #include "core/error.h"
+#include "powerinfer/engine.h"
 #include "powerinfer/placement.h"
 
 namespace pi::cli {
@@ -135,6 +137,17 @@ struct BenchRow {
   HybridRow hybrid;
   double act_sparsity = -1;  // calibrated files in sparse mode: the sparsity run, else -1
   uint64_t peak_rss = 0;     // the process's peak resident bytes since the model's load, after the row
+  // --moe-ram: the experts read from the file over the timed repetitions (summed), per token,
+  // and the t/s the disk's direct-read rate allows for them (BenchReport::disk) with
+  // ts_median / that.
+  ExpertReads expert_reads;
+  double expert_bytes_per_token = 0, disk_bound_ts = 0, disk_ratio = 0;
+};
+
+// The direct-read probe of a model's file (--moe-ram, or --probe with -m).
+struct DiskStats {
+  std::string path;
+  DiskProbe probe;
 };
 
 struct BenchReport {
@@ -151,6 +164,7 @@ struct BenchReport {
   std::vector<ComputeStats> compute;
   std::vector<std::string> compute_skipped;
   std::vector<ModelSummary> models;
+  std::vector<DiskStats> disk;
   std::vector<BenchRow> rows;
   LoadAverage load_start, load_end;
 };

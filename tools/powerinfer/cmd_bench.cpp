@@ -84,7 +84,8 @@ Runner add_bench(CLI::App& app) {
                   "files only). Default: sparse for PowerInfer files, dense otherwise")
       ->type_name("MODE,...");
   sub->add_flag("--probe", f->probe_only,
-                "Run only the read-bandwidth probe, for 1 .. max(-t) threads");
+                "Run only the probes: memory read bandwidth and compute peaks for 1 .. max(-t) threads, "
+                "and with -m FILE the disk's direct-read rate of that file (what --moe-ram reads at)");
   sub->add_option("-o,--output", f->output, "Report format: md, json or csv")
       ->capture_default_str();
   sub->add_option("--probe-mib", f->probe_mib,

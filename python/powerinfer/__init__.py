@@ -28,7 +28,7 @@ __all__ = ["Engine", "Session", "ChatSession", "Error", "json_schema_to_grammar"
 _SAMPLING = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
              "presence_penalty", "frequency_penalty", "seed")
 _SESSION = ("n_ctx", "n_batch", "n_threads", "n_seq_max", "dense", "device", "vram_budget",
-            "n_gpu_layers", "grammar", "json_schema", "cache_type_k", "cache_type_v")
+            "n_gpu_layers", "grammar", "json_schema", "cache_type_k", "cache_type_v", "moe_ram")
 
 
 def json_schema_to_grammar(schema) -> str:
@@ -53,7 +53,9 @@ class Session:
 
     Keyword options: n_ctx, n_batch, n_threads, n_seq_max (sequences embed() evaluates
     together), dense, device, vram_budget (bytes), n_gpu_layers, cache_type_k and
-    cache_type_v (the KV cache's types: "f16", "q8_0" or "q4_0") and the sampling settings temperature, top_k, top_p, min_p, repeat_penalty,
+    cache_type_v (the KV cache's types: "f16", "q8_0" or "q4_0"), moe_ram (bytes: a mixture of
+    experts larger than memory holds its weights in this much RAM, experts read from the file
+    on demand; load the Engine with load="map") and the sampling settings temperature, top_k, top_p, min_p, repeat_penalty,
     repeat_last_n, presence_penalty, frequency_penalty, seed; constrained output: grammar
     (GBNF text) or json_schema (a dict or JSON text): generation stops when the text is
     complete.

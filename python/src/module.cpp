@@ -233,7 +233,8 @@ NB_MODULE(_powerinfer, m) {
              float temperature, int32_t top_k, float top_p, float min_p, float repeat_penalty,
              int32_t repeat_last_n, float presence_penalty, float frequency_penalty, uint64_t seed,
              bool dense, const std::string& device, std::optional<uint64_t> vram_budget, int n_gpu_layers,
-             const std::string& grammar, const std::string& cache_type_k, const std::string& cache_type_v) {
+             const std::string& grammar, const std::string& cache_type_k, const std::string& cache_type_v,
+             uint64_t moe_ram) {
             pi::SessionOptions o;
             o.n_ctx = n_ctx;
             o.n_batch = n_batch;
@@ -248,6 +249,7 @@ NB_MODULE(_powerinfer, m) {
             o.n_gpu_layers = n_gpu_layers;
             o.kv_type_k = kv_type("cache_type_k", cache_type_k);
             o.kv_type_v = kv_type("cache_type_v", cache_type_v);
+            o.moe_ram = moe_ram;
             pi::Result<std::unique_ptr<pi::Session>> r = pi::Error{};
             {
               nb::gil_scoped_release unlocked;
@@ -263,7 +265,7 @@ NB_MODULE(_powerinfer, m) {
           "repeat_penalty"_a = 1.0f, "repeat_last_n"_a = 64, "presence_penalty"_a = 0.0f,
           "frequency_penalty"_a = 0.0f, "seed"_a = 0, "dense"_a = false, "device"_a = "cpu",
           "vram_budget"_a = nb::none(), "n_gpu_layers"_a = -1, "grammar"_a = "",
-          "cache_type_k"_a = "f16", "cache_type_v"_a = "f16",
+          "cache_type_k"_a = "f16", "cache_type_v"_a = "f16", "moe_ram"_a = 0,
           nb::keep_alive<0, 1>())
       .def("prompt",
            [](PySession& s, const std::vector<int32_t>& tokens) {

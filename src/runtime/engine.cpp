@@ -623,11 +623,14 @@ std::vector<MemoryLine> Session::memory() const {
   const MappedFile& f = m.file().mapping();
   const uint64_t copies = m.layouts().bytes();
   if (const model::ExpertStream* s = ctx_->expert_stream(); s != nullptr) {
-    // The experts are not in memory but in the expert cache (host_memory's line).
+    // The experts are not in memory but in the expert cache (host_memory's line), and the
+    // pages placement read to copy matrices were released.
     uint64_t experts = 0;
     for (const model::LayerWeights& L : m.weights().layers)
       model::each_expert_stack(L.ffn, [&](const model::Matrix& x) { experts += x.nbytes(); });
-    out.push_back({"host", "model besides experts", f.size() - std::min<uint64_t>(f.size(), experts)});
+    // Of the rest, what placement copied into the CPU's layouts is counted once, as copies.
+    const uint64_t rest = f.size() - std::min<uint64_t>(f.size(), experts);
+    out.push_back({"host", "model besides experts", rest - std::min(rest, copies)});
   } else {
     out.push_back({"host", f.mode() == LoadMode::Map ? "model (mapped)" : "model (read into memory)", f.size()});
   }

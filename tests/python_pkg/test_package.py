@@ -49,6 +49,12 @@ def test_mixture_of_experts_model():
     assert moe.info["architecture"] == "smallthinker"
     got = moe.generate("In the beginning", max_tokens=32, temperature=0)
     assert got and got == run_text("In the beginning", 32, MOE_MODEL)
+    # Experts read from the file into a cache of 21 of its 48 (moe_ram: bytes): the same text;
+    # a file read into memory is refused by name.
+    mapped = powerinfer.Engine(MOE_MODEL, load="map")
+    assert mapped.generate("In the beginning", max_tokens=32, temperature=0, moe_ram=10 << 20) == got
+    with pytest.raises(powerinfer.Error, match="needs the file mapped"):
+        powerinfer.Engine(MOE_MODEL, load="read").session(moe_ram=10 << 20)
 
 
 def test_info_tokens_and_sessions(engine):

@@ -25,11 +25,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The layer's expert stacks in FfnWeights' order (absent ones too).
-std::array<const Matrix*, kExpertParts> stacks_of(const FfnWeights& f) {
-  return {&f.gate_exps, &f.up_exps, &f.down_exps, &f.down_exps_t};
-}
-
 // Reads [off, off + n) of fd into buf; false with errno set on failure or end of file first.
 bool read_fully(int fd, std::byte* buf, uint64_t n, uint64_t off, uint64_t need) {
   uint64_t got = 0;
@@ -55,7 +50,7 @@ uint64_t ExpertStream::slot_bytes(const HParams& hp, const ModelWeights& file_w)
   uint64_t most = 0;
   for (const LayerWeights& L : file_w.layers) {
     uint64_t b = 0;
-    for (const Matrix* m : stacks_of(L.ffn))
+    for (const Matrix* m : expert_parts(L.ffn))
       if (m->present()) b += align_up(m->nbytes() / static_cast<uint64_t>(hp.n_expert)) + kAlign;
     most = std::max(most, b);
   }
@@ -81,7 +76,7 @@ Result<std::unique_ptr<ExpertStream>> ExpertStream::create(const std::string& pa
   }
   s->parts_.resize(file_w.layers.size());
   for (size_t il = 0; il < file_w.layers.size(); ++il) {
-    const auto stacks = stacks_of(file_w.layers[il].ffn);
+    const auto stacks = expert_parts(file_w.layers[il].ffn);
     uint64_t at = 0;
     for (int p = 0; p < kExpertParts; ++p) {
       const Matrix& m = *stacks[static_cast<size_t>(p)];

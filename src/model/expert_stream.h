@@ -31,7 +31,7 @@
 
 namespace pi::model {
 
-// The parts of an expert, in FfnWeights' order.
+// The parts of an expert, in expert_parts' order (weights.h).
 enum class ExpertPart { Gate = 0, Up = 1, Down = 2, DownT = 3 };
 inline constexpr int kExpertParts = 4;
 

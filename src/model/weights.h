@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -91,11 +92,18 @@ inline Vector expert_bias(const Vector& stack, int64_t e, int64_t n_expert) {
   return Vector{stack.data + e * n, n};
 }
 
+// The four expert stacks of `ffn`, present or not, in this order: gate, up, down, down_t
+// (ExpertStream's ExpertPart indexes it); const or not as ffn is.
+template <typename Ffn>
+auto expert_parts(Ffn& ffn) {
+  return std::array{&ffn.gate_exps, &ffn.up_exps, &ffn.down_exps, &ffn.down_exps_t};
+}
+
 // on_stack(Matrix&) for each expert stack `ffn` holds (gate, up, down or down_t; const or not
 // as ffn is).
 template <typename Ffn, typename OnStack>
 void each_expert_stack(Ffn& ffn, OnStack&& on_stack) {
-  for (auto* m : {&ffn.gate_exps, &ffn.up_exps, &ffn.down_exps, &ffn.down_exps_t})
+  for (auto* m : expert_parts(ffn))
     if (m->present()) on_stack(*m);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 
 #include "core/log.h"
 #include "model/moe_ffn.h"
@@ -85,37 +86,34 @@ Result<StreamedWeights> place_streamed(const model::Model& model, const ContextO
                "give more", path.c_str(), static_cast<double>(o.moe_ram) / 1073741824.0,
                static_cast<double>(resident) / 1073741824.0);
   }
-  // The layout each expert part takes: as place_weights would give the whole stack.
+  // The layout each expert part takes: as place_weights would give the whole stack (a
+  // transposed down in the device's layout for it, a stack only dense products read in its
+  // dense layout), else the file's.
+  std::set<const model::Matrix*> dense;
+  model::each_dense_candidate(model.weights(), model.dense_only(), [&](const model::Matrix& m, bool dense_only) {
+    if (dense_only) dense.insert(&m);
+  });
   std::vector<std::array<DType, model::kExpertParts>> layout(model.weights().layers.size());
   for (size_t il = 0; il < layout.size(); ++il) {
-    const model::FfnWeights& f = model.weights().layers[il].ffn;
-    const model::Matrix* parts[] = {&f.gate_exps, &f.up_exps, &f.down_exps, &f.down_exps_t};
-    for (int p = 0; p < model::kExpertParts; ++p) layout[il][static_cast<size_t>(p)] = parts[p]->type;
-    const DType t = model::file_layout(f.down_exps_t.type);
-    if (f.down_exps_t.present() && model::converts(t, dev.transposed_layout(t)))
-      layout[il][static_cast<size_t>(model::ExpertPart::DownT)] = dev.transposed_layout(t);
-  }
-  model::ModelWeights all = model.weights();
-  for (size_t il = 0; il < all.layers.size(); ++il) {
-    model::FfnWeights& f = all.layers[il].ffn;
-    model::Matrix* parts[] = {&f.gate_exps, &f.up_exps, &f.down_exps, &f.down_exps_t};
-    model::each_dense_candidate(all, model.dense_only(), [&](model::Matrix& m, bool dense_only) {
-      for (int p = 0; p < 3; ++p) {
-        if (&m != parts[p] || !dense_only) continue;
-        const DType t = model::file_layout(m.type), want = dev.dense_layout(t, m.rows / hp.n_expert);
-        if (model::converts(t, want)) layout[il][static_cast<size_t>(p)] = want;
+    const auto parts = model::expert_parts(model.weights().layers[il].ffn);
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const model::Matrix& m = *parts[p];
+      const DType t = model::file_layout(m.type);
+      DType want = m.type;
+      if (p == static_cast<size_t>(model::ExpertPart::DownT)) {
+        if (m.present()) want = dev.transposed_layout(t);
+      } else if (dense.count(&m) != 0) {
+        want = dev.dense_layout(t, m.rows / hp.n_expert);
       }
-    });
+      layout[il][p] = model::converts(t, want) ? want : m.type;
+    }
   }
   auto placed = model::place_weights(dev, rest, &model.layouts(), model.dense_only());
   if (!placed.ok()) return placed.error();
   for (size_t il = 0; il < rest.layers.size(); ++il) {
-    model::FfnWeights& f = placed->weights.layers[il].ffn;
-    const model::FfnWeights& file = model.weights().layers[il].ffn;
-    f.gate_exps = file.gate_exps;
-    f.up_exps = file.up_exps;
-    f.down_exps = file.down_exps;
-    f.down_exps_t = file.down_exps_t;
+    const auto to = model::expert_parts(placed->weights.layers[il].ffn);
+    const auto from = model::expert_parts(model.weights().layers[il].ffn);
+    for (size_t p = 0; p < to.size(); ++p) *to[p] = *from[p];
   }
   // What placement copied came through the mapping: those pages leave this process's memory
   // (the page cache keeps them; what is still read through the mapping comes back).

@@ -79,6 +79,17 @@ DeviceCan device_can(const model::Model& m, const backend::Device& dev, bool spl
   return c;
 }
 
+// A name to show beside a pattern that finds nothing: layer 0's first FFN matrix, which is
+// what -ot patterns are usually written for.
+std::string example_tensor_name(const model::Model& m) {
+  std::string name;
+  if (!m.weights().layers.empty())
+    model::each_layer_matrix(m.weights().layers.front(), [&](const model::LayerTensor& t, const model::Matrix& x) {
+      if (name.empty() && x.present() && t.group == model::Group::Ffn) name = x.name;
+    });
+  return name.empty() ? m.file().tensors().front().name : name;
+}
+
 // Ledger lines of the dense views: by the group of the table row that holds `m`.
 const char* line_of(const model::Matrix& m, const model::LayerWeights& L) {
   bool ffn = false;
@@ -132,7 +143,7 @@ Result<std::vector<bool>> ffn_on_cpu_layers(const model::Model& m, const Context
     std::string spec;
     std::regex re;
     bool cpu = false;
-    bool found = false;
+    bool found = false;  // decides where some layer matrix goes
   };
   std::vector<Rule> rules;
   for (const std::string& spec : specs) {
@@ -173,8 +184,20 @@ Result<std::vector<bool>> ffn_on_cpu_layers(const model::Model& m, const Context
                              });
     if (!st.ok()) return st.error();
   }
-  for (const Rule& r : rules)
-    if (!r.found) log_warn("-ot '%s': the pattern finds no tensor of %s", r.spec.c_str(), m.file().path().c_str());
+  // A pattern that finds no tensor of the file at all is a typo or the wrong file: refused, as
+  // the other bad patterns are. One that finds only what an earlier pattern took, or only the
+  // embeddings or head (which -ngl places), changes nothing: a warning.
+  for (const Rule& r : rules) {
+    if (r.found) continue;
+    const auto& tensors = m.file().tensors();
+    const auto any = std::find_if(tensors.begin(), tensors.end(),
+                                  [&](const gguf::TensorInfo& t) { return std::regex_search(t.name, r.re); });
+    if (any == tensors.end())
+      return err("-ot '%s': the pattern finds no tensor of %s (names look like %s)", r.spec.c_str(),
+                 m.file().path().c_str(), tensors.empty() ? "?" : example_tensor_name(m).c_str());
+    log_warn("-ot '%s' finds %s, which it does not move (an earlier pattern or -ngl decides)", r.spec.c_str(),
+             any->name.c_str());
+  }
   return kept;
 }
 

@@ -168,19 +168,29 @@ TEST(LlamaFlags, OverrideTensorKeepsFfnOnTheCpu) {
     for (const char* flags : {" -ot exps=CPU", " -ot 'ffn_(gate|up|down)=CPU'", " --override-tensor 'blk\\.0\\.ffn=CPU'",
                               " -ot 'blk\\.0\\.=CUDA0,ffn=CPU'"}) {
       auto r = run_command(base + " --device sim -ngl 99" + flags);
-      const bool dense_exps = m != path && std::string(flags) == " -ot exps=CPU";  // finds nothing: a warning
+      if (m != path && std::string(flags) == " -ot exps=CPU") {  // a dense model has no experts: refused
+        EXPECT_EQ(r.exit_code, 1) << flags << "\n" << r.output;
+        EXPECT_TRUE(has(r.output, "-ot 'exps=CPU': the pattern finds no tensor of " + m + " (names look like blk.0.ffn_"))
+            << r.output;
+        continue;
+      }
       ASSERT_EQ(r.exit_code, 0) << m << flags << "\n" << r.output;
-      EXPECT_EQ(has(r.output, "finds no tensor"), dense_exps) << flags << "\n" << r.output;
+      EXPECT_FALSE(has(r.output, "finds no tensor")) << flags << "\n" << r.output;
       EXPECT_EQ(text_of(base + " --device sim -ngl 99" + flags), cpu) << m << flags;
     }
     // Layer 0's FFN on the device, the others' on the CPU (first match wins), or all on the CPU.
     EXPECT_TRUE(has(stderr_of(base + " --device sim -ngl 99 -ot 'blk\\.0\\.=CUDA0' -ot ffn=CPU").output, "FFN weights"));
     EXPECT_FALSE(has(stderr_of(base + " --device sim -ngl 99 -ot ffn=CPU").output, "FFN weights"));
+    // A pattern that finds only what an earlier one took: a warning, the same text.
+    auto shadowed = run_command(base + " --device sim -ngl 99 -ot ffn=CPU -ot 'ffn_up=CUDA0'");
+    ASSERT_EQ(shadowed.exit_code, 0) << shadowed.output;
+    EXPECT_TRUE(has(shadowed.output, "-ot 'ffn_up=CUDA0' finds blk.0.ffn_up")) << shadowed.output;
   }
   const std::string base = kPi + "run -m " + path + " -p 'the' -n 2 --device sim -ngl 99";
   for (auto [flags, message] : {std::pair{" -ot attn_q=CPU", "-ot 'attn_q=CPU' finds blk.0.attn_q.weight"},
                                 {" -ot '[x=CPU'", "'[x' is not a regular expression"},
-                                {" -ot exps", "expected PATTERN=TARGET"}}) {
+                                {" -ot exps", "expected PATTERN=TARGET"},
+                                {" -ot 'blk\\.0\\.ffn_gate\\.weight=CPU'", "the pattern finds no tensor of"}}) {
     auto r = run_command(base + flags);
     EXPECT_EQ(r.exit_code, 1) << flags << "\n" << r.output;
     EXPECT_TRUE(has(r.output, message)) << flags << "\n" << r.output;

@@ -30,6 +30,13 @@ struct FfnRows {
   Matrix down_t;
 };
 
+// One single-token product of a list (Ops::linear_each): y = W · x.
+struct LinearPart {
+  const Matrix* W;
+  const float* x;
+  float* y;
+};
+
 // u32 words of one row of a flag matrix over n entries (threshold_mask, compact_rows): flag j
 // is bit j % 32 of word j / 32; the bits past n in the last word are zero.
 inline int64_t mask_words(int64_t n) { return (n + 31) / 32; }
@@ -47,6 +54,13 @@ class Ops {
   // linear() on its own.
   virtual void linear3(const Matrix& A, const Matrix& B, const Matrix& C, const float* X, int64_t m,
                        float* YA, float* YB, float* YC) = 0;
+  // Single-token products of any number of matrices, each with its own input and output (a
+  // token's selected experts: their gates and ups of one input, then their downs); each y is
+  // bit-identical to linear(*W, x, 1, y). The default runs them one by one; a device may run
+  // them together (the CPU: one dispatch, each distinct input prepared once).
+  virtual void linear_each(std::span<const LinearPart> parts) {
+    for (const LinearPart& p : parts) linear(*p.W, p.x, 1, p.y);
+  }
 
   // Y[i, :] = sum over r in `rows` of A[i, r] * D[r, :]: the product with a matrix stored
   // transposed (one row per input feature: PowerInfer's ffn_down_t), restricted to the listed

@@ -206,6 +206,20 @@ TEST_F(DeviceOps, LinearFamilyOnEveryTypeAndDevice) {
           expect_close(a.get(), want, tol, what + " linear3 a");
           expect_close(c.get(), want, tol, what + " linear3 c");
         }
+        // linear_each (one token each): every part equals this device's linear bit for bit,
+        // its own input or one another part reads too.
+        if (m == 1) {
+          const std::vector<float> x2 = cpu::test::gaussian(cols, 6);
+          const DevBuf dx2(*dev, x2);
+          auto got2 = run_on(*dev, zero, [&](Device& d, float* y) { d.ops().linear(dw.m(), dx2.p(), 1, y); });
+          DevBuf a(*dev, zero), b(*dev, zero), c(*dev, zero);
+          const Matrix W = dw.m();
+          const LinearPart parts[3] = {{&W, dx.p(), a.p()}, {&W, dx2.p(), b.p()}, {&W, dx.p(), c.p()}};
+          dev->ops().linear_each(parts);
+          EXPECT_EQ(a.get(), got) << what << " linear_each a";
+          EXPECT_EQ(b.get(), got2) << what << " linear_each b";
+          EXPECT_EQ(c.get(), got) << what << " linear_each c";
+        }
         // linear_rows (per-token CSR lists) and linear_rows_union: listed rows only.
         std::vector<int32_t> idx;
         std::vector<int64_t> off = {0};

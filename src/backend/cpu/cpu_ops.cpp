@@ -83,6 +83,27 @@ void CpuOps::linear3(const Matrix& A, const Matrix& B, const Matrix& C, const fl
   linear(C, X, m, YC);
 }
 
+void CpuOps::linear_each(std::span<const LinearPart> parts) {
+  // Runs of parts with the dense kernels and one width go together, up to the kernel's limit.
+  size_t at = 0;
+  while (at < parts.size()) {
+    const Matrix& first = *parts[at].W;
+    if (!cpu::supports_dense(first.type)) {
+      linear(first, parts[at].x, 1, parts[at].y);
+      ++at;
+      continue;
+    }
+    cpu::MatvecPart run[cpu::Kernels::kMaxMatvecParts];
+    int n = 0;
+    for (; at < parts.size() && n < cpu::Kernels::kMaxMatvecParts; ++at, ++n) {
+      const Matrix& W = *parts[at].W;
+      if (!cpu::supports_dense(W.type) || W.cols != first.cols) break;
+      run[n] = {W.type, W.data, W.rows, parts[at].y, parts[at].x};
+    }
+    k_.matvec_multi(pool_, run, n, first.cols, parts[at - static_cast<size_t>(n)].x);
+  }
+}
+
 void CpuOps::linear_t(const Matrix& D, const float* A, int64_t m, std::span<const int32_t> rows,
                       float* Y) {
   std::fill(Y, Y + m * D.cols, 0.0f);

@@ -22,6 +22,7 @@ class CpuOps final : public Ops {
   void linear(const Matrix& W, const float* X, int64_t m, float* Y) override;
   void linear3(const Matrix& A, const Matrix& B, const Matrix& C, const float* X, int64_t m,
                float* YA, float* YB, float* YC) override;
+  void linear_each(std::span<const LinearPart> parts) override;
   void linear_t(const Matrix& D, const float* A, int64_t m, std::span<const int32_t> rows,
                 float* Y) override;
   void linear_rows(const Matrix& W, const float* X, int64_t m, const int32_t* idx,

@@ -79,6 +79,7 @@ struct MatvecPart {
   const void* W;
   int64_t rows;
   float* y;
+  const float* x = nullptr;  // this part's input; nullptr: matvec_multi's x
 };
 enum class RopeMode { Normal, NeoX };
 struct AttentionDims {
@@ -118,9 +119,12 @@ class Kernels {
   void matvec(ThreadPool& pool, DType t, const void* W, int64_t rows, int64_t cols,
               const float* x, float* y) const;
 
-  // Several matvecs of one input in one dispatch (e.g. the q, k and v projections): part j
-  // computes y_j = W_j . x. Every part has `cols` columns; types may differ. Each y_j is
-  // bit-identical to matvec(W_j, x): only the split into tasks differs.
+  // Several matvecs in one dispatch (the q, k and v projections of one input; a token's
+  // experts): part j computes y_j = W_j . x_j, x_j = parts[j].x or else x. Every part has
+  // `cols` columns; types may differ; parts of one type and input share its prepared
+  // activation. Each y_j is bit-identical to matvec(W_j, x_j): only the split into tasks
+  // differs. At most kMaxMatvecParts parts.
+  static constexpr int kMaxMatvecParts = 32;
   void matvec_multi(ThreadPool& pool, const MatvecPart* parts, int n_parts, int64_t cols,
                     const float* x) const;
 

@@ -136,25 +136,26 @@ void Kernels::matvec(ThreadPool& pool, DType t, const void* W, int64_t rows, int
 
 void Kernels::matvec_multi(ThreadPool& pool, const MatvecPart* parts, int n_parts, int64_t cols,
                   const float* x) const {
-  constexpr int kMaxParts = 8;
-  detail::require(n_parts >= 1 && n_parts <= kMaxParts, "matvec_multi: 1..8 parts");
+  constexpr int kMaxParts = kMaxMatvecParts;
+  detail::require(n_parts >= 1 && n_parts <= kMaxParts, "matvec_multi: 1..32 parts");
   const KernelTable& kt = *table_;
   Scratch scratch;
   DotTask base[kMaxParts];
   int64_t total = 0;
   for (int j = 0; j < n_parts; ++j) {
     detail::check_dense_matrix(parts[j].type, parts[j].rows, cols);
-    // Parts of one type share the prepared activation.
+    const float* xj = parts[j].x != nullptr ? parts[j].x : x;
+    // Parts of one type and input share the prepared activation.
     Prepared p{};
     int same = -1;
     for (int i = 0; i < j && same < 0; ++i)
-      if (parts[i].type == parts[j].type) same = i;
+      if (parts[i].type == parts[j].type && base[i].x == xj) same = i;
     if (same >= 0) {
       p = {base[same].act, base[same].act_stride};
     } else {
-      p = prepare(pool, scratch, kt, parts[j].type, x, 1, cols);
+      p = prepare(pool, scratch, kt, parts[j].type, xj, 1, cols);
     }
-    base[j] = base_task(parts[j].type, parts[j].W, cols, x, p, parts[j].y, parts[j].rows);
+    base[j] = base_task(parts[j].type, parts[j].W, cols, xj, p, parts[j].y, parts[j].rows);
     base[j].m = 1;
     total += parts[j].rows;
   }

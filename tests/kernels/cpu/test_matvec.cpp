@@ -208,6 +208,44 @@ TEST(CpuMatvec, MultiEqualsSeparateMatvecs) {
   }
 }
 
+// A token's experts: more parts than q, k and v, each with its own input or the shared one
+// (mixed types, so some share a prepared activation and some do not); each output equals its
+// own matvec bit for bit.
+TEST(CpuMatvec, MultiWithOwnInputsEqualsSeparateMatvecs) {
+  for (Isa isa : isas()) {
+    const Kernels k(isa);
+    const int64_t cols = 768;
+    const int n_parts = Kernels::kMaxMatvecParts;
+    std::vector<Weights> ws;
+    std::vector<std::vector<float>> xs;
+    for (int j = 0; j < n_parts; ++j) {
+      ws.push_back(random_weights(j % 3 == 2 ? DType::Q8_0 : DType::Q4_0, 16 + 7 * (j % 5), cols, 10 + j));
+      xs.push_back(gaussian(cols, 100 + j));
+    }
+    const auto shared = gaussian(cols, 99);
+    for (int n : {1, 2, 3}) {
+      SCOPED_TRACE(::testing::Message() << isa_name(isa) << " threads " << n);
+      ThreadPool pool(n);
+      std::vector<Guarded> outs;
+      std::vector<MatvecPart> parts;
+      for (const Weights& w : ws) outs.emplace_back(w.rows);
+      for (int j = 0; j < n_parts; ++j) {
+        const auto u = static_cast<size_t>(j);
+        parts.push_back({ws[u].type, ws[u].data(), ws[u].rows, outs[u].data(), j % 4 == 0 ? nullptr : xs[u].data()});
+      }
+      k.matvec_multi(pool, parts.data(), n_parts, cols, shared.data());
+      for (int j = 0; j < n_parts; ++j) {
+        const auto u = static_cast<size_t>(j);
+        std::vector<float> want(static_cast<size_t>(ws[u].rows));
+        k.matvec(pool, ws[u].type, ws[u].data(), ws[u].rows, cols, j % 4 == 0 ? shared.data() : xs[u].data(),
+                 want.data());
+        EXPECT_TRUE(outs[u].guards_intact()) << j;
+        EXPECT_EQ(outs[u].values(), want) << "part " << j;
+      }
+    }
+  }
+}
+
 // Batch invariance: a token's outputs do not depend on the other tokens of its batch. The
 // many-token forms (matmul, and the batched and union sparse forms) give every (row, token)
 // the operations of the one-token form in the same order, so they agree bit for bit; batched

@@ -64,9 +64,13 @@ void MoeFfn::set_expert_slots(int64_t il, std::vector<int32_t> slot) {
 }
 
 std::vector<uint64_t> MoeFfn::device_allocations(const HParams& hp, int64_t max_tokens) {
+  // gate and up hold a row per token of an expert, or a row per expert of one token
+  // (compute_one_token).
+  const int64_t ff_rows = std::max(max_tokens, hp.n_expert_used);
   std::vector<uint64_t> sizes;
-  for (int64_t per_token : {hp.n_expert, hp.n_embd, hp.n_ff_exp, hp.n_ff_exp, hp.n_expert_used * hp.n_embd})
-    sizes.push_back(static_cast<uint64_t>(max_tokens * per_token) * sizeof(float));
+  for (int64_t n : {max_tokens * hp.n_expert, max_tokens * hp.n_embd, ff_rows * hp.n_ff_exp, ff_rows * hp.n_ff_exp,
+                    max_tokens * hp.n_expert_used * hp.n_embd})
+    sizes.push_back(static_cast<uint64_t>(n) * sizeof(float));
   return sizes;
 }
 
@@ -92,7 +96,7 @@ Result<std::unique_ptr<MoeFfn>> MoeFfn::create(const Model& model, const ModelWe
     if (!r.ok()) return r.error();
     f->logits_host_ = std::move(*r);
     if (f->sparse_) {
-      r = dev.alloc_host(static_cast<size_t>(sizes[2]), "MoE gate values (host)");
+      r = dev.alloc_host(static_cast<size_t>(sizes[2]), "MoE gate values (host)");  // as gate_
       if (!r.ok()) return r.error();
       f->gate_host_ = std::move(*r);
     }
@@ -140,7 +144,8 @@ void MoeFfn::count_neurons(bool on) {
     neuron_counts_.assign(static_cast<size_t>(hp.n_layer), std::vector<float>(static_cast<size_t>(hp.n_expert * hp.n_ff_exp)));
 }
 
-void MoeFfn::expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st) {
+void MoeFfn::expert(int64_t il, int64_t e, int64_t n, const float* xe, float* gate, float* up, float* ye,
+                    LayerStats& st, bool products_done) {
   const FfnWeights& w = w_.layers[static_cast<size_t>(il)].ffn;
   const HParams& hp = model_.hparams();
   const int64_t n_ff = hp.n_ff_exp, n_exp = n_stacked_[static_cast<size_t>(il)];
@@ -152,15 +157,12 @@ void MoeFfn::expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st)
   const auto rows_of_expert = [&](const Matrix& stack, ExpertPart part) {
     return stream_slots_ != nullptr ? stream_->matrix(il, part, static_cast<int32_t>(e)) : expert_rows(stack, e, n_exp);
   };
-  const float* xe = xe_.as<float>();
-  float* gate = gate_.as<float>();
-  float* up = up_.as<float>();
   const Matrix& down = w.down_exps_t.present() ? w.down_exps_t : w.down_exps;
   const uint64_t expert_bytes = (w.gate_exps.nbytes() + w.up_exps.nbytes() + down.nbytes()) / n_exp;
-  ops_.linear(rows_of_expert(w.gate_exps, ExpertPart::Gate), xe, n, gate);
+  if (!products_done) ops_.linear(rows_of_expert(w.gate_exps, ExpertPart::Gate), xe, n, gate);
   if (!sparse_) {
     st.bytes += expert_bytes;
-    ops_.linear(rows_of_expert(w.up_exps, ExpertPart::Up), xe, n, up);
+    if (!products_done) ops_.linear(rows_of_expert(w.up_exps, ExpertPart::Up), xe, n, up);
     // gpt-oss's biases, whole on every device: indexed by expert id.
     if (w.gate_exps_b.present()) ops_.add_bias(gate, expert_bias(w.gate_exps_b, counted, hp.n_expert), n, n_ff);
     if (w.up_exps_b.present()) ops_.add_bias(up, expert_bias(w.up_exps_b, counted, hp.n_expert), n, n_ff);
@@ -281,14 +283,82 @@ const MoeFfn::Groups& MoeFfn::group(int64_t il, int64_t m, const std::vector<uin
 void MoeFfn::compute(int64_t il, const Groups& g, const float* x, const std::vector<uint8_t>* front, bool front_side,
                      float* ye) {
   const HParams& hp = model_.hparams();
+  if (g.m == 1) {
+    compute_one_token(il, g, x, front, front_side, ye);
+    return;
+  }
   LayerStats& st = stats_[static_cast<size_t>(il)];
   for (int64_t e = 0; e < hp.n_expert; ++e) {
     const int64_t n = g.count[static_cast<size_t>(e)], first = g.first[static_cast<size_t>(e)];
     const bool is_front = front != nullptr && (*front)[static_cast<size_t>(e)] != 0;
     if (n == 0 || (front != nullptr && is_front != front_side)) continue;
     ops_.combine_rows(x, hp.n_embd, g.tokens.data() + first, nullptr, n, 1, xe_.as<float>());
-    expert(il, e, n, ye + first * hp.n_embd, st);
+    expert(il, e, n, xe_.as<float>(), gate_.as<float>(), up_.as<float>(), ye + first * hp.n_embd, st);
   }
+}
+
+void MoeFfn::compute_one_token(int64_t il, const Groups& g, const float* x, const std::vector<uint8_t>* front,
+                               bool front_side, float* ye) {
+  const HParams& hp = model_.hparams();
+  const FfnWeights& w = w_.layers[static_cast<size_t>(il)].ffn;
+  LayerStats& st = stats_[static_cast<size_t>(il)];
+  const int64_t n_ff = hp.n_ff_exp, n_exp = n_stacked_[static_cast<size_t>(il)];
+  const std::vector<int32_t>& slot = stream_slots_ != nullptr ? *stream_slots_ : slots_[static_cast<size_t>(il)];
+  const auto rows_of_expert = [&](const Matrix& stack, ExpertPart part, int64_t e) {
+    if (!slot.empty()) e = slot[static_cast<size_t>(e)];
+    return stream_slots_ != nullptr ? stream_->matrix(il, part, static_cast<int32_t>(e)) : expert_rows(stack, e, n_exp);
+  };
+  chosen_.clear();
+  for (int64_t e = 0; e < hp.n_expert; ++e) {
+    const bool is_front = front != nullptr && (*front)[static_cast<size_t>(e)] != 0;
+    if (g.count[static_cast<size_t>(e)] != 0 && (front == nullptr || is_front == front_side)) chosen_.push_back(e);
+  }
+  if (chosen_.empty()) return;
+  const auto n_sel = static_cast<int64_t>(chosen_.size());
+  float* gate = gate_.as<float>();
+  float* up = up_.as<float>();
+  // The gates (and, for dense experts, the ups) of every chosen expert, of the one input.
+  parts_w_.clear();
+  parts_.clear();
+  parts_w_.reserve(static_cast<size_t>(2 * n_sel));  // no reallocation: parts_ points into it
+  for (int64_t j = 0; j < n_sel; ++j) {
+    parts_w_.push_back(rows_of_expert(w.gate_exps, ExpertPart::Gate, chosen_[static_cast<size_t>(j)]));
+    parts_.push_back({&parts_w_.back(), x, gate + j * n_ff});
+  }
+  if (!sparse_)
+    for (int64_t j = 0; j < n_sel; ++j) {
+      parts_w_.push_back(rows_of_expert(w.up_exps, ExpertPart::Up, chosen_[static_cast<size_t>(j)]));
+      parts_.push_back({&parts_w_.back(), x, up + j * n_ff});
+    }
+  ops_.linear_each(parts_);
+  const auto place_out = [&](int64_t e) { return ye + g.first[static_cast<size_t>(e)] * hp.n_embd; };
+  if (sparse_ || w.down_exps_t.present()) {
+    // The rest one expert at a time: the rows of positive gates, or the transposed down.
+    for (int64_t j = 0; j < n_sel; ++j) {
+      const int64_t e = chosen_[static_cast<size_t>(j)];
+      expert(il, e, 1, x, gate + j * n_ff, up + j * n_ff, place_out(e), st, true);
+    }
+    return;
+  }
+  for (int64_t j = 0; j < n_sel; ++j) {  // gpt-oss's biases, by expert id
+    const int64_t e = chosen_[static_cast<size_t>(j)];
+    if (w.gate_exps_b.present()) ops_.add_bias(gate + j * n_ff, expert_bias(w.gate_exps_b, e, hp.n_expert), 1, n_ff);
+    if (w.up_exps_b.present()) ops_.add_bias(up + j * n_ff, expert_bias(w.up_exps_b, e, hp.n_expert), 1, n_ff);
+  }
+  ops_.ffn_combine(hp.ffn, hp.act, gate, up, n_sel, n_ff);
+  parts_w_.clear();
+  parts_.clear();
+  for (int64_t j = 0; j < n_sel; ++j) {
+    const int64_t e = chosen_[static_cast<size_t>(j)];
+    parts_w_.push_back(rows_of_expert(w.down_exps, ExpertPart::Down, e));
+    parts_.push_back({&parts_w_.back(), gate + j * n_ff, place_out(e)});
+  }
+  ops_.linear_each(parts_);
+  for (int64_t j = 0; j < n_sel; ++j) {
+    const int64_t e = chosen_[static_cast<size_t>(j)];
+    if (w.down_exps_b.present()) ops_.add_bias(place_out(e), expert_bias(w.down_exps_b, e, hp.n_expert), 1, hp.n_embd);
+  }
+  st.bytes += static_cast<uint64_t>(n_sel) * ((w.gate_exps.nbytes() + w.up_exps.nbytes() + w.down_exps.nbytes()) / n_exp);
 }
 
 void MoeFfn::combine(const Groups& g, const float* ye, float* out) {

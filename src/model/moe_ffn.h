@@ -115,8 +115,17 @@ class MoeFfn final : public FfnStep {
 
  private:
   MoeFfn(const Model& model, const ModelWeights& weights, backend::Device& dev, bool dense);
-  // Expert e's FFN of its n tokens (inputs xe_) into ye (f32 [n, n_embd]), counted in `st`.
-  void expert(int64_t il, int64_t e, int64_t n, float* ye, LayerStats& st);
+  // Expert e's FFN of its n tokens (inputs xe) into ye (f32 [n, n_embd]), counted in `st`;
+  // gate and up are its scratch (f32 [n, n_ff_exp]). `products_done`: the gate (and, for
+  // dense experts, the up) product is in them already.
+  void expert(int64_t il, int64_t e, int64_t n, const float* xe, float* gate, float* up, float* ye,
+              LayerStats& st, bool products_done = false);
+  // compute() for one token (g.m == 1; gate_ and up_ hold a row per selected expert): every
+  // expert reads the same input, so their gate and up products are one linear_each (the input
+  // prepared once), the gated unit one call, their downs one more. The same bits as expert()
+  // one by one; a tenth of the dispatches.
+  void compute_one_token(int64_t il, const Groups& g, const float* x, const std::vector<uint8_t>* front,
+                         bool front_side, float* ye);
   // Reads ahead the experts the next MoE layers' routers pick on this layer's input (stream_).
   void guess_next(int64_t il, const FfnInput& in);
   static constexpr int64_t kGuessTokens = 4;  // steps of up to this many tokens guess
@@ -132,8 +141,8 @@ class MoeFfn final : public FfnStep {
   bool host_;               // dev_'s memory is the host's
   backend::Buffer logits_;  // f32 [max_tokens, n_expert]
   backend::Buffer xe_;      // f32 [max_tokens, n_embd]    one expert's tokens' inputs
-  backend::Buffer gate_;    // f32 [max_tokens, n_ff_exp]
-  backend::Buffer up_;      // f32 [max_tokens, n_ff_exp]
+  backend::Buffer gate_;    // f32 [max(max_tokens, n_expert_used), n_ff_exp]
+  backend::Buffer up_;      // f32 [max(max_tokens, n_expert_used), n_ff_exp]
   backend::Buffer ye_;      // f32 [max_tokens * k, n_embd] every expert's outputs, grouped
   backend::Buffer logits_host_, gate_host_;  // pinned host copies (devices off the host)
   std::vector<int32_t> ids_;     // [m, k]
@@ -155,6 +164,9 @@ class MoeFfn final : public FfnStep {
   bool trace_ = false;
   ExpertStream* stream_ = nullptr;     // set_expert_stream
   const std::vector<int32_t>* stream_slots_ = nullptr;  // acquire()'s slots of the layer computing
+  std::vector<Matrix> parts_w_;            // compute_one_token's matrices ...
+  std::vector<backend::LinearPart> parts_;   // ... and products
+  std::vector<int64_t> chosen_;              // ... and its experts (place order)
   std::vector<int32_t> guess_ids_;    // [m, k] the next layer's predicted experts
   std::vector<float> guess_w_;
   std::vector<std::vector<float>> neuron_counts_;  // [n_layer][n_expert * n_ff_exp] when counting

@@ -37,6 +37,8 @@ ALLOWED = {
 EXCEPTIONS = {
     ("src/core/error.h", "powerinfer"): "core re-exports the public error type "
     "(include/powerinfer/error.h) so that library and public API share one Result/Status",
+    ("src/core/log.h", "powerinfer"): "core's logging uses the public level and sink "
+    "(include/powerinfer/log.h) that embedders set (pi_log_set, Python's logging)",
     ("src/backend/registry.cpp", "backend/cuda"): "the registry makes every device of the build "
     "by name, the cuda one included (cuda_device.h has no CUDA types)",
 }

@@ -75,6 +75,28 @@ typedef enum pi_status {
  * value). Takes an int so that any value is safe to pass. */
 PI_API const char* pi_status_name(int status);
 
+/* ---- Logging ----------------------------------------------------------------------------- */
+
+typedef enum pi_log_level {
+  PI_LOG_DEBUG = 0,
+  PI_LOG_INFO = 1, /* loading, placement, what a session allocated */
+  PI_LOG_WARN = 2,
+  PI_LOG_ERROR = 3,
+  PI_LOG_NONE = 4  /* as a threshold: nothing */
+} pi_log_level;
+
+/* Receives one diagnostic: a pi_log_level and UTF-8 text without prefix or final newline (a
+ * line; a table, such as the device memory ledger, has several), valid during the call. Called from whichever thread logged, possibly from several at once. */
+typedef void (*pi_log_callback)(int32_t level, const char* message, void* user);
+
+/* Sends the library's diagnostics (by default printed on stderr as "warning: ...") to
+ * `callback` with `user`; NULL: stderr again. Process-wide, like llama.cpp's llama_log_set.
+ * A callback replaced while another thread logs may still receive that message: keep `user`
+ * valid. */
+PI_API void pi_log_set(pi_log_callback callback, void* user);
+/* Drops diagnostics below `level` (a pi_log_level; default PI_LOG_INFO). Process-wide. */
+PI_API void pi_log_set_level(int32_t level);
+
 /* ---- Engine: a model loaded once --------------------------------------------------------- */
 
 typedef struct pi_engine pi_engine;
@@ -214,6 +236,15 @@ typedef struct pi_session_options {
   const char* activation_stats; /* hybrid: activation statistics; NULL: beside the model */
   int32_t type_k; /* pi_kv_type of the cached keys; default PI_KV_F16 */
   int32_t type_v; /* pi_kv_type of the cached values; default PI_KV_F16 */
+  /* Mixtures of experts. n_cpu_moe: hybrid, the first N layers' experts stay on the CPU
+   * (llama.cpp's --n-cpu-moe; INT32_MAX: --cpu-moe). expert_cache: hybrid, device slots per
+   * layer for recently used experts. moe_ram: on the CPU, a model larger than memory keeps its
+   * weights in this many bytes, experts read from the file on demand (--moe-ram; the engine
+   * loaded with PI_LOAD_MAP); 0: off. */
+  int32_t n_cpu_moe;
+  int32_t expert_cache;
+  uint64_t moe_ram;
+  bool swa_full; /* sliding-window layers keep the whole context (--swa-full) */
 } pi_session_options;
 
 PI_API pi_session_options pi_session_options_default(void);

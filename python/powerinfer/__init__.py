@@ -22,13 +22,13 @@ from ._powerinfer import Error
 from ._powerinfer import json_schema_to_grammar as _json_schema_to_grammar
 from ._powerinfer import Session as _Session
 from ._powerinfer import _ReplySplit
+from ._powerinfer import session_options as _session_options
 
 __all__ = ["Engine", "Session", "ChatSession", "Error", "json_schema_to_grammar"]
 
-_SAMPLING = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
-             "presence_penalty", "frequency_penalty", "seed")
-_SESSION = ("n_ctx", "n_batch", "n_threads", "n_seq_max", "dense", "device", "vram_budget",
-            "n_gpu_layers", "grammar", "json_schema", "cache_type_k", "cache_type_v", "moe_ram")
+# Session keywords: the engine's option table (name, kind, help), plus json_schema (turned into
+# a grammar here). Defaults are the engine's.
+_OPTIONS = {name: (kind, help) for name, kind, help in _session_options()}
 
 
 def json_schema_to_grammar(schema) -> str:
@@ -58,11 +58,17 @@ class Session:
     on demand; load the Engine with load="map") and the sampling settings temperature, top_k, top_p, min_p, repeat_penalty,
     repeat_last_n, presence_penalty, frequency_penalty, seed; constrained output: grammar
     (GBNF text) or json_schema (a dict or JSON text): generation stops when the text is
-    complete.
+    complete. Session.options() lists every keyword (also swa_full, repack, n_cpu_moe,
+    expert_cache, sparse_threshold, ...); an option not given has the engine's default.
     """
 
+    @staticmethod
+    def options() -> dict[str, tuple[str, str]]:
+        """Every keyword option: name -> (kind, one line of help), from the engine's table."""
+        return dict(_OPTIONS)
+
     def __init__(self, engine: "Engine", **opts):
-        unknown = set(opts) - set(_SAMPLING) - set(_SESSION)
+        unknown = set(opts) - set(_OPTIONS) - {"json_schema"}
         if unknown:
             raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
         self.engine = engine

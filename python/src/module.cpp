@@ -8,14 +8,18 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <deque>
+#include <mutex>
 #include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -23,6 +27,8 @@
 #include "chat/reasoning.h"
 #include "powerinfer/engine.h"
 #include "powerinfer/grammar.h"
+#include "powerinfer/log.h"
+#include "powerinfer/session_options.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -40,6 +46,58 @@ nb::object error_type;
 void check(const pi::Status& s) {
   if (!s.ok()) raise(s.error());
 }
+
+// The engine's diagnostics go to Python's logging (the "powerinfer" logger: warnings show on
+// stderr by default, info and debug where the application's logging config asks). Messages
+// logged while this thread holds the GIL go at once; those logged while it is released (every
+// computing call) wait in a queue until the call takes the GIL back (Unlocked), so that an
+// engine thread never waits for the GIL a Python thread holds while it waits for the engine.
+std::mutex g_log_mutex;
+std::deque<std::pair<pi::LogLevel, std::string>> g_log_queue;  // guarded by g_log_mutex
+
+void drain_logs() {
+  std::deque<std::pair<pi::LogLevel, std::string>> lines;
+  {
+    std::lock_guard<std::mutex> lock(g_log_mutex);
+    lines.swap(g_log_queue);
+  }
+  if (lines.empty()) return;
+  try {
+    nb::object logger = nb::module_::import_("logging").attr("getLogger")("powerinfer");
+    for (const auto& [level, message] : lines) {
+      const int py_level = level == pi::LogLevel::Debug ? 10 : level == pi::LogLevel::Info ? 20
+                           : level == pi::LogLevel::Warn ? 30 : 40;
+      logger.attr("log")(py_level, message);
+    }
+  } catch (nb::python_error& e) {
+    e.restore();
+    PyErr_WriteUnraisable(nullptr);  // a broken handler must not fail the engine call
+  }
+}
+
+void to_python_logging(pi::LogLevel level, const char* message, void*) {
+  {
+    std::lock_guard<std::mutex> lock(g_log_mutex);
+    g_log_queue.emplace_back(level, message);
+  }
+  if (Py_IsInitialized() && PyGILState_Check()) drain_logs();
+}
+
+// The GIL released for a computing call; taken back and the call's log lines handed to Python
+// when the scope ends.
+class Unlocked {
+ public:
+  Unlocked() : released_(std::in_place) {}
+  ~Unlocked() {
+    released_.reset();
+    drain_logs();
+  }
+  Unlocked(const Unlocked&) = delete;
+  Unlocked& operator=(const Unlocked&) = delete;
+
+ private:
+  std::optional<nb::gil_scoped_release> released_;
+};
 
 pi::ModelLoad load_mode(const std::string& name) {
   if (name == "auto") return pi::ModelLoad::Auto;
@@ -63,34 +121,13 @@ struct PySession {
   std::unique_ptr<pi::Session> session;
 };
 
-pi::SamplingParams sampling(float temperature, int32_t top_k, float top_p, float min_p,
-                            float repeat_penalty, int32_t repeat_last_n, float presence_penalty,
-                            float frequency_penalty, uint64_t seed) {
-  pi::SamplingParams p;
-  p.temperature = temperature;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  p.min_p = min_p;
-  p.repeat_penalty = repeat_penalty;
-  p.repeat_last_n = repeat_last_n;
-  p.presence_penalty = presence_penalty;
-  p.frequency_penalty = frequency_penalty;
-  p.seed = seed;
-  return p;
-}
-
-pi::KvCacheType kv_type(const char* what, const std::string& name) {
-  const auto t = pi::kv_cache_type_from_name(name);
-  if (!t) raise(pi::err("%s '%s': unknown KV cache type (supported: f16, q8_0, q4_0)", what, name.c_str()));
-  return *t;
-}
-
 }  // namespace
 
 NB_MODULE(_powerinfer, m) {
   m.doc() = "The powerinfer engine's C++ API (use the powerinfer package on top of it).";
   error_type = nb::borrow(PyErr_NewException("powerinfer.Error", PyExc_RuntimeError, nullptr));
   m.attr("Error") = error_type;
+  pi::set_log_sink(to_python_logging, nullptr);
 
   nb::class_<PyEngine>(m, "Engine")
       .def_static(
@@ -103,7 +140,7 @@ NB_MODULE(_powerinfer, m) {
             o.repack = repack;
             pi::Result<std::unique_ptr<pi::Engine>> r = pi::Error{};
             {
-              nb::gil_scoped_release unlocked;
+              Unlocked unlocked;
               r = pi::Engine::load(path, o);
             }
             if (!r.ok()) raise(r.error());
@@ -226,33 +263,42 @@ NB_MODULE(_powerinfer, m) {
       },
       "schema"_a, "GBNF for a JSON Schema (JSON text); powerinfer.Error names what is unsupported.");
 
+  m.def(
+      "session_options",
+      [] {
+        std::vector<std::tuple<std::string, std::string, std::string>> out;
+        for (const pi::OptionInfo& o : pi::session_option_list()) out.emplace_back(o.name, o.kind, o.help);
+        return out;
+      },
+      "(name, kind, help) of every Session keyword option (the engine's one table).");
+
   nb::class_<PySession>(m, "Session")
       .def_static(
           "create",
-          [](const PyEngine& e, int64_t n_ctx, int64_t n_batch, int n_threads, int n_seq_max,
-             float temperature, int32_t top_k, float top_p, float min_p, float repeat_penalty,
-             int32_t repeat_last_n, float presence_penalty, float frequency_penalty, uint64_t seed,
-             bool dense, const std::string& device, std::optional<uint64_t> vram_budget, int n_gpu_layers,
-             const std::string& grammar, const std::string& cache_type_k, const std::string& cache_type_v,
-             uint64_t moe_ram) {
+          [](const PyEngine& e, nb::kwargs kwargs) {
+            // The engine's defaults for every option not named; each named one through its table.
             pi::SessionOptions o;
-            o.n_ctx = n_ctx;
-            o.n_batch = n_batch;
-            o.n_threads = n_threads;
-            o.n_seq_max = n_seq_max;
-            o.sampling = sampling(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n,
-                                  presence_penalty, frequency_penalty, seed);
-            o.sampling.grammar = grammar;
-            o.sparse.dense = dense;
-            o.device = device;
-            o.vram_budget = vram_budget;
-            o.n_gpu_layers = n_gpu_layers;
-            o.kv_type_k = kv_type("cache_type_k", cache_type_k);
-            o.kv_type_v = kv_type("cache_type_v", cache_type_v);
-            o.moe_ram = moe_ram;
+            for (auto [key, value] : kwargs) {
+              const std::string name = nb::cast<std::string>(key);
+              pi::OptionValue v;
+              if (value.is_none()) {
+                v = std::monostate{};
+              } else if (nb::isinstance<nb::bool_>(value)) {
+                v = nb::cast<bool>(value);
+              } else if (nb::isinstance<nb::int_>(value)) {
+                v = nb::cast<int64_t>(value);
+              } else if (nb::isinstance<nb::float_>(value)) {
+                v = nb::cast<double>(value);
+              } else if (nb::isinstance<nb::str>(value)) {
+                v = nb::cast<std::string>(value);
+              } else {
+                raise(pi::err("option '%s': expected a bool, a number, text or None", name.c_str()));
+              }
+              check(pi::set_session_option(o, name, v));
+            }
             pi::Result<std::unique_ptr<pi::Session>> r = pi::Error{};
             {
-              nb::gil_scoped_release unlocked;
+              Unlocked unlocked;
               r = pi::Session::create(*e.engine, o);
             }
             if (!r.ok()) raise(r.error());
@@ -260,18 +306,12 @@ NB_MODULE(_powerinfer, m) {
             s->session = std::move(*r);
             return s;
           },
-          "engine"_a, "n_ctx"_a = 0, "n_batch"_a = 512, "n_threads"_a = 0, "n_seq_max"_a = 1,
-          "temperature"_a = 0.8f, "top_k"_a = 40, "top_p"_a = 0.95f, "min_p"_a = 0.05f,
-          "repeat_penalty"_a = 1.0f, "repeat_last_n"_a = 64, "presence_penalty"_a = 0.0f,
-          "frequency_penalty"_a = 0.0f, "seed"_a = 0, "dense"_a = false, "device"_a = "cpu",
-          "vram_budget"_a = nb::none(), "n_gpu_layers"_a = -1, "grammar"_a = "",
-          "cache_type_k"_a = "f16", "cache_type_v"_a = "f16", "moe_ram"_a = 0,
-          nb::keep_alive<0, 1>())
+          "engine"_a, "kwargs"_a, nb::keep_alive<0, 1>())
       .def("prompt",
            [](PySession& s, const std::vector<int32_t>& tokens) {
              pi::Status st;
              {
-               nb::gil_scoped_release unlocked;
+               Unlocked unlocked;
                st = s.session->prompt(tokens);
              }
              check(st);
@@ -282,7 +322,7 @@ NB_MODULE(_powerinfer, m) {
            [](PySession& s, int32_t token) {
              pi::Status st;
              {
-               nb::gil_scoped_release unlocked;
+               Unlocked unlocked;
                st = s.session->advance(token);
              }
              check(st);
@@ -317,7 +357,7 @@ NB_MODULE(_powerinfer, m) {
                }
                pi::Status st;
                {
-                 nb::gil_scoped_release unlocked;
+                 Unlocked unlocked;
                  st = s.session->embed(in, {.pooling = *pool, .normalize = normalize}, out);
                }
                check(st);
@@ -338,7 +378,7 @@ NB_MODULE(_powerinfer, m) {
            [](PySession& s, const std::string& path, const std::vector<int32_t>& tokens, int32_t seq) {
              pi::Result<uint64_t> r = pi::Error{};
              {
-               nb::gil_scoped_release unlocked;
+               Unlocked unlocked;
                r = s.session->save_state(seq, path, tokens);
              }
              if (!r.ok()) raise(r.error());
@@ -349,7 +389,7 @@ NB_MODULE(_powerinfer, m) {
            [](PySession& s, const std::string& path, int32_t seq) {
              pi::Result<pi::SavedState> r = pi::Error{};
              {
-               nb::gil_scoped_release unlocked;
+               Unlocked unlocked;
                r = s.session->load_state(seq, path);
              }
              if (!r.ok()) raise(r.error());

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 #include <string_view>
@@ -18,6 +19,7 @@
 #include "chat/chat_template.h"
 #include "powerinfer/engine.h"
 #include "powerinfer/grammar.h"
+#include "powerinfer/log.h"
 
 struct pi_engine {
   std::unique_ptr<pi::Engine> engine;  // null after a failed load
@@ -277,6 +279,40 @@ int32_t pi_json_schema_to_grammar(pi_engine* engine, const char* schema, char* t
   return st == PI_OK ? emit(gbnf, text, cap) : -1;
 }
 
+namespace {
+// A pi_log_set callback with its user pointer. Each call makes a new one and keeps the old
+// ones to the end of the process: a thread logging while another replaces the callback may
+// still hold it.
+struct LogTarget {
+  pi_log_callback fn;
+  void* user;
+};
+std::mutex g_log_targets_mutex;
+std::vector<std::unique_ptr<LogTarget>> g_log_targets;
+static_assert(static_cast<int>(pi::LogLevel::Debug) == PI_LOG_DEBUG && static_cast<int>(pi::LogLevel::Info) == PI_LOG_INFO &&
+              static_cast<int>(pi::LogLevel::Warn) == PI_LOG_WARN && static_cast<int>(pi::LogLevel::Error) == PI_LOG_ERROR &&
+              static_cast<int>(pi::LogLevel::Silent) == PI_LOG_NONE);
+
+void to_callback(pi::LogLevel level, const char* message, void* target) {
+  const auto* t = static_cast<const LogTarget*>(target);
+  t->fn(static_cast<int32_t>(level), message, t->user);
+}
+}  // namespace
+
+void pi_log_set(pi_log_callback callback, void* user) {
+  if (callback == nullptr) {
+    pi::set_log_sink(nullptr, nullptr);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(g_log_targets_mutex);
+  g_log_targets.push_back(std::make_unique<LogTarget>(LogTarget{callback, user}));
+  pi::set_log_sink(to_callback, g_log_targets.back().get());
+}
+
+void pi_log_set_level(int32_t level) {
+  pi::set_log_level(static_cast<pi::LogLevel>(std::clamp<int32_t>(level, PI_LOG_DEBUG, PI_LOG_NONE)));
+}
+
 pi_sampling pi_sampling_default(void) {
   const pi::SamplingParams d;
   return pi_sampling{d.temperature,    d.top_k,         d.top_p,
@@ -303,6 +339,10 @@ pi_session_options pi_session_options_default(void) {
   o.activation_stats = nullptr;
   o.type_k = PI_KV_F16;
   o.type_v = PI_KV_F16;
+  o.n_cpu_moe = d.n_cpu_moe;
+  o.expert_cache = d.expert_cache;
+  o.moe_ram = d.moe_ram;
+  o.swa_full = d.swa_full;
   return o;
 }
 
@@ -333,6 +373,13 @@ pi_status pi_session_create(const pi_engine* engine, const pi_session_options* o
     so.n_gpu_layers = o.n_gpu_layers;
     if (o.gpu_index != nullptr) so.gpu_index = o.gpu_index;
     if (o.activation_stats != nullptr) so.activation_stats = o.activation_stats;
+    if (o.n_cpu_moe < 0 || o.expert_cache < 0)
+      return pi::err("pi_session_options: n_cpu_moe %d and expert_cache %d must not be negative", o.n_cpu_moe,
+                     o.expert_cache);
+    so.n_cpu_moe = o.n_cpu_moe;
+    so.expert_cache = o.expert_cache;
+    so.moe_ram = o.moe_ram;
+    so.swa_full = o.swa_full;
     for (auto [what, in, type] : {std::tuple{"type_k", o.type_k, &so.kv_type_k},
                                   std::tuple{"type_v", o.type_v, &so.kv_type_v}}) {
       switch (in) {

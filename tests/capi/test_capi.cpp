@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -180,6 +181,45 @@ void expect_greedy_equals_cpp_api(const std::string& path) {
 TEST(CApi, GreedyTokensEqualTheCppApi) { expect_greedy_equals_cpp_api(kModel); }
 
 TEST(CApi, MixtureOfExpertsModelGreedyEqualsTheCppApi) { expect_greedy_equals_cpp_api(kMoeModel); }
+
+// moe_ram: the bundled MoE mapped, its experts read into a small cache, gives the whole model's
+// tokens; with the file read into memory it is refused by name; the defaults are the engine's.
+TEST(CApi, MoeRamReadsExpertsOnDemandWithTheSameTokens) {
+  const pi::SessionOptions cpp;
+  const pi_session_options d = pi_session_options_default();
+  EXPECT_EQ(d.moe_ram, cpp.moe_ram);
+  EXPECT_EQ(d.n_cpu_moe, cpp.n_cpu_moe);
+  EXPECT_EQ(d.expert_cache, cpp.expert_cache);
+  EXPECT_EQ(d.swa_full, cpp.swa_full);
+  pi_load_options lo = pi_load_options_default();
+  lo.mode = PI_LOAD_MAP;
+  pi_engine* e = nullptr;
+  ASSERT_EQ(pi_engine_load(kMoeModel.c_str(), &lo, &e), PI_OK) << pi_engine_error(e);
+  const std::vector<int32_t> prompt = tokenize(e, "In the beginning");
+  std::vector<int32_t> runs[2];
+  for (int limited = 0; limited < 2; ++limited) {
+    pi_session_options o = greedy();
+    if (limited == 1) o.moe_ram = 10u << 20;
+    pi_session* s = session(e, o);
+    ASSERT_NE(s, nullptr);
+    ASSERT_EQ(pi_session_prompt(s, prompt.data(), prompt.size()), PI_OK) << pi_session_error(s);
+    for (int i = 0; i < 16; ++i) {
+      runs[limited].push_back(pi_session_sample(s));
+      ASSERT_EQ(pi_session_advance(s, runs[limited].back()), PI_OK);
+    }
+    pi_session_free(s);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+  pi_engine_free(e);
+
+  Loaded read_in(kMoeModel);
+  pi_session_options o = greedy();
+  o.moe_ram = 10u << 20;
+  pi_session* s = nullptr;
+  EXPECT_EQ(pi_session_create(read_in.e, &o, &s), PI_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pi_session_error(s)).find("needs the file mapped"), std::string::npos) << pi_session_error(s);
+  pi_session_free(s);
+}
 
 // A JSON Schema through pi_json_schema_to_grammar constrains the greedy text exactly as it
 // constrains the C++ API's; generation ends where the grammar is complete; bad input says why.
@@ -464,6 +504,61 @@ TEST(CApi, HybridSessionOnTheSimulatedDevice) {
   }
   EXPECT_EQ(runs[0], runs[1]);
   std::filesystem::remove(index);
+}
+
+// pi_log_set: the diagnostics a load and a hybrid session print on stderr reach the callback
+// instead, one line each with its level; pi_log_set_level drops those below it; NULL restores
+// stderr.
+struct Lines {
+  std::mutex mu;
+  std::vector<std::pair<int32_t, std::string>> got;
+};
+
+void collect(int32_t level, const char* message, void* user) {
+  auto* lines = static_cast<Lines*>(user);
+  std::lock_guard<std::mutex> lock(lines->mu);
+  lines->got.emplace_back(level, message);
+}
+
+std::vector<std::pair<int32_t, std::string>> logged_by_a_hybrid_session(int32_t level) {
+  Lines lines;
+  pi_log_set(collect, &lines);
+  pi_log_set_level(level);
+  {
+    Loaded l;
+    pi_session_options o = greedy();
+    o.device = "sim";
+    o.vram_budget = 4 << 20;
+    const std::string index = (std::filesystem::temp_directory_path() / "pi_capi_log.gpuidx").string();
+    o.gpu_index = index.c_str();
+    pi_session_free(session(l.e, o));
+    pi_engine_free(nullptr);
+    std::filesystem::remove(index);
+  }
+  pi_log_set(nullptr, nullptr);
+  pi_log_set_level(PI_LOG_INFO);
+  return lines.got;
+}
+
+TEST(CApi, LogCallbackReceivesTheDiagnosticsWithTheirLevel) {
+  const auto all = logged_by_a_hybrid_session(PI_LOG_DEBUG);
+  ASSERT_FALSE(all.empty());
+  bool info = false, debug = false;
+  for (const auto& [level, line] : all) {
+    EXPECT_GE(level, PI_LOG_DEBUG);
+    EXPECT_LE(level, PI_LOG_ERROR);
+    EXPECT_FALSE(line.empty());
+    EXPECT_NE(line.back(), '\n') << line;  // a line, or a table of lines, without the newline
+    EXPECT_NE(line.rfind("warning: ", 0), 0u) << line;  // the level says it, not a prefix
+    info = info || level == PI_LOG_INFO;
+    debug = debug || level == PI_LOG_DEBUG;
+  }
+  EXPECT_TRUE(info);
+  // Above the threshold only.
+  const auto warn = logged_by_a_hybrid_session(PI_LOG_WARN);
+  for (const auto& [level, line] : warn) EXPECT_GE(level, PI_LOG_WARN) << line;
+  EXPECT_LT(warn.size(), all.size());
+  EXPECT_TRUE(logged_by_a_hybrid_session(PI_LOG_NONE).empty());
 }
 
 }  // namespace

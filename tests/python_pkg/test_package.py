@@ -6,6 +6,7 @@ same text, chat sessions continue, errors are powerinfer.Error with the engine's
 the GIL is released while the engine computes.
 """
 import json
+import logging
 import os
 import pathlib
 import subprocess
@@ -218,7 +219,7 @@ def test_kv_cache_types_equal_run(engine):
     out = subprocess.run([POWERINFER, "run", "-m", MODEL, "-p", prompt, "-n", "24", "--temp", "0",
                           "--no-display-prompt", "-ctk", "q8_0", "-ctv", "q4_0"], capture_output=True, check=True)
     assert got == out.stdout.decode("utf-8").removesuffix("\n")
-    with pytest.raises(powerinfer.Error, match="cache_type_k 'q5_1': unknown KV cache type"):
+    with pytest.raises(powerinfer.Error, match="option 'cache_type_k': 'q5_1' is not a KV cache type"):
         engine.session(cache_type_k="q5_1")
 
 
@@ -244,3 +245,25 @@ def test_saved_state_continues_identically(engine, tmp_path):
     with pytest.raises(powerinfer.Error, match=str(path)):
         engine.session().load_state(path)
     assert want  # a's own continuation exists; the seeds differ from a fresh sampler's
+
+
+def test_options_are_the_engines_table_and_logs_go_to_logging(engine, tmp_path, caplog):
+    """Session keywords come from the engine's one option table (its defaults for the rest; a
+    wrong kind or an unknown name is refused by name), and the engine's diagnostics reach the
+    "powerinfer" logger instead of stderr."""
+    opts = powerinfer.Session.options()
+    assert {"n_ctx", "temperature", "cache_type_k", "moe_ram", "n_cpu_moe", "swa_full", "repack"} <= set(opts)
+    assert opts["vram_budget"][0] == "bytes|none"
+    with pytest.raises(powerinfer.Error, match="option 'n_ctx': expected an integer, got text"):
+        engine.session(n_ctx="big")
+    with pytest.raises(powerinfer.Error, match=r"option 'n_seq_max': must be in \[1, 64\], got 0"):
+        engine.session(n_seq_max=0)
+    with pytest.raises(TypeError, match="unknown option.*nctx"):
+        engine.session(nctx=5)
+    # Options the keywords did not reach before: the same greedy text with the window kept whole.
+    assert engine.generate("In the beginning", max_tokens=8, temperature=0, swa_full=True, repack=False) == \
+        engine.generate("In the beginning", max_tokens=8, temperature=0)
+    caplog.set_level(logging.INFO, logger="powerinfer")
+    engine.session(device="sim", vram_budget=4 << 20, gpu_index=str(tmp_path / "plan.gpuidx"))
+    lines = [r for r in caplog.records if r.name == "powerinfer"]
+    assert any(r.levelno == logging.INFO and "device memory (sim)" in r.getMessage() for r in lines), lines

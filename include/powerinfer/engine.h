@@ -348,6 +348,13 @@ class Session {
   Status embed(std::span<const EmbedInput> inputs, const EmbedParams& p, std::vector<float>& out);
   // One input on sequence 0: `out` = f32 [n_embd] (None: [tokens.size(), n_embd]).
   Status embed(std::span<const int32_t> tokens, const EmbedParams& p, std::vector<float>& out);
+  // Any number of inputs, in order, in groups of up to n_seq_max() whose tokens fit the context
+  // together (sequences 0, 1, ...: what they held is removed); `out` as embed() gives for all of
+  // them at once. An input longer than the context fails before anything runs, naming it
+  // (ErrorCode::BadRequest). The one grouping the CLI's embed and Python's use.
+  Status embed_all(std::span<const std::vector<int32_t>> inputs, const EmbedParams& p, std::vector<float>& out);
+  // embed_all's check before it runs: every input fits the context.
+  Status embed_fits(std::span<const std::vector<int32_t>> inputs) const;
 
   std::span<const float> logits() const;  // f32 [n_vocab] of the last fed token
   int64_t n_past() const;                 // tokens in the context

@@ -340,36 +340,24 @@ NB_MODULE(_powerinfer, m) {
              const auto pool = pi::parse_pooling(pooling);
              if (!pool) raise(pi::err("pooling '%s': expected mean, last, cls or none", pooling.c_str()));
              // Per input, its vectors: one pooled, or (none) one per token.
-             // Inputs go in groups of at most n_seq_max sequences whose tokens fit the context
-             // together (each its own sequence); one input longer than the context fails.
-             const size_t max_seqs = static_cast<size_t>(s.session->n_seq_max());
-             const auto n_ctx = static_cast<size_t>(s.session->n_ctx());
-             std::vector<std::vector<std::vector<float>>> rows;
              std::vector<float> out;
-             for (size_t i = 0; i < inputs.size();) {
-               std::vector<pi::EmbedInput> in;
-               size_t used = 0;
-               while (i < inputs.size() && in.size() < max_seqs &&
-                      (in.empty() || used + inputs[i].size() <= n_ctx)) {
-                 in.push_back({static_cast<int32_t>(in.size()), inputs[i]});
-                 used += inputs[i].size();
-                 ++i;
-               }
-               pi::Status st;
-               {
-                 Unlocked unlocked;
-                 st = s.session->embed(in, {.pooling = *pool, .normalize = normalize}, out);
-               }
-               check(st);
-               const size_t n_embd = out.size() / pi::embed_rows(in, *pool);
-               size_t r = 0;
-               for (const pi::EmbedInput& e : in) {
-                 const size_t n_rows = *pool == pi::Pooling::None ? e.tokens.size() : 1;
-                 std::vector<std::vector<float>>& vs = rows.emplace_back();
-                 for (size_t k = 0; k < n_rows; ++k, ++r)
-                   vs.emplace_back(out.begin() + static_cast<std::ptrdiff_t>(r * n_embd),
-                                   out.begin() + static_cast<std::ptrdiff_t>((r + 1) * n_embd));
-               }
+             pi::Status st;
+             {
+               Unlocked unlocked;
+               st = s.session->embed_all(inputs, {.pooling = *pool, .normalize = normalize}, out);
+             }
+             check(st);
+             size_t n_rows_all = 0;
+             for (const std::vector<int32_t>& in : inputs) n_rows_all += *pool == pi::Pooling::None ? in.size() : 1;
+             const size_t n_embd = n_rows_all > 0 ? out.size() / n_rows_all : 0;
+             std::vector<std::vector<std::vector<float>>> rows;
+             size_t r = 0;
+             for (const std::vector<int32_t>& in : inputs) {
+               const size_t n_rows = *pool == pi::Pooling::None ? in.size() : 1;
+               std::vector<std::vector<float>>& vs = rows.emplace_back();
+               for (size_t k = 0; k < n_rows; ++k, ++r)
+                 vs.emplace_back(out.begin() + static_cast<std::ptrdiff_t>(r * n_embd),
+                                 out.begin() + static_cast<std::ptrdiff_t>((r + 1) * n_embd));
              }
              return rows;
            },

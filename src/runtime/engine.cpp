@@ -416,6 +416,37 @@ Status Session::embed(std::span<const int32_t> tokens, const EmbedParams& p,
   return embed(one, p, out);
 }
 
+Status Session::embed_fits(std::span<const std::vector<int32_t>> inputs) const {
+  const auto n_ctx = static_cast<size_t>(this->n_ctx());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].size() > n_ctx)
+      return with_code(err("input %zu is %zu tokens; the context holds %zu (n_ctx, -c)", i, inputs[i].size(), n_ctx),
+                       ErrorCode::BadRequest);
+  return Status::Ok();
+}
+
+Status Session::embed_all(std::span<const std::vector<int32_t>> inputs, const EmbedParams& p,
+                          std::vector<float>& out) {
+  PI_TRY(embed_fits(inputs));
+  const auto n_ctx = static_cast<size_t>(this->n_ctx());
+  out.clear();
+  std::vector<EmbedInput> group;
+  std::vector<float> rows;
+  for (size_t i = 0; i < inputs.size();) {
+    group.clear();
+    size_t used = 0;
+    while (i < inputs.size() && static_cast<int>(group.size()) < n_seq_max() &&
+           (group.empty() || used + inputs[i].size() <= n_ctx)) {
+      group.push_back({static_cast<int32_t>(group.size()), inputs[i]});
+      used += inputs[i].size();
+      ++i;
+    }
+    PI_TRY(embed(group, p, rows));
+    out.insert(out.end(), rows.begin(), rows.end());
+  }
+  return Status::Ok();
+}
+
 Status Session::fork(int32_t src, int32_t dst) {
   if (src == dst) return err("cannot fork sequence %d into itself", src);
   if (dst >= 0 && dst < n_seq_max() && ctx_->seq_pos_max(dst) >= 0) {

@@ -181,7 +181,7 @@ TEST(CliEmbed, BadValuesAreOneLineErrors) {
       {"-p the --embd-output-format xml", "--embd-output-format must be text, array or json"},
       {"", "no input: pass -p TEXT"},
       {"-p the -f /dev/null", "-p and -f are mutually exclusive"},
-      {"-p 'the and in the a the and' -c 4", "tokens; the context holds 4 (-c)"},
+      {"-p 'the and in the a the and' -c 4", "tokens; the context holds 4 (n_ctx, -c)"},
       {"-p the -b 0", "-b must be >= 1"},
       {"-f /nonexistent/inputs.txt", "/nonexistent/inputs.txt"},
   };

@@ -220,6 +220,35 @@ TEST_F(Embed, SeveralInputsInOneCallEqualOneAtATime) {
   }
 }
 
+// embed_all: more inputs than sequences, and more tokens than the context, go in groups; the
+// rows equal one call per input. An input longer than the context fails before anything runs.
+TEST_F(Embed, AnyNumberOfInputsGoInGroupsThatFit) {
+  std::vector<std::vector<int32_t>> in;
+  for (uint32_t i = 0; i < 7; ++i) in.push_back(tokens(5 + 6 * static_cast<int>(i), 10 + i));  // 5..41 tokens
+  for (Pooling p : {Pooling::Mean, Pooling::None}) {
+    auto s = session(*engine_, 2, 3, 64);  // 3 sequences, 64 cells: groups of 3, 2 and 2
+    ASSERT_NE(s, nullptr);
+    std::vector<float> all;
+    Status st = s->embed_all(in, {p, true}, all);
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    std::vector<float> want, e;
+    for (const auto& t : in) {
+      auto one = session(*engine_, 2, 1, 64);
+      ASSERT_TRUE(one->embed(t, {p, true}, e).ok());
+      want.insert(want.end(), e.begin(), e.end());
+    }
+    EXPECT_EQ(all, want) << pooling_name(p);
+  }
+  auto s = session(*engine_, 2, 3, 32);
+  std::vector<float> out = {1.0f};
+  const Status st = s->embed_all(in, {Pooling::Mean, true}, out);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().code, pi::ErrorCode::BadRequest);
+  EXPECT_NE(st.error().message.find("input 5 is 35 tokens; the context holds 32"), std::string::npos)
+      << st.error().message;
+  EXPECT_EQ(s->timings().n_prompt, 0);  // nothing ran
+}
+
 TEST_F(Embed, EachInputStartsFresh) {
   auto s = session(*engine_);
   std::vector<float> a1, b, a2;

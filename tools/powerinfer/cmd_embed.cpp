@@ -165,13 +165,8 @@ int embed(const EmbedOptions& o_in) {
   auto session_r = Session::create(**engine, so);
   if (!session_r.ok()) return fail(session_r.error());
   Session& session = **session_r;
+  if (Status s = session.embed_fits(tokens); !s.ok()) return fail(s);
   const int64_t n_ctx = session.n_ctx();
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (static_cast<int64_t>(tokens[i].size()) > n_ctx) {
-      return fail(err("input %zu is %zu tokens; the context holds %lld (-c)", i, tokens[i].size(),
-                      static_cast<long long>(n_ctx)));
-    }
-  }
   const ModelInfo& info = (*engine)->info();
   log_model_info(o.model, info, session.sparsity().sparse);
   log_info("%zu inputs, pooling %s, %s, context %lld, batch %lld, threads %d", tokens.size(),
@@ -179,31 +174,9 @@ int embed(const EmbedOptions& o_in) {
            static_cast<long long>(n_ctx), static_cast<long long>(session.n_batch()),
            session.n_threads());
 
-  // Groups of inputs that fit the context and the sequences together, in order.
   const EmbedParams params{*parse_pooling(o.pooling), o.normalize == 2};
-  const auto d = static_cast<size_t>(info.n_embd);
   std::vector<float> all;
-  all.reserve(tokens.size() * d);
-  std::vector<EmbedInput> group;
-  std::vector<float> out;
-  int64_t in_group = 0;
-  const auto flush = [&]() -> Status {
-    if (group.empty()) return Status::Ok();
-    PI_TRY(session.embed(group, params, out));
-    all.insert(all.end(), out.begin(), out.end());
-    group.clear();
-    in_group = 0;
-    return Status::Ok();
-  };
-  for (const std::vector<int32_t>& t : tokens) {
-    const auto n = static_cast<int64_t>(t.size());
-    if (in_group + n > n_ctx || static_cast<int>(group.size()) == session.n_seq_max()) {
-      if (Status s = flush(); !s.ok()) return fail(s);
-    }
-    group.push_back({static_cast<int32_t>(group.size()), t});
-    in_group += n;
-  }
-  if (Status s = flush(); !s.ok()) return fail(s);
+  if (Status s = session.embed_all(tokens, params, all); !s.ok()) return fail(s);
   print(o, std::filesystem::path(o.model).filename().string(), info.n_embd, all, tokens);
   const Timings& tm = session.timings();
   log_info("embedded %lld tokens in %.2f ms (%.2f tokens per second); total %.2f ms",

@@ -7,6 +7,8 @@
 #include <numeric>
 #include <optional>
 
+#include "powerinfer/stop_text.h"
+
 namespace pi::server {
 namespace {
 
@@ -25,21 +27,6 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
 
 bool contains(const std::vector<int32_t>& ids, int32_t id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
-}
-
-// The longest k < stop.size() such that `text` ends with the first k bytes of a stop string:
-// text that may still become a stop string and so is held back.
-size_t held_back(const std::string& text, size_t from, const std::vector<std::string>& stops) {
-  size_t held = 0;
-  for (const std::string& s : stops) {
-    for (size_t k = std::min(s.size() - 1, text.size() - from); k > held; --k) {
-      if (text.compare(text.size() - k, k, s, 0, k) == 0) {
-        held = k;
-        break;
-      }
-    }
-  }
-  return held;
 }
 
 }  // namespace
@@ -98,8 +85,7 @@ struct Scheduler::Slot {
   bool generating = false;      // the prompt is done; `next` is fed in the next step
   int32_t next = -1;
   std::optional<Vocabulary::Decoder> dec;
-  std::string text;  // generated text; [0, sent) is published
-  size_t sent = 0;
+  StopText out;  // generated text, cut at the request's stop strings; what is published taken
   std::vector<TokenProb> probs;  // not yet published
   JobStats stats;
   Clock::time_point t_start;
@@ -290,8 +276,7 @@ void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
   // keeps its leading space (SPM drops it only at the start of a text).
   s.dec.emplace(vocab_);
   for (int32_t t : sp.prompt) (void)s.dec->push(t);
-  s.text.clear();
-  s.sent = 0;
+  s.out = StopText(sp.stop);
   s.probs.clear();
   session_->reset_seq_timings(s.id);
   {
@@ -326,8 +311,7 @@ void Scheduler::start_embed(Slot& s, std::shared_ptr<Job> job) {
   s.stats.queue_ms = ms_between(s.job->submitted, s.t_start);
   s.last_use = ++use_clock_;
   s.generating = false;
-  s.text.clear();
-  s.sent = 0;
+  s.out = StopText();
   s.probs.clear();
   s.n_embedded = 0;
   s.embeddings.clear();
@@ -354,21 +338,17 @@ void Scheduler::embed_step(Slot& s) {
 }
 
 void Scheduler::publish_safe(Slot& s) {
-  const size_t held = s.job->spec.stop.empty() ? 0 : held_back(s.text, s.sent, s.job->spec.stop);
-  const size_t upto = s.text.size() - held;
-  if (upto > s.sent || !s.probs.empty()) {
-    s.job->publish(s.text.substr(s.sent, upto - s.sent), std::move(s.probs));
+  std::string shown = s.out.take();
+  if (!shown.empty() || !s.probs.empty()) {
+    s.job->publish(std::move(shown), std::move(s.probs));
     s.probs.clear();
-    s.sent = upto;
   }
 }
 
 void Scheduler::end(Slot& s, Finish f, std::string error, std::vector<float> embeddings) {
-  if (s.dec && s.stats.stop_word.empty()) s.text += s.dec->flush();
-  if (s.text.size() > s.sent || !s.probs.empty()) {
-    s.job->publish(s.text.substr(s.sent), std::move(s.probs));
-    s.sent = s.text.size();
-  }
+  if (s.dec && !s.out.stopped() && s.out.append(s.dec->flush())) s.stats.stop_word = s.out.stop_word();
+  std::string rest = s.out.take_rest();
+  if (!rest.empty() || !s.probs.empty()) s.job->publish(std::move(rest), std::move(s.probs));
   s.probs.clear();
   s.stats.finish = f;
   s.stats.error = std::move(error);
@@ -439,27 +419,10 @@ bool Scheduler::on_token(Slot& s, int32_t t, std::span<const float> logits) {
     }
     s.probs.push_back(std::move(p));
   }
-  const size_t before = s.text.size();
-  s.text += piece;
-  if (!sp.stop.empty()) {
-    size_t longest = 0;
-    for (const std::string& w : sp.stop) longest = std::max(longest, w.size());
-    const size_t from = before >= longest ? before - longest + 1 : 0;
-    size_t best = std::string::npos;
-    const std::string* word = nullptr;
-    for (const std::string& w : sp.stop) {
-      const size_t at = s.text.find(w, std::min(from, s.sent));
-      if (at != std::string::npos && at < best) {
-        best = at;
-        word = &w;
-      }
-    }
-    if (word != nullptr) {
-      s.text.resize(best);
-      s.stats.stop_word = *word;
-      end(s, Finish::Stop);
-      return false;
-    }
+  if (s.out.append(piece)) {
+    s.stats.stop_word = s.out.stop_word();
+    end(s, Finish::Stop);
+    return false;
   }
   if (session_->grammar_done(s.id)) {  // the grammar's text is complete: nothing can follow
     end(s, Finish::Stop);

@@ -22,6 +22,7 @@ from ._powerinfer import Error
 from ._powerinfer import json_schema_to_grammar as _json_schema_to_grammar
 from ._powerinfer import Session as _Session
 from ._powerinfer import _ReplySplit
+from ._powerinfer import _StopText
 from ._powerinfer import session_options as _session_options
 
 __all__ = ["Engine", "Session", "ChatSession", "Error", "json_schema_to_grammar"]
@@ -147,12 +148,22 @@ class Session:
         self._tokens += tokens
 
     def stream(self, max_tokens: int = 128, stop_at_eog: bool = True, end_ids: Sequence[int] = (),
-               keep_ids: Sequence[int] = ()) -> Iterator[str]:
+               keep_ids: Sequence[int] = (), stop: Sequence[str] = ()) -> Iterator[str]:
         """Generates up to max_tokens tokens, yielding text as it becomes valid UTF-8. With
         stop_at_eog it stops before an end-of-generation token not in keep_ids, or one in
-        end_ids (a chat format's reply ends: Engine.reply_format)."""
+        end_ids (a chat format's reply ends: Engine.reply_format). `stop`: strings that end
+        the text before them (as the server's "stop"); text that may begin one is held back
+        until it is clear."""
         e = self.engine._e
         end, keep = set(end_ids), set(keep_ids)
+        cut_at = _StopText([stop] if isinstance(stop, str) else list(stop)) if stop else None
+
+        def shown(text: str) -> tuple[str, bool]:
+            if cut_at is None:
+                return text, False
+            ended = cut_at.append(text)
+            return cut_at.take(), ended
+
         pending = b""
         for _ in range(max_tokens):
             t = self._s.sample()
@@ -167,14 +178,24 @@ class Session:
             self._tokens.append(t)
             cut = _utf8_prefix(pending)
             if cut:
-                yield pending[:cut].decode("utf-8", errors="replace")
+                piece, ended = shown(pending[:cut].decode("utf-8", errors="replace"))
                 pending = pending[cut:]
-        if pending:
-            yield pending.decode("utf-8", errors="replace")
+                if piece:
+                    yield piece
+                if ended:
+                    return
+        piece = pending.decode("utf-8", errors="replace") if pending else ""
+        if cut_at is not None:
+            cut_at.append(piece)
+            piece = cut_at.take_rest()
+        if piece:
+            yield piece
 
-    def generate(self, max_tokens: int = 128, stream: bool = False, stop_at_eog: bool = True):
-        """The continuation of what the session holds: a str, or an iterator of pieces."""
-        it = self.stream(max_tokens, stop_at_eog)
+    def generate(self, max_tokens: int = 128, stream: bool = False, stop_at_eog: bool = True,
+                 stop: Sequence[str] = ()):
+        """The continuation of what the session holds: a str, or an iterator of pieces; it ends
+        before the first of the `stop` strings."""
+        it = self.stream(max_tokens, stop_at_eog, stop=stop)
         return it if stream else "".join(it)
 
 
@@ -273,11 +294,13 @@ class Engine:
         opts.setdefault("n_seq_max", max(1, min(len(inputs), 8)) if several else 1)
         return Session(self, **opts).embed(inputs, pooling, normalize)
 
-    def generate(self, prompt: str, max_tokens: int = 128, stream: bool = False, **opts):
-        """Text generated after `prompt` (a fresh session with the options given)."""
+    def generate(self, prompt: str, max_tokens: int = 128, stream: bool = False, stop: Sequence[str] = (),
+                 **opts):
+        """Text generated after `prompt` (a fresh session with the options given), ending before
+        the first of the `stop` strings."""
         s = Session(self, **opts)
         s.feed(prompt)
-        return s.generate(max_tokens, stream=stream)
+        return s.generate(max_tokens, stream=stream, stop=stop)
 
     def chat(self, messages: Sequence[dict], max_tokens: int = 128, template: str = "",
              stream: bool = False, **opts):

@@ -29,6 +29,7 @@
 #include "powerinfer/grammar.h"
 #include "powerinfer/log.h"
 #include "powerinfer/session_options.h"
+#include "powerinfer/stop_text.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -225,6 +226,14 @@ NB_MODULE(_powerinfer, m) {
              return nb::make_tuple(kind, ids(r.shown), ids(r.not_end), ids(r.end));
            },
            "template"_a = "");
+
+  // Text cut at stop strings (powerinfer/stop_text.h, what the server's "stop" uses).
+  nb::class_<pi::StopText>(m, "_StopText")
+      .def(nb::init<std::vector<std::string>>(), "stops"_a)
+      .def("append", [](pi::StopText& t, const std::string& piece) { return t.append(piece); })
+      .def("take", [](pi::StopText& t) { return t.take(); })
+      .def("take_rest", [](pi::StopText& t) { return t.take_rest(); })
+      .def_prop_ro("stop_word", [](const pi::StopText& t) { return t.stop_word(); });
 
   // A reply's reasoning apart from its answer (chat/reasoning.h's ReplySplit): push(bytes)
   // and finish() return (reasoning, content) as bytes.

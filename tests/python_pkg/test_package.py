@@ -267,3 +267,15 @@ def test_options_are_the_engines_table_and_logs_go_to_logging(engine, tmp_path, 
     engine.session(device="sim", vram_budget=4 << 20, gpu_index=str(tmp_path / "plan.gpuidx"))
     lines = [r for r in caplog.records if r.name == "powerinfer"]
     assert any(r.levelno == logging.INFO and "device memory (sim)" in r.getMessage() for r in lines), lines
+
+
+def test_stop_strings_end_the_text_before_them(engine):
+    """stop= (the library's StopText, as the server's "stop"): the text ends before the first
+    stop string, streamed or not, however the tokens split it; no stop found: the whole text."""
+    whole = engine.generate("In the beginning", max_tokens=40, temperature=0)
+    word = whole[len(whole) // 2:len(whole) // 2 + 5]
+    want = whole[:whole.find(word)]
+    assert engine.generate("In the beginning", max_tokens=40, temperature=0, stop=[word]) == want
+    assert "".join(engine.generate("In the beginning", max_tokens=40, temperature=0, stream=True,
+                                   stop=["never in this text", word])) == want
+    assert engine.generate("In the beginning", max_tokens=40, temperature=0, stop="never in it") == whole

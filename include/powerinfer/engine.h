@@ -393,6 +393,8 @@ class Session {
   // A sampler for `p`; `rules`, when given, is p.grammar already parsed.
   Result<std::unique_ptr<runtime::Sampler>> make_sampler(
       const SamplingParams& p, std::shared_ptr<const grammar::Rules> rules = {});
+  // prompt() and prompt_logits(): feeds sequence 0 (logits of every token to *out when given).
+  Status feed(std::span<const int32_t> tokens, std::vector<float>* out, const std::function<bool()>& stop);
   std::unique_ptr<runtime::Context> ctx_;
   const Tokenizer* tokenizer_ = nullptr;  // the engine's; nullptr when the file has none
   std::shared_ptr<const grammar::TokenSet> grammar_tokens_;  // built for the first grammar

@@ -28,6 +28,27 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The phases a session times; Timings and SeqTimings hold a time and a count for each.
+enum class Phase { Prompt, Eval, Sample };
+
+template <class T>
+void charge(T& t, Phase p, double ms, int64_t n) {
+  switch (p) {
+    case Phase::Prompt:
+      t.prompt_ms += ms;
+      t.n_prompt += n;
+      break;
+    case Phase::Eval:
+      t.eval_ms += ms;
+      t.n_eval += n;
+      break;
+    case Phase::Sample:
+      t.sample_ms += ms;
+      t.n_sample += n;
+      break;
+  }
+}
+
 // Refuses a context whose KV cache (f16 keys and values, every layer) cannot fit in this
 // machine's physical memory, before anything is allocated.
 Status check_kv_fits(const model::HParams& hp, int64_t n_ctx) {
@@ -237,38 +258,29 @@ Result<std::unique_ptr<runtime::Sampler>> Session::make_sampler(
   return std::make_unique<runtime::Sampler>(p, n_vocab, std::move(filter));
 }
 
-Status Session::prompt(std::span<const int32_t> tokens, const std::function<bool()>& stop) {
+Status Session::feed(std::span<const int32_t> tokens, std::vector<float>* out,
+                     const std::function<bool()>& stop) {
   if (tokens.empty()) return Status::Ok();
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t before = ctx_->n_past();
-  Status s = ctx_->decode(tokens, nullptr, stop);
+  Status s = ctx_->decode(tokens, out, stop);
   const int64_t fed = ctx_->n_past() - before;
   const double ms = ms_since(t0);
-  timings_.prompt_ms += ms;
-  timings_.n_prompt += fed;
-  seq_timings_[0].prompt_ms += ms;
-  seq_timings_[0].n_prompt += fed;
+  charge(timings_, Phase::Prompt, ms, fed);
+  charge(seq_timings_[0], Phase::Prompt, ms, fed);
   last_sampled_[0] = -1;
   for (int64_t i = 0; i < fed; ++i) samplers_[0]->accept(tokens[static_cast<size_t>(i)]);
   return s;
 }
 
+Status Session::prompt(std::span<const int32_t> tokens, const std::function<bool()>& stop) {
+  return feed(tokens, nullptr, stop);
+}
+
 Status Session::prompt_logits(std::span<const int32_t> tokens, std::vector<float>& out) {
   if (!ctx_->options().all_logits)
     return err("prompt_logits needs a session created with SessionOptions::all_logits");
-  if (tokens.empty()) return Status::Ok();
-  const auto t0 = std::chrono::steady_clock::now();
-  const int64_t before = ctx_->n_past();
-  Status s = ctx_->decode(tokens, &out);
-  const int64_t fed = ctx_->n_past() - before;
-  const double ms = ms_since(t0);
-  timings_.prompt_ms += ms;
-  timings_.n_prompt += fed;
-  seq_timings_[0].prompt_ms += ms;
-  seq_timings_[0].n_prompt += fed;
-  last_sampled_[0] = -1;
-  for (int64_t i = 0; i < fed; ++i) samplers_[0]->accept(tokens[static_cast<size_t>(i)]);
-  return s;
+  return feed(tokens, &out, {});
 }
 
 int32_t Session::sample() { return sample(0, ctx_->logits()); }
@@ -280,11 +292,8 @@ int32_t Session::sample(int32_t seq, std::span<const float> logits) {
   const int32_t t = sampler.sample(logits);
   if (t >= 0) (void)sampler.accept_generated(t);  // sampled under the grammar: it allows t
   const double ms = ms_since(t0);
-  timings_.sample_ms += ms;
-  timings_.n_sample += 1;
-  SeqTimings& st = seq_timings_[static_cast<size_t>(seq)];
-  st.sample_ms += ms;
-  st.n_sample += 1;
+  charge(timings_, Phase::Sample, ms, 1);
+  charge(seq_timings_[static_cast<size_t>(seq)], Phase::Sample, ms, 1);
   last_sampled_[static_cast<size_t>(seq)] = t;
   return t;
 }
@@ -294,11 +303,9 @@ Status Session::advance(int32_t token) {
   const int32_t one[1] = {token};
   PI_TRY(ctx_->decode(one));
   const double ms = ms_since(t0);
-  timings_.eval_ms += ms;
-  timings_.n_eval += 1;
+  charge(timings_, Phase::Eval, ms, 1);
   timings_.n_eval_passes += 1;
-  seq_timings_[0].eval_ms += ms;
-  seq_timings_[0].n_eval += 1;
+  charge(seq_timings_[0], Phase::Eval, ms, 1);
   last_sampled_[0] = -1;
   samplers_[0]->accept(token);
   return Status::Ok();
@@ -328,8 +335,7 @@ Status Session::decode(std::span<const BatchToken> batch) {
   const auto t0 = std::chrono::steady_clock::now();
   PI_TRY(ctx_->decode_batch(batch));
   const double ms = ms_since(t0);
-  timings_.eval_ms += ms;
-  timings_.n_eval += static_cast<int64_t>(batch.size());
+  charge(timings_, Phase::Eval, ms, static_cast<int64_t>(batch.size()));
   timings_.n_eval_passes +=
       (static_cast<int64_t>(batch.size()) + ctx_->options().n_batch - 1) / ctx_->options().n_batch;
   for (const BatchToken& e : batch) {
@@ -341,14 +347,9 @@ Status Session::decode(std::span<const BatchToken> batch) {
     const auto q = static_cast<size_t>(e.seq);
     const int32_t n = seq_count_[q];
     if (n == 0) continue;  // already charged
-    SeqTimings& st = seq_timings_[q];
-    if (n == 1 && e.token == last_sampled_[q]) {
-      st.eval_ms += ms;
-      st.n_eval += 1;
-    } else {
-      st.prompt_ms += ms;
-      st.n_prompt += n;
-    }
+    // One token, the one sampled last: generation; else prompt tokens.
+    const bool generated = n == 1 && e.token == last_sampled_[q];
+    charge(seq_timings_[q], generated ? Phase::Eval : Phase::Prompt, ms, n);
     seq_count_[q] = 0;
     last_sampled_[q] = -1;
   }
@@ -401,12 +402,9 @@ Status Session::embed(std::span<const EmbedInput> inputs, const EmbedParams& p,
   for (const EmbedInput& in : inputs) {
     const auto k = static_cast<int64_t>(in.tokens.size());
     n += k;
-    SeqTimings& st = seq_timings_[static_cast<size_t>(in.seq)];
-    st.prompt_ms += ms;
-    st.n_prompt += k;
+    charge(seq_timings_[static_cast<size_t>(in.seq)], Phase::Prompt, ms, k);
   }
-  timings_.prompt_ms += ms;
-  timings_.n_prompt += n;
+  charge(timings_, Phase::Prompt, ms, n);
   return Status::Ok();
 }
 

@@ -14,7 +14,8 @@
 #     (build/bin/powerinfer, which scripts/test.sh built earlier in .ci/run; built as
 #     scripts/run.sh does when missing).
 # Installs what it needs first (scripts/install-deps.sh --arm64: the cross compiler, qemu-user,
-# arm64 GoogleTest and cpp-httplib through Debian multiarch). Build dir: build-arm64.
+# arm64 GoogleTest through Debian multiarch). Built without the server (-DPI_SERVER=OFF, as
+# Android builds are): the option is tested here, and no arm64 cpp-httplib is needed. Build dir: build-arm64.
 # PI_BUILD_JOBS: parallel jobs (default all cores). About 6 minutes on 2 cores from scratch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ scripts/install-deps.sh --arm64
 installed=${SECONDS}
 
 cmake -S . -B build-arm64 -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/aarch64-linux-gnu.cmake -DPI_BUILD_TESTS=ON >/dev/null
+  -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/aarch64-linux-gnu.cmake -DPI_BUILD_TESTS=ON -DPI_SERVER=OFF >/dev/null
 ninja -C build-arm64 -j"${jobs}" test_core test_tensor test_kernels_ref test_kernels_cpu powerinfer
 built=${SECONDS}
 

@@ -8,8 +8,8 @@
 #                                     (scripts/run.sh: compiler, CMake, the header libraries)
 #   scripts/install-deps.sh --arm64   what --build needs, plus the aarch64 cross build's
 #                                     (scripts/build-arm64.sh): Debian's cross compiler,
-#                                     qemu-aarch64, and the arm64 libraries it links (GoogleTest,
-#                                     cpp-httplib) through Debian multiarch
+#                                     qemu-aarch64, and the arm64 library it links (GoogleTest)
+#                                     through Debian multiarch
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,10 +34,10 @@ if ((!build_only)); then
   )
 fi
 if ((arm64)); then
-  # The header-only libraries serve both architectures; GoogleTest and cpp-httplib (Debian
-  # compiles it) are linked, so their arm64 builds are installed beside the host's (multiarch,
-  # /usr/lib/aarch64-linux-gnu, where the cross compiler looks).
-  APT_PACKAGES+=(g++-aarch64-linux-gnu qemu-user libgtest-dev:arm64 libcpp-httplib-dev:arm64)
+  # The header-only libraries serve both architectures; GoogleTest is linked, so its arm64
+  # build is installed beside the host's (multiarch, /usr/lib/aarch64-linux-gnu, where the
+  # cross compiler looks). The stage builds without the server (no arm64 cpp-httplib).
+  APT_PACKAGES+=(g++-aarch64-linux-gnu qemu-user libgtest-dev:arm64)
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     SUDO=""
     if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -1,6 +1,7 @@
 # Cross build for aarch64 Linux with Debian's cross compiler (g++-aarch64-linux-gnu: its libc and
 # libstdc++ under /usr/aarch64-linux-gnu) and the arm64 libraries Debian multiarch installs in
-# /usr/lib/aarch64-linux-gnu (GoogleTest, cpp-httplib: scripts/install-deps.sh --arm64).
+# /usr/lib/aarch64-linux-gnu (GoogleTest: scripts/install-deps.sh --arm64; cpp-httplib's arm64
+# package too for a build with the server, which scripts/build-arm64.sh leaves out).
 # Programs built here run under qemu-aarch64 (Debian's qemu-user) as the cross-compiling
 # emulator, so ctest and gtest_discover_tests work in the build directory as in a native one.
 # Used by scripts/build-arm64.sh:

@@ -33,7 +33,18 @@ int main(int argc, char** argv) {
   runners["calibrate"] = pi::cli::add_calibrate(app);
   runners["plan"] = pi::cli::add_plan(app);
   runners["embed"] = pi::cli::add_embed(app);
+#ifdef PI_HAVE_SERVER
   runners["serve"] = pi::cli::add_serve(app);
+#else
+  // A build without the server (-DPI_SERVER=OFF) says so instead of "not expected: serve".
+  CLI::App* serve = app.add_subcommand("serve", "(not in this build: configured with -DPI_SERVER=OFF)");
+  serve->allow_extras();
+  serve->prefix_command();
+  runners["serve"] = [] {
+    std::fprintf(stderr, "error: this powerinfer was built without the server (-DPI_SERVER=OFF)\n");
+    return 1;
+  };
+#endif
 
   bool log_disable = false;
   auto normalized = pi::cli::normalize_args(std::vector<std::string>(argv, argv + argc),

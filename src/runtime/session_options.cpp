@@ -3,6 +3,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <type_traits>
 
 namespace pi {
 namespace {
@@ -73,11 +74,12 @@ struct Entry {
 constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
 constexpr int64_t kMaxBytes = std::numeric_limits<int64_t>::max();
 
-// A setter for a member of integer type T reached by `field`, in [lo, hi].
-template <class Field>
-Setter int_setter(Field field, int64_t lo, int64_t hi) {
+// A setter for the member `field` reaches: `convert` checks the value and gives the member's
+// value (cast to the member's type).
+template <class Field, class Convert>
+Setter setter(Field field, Convert convert) {
   return [=](SessionOptions& o, std::string_view n, const OptionValue& v) -> Status {
-    auto x = integer(n, v, lo, hi);
+    auto x = convert(n, v);
     if (!x.ok()) return x.error();
     auto& member = field(o);
     member = static_cast<std::remove_reference_t<decltype(member)>>(*x);
@@ -86,33 +88,20 @@ Setter int_setter(Field field, int64_t lo, int64_t hi) {
 }
 
 template <class Field>
-Setter float_setter(Field field) {
-  return [=](SessionOptions& o, std::string_view n, const OptionValue& v) -> Status {
-    auto x = number(n, v);
-    if (!x.ok()) return x.error();
-    field(o) = static_cast<float>(*x);
-    return Status::Ok();
-  };
+Setter int_setter(Field field, int64_t lo, int64_t hi) {
+  return setter(field, [=](std::string_view n, const OptionValue& v) { return integer(n, v, lo, hi); });
 }
-
+template <class Field>
+Setter float_setter(Field field) {
+  return setter(field, number);
+}
 template <class Field>
 Setter bool_setter(Field field) {
-  return [=](SessionOptions& o, std::string_view n, const OptionValue& v) -> Status {
-    auto x = boolean(n, v);
-    if (!x.ok()) return x.error();
-    field(o) = *x;
-    return Status::Ok();
-  };
+  return setter(field, boolean);
 }
-
 template <class Field>
 Setter text_setter(Field field) {
-  return [=](SessionOptions& o, std::string_view n, const OptionValue& v) -> Status {
-    auto x = text(n, v);
-    if (!x.ok()) return x.error();
-    field(o) = *x;
-    return Status::Ok();
-  };
+  return setter(field, text);
 }
 
 #define PI_FIELD(expr) [](SessionOptions& o) -> auto& { return expr; }
@@ -151,20 +140,8 @@ const std::vector<Entry>& table() {
          return Status::Ok();
        }},
       {{"all_logits", "bool", "keep the logits of every fed token"}, bool_setter(PI_FIELD(o.all_logits))},
-      {{"cache_type_k", "text", "the cached keys' type: f16, q8_0 or q4_0"},
-       [](SessionOptions& o, std::string_view n, const OptionValue& v) -> Status {
-         auto t = kv_type(n, v);
-         if (!t.ok()) return t.error();
-         o.kv_type_k = *t;
-         return Status::Ok();
-       }},
-      {{"cache_type_v", "text", "the cached values' type: f16, q8_0 or q4_0"},
-       [](SessionOptions& o, std::string_view n, const OptionValue& v) -> Status {
-         auto t = kv_type(n, v);
-         if (!t.ok()) return t.error();
-         o.kv_type_v = *t;
-         return Status::Ok();
-       }},
+      {{"cache_type_k", "text", "the cached keys' type: f16, q8_0 or q4_0"}, setter(PI_FIELD(o.kv_type_k), kv_type)},
+      {{"cache_type_v", "text", "the cached values' type: f16, q8_0 or q4_0"}, setter(PI_FIELD(o.kv_type_v), kv_type)},
       {{"swa_full", "bool", "sliding-window layers keep the whole context"}, bool_setter(PI_FIELD(o.swa_full))},
       {{"repack", "bool", "the CPU keeps weights in its fastest layouts (same results)"},
        bool_setter(PI_FIELD(o.repack))},

@@ -25,9 +25,6 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
   return i;
 }
 
-bool contains(const std::vector<int32_t>& ids, int32_t id) {
-  return std::find(ids.begin(), ids.end(), id) != ids.end();
-}
 
 }  // namespace
 
@@ -84,9 +81,7 @@ struct Scheduler::Slot {
   size_t n_prompt_fed = 0;      // prompt tokens the sequence holds
   bool generating = false;      // the prompt is done; `next` is fed in the next step
   int32_t next = -1;
-  std::optional<Vocabulary::Decoder> dec;
-  StopText out;  // generated text, cut at the request's stop strings; what is published taken
-  std::vector<TokenProb> probs;  // not yet published
+  std::optional<Generator> gen;  // generate jobs: the answer's text, cut at its stop strings
   JobStats stats;
   Clock::time_point t_start;
   int64_t last_use = 0;
@@ -274,10 +269,10 @@ void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
   s.n_prompt_fed = n_common;
   // The decoder sees the prompt first, as `powerinfer run` does, so the answer's first piece
   // keeps its leading space (SPM drops it only at the start of a text).
-  s.dec.emplace(vocab_);
-  for (int32_t t : sp.prompt) (void)s.dec->push(t);
-  s.out = StopText(sp.stop);
-  s.probs.clear();
+  s.gen.emplace(vocab_);
+  (void)s.gen->context(sp.prompt);
+  s.gen->begin(GenerateParams{sp.n_predict, sp.stop, sp.ignore_eos, sp.end_tokens, sp.shown_tokens,
+                              sp.logprobs ? sp.top_logprobs : -1});
   session_->reset_seq_timings(s.id);
   {
     std::lock_guard lk(mu_);
@@ -311,8 +306,7 @@ void Scheduler::start_embed(Slot& s, std::shared_ptr<Job> job) {
   s.stats.queue_ms = ms_between(s.job->submitted, s.t_start);
   s.last_use = ++use_clock_;
   s.generating = false;
-  s.out = StopText();
-  s.probs.clear();
+  s.gen.reset();
   s.n_embedded = 0;
   s.embeddings.clear();
   session_->reset_seq_timings(s.id);
@@ -338,18 +332,15 @@ void Scheduler::embed_step(Slot& s) {
 }
 
 void Scheduler::publish_safe(Slot& s) {
-  std::string shown = s.out.take();
-  if (!shown.empty() || !s.probs.empty()) {
-    s.job->publish(std::move(shown), std::move(s.probs));
-    s.probs.clear();
-  }
+  s.job->publish(s.gen->take(), s.gen->take_probs());
 }
 
 void Scheduler::end(Slot& s, Finish f, std::string error, std::vector<float> embeddings) {
-  if (s.dec && !s.out.stopped() && s.out.append(s.dec->flush())) s.stats.stop_word = s.out.stop_word();
-  std::string rest = s.out.take_rest();
-  if (!rest.empty() || !s.probs.empty()) s.job->publish(std::move(rest), std::move(s.probs));
-  s.probs.clear();
+  if (s.gen) {
+    std::string rest = s.gen->finish();
+    s.stats.stop_word = s.gen->stop_word();
+    s.job->publish(std::move(rest), s.gen->take_probs());
+  }
   s.stats.finish = f;
   s.stats.error = std::move(error);
   const SeqTimings t = session_->seq_timings(s.id);
@@ -376,69 +367,32 @@ void Scheduler::end(Slot& s, Finish f, std::string error, std::vector<float> emb
   idle_cv_.notify_all();
   s.job.reset();
   s.generating = false;
-  s.dec.reset();
+  s.gen.reset();
 }
 
 bool Scheduler::on_token(Slot& s, int32_t t, std::span<const float> logits) {
-  const JobSpec& sp = s.job->spec;
-  if (t < 0) {
-    end(s, Finish::Error, "the grammar allows no token of the vocabulary after this text");
-    return false;
+  const bool full = static_cast<int64_t>(s.cached.size()) >= o_.n_ctx_slot;
+  const GenEnd e = s.gen->accept(t, logits, t >= 0 && session_->grammar_done(s.id), full);
+  s.stats.n_predicted = s.gen->n_tokens();
+  switch (e) {
+    case GenEnd::None:
+      s.next = t;
+      publish_safe(s);
+      return true;
+    case GenEnd::NoToken:
+      end(s, Finish::Error, kGrammarAllowsNoToken);
+      return false;
+    case GenEnd::EndToken:
+    case GenEnd::StopString:
+    case GenEnd::GrammarDone:
+      end(s, Finish::Stop);
+      return false;
+    case GenEnd::ContextFull:
+    case GenEnd::Length:
+      end(s, Finish::Length);
+      return false;
   }
-  const bool ends = sp.end_tokens.empty() ? vocab_.is_eog(t) : contains(sp.end_tokens, t);
-  if (sp.n_predict == 0 || (!sp.ignore_eos && ends)) {
-    end(s, sp.n_predict == 0 ? Finish::Length : Finish::Stop);
-    return false;
-  }
-  s.stats.n_predicted += 1;
-  // A shown control token's text follows what the decoder holds (a byte-level vocabulary's
-  // flush only completes the text; harmony's vocabularies are such).
-  const std::string piece =
-      contains(sp.shown_tokens, t) ? s.dec->flush() + vocab_.piece(t) : s.dec->push(t);
-  if (sp.logprobs) {
-    // log-softmax of the raw logits.
-    float mx = -INFINITY;
-    for (float l : logits) mx = std::max(mx, l);
-    double sum = 0;
-    for (float l : logits) sum += std::exp(static_cast<double>(l - mx));
-    const float lse = mx + static_cast<float>(std::log(sum));
-    TokenProb p{t, vocab_.piece(t), logits[static_cast<size_t>(t)] - lse, {}};
-    const auto k = static_cast<size_t>(std::min<int64_t>(sp.top_logprobs,
-                                                         static_cast<int64_t>(logits.size())));
-    if (k > 0) {
-      std::vector<int32_t> ids(logits.size());
-      std::iota(ids.begin(), ids.end(), 0);
-      std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
-                        [&](int32_t a, int32_t b) {
-                          const float la = logits[static_cast<size_t>(a)];
-                          const float lb = logits[static_cast<size_t>(b)];
-                          return la > lb || (la == lb && a < b);
-                        });
-      for (size_t i = 0; i < k; ++i)
-        p.top.push_back({ids[i], vocab_.piece(ids[i]), logits[static_cast<size_t>(ids[i])] - lse});
-    }
-    s.probs.push_back(std::move(p));
-  }
-  if (s.out.append(piece)) {
-    s.stats.stop_word = s.out.stop_word();
-    end(s, Finish::Stop);
-    return false;
-  }
-  if (session_->grammar_done(s.id)) {  // the grammar's text is complete: nothing can follow
-    end(s, Finish::Stop);
-    return false;
-  }
-  if (sp.n_predict > 0 && s.stats.n_predicted >= sp.n_predict) {
-    end(s, Finish::Length);
-    return false;
-  }
-  if (static_cast<int64_t>(s.cached.size()) >= o_.n_ctx_slot) {
-    end(s, Finish::Length);
-    return false;
-  }
-  s.next = t;
-  publish_safe(s);
-  return true;
+  return false;
 }
 
 void Scheduler::loop() {

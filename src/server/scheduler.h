@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "powerinfer/engine.h"
+#include "powerinfer/generator.h"
 
 namespace pi::server {
 
@@ -51,19 +52,7 @@ namespace pi::server {
 enum class Finish { None, Stop, Length, Cancelled, Shutdown, Error };
 const char* finish_name(Finish f);  // "stop", "length", "cancelled", "shutdown", "error"
 
-struct TopProb {
-  int32_t id = 0;
-  std::string text;
-  float logprob = 0;
-};
-
-// One generated token with its log-probability (log-softmax of the raw logits).
-struct TokenProb {
-  int32_t id = 0;
-  std::string text;
-  float logprob = 0;
-  std::vector<TopProb> top;  // the top_logprobs most likely tokens
-};
+// Generated tokens carry pi::TokenProb (powerinfer/generator.h).
 
 enum class JobKind { Generate, Embed };
 

@@ -42,12 +42,6 @@ uint64_t random_seed() {
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
-// The id of the control token written `text`, or -1 when the vocabulary has none.
-int32_t control_token(const Vocabulary& v, std::string_view text) {
-  const std::vector<int32_t> ids = v.encode(text, /*add_bos=*/false, /*parse_special=*/true);
-  return ids.size() == 1 && v.piece(ids[0]) == text ? ids[0] : -1;
-}
-
 // Parses a JSON object body for the small endpoints; sets `e` on failure.
 std::optional<json> object_body(const std::string& body, ApiError& e) {
   json j = json::parse(body, nullptr, false);
@@ -153,23 +147,9 @@ void ApiServer::attach(const Engine& engine, Scheduler& scheduler, chat::Templat
   sched_ = &scheduler;
   tmpl_ = tmpl;
   const chat::ReplyTokens rt = chat::reply_tokens(tmpl);
-  if (!rt.empty()) {
-    const Vocabulary& v = *engine.vocabulary();
-    auto ids = [&](const std::vector<std::string_view>& texts) {
-      std::vector<int32_t> out;
-      for (std::string_view t : texts)
-        if (const int32_t id = control_token(v, t); id >= 0) out.push_back(id);
-      return out;
-    };
-    shown_tokens_ = ids(rt.shown);
-    const std::vector<int32_t> not_end = ids(rt.not_end);
-    for (int32_t id : v.eog_tokens())
-      if (std::find(not_end.begin(), not_end.end(), id) == not_end.end()) end_tokens_.push_back(id);
-    for (int32_t id : ids(rt.end)) {
-      if (std::find(end_tokens_.begin(), end_tokens_.end(), id) == end_tokens_.end())
-        end_tokens_.push_back(id);
-    }
-  }
+  ReplyIds ids = reply_ids(*engine.vocabulary(), rt.shown, rt.not_end, rt.end);
+  shown_tokens_ = std::move(ids.shown);
+  end_tokens_ = std::move(ids.end);
   ready_.store(true, std::memory_order_release);
   if (draining_.load()) sched_->drain();
 }

@@ -30,6 +30,7 @@
 #include "gen_options.h"
 #include "interrupt.h"
 #include "powerinfer/engine.h"
+#include "powerinfer/generator.h"
 #include "prompt_cache.h"
 #include "run_conversation.h"
 #include "sparsity_report.h"
@@ -125,25 +126,38 @@ void print_memory(const Session& s) {
 
 enum class Stop { Eog, Limit, ContextFull, Interrupted, GrammarDone };
 
-// Samples, prints and feeds tokens until end of generation, `limit` tokens (-1: none), a
-// full context, a grammar's complete text or Ctrl-C. Tokens fed are appended to `fed` when
-// given. `reply`: a harmony model's reply tokens (its headers printed, <|end|> not the end).
-Result<Stop> generate(Session& s, const Tokenizer& tok, Tokenizer::StreamDecoder& dec,
-                      int64_t limit, bool ignore_eos, DenseShadow* shadow, const ReplyIds* reply,
+// Samples, prints and feeds tokens until the answer ends (`p`: -n, --ignore-eos, a harmony
+// model's reply tokens), a full context or Ctrl-C. Tokens fed are appended to `fed` when given.
+Result<Stop> generate(Session& s, Generator& gen, const GenerateParams& p, DenseShadow* shadow,
                       std::vector<int32_t>* fed = nullptr) {
-  for (int64_t n = 0; limit < 0 || n < limit; ++n) {
+  gen.begin(p);
+  while (true) {
     if (interrupted()) return Stop::Interrupted;
-    const int32_t t = s.sample();
-    if (t < 0) return err("the grammar allows no token of the vocabulary after this text");
-    if (!ignore_eos && (reply != nullptr ? reply->ends(tok, t) : tok.is_eog(t))) return Stop::Eog;
-    print_piece(reply != nullptr && reply->is_shown(t) ? dec.flush() + tok.token_to_piece(t) : dec.push(t));
-    if (s.grammar_done()) return Stop::GrammarDone;
-    if (s.n_past() >= s.n_ctx()) return Stop::ContextFull;
-    PI_TRY(s.advance(t));
-    if (fed != nullptr) fed->push_back(t);
-    if (shadow != nullptr) PI_TRY(shadow->feed(std::span<const int32_t>(&t, 1), s.logits()));
+    auto e = gen.sample(s);
+    if (!e.ok()) return e.error();
+    print_piece(gen.take());
+    auto fed_now = gen.feed(s);
+    if (!fed_now.ok()) return fed_now.error();
+    if (*fed_now) {
+      const int32_t t = gen.last_token();
+      if (fed != nullptr) fed->push_back(t);
+      if (shadow != nullptr) PI_TRY(shadow->feed(std::span<const int32_t>(&t, 1), s.logits()));
+    }
+    switch (*e) {
+      case GenEnd::None:
+        continue;
+      case GenEnd::EndToken:
+      case GenEnd::StopString:
+      case GenEnd::NoToken:
+        return Stop::Eog;
+      case GenEnd::GrammarDone:
+        return Stop::GrammarDone;
+      case GenEnd::ContextFull:
+        return Stop::ContextFull;
+      case GenEnd::Length:
+        return Stop::Limit;
+    }
   }
-  return Stop::Limit;
 }
 
 // Reads one line from stdin. Returns false at end of input or when Ctrl-C interrupts the read.
@@ -310,10 +324,15 @@ int run(const RunOptions& o_in) {
 
   // A harmony model (gpt-oss) writes several messages: their headers are shown and <|end|>
   // between them does not stop the text (as llama.cpp's raw completion).
-  std::optional<ReplyIds> harmony;
-  if (auto t = chat::resolve_template(o.chat_template, info.chat_template); t.ok() && *t == chat::Template::Harmony)
-    harmony.emplace(*tok, *t);
-  const ReplyIds* reply = harmony ? &*harmony : nullptr;
+  GenerateParams gp;
+  gp.max_tokens = o.n_predict;
+  gp.ignore_eos = o.ignore_eos;
+  if (auto t = chat::resolve_template(o.chat_template, info.chat_template); t.ok() && *t == chat::Template::Harmony) {
+    const chat::ReplyTokens rt = chat::reply_tokens(*t);
+    ReplyIds ids = reply_ids(*(*engine)->vocabulary(), rt.shown, rt.not_end, rt.end);
+    gp.shown_tokens = std::move(ids.shown);
+    gp.end_tokens = std::move(ids.end);
+  }
 
   // An interactive session without a prompt starts with the user's first line.
   std::vector<int32_t> tokens;
@@ -329,13 +348,12 @@ int run(const RunOptions& o_in) {
     return 1;
   }
 
-  Tokenizer::StreamDecoder dec(*tok);
-  std::string shown;
-  for (int32_t t : tokens) shown += dec.push(t);
+  Generator gen(*(*engine)->vocabulary());
+  const std::string shown = gen.context(tokens);
   if (!o.no_display_prompt) print_piece(shown);
 
   auto finish = [&](int code) {
-    print_piece(dec.flush());
+    print_piece(gen.finish());
     std::fputc('\n', stdout);
     std::fflush(stdout);
     const double total_ms =
@@ -388,8 +406,7 @@ int run(const RunOptions& o_in) {
   }
   if (!o.interactive) {
     std::vector<int32_t> fed = tokens;
-    auto stop = generate(session, *tok, dec, o.n_predict, o.ignore_eos, shadow.get(), reply,
-                         o.prompt_cache_all ? &fed : nullptr);
+    auto stop = generate(session, gen, gp, shadow.get(), o.prompt_cache_all ? &fed : nullptr);
     if (!stop.ok()) {
       log_error("%s", stop.error().message.c_str());
       return finish(1);
@@ -412,7 +429,7 @@ int run(const RunOptions& o_in) {
   // Interactive: answer the prompt (if any), then alternate user turns and answers.
   bool first_turn = tokens.empty();
   if (!tokens.empty()) {
-    auto stop = generate(session, *tok, dec, o.n_predict, o.ignore_eos, shadow.get(), reply);
+    auto stop = generate(session, gen, gp, shadow.get());
     if (!stop.ok()) {
       log_error("%s", stop.error().message.c_str());
       return finish(1);
@@ -422,7 +439,7 @@ int run(const RunOptions& o_in) {
   std::string line;
   while (true) {
     clear_interrupt();
-    print_piece(dec.flush());
+    print_piece(gen.finish());
     print_piece("\n> ");
     if (!read_line(line)) break;
     if (line != "\n") {
@@ -434,7 +451,7 @@ int run(const RunOptions& o_in) {
                   static_cast<long long>(session.n_ctx()));
         return finish(1);
       }
-      for (int32_t t : turn) (void)dec.push(t);  // the user's text is already on screen
+      (void)gen.context(turn);  // the user's text is already on screen
       if (Status s = session.prompt(turn, stop_requested); !s.ok()) {
         if (interrupted()) continue;  // the turn was cut short: back to the input prompt
         log_error("%s", s.error().message.c_str());
@@ -447,7 +464,7 @@ int run(const RunOptions& o_in) {
         }
       }
     }
-    auto stop = generate(session, *tok, dec, o.n_predict, o.ignore_eos, shadow.get(), reply);
+    auto stop = generate(session, gen, gp, shadow.get());
     if (!stop.ok()) {
       log_error("%s", stop.error().message.c_str());
       return finish(1);

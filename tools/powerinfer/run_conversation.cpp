@@ -6,6 +6,8 @@
 #include "chat/harmony.h"
 #include "chat/reasoning.h"
 #include "core/log.h"
+#include "powerinfer/generator.h"
+#include "powerinfer/vocabulary.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pi::cli {
@@ -52,10 +54,6 @@ Status feed(Session& s, std::vector<int32_t>& hist, std::span<const int32_t> tok
   const int64_t fed = s.n_past() - before;
   hist.insert(hist.end(), tokens.begin(), tokens.begin() + fed);
   return st;
-}
-
-bool has_token(const std::vector<int32_t>& ids, int32_t id) {
-  return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
 // Prints a reply's split: reasoning between "[Start thinking]" and "[End thinking]" (dim on
@@ -113,7 +111,14 @@ Status run_conversation(Session& s, const Tokenizer& tok, const ConversationOpti
   if (!o.system_prompt.empty()) msgs.push_back({"system", o.system_prompt});
   chat::RenderOptions ro = o.render;
   if (ro.current_date.empty()) ro.current_date = chat::local_date();
-  const ReplyIds reply(tok, o.chat_template);
+  const Vocabulary vocab(tok);
+  GenerateParams gp;  // the chat format's reply tokens: harmony's headers shown, <|end|> no end
+  gp.max_tokens = o.n_predict;
+  gp.ignore_eos = o.ignore_eos;
+  const chat::ReplyTokens rt = chat::reply_tokens(o.chat_template);
+  ReplyIds ids = reply_ids(vocab, rt.shown, rt.not_end, rt.end);
+  gp.shown_tokens = std::move(ids.shown);
+  gp.end_tokens = std::move(ids.end);
   const chat::SplitKind kind =
       o.chat_template == chat::Template::Harmony ? chat::SplitKind::Harmony : chat::SplitKind::None;
   std::vector<int32_t> hist;  // every token the session holds, in order
@@ -182,7 +187,8 @@ Status run_conversation(Session& s, const Tokenizer& tok, const ConversationOpti
     fed_text = std::move(next);
     if (n_keep < 0) n_keep = static_cast<int64_t>(hist.size());  // --keep -1: the first turn
 
-    Tokenizer::StreamDecoder dec(tok);
+    Generator gen(vocab);
+    gen.begin(gp);
     chat::ReplySplit split(kind);
     ReplyPrinter printer(o, io);
     std::string raw, answer;  // the reply as written; its answer (harmony: the final channel)
@@ -193,17 +199,18 @@ Status run_conversation(Session& s, const Tokenizer& tok, const ConversationOpti
       answer += d.content;
     };
     const int shifts_before = shifts;
-    for (int64_t n = 0; o.n_predict < 0 || n < o.n_predict; ++n) {
-      if (io.interrupted()) break;
+    while (gp.max_tokens != 0 && !io.interrupted()) {
       const int32_t t = s.sample();
-      if (!o.ignore_eos && reply.ends(tok, t)) break;
-      // A shown control token's text follows what the decoder holds.
-      take(reply.is_shown(t) ? dec.flush() + tok.token_to_piece(t) : dec.push(t), false);
-      const int32_t one[1] = {t};
-      PI_TRY(feed(s, hist, one, std::max(n_keep, n_bos), io, shifts));
-      ++reply_tokens;
+      const GenEnd e = gen.accept(t, {}, t >= 0 && s.grammar_done(), /*context_full=*/false);
+      take(gen.take(), false);
+      if (e == GenEnd::None || e == GenEnd::Length) {  // a full context shifts in feed()
+        const int32_t one[1] = {t};
+        PI_TRY(feed(s, hist, one, std::max(n_keep, n_bos), io, shifts));
+        ++reply_tokens;
+      }
+      if (e != GenEnd::None) break;
     }
-    take(dec.flush(), true);
+    take(gen.finish(), true);
     printer.close();
     fed_text += raw;
     reply_bytes = raw.size();
@@ -212,22 +219,5 @@ Status run_conversation(Session& s, const Tokenizer& tok, const ConversationOpti
   }
   return Status::Ok();
 }
-
-ReplyIds::ReplyIds(const Tokenizer& tok, chat::Template t) {
-  const chat::ReplyTokens r = chat::reply_tokens(t);
-  auto ids = [&](const std::vector<std::string_view>& texts, std::vector<int32_t>& out) {
-    for (std::string_view text : texts)
-      if (const int32_t id = tok.find_token(text); id >= 0) out.push_back(id);
-  };
-  ids(r.shown, shown);
-  ids(r.not_end, not_end);
-  ids(r.end, end);
-}
-
-bool ReplyIds::ends(const Tokenizer& tok, int32_t t) const {
-  return (tok.is_eog(t) && !has_token(not_end, t)) || has_token(end, t);
-}
-
-bool ReplyIds::is_shown(int32_t t) const { return has_token(shown, t); }
 
 }  // namespace pi::cli

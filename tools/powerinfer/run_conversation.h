@@ -54,15 +54,6 @@ struct ConsoleIo {
   std::function<void()> clear_interrupt;
 };
 
-// A chat family's reply tokens (chat::reply_tokens) as ids of this vocabulary: harmony's
-// headers are shown, <|end|> does not end a reply, <|return|> and <|call|> do; for the other
-// families the vocabulary's end-of-generation tokens.
-struct ReplyIds {
-  std::vector<int32_t> shown, not_end, end;
-  ReplyIds(const Tokenizer& tok, chat::Template t);
-  bool ends(const Tokenizer& tok, int32_t t) const;  // ends the reply (unless --ignore-eos)
-  bool is_shown(int32_t t) const;                     // a control token whose text is printed
-};
 
 // Runs the conversation until end of input. Fails on a turn that cannot fit the context even
 // after a shift, and on errors of the session.

@@ -22,7 +22,7 @@ from ._powerinfer import Error
 from ._powerinfer import json_schema_to_grammar as _json_schema_to_grammar
 from ._powerinfer import Session as _Session
 from ._powerinfer import _ReplySplit
-from ._powerinfer import _StopText
+from ._powerinfer import _Generator
 from ._powerinfer import session_options as _session_options
 
 __all__ = ["Engine", "Session", "ChatSession", "Error", "json_schema_to_grammar"]
@@ -35,18 +35,6 @@ _OPTIONS = {name: (kind, help) for name, kind, help in _session_options()}
 def json_schema_to_grammar(schema) -> str:
     """GBNF whose sentences are the JSON documents `schema` (a dict or JSON text) accepts."""
     return _json_schema_to_grammar(schema if isinstance(schema, str) else json.dumps(schema))
-
-
-def _utf8_prefix(data: bytes) -> int:
-    """Length of the longest prefix of data that does not end inside a UTF-8 sequence."""
-    n = len(data)
-    for back in range(1, min(4, n) + 1):
-        b = data[n - back]
-        if b & 0xC0 == 0x80:  # continuation byte: look further back for the lead
-            continue
-        need = 1 if b < 0x80 else 2 if b >> 5 == 0b110 else 3 if b >> 4 == 0b1110 else 4 if b >> 3 == 0b11110 else 1
-        return n if back >= need else n - back
-    return n
 
 
 class Session:
@@ -148,48 +136,29 @@ class Session:
         self._tokens += tokens
 
     def stream(self, max_tokens: int = 128, stop_at_eog: bool = True, end_ids: Sequence[int] = (),
-               keep_ids: Sequence[int] = (), stop: Sequence[str] = ()) -> Iterator[str]:
+               keep_ids: Sequence[int] = (), stop: Sequence[str] = (),
+               shown_ids: Sequence[int] = ()) -> Iterator[str]:
         """Generates up to max_tokens tokens, yielding text as it becomes valid UTF-8. With
         stop_at_eog it stops before an end-of-generation token not in keep_ids, or one in
         end_ids (a chat format's reply ends: Engine.reply_format). `stop`: strings that end
         the text before them (as the server's "stop"); text that may begin one is held back
-        until it is clear."""
-        e = self.engine._e
-        end, keep = set(end_ids), set(keep_ids)
-        cut_at = _StopText([stop] if isinstance(stop, str) else list(stop)) if stop else None
-
-        def shown(text: str) -> tuple[str, bool]:
-            if cut_at is None:
-                return text, False
-            ended = cut_at.append(text)
-            return cut_at.take(), ended
-
-        pending = b""
-        for _ in range(max_tokens):
-            t = self._s.sample()
-            if t < 0:
-                raise Error("the grammar allows no token of the vocabulary after this text")
-            if stop_at_eog and ((e.is_eog(t) and t not in keep) or t in end):
+        until it is clear. Control tokens add no text unless in shown_ids. The engine's
+        generation loop, the one the CLI and the server use."""
+        stops = [stop] if isinstance(stop, str) else list(stop)
+        gen = _Generator(self.engine._e, self._tokens, max_tokens, stops, not stop_at_eog,
+                         list(end_ids), list(keep_ids), list(shown_ids))
+        while True:
+            end = gen.sample(self._s)
+            piece = gen.take()
+            if gen.feed(self._s):
+                self._tokens.append(gen.last_token)
+            if piece:
+                yield piece.decode("utf-8", errors="replace")
+            if end != "none":
                 break
-            pending += e.piece(t)
-            if self._s.grammar_done():  # the grammar's text is complete: t ends it
-                break
-            self._s.advance(t)
-            self._tokens.append(t)
-            cut = _utf8_prefix(pending)
-            if cut:
-                piece, ended = shown(pending[:cut].decode("utf-8", errors="replace"))
-                pending = pending[cut:]
-                if piece:
-                    yield piece
-                if ended:
-                    return
-        piece = pending.decode("utf-8", errors="replace") if pending else ""
-        if cut_at is not None:
-            cut_at.append(piece)
-            piece = cut_at.take_rest()
-        if piece:
-            yield piece
+        rest = gen.finish()
+        if rest:
+            yield rest.decode("utf-8", errors="replace")
 
     def generate(self, max_tokens: int = 128, stream: bool = False, stop_at_eog: bool = True,
                  stop: Sequence[str] = ()):
@@ -205,7 +174,7 @@ def _reply(session: "Session", engine: "Engine", template: str, prompt: str, max
     `content`: generation runs to the format's end of reply (harmony: <|return|>, not the
     <|end|> that closes its analysis message) and the reasoning (harmony's analysis channel,
     <think> blocks) goes to `reasoning` instead."""
-    kind, _, keep, end = engine._e.reply_format(template)
+    kind, shown, keep, end = engine._e.reply_format(template)
     split = _ReplySplit(kind, kind == "think" and prompt.rstrip(" \n").endswith("<think>"))
 
     def parts(reasoning_bytes: bytes, content: bytes) -> str:
@@ -213,7 +182,7 @@ def _reply(session: "Session", engine: "Engine", template: str, prompt: str, max
             reasoning.append(reasoning_bytes.decode("utf-8", errors="replace"))
         return content.decode("utf-8", errors="replace")
 
-    for piece in session.stream(max_tokens, end_ids=end, keep_ids=keep):
+    for piece in session.stream(max_tokens, end_ids=end, keep_ids=keep, shown_ids=shown):
         text = parts(*split.push(piece.encode("utf-8")))
         if text:
             yield text

@@ -26,10 +26,10 @@
 #include "chat/chat_template.h"
 #include "chat/reasoning.h"
 #include "powerinfer/engine.h"
+#include "powerinfer/generator.h"
 #include "powerinfer/grammar.h"
 #include "powerinfer/log.h"
 #include "powerinfer/session_options.h"
-#include "powerinfer/stop_text.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -227,13 +227,58 @@ NB_MODULE(_powerinfer, m) {
            },
            "template"_a = "");
 
-  // Text cut at stop strings (powerinfer/stop_text.h, what the server's "stop" uses).
-  nb::class_<pi::StopText>(m, "_StopText")
-      .def(nb::init<std::vector<std::string>>(), "stops"_a)
-      .def("append", [](pi::StopText& t, const std::string& piece) { return t.append(piece); })
-      .def("take", [](pi::StopText& t) { return t.take(); })
-      .def("take_rest", [](pi::StopText& t) { return t.take_rest(); })
-      .def_prop_ro("stop_word", [](const pi::StopText& t) { return t.stop_word(); });
+  // The generation loop (powerinfer/generator.h): what each sampled token does to the answer.
+  // Text comes back as bytes (whole UTF-8 characters unless the model wrote invalid bytes).
+  nb::class_<pi::Generator>(m, "_Generator")
+      .def("__init__",
+           [](pi::Generator* self, const PyEngine& e, const std::vector<int32_t>& context,
+              int64_t max_tokens, std::vector<std::string> stop, bool ignore_eos,
+              const std::vector<int32_t>& end_ids, const std::vector<int32_t>& keep_ids,
+              std::vector<int32_t> shown_ids) {
+             const pi::Vocabulary& v = e.vocab();
+             new (self) pi::Generator(v);
+             (void)self->context(context);
+             pi::GenerateParams p;
+             p.max_tokens = max_tokens;
+             p.stop = std::move(stop);
+             p.ignore_eos = ignore_eos;
+             p.shown_tokens = std::move(shown_ids);
+             // End tokens: the vocabulary's but keep_ids, and end_ids (a chat format's ends).
+             if (!end_ids.empty() || !keep_ids.empty()) {
+               for (int32_t id : v.eog_tokens())
+                 if (std::find(keep_ids.begin(), keep_ids.end(), id) == keep_ids.end()) p.end_tokens.push_back(id);
+               for (int32_t id : end_ids)
+                 if (std::find(p.end_tokens.begin(), p.end_tokens.end(), id) == p.end_tokens.end())
+                   p.end_tokens.push_back(id);
+             }
+             self->begin(std::move(p));
+           },
+           "engine"_a, "context"_a, "max_tokens"_a, "stop"_a, "ignore_eos"_a, "end_ids"_a,
+           "keep_ids"_a, "shown_ids"_a, nb::keep_alive<1, 2>())
+      .def("sample",
+           [](pi::Generator& g, PySession& s) {
+             pi::Result<pi::GenEnd> r = pi::Error{};
+             {
+               Unlocked unlocked;
+               r = g.sample(*s.session);
+             }
+             if (!r.ok()) raise(r.error());
+             return std::string(pi::gen_end_name(*r));
+           })
+      .def("feed",
+           [](pi::Generator& g, PySession& s) {
+             pi::Result<bool> r = pi::Error{};
+             {
+               Unlocked unlocked;
+               r = g.feed(*s.session);
+             }
+             if (!r.ok()) raise(r.error());
+             return *r;
+           })
+      .def("take", [](pi::Generator& g) { const std::string t = g.take(); return nb::bytes(t.data(), t.size()); })
+      .def("finish", [](pi::Generator& g) { const std::string t = g.finish(); return nb::bytes(t.data(), t.size()); })
+      .def_prop_ro("last_token", [](const pi::Generator& g) { return g.last_token(); })
+      .def_prop_ro("stop_word", [](const pi::Generator& g) { return g.stop_word(); });
 
   // A reply's reasoning apart from its answer (chat/reasoning.h's ReplySplit): push(bytes)
   // and finish() return (reasoning, content) as bytes.

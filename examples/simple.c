@@ -3,10 +3,18 @@
  * prints only the generated text (then a newline), as `powerinfer run -m MODEL -p PROMPT -n N
  * --temp 0 --no-display-prompt` does, and the decode rate on stderr; errors go to stderr with
  * exit code 1. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "powerinfer/powerinfer.h"
+
+static bool print_text(const char* text, size_t n, void* user) {
+  (void)user;
+  fwrite(text, 1, n, stdout);
+  fflush(stdout);
+  return true;
+}
 
 int main(int argc, char** argv) {
   if (argc != 4) {
@@ -37,29 +45,17 @@ int main(int argc, char** argv) {
   if (tokens == NULL) goto done;
   pi_tokenize(engine, argv[2], -1, pi_add_bos(engine), true, tokens, n);
   pi_status st = pi_session_prompt(session, tokens, (size_t)n);
+  /* The engine's generation loop: end tokens, whole UTF-8 characters, the prompt as context
+   * (a first word keeps its space). */
+  pi_generate_params gp = pi_generate_params_default();
+  gp.max_tokens = n_predict;
+  gp.context = tokens;
+  gp.n_context = (size_t)n;
+  if (st == PI_OK) st = pi_session_generate(session, &gp, print_text, NULL, NULL);
   free(tokens);
   if (st != PI_OK) {
-    fprintf(stderr, "error: %s\n", pi_session_error(session));
+    fprintf(stderr, "\nerror: %s\n", pi_session_error(session));
     goto done;
-  }
-  char piece[256];
-  for (int i = 0; i < n_predict; ++i) {
-    const int32_t t = pi_session_sample(session);
-    if (pi_token_is_eog(engine, t)) break;
-    const int32_t len = pi_token_piece(engine, t, piece, (int32_t)sizeof piece);
-    if (len > (int32_t)sizeof piece) { /* a long piece: ask again with room for it */
-      char* big = malloc((size_t)len);
-      if (big == NULL) goto done;
-      pi_token_piece(engine, t, big, len);
-      fwrite(big, 1, (size_t)len, stdout);
-      free(big);
-    } else if (len > 0) {
-      fwrite(piece, 1, (size_t)len, stdout);
-    }
-    if (pi_session_advance(session, t) != PI_OK) {
-      fprintf(stderr, "\nerror: %s\n", pi_session_error(session));
-      goto done;
-    }
   }
   fputc('\n', stdout);
   pi_timings t;

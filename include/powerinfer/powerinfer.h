@@ -268,6 +268,44 @@ PI_API pi_status pi_session_advance(pi_session* session, int32_t token);
  * that feeds tokens. NULL for a NULL session. */
 PI_API const float* pi_session_logits(const pi_session* session);
 
+/* ---- The generation loop (the one the CLI, the server and Python use) ---------------------
+ * Samples, shows and feeds sequence 0's tokens until the answer ends: an end-of-generation
+ * token (not shown), a stop string (the text ends before it; text that may begin one is held
+ * back until it is clear), a grammar's complete text, max_tokens, a full context, or the
+ * callback asking to stop. Text comes in whole UTF-8 characters; control tokens add none. */
+typedef enum pi_gen_end {
+  PI_GEN_END_TOKEN = 1,    /* an end-of-generation token */
+  PI_GEN_STOP_STRING = 2,  /* one of the stop strings */
+  PI_GEN_GRAMMAR_DONE = 3, /* the grammar's text is complete */
+  PI_GEN_CONTEXT_FULL = 4, /* the context holds no more tokens */
+  PI_GEN_LENGTH = 5,       /* max_tokens */
+  PI_GEN_CALLER = 6        /* the callback returned false */
+} pi_gen_end;
+
+typedef struct pi_generate_params {
+  int32_t max_tokens;       /* tokens in the answer; -1: no limit */
+  const char* const* stop;  /* n_stop stop strings (NUL-terminated; empty ones ignored) */
+  size_t n_stop;
+  bool ignore_eos;          /* end-of-generation tokens do not end the answer */
+  /* The tokens sequence 0 holds before the answer (or their last few), so that the answer's
+   * first piece keeps a leading space a tokenizer drops at the start of a text; may be NULL. */
+  const int32_t* context;
+  size_t n_context;
+} pi_generate_params;
+
+PI_API pi_generate_params pi_generate_params_default(void);
+
+/* Called with each piece of the answer's text (text[0..n), not NUL-terminated) as it becomes
+ * ready; return false to end the answer there. */
+typedef bool (*pi_text_callback)(const char* text, size_t n, void* user);
+
+/* Generates sequence 0's answer after what the session holds (tokens are fed as they are
+ * shown, so the session holds the answer afterwards and a next turn can follow). Sets *end
+ * (may be NULL) to why it ended. Fails (pi_session_error) when feeding fails or the grammar
+ * allows no token. */
+PI_API pi_status pi_session_generate(pi_session* session, const pi_generate_params* params,
+                                     pi_text_callback on_text, void* user, pi_gen_end* end);
+
 typedef struct pi_batch_token {
   int32_t token;
   int32_t seq;  /* sequence id, 0 .. n_seq_max - 1 */

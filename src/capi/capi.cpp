@@ -18,6 +18,7 @@
 
 #include "chat/chat_template.h"
 #include "powerinfer/engine.h"
+#include "powerinfer/generator.h"
 #include "powerinfer/grammar.h"
 #include "powerinfer/log.h"
 
@@ -427,6 +428,57 @@ pi_status pi_session_advance(pi_session* session, int32_t token) {
   if (session == nullptr) return PI_ERR_INVALID_ARGUMENT;
   if (!session_ready(session)) return invalid(session->error, "the session failed to be created");
   return guarded(session->error, PI_ERR_INVALID_ARGUMENT, [&] { return session->session->advance(token); });
+}
+
+pi_generate_params pi_generate_params_default(void) {
+  return pi_generate_params{-1, nullptr, 0, false, nullptr, 0};
+}
+
+pi_status pi_session_generate(pi_session* session, const pi_generate_params* params,
+                              pi_text_callback on_text, void* user, pi_gen_end* end) {
+  if (session == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  if (!session_ready(session)) return invalid(session->error, "the session failed to be created");
+  if (vocab(session->engine) == nullptr)
+    return invalid(session->error, "pi_session_generate: the model has no vocabulary");
+  const pi_generate_params p = params != nullptr ? *params : pi_generate_params_default();
+  if ((p.stop == nullptr && p.n_stop > 0) || (p.context == nullptr && p.n_context > 0))
+    return invalid(session->error, "pi_session_generate: stop or context is NULL with a count");
+  for (size_t i = 0; i < p.n_stop; ++i)
+    if (p.stop[i] == nullptr) return invalid(session->error, "pi_session_generate: a stop string is NULL");
+  pi_gen_end why = PI_GEN_LENGTH;
+  const pi_status st = guarded(session->error, PI_ERR_INTERNAL, [&]() -> pi::Status {
+    pi::Generator g(*vocab(session->engine));
+    (void)g.context({p.context, p.n_context});
+    pi::GenerateParams gp;
+    gp.max_tokens = p.max_tokens;
+    gp.stop.assign(p.stop, p.stop + p.n_stop);
+    gp.ignore_eos = p.ignore_eos;
+    g.begin(std::move(gp));
+    auto show = [&](const std::string& text) {
+      return text.empty() || on_text == nullptr || on_text(text.data(), text.size(), user);
+    };
+    while (true) {
+      auto e = g.sample(*session->session);
+      if (!e.ok()) return e.error();
+      const std::string text = g.take();
+      PI_TRY(g.feed(*session->session));
+      if (!show(text)) {
+        why = PI_GEN_CALLER;
+        (void)g.finish();
+        return pi::Status::Ok();
+      }
+      if (*e == pi::GenEnd::None) continue;
+      why = *e == pi::GenEnd::EndToken      ? PI_GEN_END_TOKEN
+            : *e == pi::GenEnd::StopString  ? PI_GEN_STOP_STRING
+            : *e == pi::GenEnd::GrammarDone ? PI_GEN_GRAMMAR_DONE
+            : *e == pi::GenEnd::ContextFull ? PI_GEN_CONTEXT_FULL
+                                            : PI_GEN_LENGTH;
+      (void)show(g.finish());
+      return pi::Status::Ok();
+    }
+  });
+  if (end != nullptr) *end = why;
+  return st;
 }
 
 const float* pi_session_logits(const pi_session* session) {

@@ -562,3 +562,74 @@ TEST(CApi, LogCallbackReceivesTheDiagnosticsWithTheirLevel) {
 }
 
 }  // namespace
+
+namespace {
+
+struct Collected {
+  std::string text;
+  int pieces = 0;
+  int stop_after = -1;  // the callback returns false after this many pieces (-1: never)
+};
+
+bool collect(const char* text, size_t n, void* user) {
+  auto* c = static_cast<Collected*>(user);
+  c->text.append(text, n);
+  c->pieces += 1;
+  return c->stop_after < 0 || c->pieces < c->stop_after;
+}
+
+// pi_session_generate: the engine's loop; `stop` cuts the text, the callback can end it.
+TEST(CApi, GenerateStreamsTheDecodedAnswerAndStopsWhereAsked) {
+  Loaded l;
+  const std::vector<int32_t> prompt = tokenize(l.e, "In the beginning");
+  auto run = [&](pi_generate_params p, Collected& c, pi_gen_end& end, int64_t* n_past = nullptr) {
+    pi_session* s = session(l.e, greedy());
+    ASSERT_EQ(pi_session_prompt(s, prompt.data(), prompt.size()), PI_OK);
+    p.context = prompt.data();
+    p.n_context = prompt.size();
+    ASSERT_EQ(pi_session_generate(s, &p, collect, &c, &end), PI_OK) << pi_session_error(s);
+    if (n_past != nullptr) *n_past = pi_session_n_past(s);
+    pi_session_free(s);
+  };
+  pi_generate_params p = pi_generate_params_default();
+  p.max_tokens = 24;
+  Collected whole;
+  pi_gen_end end{};
+  int64_t n_past = 0;
+  run(p, whole, end, &n_past);
+  EXPECT_EQ(end, PI_GEN_LENGTH);
+  EXPECT_EQ(n_past, static_cast<int64_t>(prompt.size()) + 24);  // the answer is fed, all of it
+  ASSERT_GT(whole.text.size(), 12u);
+  EXPECT_EQ(whole.text.front(), ' ') << "the first word keeps its space: " << whole.text;
+
+  // A stop string from the middle of that text: the answer ends before its first occurrence.
+  const std::string stop = whole.text.substr(whole.text.size() / 2, 4);
+  const char* stops[] = {stop.c_str()};
+  p.stop = stops;
+  p.n_stop = 1;
+  Collected cut;
+  run(p, cut, end);
+  EXPECT_EQ(end, PI_GEN_STOP_STRING);
+  EXPECT_EQ(cut.text, whole.text.substr(0, whole.text.find(stop)));
+
+  // The callback ends it.
+  p = pi_generate_params_default();
+  p.max_tokens = 24;
+  Collected two;
+  two.stop_after = 2;
+  run(p, two, end);
+  EXPECT_EQ(end, PI_GEN_CALLER);
+  EXPECT_EQ(two.pieces, 2);
+  EXPECT_TRUE(whole.text.starts_with(two.text));
+
+  // Bad arguments are statuses with a message.
+  pi_session* s = session(l.e, greedy());
+  p.stop = nullptr;
+  p.n_stop = 1;
+  EXPECT_EQ(pi_session_generate(s, &p, collect, &two, &end), PI_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pi_session_error(s)).find("stop"), std::string::npos);
+  pi_session_free(s);
+  EXPECT_EQ(pi_session_generate(nullptr, &p, collect, &two, &end), PI_ERR_INVALID_ARGUMENT);
+}
+
+}  // namespace

@@ -114,7 +114,7 @@ double relative_rms_error(const pi::gguf::File& a, const pi::gguf::TensorInfo& t
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-// The per-tensor recipes (tools/powerinfer/quant_mix.h) on an 8-layer model, the RMSE table,
+// The per-tensor recipes (src/workflows/quant_mix.h) on an 8-layer model, the RMSE table,
 // predictors and ffn_down_t kept, and values within each type's precision.
 // Mixture of experts: the 3-D expert stacks are quantized row by row, the router keeps its
 // type (as llama.cpp keeps it), down's stack follows ffn_down's recipe, and the result runs.
@@ -296,7 +296,7 @@ TEST(CliQuantize, RefusesBadInput) {
 
   r = run_command(kBin + "/powerinfer quantize " + in + " " + tmp("z.gguf") + " q8_0 --override nonsense");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("bad --override"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bad override"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ ALLOWED = {
     "runtime": {"sparse", "model", "backend", "tokenizer", "grammar", "gguf", "tensor", "core",
                 "powerinfer"},
     "chat": {"powerinfer"},
+    "workflows": {"model", "gguf", "tensor", "core", "powerinfer"},
     "server": {"powerinfer", "chat"},
     "capi": {"powerinfer", "chat"},
 }

@@ -8,15 +8,13 @@
 #include "cli_checks.h"
 #include "commands.h"
 #include "core/log.h"
-#include "quantize_ftype.h"
-#include "quantize_model.h"
+#include "powerinfer/quantize.h"
 
 namespace pi::cli {
 
 Runner add_quantize(CLI::App& app) {
   struct Args {
-    tools::QuantizeOptions opts;
-    std::string type;
+    QuantizeParams opts;
     std::vector<std::string> overrides;
   };
   auto a = std::make_shared<Args>();
@@ -29,7 +27,7 @@ Runner add_quantize(CLI::App& app) {
       "for 4/5-bit targets. Prints the sizes and the round-trip RMSE per output type.");
   sub->add_option("input", a->opts.input, "Input model")->required()->check(CLI::ExistingFile);
   sub->add_option("output", a->opts.output, "Output model")->required();
-  sub->add_option("type", a->type,
+  sub->add_option("type", a->opts.type,
                   "Target type, e.g. q4_0, or llama.cpp's numeric id (2 = q4_0, 7 = q8_0)")
       ->required();
   sub->add_flag("--allow-requantize", a->opts.allow_requantize,
@@ -43,30 +41,16 @@ Runner add_quantize(CLI::App& app) {
       log_error("%s", s.error().message.c_str());
       return 1;
     }
-    auto type_name = quantize_type_name(a->type);
-    if (!type_name.ok()) {
-      log_error("%s", type_name.error().message.c_str());
-      return 1;
-    }
-    a->type = *type_name;
-    auto target = tools::parse_quant_target(a->type);
-    if (!target) {
-      log_error("quantize: unknown or unsupported type '%s' (use f32, f16, bf16, q8_0, q6_k, "
-                "q5_k_m, q5_1, q5_0, q4_k_m, q4_1, q4_0, mxfp4, mxfp4_moe, q3_k_m, q2_k)", a->type.c_str());
-      return 1;
-    }
-    a->opts.target = target->base;
-    a->opts.mix = target->mix;
     for (const std::string& o : a->overrides) {
-      auto eq = o.rfind('=');
-      auto t = eq == std::string::npos ? std::nullopt : dtype_from_name(o.substr(eq + 1));
-      if (!t || !dtype_info(*t).computable) {
-        log_error("quantize: bad --override '%s' (expected PATTERN=TYPE)", o.c_str());
+      auto ov = parse_quantize_override(o);
+      if (!ov.ok()) {
+        log_error("%s", ov.error().message.c_str());
         return 1;
       }
-      a->opts.overrides.emplace_back(o.substr(0, eq), *t);
+      a->opts.overrides.push_back(std::move(*ov));
     }
-    auto rep = tools::quantize_model(a->opts);
+    a->opts.progress = true;
+    auto rep = quantize_model(a->opts);
     if (!rep.ok()) {
       log_error("%s", rep.error().message.c_str());
       return 1;
@@ -78,10 +62,10 @@ Runner add_quantize(CLI::App& app) {
                 static_cast<double>(rep->file_in) / 1048576.0,
                 static_cast<double>(rep->file_out) / 1048576.0,
                 100.0 * static_cast<double>(rep->file_out) / static_cast<double>(rep->file_in));
-    if (!rep->errors.empty()) std::printf("%-6s %8s %14s %12s %10s\n", "type", "tensors", "elements", "rmse", "rel. rmse");
-    for (const auto& e : rep->errors) {
-      std::printf("%-6s %8d %14llu %12.4e %9.3f%%\n", std::string(dtype_name(e.type)).c_str(), e.n_tensors,
-                  static_cast<unsigned long long>(e.n_elements), e.rmse(), 100.0 * e.relative());
+    if (!rep->types.empty()) std::printf("%-6s %8s %14s %12s %10s\n", "type", "tensors", "elements", "rmse", "rel. rmse");
+    for (const auto& e : rep->types) {
+      std::printf("%-6s %8d %14llu %12.4e %9.3f%%\n", e.type.c_str(), e.n_tensors,
+                  static_cast<unsigned long long>(e.n_elements), e.rmse, 100.0 * e.relative);
     }
     return 0;
   };

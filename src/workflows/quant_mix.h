@@ -10,7 +10,7 @@
 
 #include "tensor/dtype.h"
 
-namespace pi::tools {
+namespace pi::workflows {
 
 enum class Mix { None, Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K, Mxfp4Moe };
 
@@ -54,4 +54,4 @@ int layer_of(const std::string& name);
 //   for Q2_K, Q3_K_M and Q4_K_M (llama.cpp: "bumping this to Q8_0 trades just ~128MB").
 DType mix_type(const std::string& name, int64_t cols, Mix mix, int n_layer, int64_t n_expert = 0);
 
-}  // namespace pi::tools
+}  // namespace pi::workflows

@@ -1,9 +1,9 @@
-#include "quant_mix.h"
+#include "workflows/quant_mix.h"
 
 #include <cctype>
 #include <cstdlib>
 
-namespace pi::tools {
+namespace pi::workflows {
 namespace {
 
 bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
@@ -118,4 +118,4 @@ DType mix_type(const std::string& name, int64_t cols, Mix mix, int n_layer, int6
   return t;
 }
 
-}  // namespace pi::tools
+}  // namespace pi::workflows

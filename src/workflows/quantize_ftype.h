@@ -7,10 +7,10 @@
 
 #include "core/error.h"
 
-namespace pi::cli {
+namespace pi::workflows {
 
 // The lower-case type name for `arg`; an error for ids llama.cpp retired or that name a
 // type family this engine does not have (IQ*, TQ*).
 Result<std::string> quantize_type_name(const std::string& arg);
 
-}  // namespace pi::cli
+}  // namespace pi::workflows

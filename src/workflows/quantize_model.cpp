@@ -1,9 +1,10 @@
-#include "quantize_model.h"
+#include "workflows/quantize_model.h"
 
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "core/progress.h"
@@ -12,7 +13,7 @@
 #include "model/layer_tensors.h"
 #include "tensor/quant.h"
 
-namespace pi::tools {
+namespace pi::workflows {
 namespace {
 
 bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
@@ -179,7 +180,7 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& o) {
                    t.name.c_str(), std::string(dtype_name(t.type)).c_str());
       }
       if (!is_float_type(t.type) && !o.allow_requantize) {
-        return err("%s: tensor '%s' is already %s; pass --allow-requantize to convert it to %s "
+        return err("%s: tensor '%s' is already %s; allow requantizing (--allow-requantize) to convert it to %s "
                    "(quality drops compared with quantizing from F16/F32)",
                    o.input.c_str(), t.name.c_str(), std::string(dtype_name(t.type)).c_str(),
                    std::string(dtype_name(dst)).c_str());
@@ -192,7 +193,8 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& o) {
 
   uint64_t total = 0;
   for (const auto& t : f.tensors()) total += t.nbytes;
-  ProgressBar bar("quantize", total);
+  std::optional<ProgressBar> bar;  // on stderr when asked (and a terminal)
+  if (o.progress) bar.emplace("quantize", total);
   uint64_t done = 0;
   const int threads = std::max(1, o.threads);
   std::vector<std::byte> out;
@@ -236,19 +238,19 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& o) {
         }
         te.n_elements += static_cast<uint64_t>((r1 - r0) * cols);
         PI_TRY(w.write(out));
-        bar.update(done + static_cast<uint64_t>(r1) * in_row);
+        if (bar) bar->update(done + static_cast<uint64_t>(r1) * in_row);
       }
       ++rep.n_quantized;
       ++error_of(rep, dst).n_tensors;
     }
     done += t.nbytes;
-    bar.update(done);
+    if (bar) bar->update(done);
   }
   PI_TRY(w.finish());
-  bar.finish();
+  if (bar) bar->finish();
   rep.file_in = std::filesystem::file_size(o.input);
   rep.file_out = std::filesystem::file_size(o.output);
   return rep;
 }
 
-}  // namespace pi::tools
+}  // namespace pi::workflows

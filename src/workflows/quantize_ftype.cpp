@@ -1,10 +1,10 @@
-#include "quantize_ftype.h"
+#include "workflows/quantize_ftype.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
 
-namespace pi::cli {
+namespace pi::workflows {
 namespace {
 
 struct Ftype {
@@ -49,4 +49,4 @@ Result<std::string> quantize_type_name(const std::string& arg) {
              "15 = q4_k_m)", arg.c_str());
 }
 
-}  // namespace pi::cli
+}  // namespace pi::workflows

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "quant_mix.h"
+#include "workflows/quant_mix.h"
 #include "tensor/dtype.h"
 
-namespace pi::tools {
+namespace pi::workflows {
 
 struct QuantizeOptions {
   std::string input, output;
@@ -24,7 +24,7 @@ struct QuantizeOptions {
   // Ordered (glob pattern, type) overrides matched against tensor names; first match wins.
   std::vector<std::pair<std::string, DType>> overrides;
   int threads = 2;
-  bool progress = true;
+  bool progress = false;  // a progress bar on stderr
 };
 
 // Round-trip error of the converted tensors of one output type: sum (x - x')^2 and sum x^2
@@ -64,4 +64,4 @@ uint32_t file_type_for(DType target);
 // Glob match with '*' and '?'.
 bool glob_match(const std::string& pattern, const std::string& text);
 
-}  // namespace pi::tools
+}  // namespace pi::workflows

@@ -370,6 +370,37 @@ typedef enum pi_pooling {
 PI_API int32_t pi_session_embed(pi_session* session, const int32_t* tokens, size_t n,
                                 int32_t pooling, bool normalize, float* out, int32_t cap);
 
+/* ---- Quantization (powerinfer quantize; llama.cpp's llama_model_quantize) ----------------- */
+typedef struct pi_quantize_params {
+  /* A type (f32, f16, bf16, q8_0, q5_1, q5_0, q4_1, q4_0, mxfp4), a mix following llama.cpp's
+   * per-tensor recipes (q6_k, q5_k_m, q4_k_m, q3_k_m, q2_k, mxfp4_moe), in any case, or
+   * llama.cpp's numeric file-type id ("15" = q4_k_m). NULL: q4_0. */
+  const char* type;
+  bool allow_requantize;        /* convert tensors that are already quantized */
+  const char* const* overrides; /* n_overrides "PATTERN=TYPE" strings: a glob over tensor names */
+  size_t n_overrides;
+  int32_t n_threads;            /* >= 1 */
+  bool progress;                /* a progress bar on stderr when it is a terminal */
+} pi_quantize_params;
+
+typedef struct pi_quantize_report {
+  uint64_t bytes_in, bytes_out; /* tensor data */
+  uint64_t file_in, file_out;   /* whole files */
+  int32_t n_quantized, n_copied;
+} pi_quantize_report;
+
+PI_API pi_quantize_params pi_quantize_params_default(void);
+
+/* Writes a copy of `input` (GGUF or PowerInfer) to `output` with its large matrices converted,
+ * its metadata and small tensors kept, streaming (memory stays flat). `report` may be NULL. On
+ * failure the one-line reason goes to error[0..error_cap) (NUL-terminated, cut to fit; error
+ * may be NULL): PI_ERR_INVALID_ARGUMENT for a bad type, override or thread count, PI_ERR_LOAD
+ * for what the files hold or refuse (a missing or damaged input, output == input, a tensor
+ * already quantized without allow_requantize, a write that fails). */
+PI_API pi_status pi_model_quantize(const char* input, const char* output,
+                                   const pi_quantize_params* params, pi_quantize_report* report,
+                                   char* error, size_t error_cap);
+
 /* ---- Saved state (prompt caches) --------------------------------------------------------- */
 
 /* Writes sequence seq's KV cells to a file with a header naming the model (its fingerprint),

@@ -20,12 +20,13 @@ from typing import Iterator, Sequence
 from ._powerinfer import Engine as _Engine
 from ._powerinfer import Error
 from ._powerinfer import json_schema_to_grammar as _json_schema_to_grammar
+from ._powerinfer import _quantize
 from ._powerinfer import Session as _Session
 from ._powerinfer import _ReplySplit
 from ._powerinfer import _Generator
 from ._powerinfer import session_options as _session_options
 
-__all__ = ["Engine", "Session", "ChatSession", "Error", "json_schema_to_grammar"]
+__all__ = ["Engine", "Session", "ChatSession", "Error", "json_schema_to_grammar", "quantize"]
 
 # Session keywords: the engine's option table (name, kind, help), plus json_schema (turned into
 # a grammar here). Defaults are the engine's.
@@ -35,6 +36,20 @@ _OPTIONS = {name: (kind, help) for name, kind, help in _session_options()}
 def json_schema_to_grammar(schema) -> str:
     """GBNF whose sentences are the JSON documents `schema` (a dict or JSON text) accepts."""
     return _json_schema_to_grammar(schema if isinstance(schema, str) else json.dumps(schema))
+
+
+def quantize(input: str, output: str, type: str = "q4_0", allow_requantize: bool = False,
+             overrides=None, threads: int = 2, progress: bool = False) -> dict:
+    """Writes a copy of the model file `input` to `output` with its large matrices converted to
+    `type` (a type such as "q8_0", a llama.cpp mix such as "q4_k_m", or its numeric file-type
+    id), as `powerinfer quantize` does. `overrides`: {glob over tensor names: type} or
+    ["PATTERN=TYPE", ...], first match wins. Returns the report: sizes, tensors converted and
+    copied, and per output type the round-trip RMSE. A bad type, override or file is a
+    powerinfer.Error naming it."""
+    if isinstance(overrides, dict):
+        overrides = [f"{k}={v}" for k, v in overrides.items()]
+    return _quantize(str(input), str(output), str(type), allow_requantize, list(overrides or ()),
+                     threads, progress)
 
 
 class Session:

@@ -29,6 +29,7 @@
 #include "powerinfer/generator.h"
 #include "powerinfer/grammar.h"
 #include "powerinfer/log.h"
+#include "powerinfer/quantize.h"
 #include "powerinfer/session_options.h"
 
 namespace nb = nanobind;
@@ -316,6 +317,50 @@ NB_MODULE(_powerinfer, m) {
         return *g;
       },
       "schema"_a, "GBNF for a JSON Schema (JSON text); powerinfer.Error names what is unsupported.");
+
+  m.def(
+      "_quantize",
+      [](const std::string& input, const std::string& output, const std::string& type,
+         bool allow_requantize, const std::vector<std::string>& overrides, int threads, bool progress) {
+        pi::QuantizeParams p;
+        p.input = input;
+        p.output = output;
+        p.type = type;
+        p.allow_requantize = allow_requantize;
+        p.threads = threads;
+        p.progress = progress;
+        for (const std::string& o : overrides) {
+          auto ov = pi::parse_quantize_override(o);
+          if (!ov.ok()) raise(ov.error());
+          p.overrides.push_back(std::move(*ov));
+        }
+        pi::Result<pi::QuantizeReport> r = pi::Error{};
+        {
+          Unlocked unlocked;
+          r = pi::quantize_model(p);
+        }
+        if (!r.ok()) raise(r.error());
+        nb::dict d;
+        d["bytes_in"] = r->bytes_in;
+        d["bytes_out"] = r->bytes_out;
+        d["file_in"] = r->file_in;
+        d["file_out"] = r->file_out;
+        d["n_quantized"] = r->n_quantized;
+        d["n_copied"] = r->n_copied;
+        nb::list types;
+        for (const pi::QuantizeTypeStats& t : r->types) {
+          nb::dict e;
+          e["type"] = t.type;
+          e["n_tensors"] = t.n_tensors;
+          e["n_elements"] = t.n_elements;
+          e["rmse"] = t.rmse;
+          e["relative_rmse"] = t.relative;
+          types.append(e);
+        }
+        d["types"] = types;
+        return d;
+      },
+      "input"_a, "output"_a, "type"_a, "allow_requantize"_a, "overrides"_a, "threads"_a, "progress"_a);
 
   m.def(
       "session_options",

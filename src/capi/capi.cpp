@@ -21,6 +21,7 @@
 #include "powerinfer/generator.h"
 #include "powerinfer/grammar.h"
 #include "powerinfer/log.h"
+#include "powerinfer/quantize.h"
 
 struct pi_engine {
   std::unique_ptr<pi::Engine> engine;  // null after a failed load
@@ -643,6 +644,64 @@ pi_status pi_session_placement(const pi_session* session, pi_placement* out) {
     return PI_OK;
   } catch (const std::exception&) {
     return PI_ERR_INTERNAL;
+  }
+}
+
+pi_quantize_params pi_quantize_params_default(void) {
+  const pi::QuantizeParams d;
+  return pi_quantize_params{nullptr, d.allow_requantize, nullptr, 0, d.threads, d.progress};
+}
+
+pi_status pi_model_quantize(const char* input, const char* output, const pi_quantize_params* params,
+                            pi_quantize_report* report, char* error, size_t error_cap) {
+  std::string message;
+  auto fail = [&](pi_status st) {
+    if (error != nullptr && error_cap > 0) {
+      const size_t n = std::min(message.size(), error_cap - 1);
+      std::memcpy(error, message.data(), n);
+      error[n] = '\0';
+    }
+    return st;
+  };
+  if (input == nullptr || output == nullptr) {
+    message = "pi_model_quantize: input or output is NULL";
+    return fail(PI_ERR_INVALID_ARGUMENT);
+  }
+  const pi_quantize_params p = params != nullptr ? *params : pi_quantize_params_default();
+  pi::QuantizeParams q;
+  q.input = input;
+  q.output = output;
+  if (p.type != nullptr) q.type = p.type;
+  q.allow_requantize = p.allow_requantize;
+  q.threads = p.n_threads;
+  q.progress = p.progress;
+  if (p.overrides == nullptr && p.n_overrides > 0) {
+    message = "pi_model_quantize: overrides is NULL with a count";
+    return fail(PI_ERR_INVALID_ARGUMENT);
+  }
+  try {
+    for (size_t i = 0; i < p.n_overrides; ++i) {
+      auto ov = pi::parse_quantize_override(p.overrides[i] != nullptr ? p.overrides[i] : "");
+      if (!ov.ok()) {
+        message = ov.error().message;
+        return fail(PI_ERR_INVALID_ARGUMENT);
+      }
+      q.overrides.push_back(std::move(*ov));
+    }
+    auto r = pi::quantize_model(q);
+    if (!r.ok()) {
+      message = r.error().message;
+      return fail(r.error().code == pi::ErrorCode::BadRequest ? PI_ERR_INVALID_ARGUMENT : PI_ERR_LOAD);
+    }
+    if (report != nullptr)
+      *report = pi_quantize_report{r->bytes_in, r->bytes_out, r->file_in, r->file_out, r->n_quantized, r->n_copied};
+    return PI_OK;
+  } catch (const std::bad_alloc&) {
+    message = "out of memory";
+    return fail(PI_ERR_OUT_OF_MEMORY);
+  } catch (const std::exception& e) {
+    message = std::string("internal error: ") + e.what();
+    return fail(PI_ERR_INTERNAL);
   }
 }
 

@@ -11,19 +11,21 @@ namespace pi {
 Result<std::pair<std::string, std::string>> parse_quantize_override(const std::string& text) {
   const size_t eq = text.rfind('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
-    return err("quantize: bad override '%s' (expected PATTERN=TYPE)", text.c_str());
+    return with_code(err("quantize: bad override '%s' (expected PATTERN=TYPE)", text.c_str()),
+                     ErrorCode::BadRequest);
   return std::make_pair(text.substr(0, eq), text.substr(eq + 1));
 }
 
 Result<QuantizeReport> quantize_model(const QuantizeParams& p) {
   if (p.threads < 1) return with_code(err("quantize: threads must be at least 1 (got %d)", p.threads), ErrorCode::BadRequest);
   auto name = workflows::quantize_type_name(p.type);
-  if (!name.ok()) return name.error();
+  if (!name.ok()) return with_code(name.error(), ErrorCode::BadRequest);
   auto target = workflows::parse_quant_target(*name);
   if (!target) {
-    return err("quantize: unknown or unsupported type '%s' (use f32, f16, bf16, q8_0, q6_k, "
-               "q5_k_m, q5_1, q5_0, q4_k_m, q4_1, q4_0, mxfp4, mxfp4_moe, q3_k_m, q2_k)",
-               name->c_str());
+    return with_code(err("quantize: unknown or unsupported type '%s' (use f32, f16, bf16, q8_0, "
+                         "q6_k, q5_k_m, q5_1, q5_0, q4_k_m, q4_1, q4_0, mxfp4, mxfp4_moe, q3_k_m, q2_k)",
+                         name->c_str()),
+                     ErrorCode::BadRequest);
   }
   workflows::QuantizeOptions o;
   o.input = p.input;
@@ -36,7 +38,9 @@ Result<QuantizeReport> quantize_model(const QuantizeParams& p) {
   for (const auto& [pattern, type] : p.overrides) {
     const auto t = dtype_from_name(type);
     if (pattern.empty() || !t || !dtype_info(*t).computable)
-      return err("quantize: bad override '%s=%s' (expected PATTERN=TYPE)", pattern.c_str(), type.c_str());
+      return with_code(err("quantize: bad override '%s=%s' (expected PATTERN=TYPE)", pattern.c_str(),
+                           type.c_str()),
+                       ErrorCode::BadRequest);
     o.overrides.emplace_back(pattern, *t);
   }
   auto r = workflows::quantize_model(o);

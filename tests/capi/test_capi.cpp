@@ -633,3 +633,65 @@ TEST(CApi, GenerateStreamsTheDecodedAnswerAndStopsWhereAsked) {
 }
 
 }  // namespace
+
+namespace {
+
+// pi_model_quantize: the CLI's quantization as a call; the copy loads and generates, errors are
+// statuses with the reason in the caller's buffer.
+TEST(CApi, QuantizeWritesALoadableCopyAndRefusesBadArguments) {
+  // The bundled model is Q8_0: converting it again must be allowed.
+  const std::string out = std::filesystem::temp_directory_path() / "capi_quant.q4.gguf";
+  const std::string again = std::filesystem::temp_directory_path() / "capi_quant.again.gguf";
+  pi_quantize_params p = pi_quantize_params_default();
+  EXPECT_EQ(p.n_threads, 2);
+  char error[256] = "";
+  EXPECT_EQ(pi_model_quantize(kModel.c_str(), out.c_str(), &p, nullptr, error, sizeof error), PI_ERR_LOAD);
+  EXPECT_NE(std::string(error).find("--allow-requantize"), std::string::npos) << error;
+  p.type = "Q4_0";
+  p.n_threads = 1;
+  p.allow_requantize = true;
+  const char* ov[] = {"blk.0.*=q8_0"};
+  p.overrides = ov;
+  p.n_overrides = 1;
+  pi_quantize_report r{};
+  ASSERT_EQ(pi_model_quantize(kModel.c_str(), out.c_str(), &p, &r, error, sizeof error), PI_OK) << error;
+  EXPECT_GT(r.n_quantized, 0);
+  EXPECT_GT(r.n_copied, 0);  // blk.0 stays Q8_0, the norms as they are
+  EXPECT_LT(r.file_out, r.file_in);
+  {
+    Loaded l(out);
+    ASSERT_NE(l.e, nullptr);
+    pi_session* s = session(l.e, greedy());
+    const std::vector<int32_t> prompt = tokenize(l.e, "In the beginning");
+    EXPECT_EQ(pi_session_prompt(s, prompt.data(), prompt.size()), PI_OK) << pi_session_error(s);
+    pi_session_free(s);
+  }
+
+  p = pi_quantize_params_default();
+  p.type = "q9_9";
+  EXPECT_EQ(pi_model_quantize(kModel.c_str(), again.c_str(), &p, nullptr, error, sizeof error),
+            PI_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(error).find("q9_9"), std::string::npos) << error;
+  char tiny[8];  // the reason is cut to fit, NUL-terminated
+  EXPECT_EQ(pi_model_quantize(kModel.c_str(), again.c_str(), &p, nullptr, tiny, sizeof tiny),
+            PI_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(tiny).size(), sizeof tiny - 1);
+  p = pi_quantize_params_default();
+  const char* bad[] = {"nonsense"};
+  p.overrides = bad;
+  p.n_overrides = 1;
+  EXPECT_EQ(pi_model_quantize(kModel.c_str(), again.c_str(), &p, nullptr, error, sizeof error),
+            PI_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(error).find("nonsense"), std::string::npos) << error;
+  p = pi_quantize_params_default();
+  EXPECT_EQ(pi_model_quantize("/nonexistent.gguf", again.c_str(), &p, nullptr, error, sizeof error),
+            PI_ERR_LOAD);
+  EXPECT_NE(std::string(error).find("/nonexistent.gguf"), std::string::npos) << error;
+  EXPECT_EQ(pi_model_quantize(kModel.c_str(), kModel.c_str(), &p, nullptr, nullptr, 0), PI_ERR_LOAD);
+  EXPECT_EQ(pi_model_quantize(nullptr, again.c_str(), &p, nullptr, error, sizeof error),
+            PI_ERR_INVALID_ARGUMENT);
+  std::filesystem::remove(out);
+  std::filesystem::remove(again);
+}
+
+}  // namespace

@@ -279,3 +279,23 @@ def test_stop_strings_end_the_text_before_them(engine):
     assert "".join(engine.generate("In the beginning", max_tokens=40, temperature=0, stream=True,
                                    stop=["never in this text", word])) == want
     assert engine.generate("In the beginning", max_tokens=40, temperature=0, stop="never in it") == whole
+
+
+def test_quantize_writes_a_copy_that_generates_and_refuses_bad_arguments(tmp_path):
+    out = tmp_path / "q4.gguf"
+    with pytest.raises(powerinfer.Error, match="--allow-requantize"):  # the bundled model is Q8_0
+        powerinfer.quantize(MODEL, out, "q4_0")
+    report = powerinfer.quantize(MODEL, out, "Q4_0", allow_requantize=True,
+                                 overrides={"blk.0.*": "q8_0"}, threads=1)
+    assert report["n_quantized"] > 0 and report["n_copied"] > 0
+    assert report["file_out"] < report["file_in"]
+    assert "q4_0" in [t["type"] for t in report["types"]]
+    assert all(t["relative_rmse"] < 0.2 for t in report["types"])
+    text = powerinfer.Engine(str(out)).generate("In the beginning", max_tokens=8, temperature=0)
+    assert text and text == run_text("In the beginning", 8, str(out))
+    with pytest.raises(powerinfer.Error, match="q9_9"):
+        powerinfer.quantize(MODEL, tmp_path / "x.gguf", "q9_9")
+    with pytest.raises(powerinfer.Error, match="nonsense"):
+        powerinfer.quantize(MODEL, tmp_path / "x.gguf", "q8_0", overrides=["nonsense"])
+    with pytest.raises(powerinfer.Error, match="input file"):
+        powerinfer.quantize(MODEL, MODEL, "q8_0")

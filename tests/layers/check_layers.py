@@ -30,7 +30,8 @@ ALLOWED = {
     "runtime": {"sparse", "model", "backend", "tokenizer", "grammar", "gguf", "tensor", "core",
                 "powerinfer"},
     "chat": {"powerinfer"},
-    "workflows": {"model", "gguf", "tensor", "core", "powerinfer"},
+    "workflows": {"runtime", "sparse", "model", "backend", "tokenizer", "grammar", "gguf", "tensor",
+                  "core", "powerinfer"},
     "server": {"powerinfer", "chat"},
     "capi": {"powerinfer", "chat"},
 }

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-namespace pi::cli {
+namespace pi::workflows {
 
 // log(sum_i exp(x_i)) of one row, in double, shifted by the row maximum. f32 [n_vocab]
 double log_sum_exp(std::span<const float> logits);
@@ -66,4 +66,4 @@ struct KlSummary {
 // `kls` is sorted in place.
 KlSummary summarize_kl(std::vector<double>& kls, int64_t n_same_top1);
 
-}  // namespace pi::cli
+}  // namespace pi::workflows

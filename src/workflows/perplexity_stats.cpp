@@ -1,4 +1,4 @@
-#include "perplexity_stats.h"
+#include "workflows/perplexity_stats.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "tensor/quant.h"
 
-namespace pi::cli {
+namespace pi::workflows {
 namespace {
 
 // Decodes f16 log-probabilities into `out` and renormalizes them so that exp(out) sums to 1.
@@ -106,4 +106,4 @@ KlSummary summarize_kl(std::vector<double>& kls, int64_t n_same_top1) {
   return s;
 }
 
-}  // namespace pi::cli
+}  // namespace pi::workflows

@@ -1,4 +1,4 @@
-#include "perplexity_kl_file.h"
+#include "workflows/perplexity_kl_file.h"
 
 #include <bit>
 #include <cerrno>
@@ -7,7 +7,7 @@
 
 #include "tokenizer/tokenizer.h"
 
-namespace pi::cli {
+namespace pi::workflows {
 namespace {
 
 static_assert(std::endian::native == std::endian::little,
@@ -162,4 +162,4 @@ Status KlBaseReader::read_chunk(std::span<double> nll, std::span<uint16_t> log_p
   return Status::Ok();
 }
 
-}  // namespace pi::cli
+}  // namespace pi::workflows

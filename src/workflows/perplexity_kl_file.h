@@ -34,7 +34,7 @@ namespace pi {
 class Tokenizer;
 }
 
-namespace pi::cli {
+namespace pi::workflows {
 
 struct KlBaseHeader {
   uint32_t n_vocab = 0;
@@ -107,4 +107,4 @@ class KlBaseReader {
   uint32_t read_ = 0;
 };
 
-}  // namespace pi::cli
+}  // namespace pi::workflows

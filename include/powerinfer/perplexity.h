@@ -9,7 +9,7 @@
 // every scored token sees at least n_ctx/2 tokens of context. PPL = exp(mean NLL) over all
 // scored tokens; its error is PPL times the standard error of the mean NLL.
 //
-// kl_save writes the scored positions' log-probabilities (f16; docs/FORMATS.md) as a base;
+// kl_save writes the scored positions' log-probabilities (f16; the layout is in src/workflows/perplexity_kl_file.h) as a base;
 // kl_base compares this run with one: KL(base || this) per token, the same top-1 token, both
 // perplexities.
 #pragma once

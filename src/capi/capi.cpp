@@ -105,6 +105,44 @@ pi::SamplingParams sampling_of(const pi_sampling& p) {
   return s;
 }
 
+// The C options as the engine's (every field; a bad KV type or MoE count names the field).
+pi::Result<pi::SessionOptions> session_options_of(const pi_session_options& o) {
+  pi::SessionOptions so;
+  so.n_ctx = o.n_ctx;
+  so.n_batch = o.n_batch;
+  so.n_threads = o.n_threads;
+  so.n_seq_max = o.n_seq_max;
+  so.sampling = sampling_of(o.sampling);
+  so.sparse.dense = o.dense;
+  if (!std::isnan(o.sparse_threshold)) so.sparse.threshold = o.sparse_threshold;
+  so.repack = o.repack;
+  so.device = o.device != nullptr ? o.device : "cpu";
+  so.device_budget = o.device_budget;
+  if (o.vram_budget >= 0) so.vram_budget = static_cast<uint64_t>(o.vram_budget);
+  so.n_gpu_layers = o.n_gpu_layers;
+  if (o.gpu_index != nullptr) so.gpu_index = o.gpu_index;
+  if (o.activation_stats != nullptr) so.activation_stats = o.activation_stats;
+  if (o.n_cpu_moe < 0 || o.expert_cache < 0)
+    return pi::err("pi_session_options: n_cpu_moe %d and expert_cache %d must not be negative", o.n_cpu_moe,
+                   o.expert_cache);
+  so.n_cpu_moe = o.n_cpu_moe;
+  so.expert_cache = o.expert_cache;
+  so.moe_ram = o.moe_ram;
+  so.swa_full = o.swa_full;
+  for (auto [what, in, type] : {std::tuple{"type_k", o.type_k, &so.kv_type_k},
+                                std::tuple{"type_v", o.type_v, &so.kv_type_v}}) {
+    switch (in) {
+      case PI_KV_F16: *type = pi::KvCacheType::F16; break;
+      case PI_KV_Q8_0: *type = pi::KvCacheType::Q8_0; break;
+      case PI_KV_Q4_0: *type = pi::KvCacheType::Q4_0; break;
+      default:
+        return pi::err("pi_session_options.%s %d is not a pi_kv_type (F16 0, Q8_0 1, Q4_0 2)", what,
+                       static_cast<int>(in));
+    }
+  }
+  return so;
+}
+
 }  // namespace
 
 extern "C" {
@@ -360,40 +398,9 @@ pi_status pi_session_create(const pi_engine* engine, const pi_session_options* o
   // A session that cannot be made is the caller's options (sizes, device, budget) unless the
   // engine says otherwise (out of memory).
   return guarded(s.error, PI_ERR_INVALID_ARGUMENT, [&]() -> pi::Status {
-    pi::SessionOptions so;
-    so.n_ctx = o.n_ctx;
-    so.n_batch = o.n_batch;
-    so.n_threads = o.n_threads;
-    so.n_seq_max = o.n_seq_max;
-    so.sampling = sampling_of(o.sampling);
-    so.sparse.dense = o.dense;
-    if (!std::isnan(o.sparse_threshold)) so.sparse.threshold = o.sparse_threshold;
-    so.repack = o.repack;
-    so.device = o.device != nullptr ? o.device : "cpu";
-    so.device_budget = o.device_budget;
-    if (o.vram_budget >= 0) so.vram_budget = static_cast<uint64_t>(o.vram_budget);
-    so.n_gpu_layers = o.n_gpu_layers;
-    if (o.gpu_index != nullptr) so.gpu_index = o.gpu_index;
-    if (o.activation_stats != nullptr) so.activation_stats = o.activation_stats;
-    if (o.n_cpu_moe < 0 || o.expert_cache < 0)
-      return pi::err("pi_session_options: n_cpu_moe %d and expert_cache %d must not be negative", o.n_cpu_moe,
-                     o.expert_cache);
-    so.n_cpu_moe = o.n_cpu_moe;
-    so.expert_cache = o.expert_cache;
-    so.moe_ram = o.moe_ram;
-    so.swa_full = o.swa_full;
-    for (auto [what, in, type] : {std::tuple{"type_k", o.type_k, &so.kv_type_k},
-                                  std::tuple{"type_v", o.type_v, &so.kv_type_v}}) {
-      switch (in) {
-        case PI_KV_F16: *type = pi::KvCacheType::F16; break;
-        case PI_KV_Q8_0: *type = pi::KvCacheType::Q8_0; break;
-        case PI_KV_Q4_0: *type = pi::KvCacheType::Q4_0; break;
-        default:
-          return pi::err("pi_session_options.%s %d is not a pi_kv_type (F16 0, Q8_0 1, Q4_0 2)", what,
-                         static_cast<int>(in));
-      }
-    }
-    auto created = pi::Session::create(*engine->engine, so);
+    auto so = session_options_of(o);
+    if (!so.ok()) return so.error();
+    auto created = pi::Session::create(*engine->engine, *so);
     if (!created.ok()) return created.error();
     s.session = std::move(*created);
     return pi::Status::Ok();

@@ -370,6 +370,36 @@ typedef enum pi_pooling {
 PI_API int32_t pi_session_embed(pi_session* session, const int32_t* tokens, size_t n,
                                 int32_t pooling, bool normalize, float* out, int32_t cap);
 
+/* ---- Perplexity (powerinfer perplexity; llama.cpp's perplexity tool) --------------------- */
+typedef struct pi_perplexity_params {
+  int32_t n_ctx;       /* tokens per chunk, even and >= 4; 0: kl_base's, else 512 */
+  int32_t n_chunks;    /* chunks evaluated at most; 0: kl_base's, else all; -1: all */
+  const char* kl_save; /* write the scored log-probabilities here as a base; NULL: no */
+  const char* kl_base; /* compare with such a base (KL divergence, top-1); NULL: no */
+} pi_perplexity_params;
+
+typedef struct pi_perplexity_report {
+  int64_t n_tokens;   /* of the text */
+  int64_t n_chunks;   /* evaluated, of n_ctx tokens each */
+  int64_t n_scored;   /* tokens scored: the second half of each chunk */
+  double ppl, ppl_err;
+  bool has_kl;        /* with kl_base: */
+  double base_ppl, base_ppl_err;
+  double kl_mean, kl_mean_err, kl_median, kl_p99, kl_max;
+  double same_top1;   /* share of tokens whose most likely token agrees with the base's */
+} pi_perplexity_report;
+
+PI_API pi_perplexity_params pi_perplexity_params_default(void);
+
+/* Perplexity of the engine's model on `text` (UTF-8, len bytes; -1: NUL-terminated) as
+ * llama.cpp computes it: chunks of n_ctx tokens from an empty cache, the second half of each
+ * scored. Runs a session made from `opts` (NULL: defaults; its n_ctx and n_batch are set
+ * here). Fails (pi_engine_error) for a text shorter than two chunks, bad sizes, or a base that
+ * does not match (vocabulary, n_ctx, chunks or tokens). */
+PI_API pi_status pi_engine_perplexity(pi_engine* engine, const pi_session_options* opts,
+                                      const char* text, int64_t len,
+                                      const pi_perplexity_params* params, pi_perplexity_report* out);
+
 /* ---- Quantization (powerinfer quantize; llama.cpp's llama_model_quantize) ----------------- */
 typedef struct pi_quantize_params {
   /* A type (f32, f16, bf16, q8_0, q5_1, q5_0, q4_1, q4_0, mxfp4), a mix following llama.cpp's

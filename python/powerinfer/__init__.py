@@ -286,6 +286,16 @@ class Engine:
         s.feed(prompt)
         return s.generate(max_tokens, stream=stream, stop=stop)
 
+    def perplexity(self, text: str, n_ctx: int = 0, n_chunks: int = 0, kl_save: str | None = None,
+                   kl_base: str | None = None, **opts) -> dict:
+        """Perplexity on `text` as `powerinfer perplexity` (and llama.cpp) computes it: chunks
+        of n_ctx tokens (0: kl_base's, else 512) from an empty cache, the second half of each
+        scored; at most n_chunks of them (0: kl_base's, else all). Returns ppl, ppl_err and the
+        counts; kl_save writes a base, kl_base compares with one (the "kl" entry: mean, median,
+        p99 and max KL divergence, same_top1, base_ppl). `opts`: Session options (n_threads,
+        dense, device, ...)."""
+        return self._e.perplexity(text, n_ctx, n_chunks, str(kl_save or ""), str(kl_base or ""), **opts)
+
     def chat(self, messages: Sequence[dict], max_tokens: int = 128, template: str = "",
              stream: bool = False, **opts):
         """The assistant's answer to OpenAI-style messages [{"role": ..., "content": ...}]

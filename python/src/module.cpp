@@ -29,6 +29,7 @@
 #include "powerinfer/generator.h"
 #include "powerinfer/grammar.h"
 #include "powerinfer/log.h"
+#include "powerinfer/perplexity.h"
 #include "powerinfer/quantize.h"
 #include "powerinfer/session_options.h"
 
@@ -123,6 +124,30 @@ struct PySession {
   std::unique_ptr<pi::Session> session;
 };
 
+// The engine's defaults for every option not named; each named one through its table.
+pi::SessionOptions options_of(const nb::kwargs& kwargs) {
+  pi::SessionOptions o;
+  for (auto [key, value] : kwargs) {
+    const std::string name = nb::cast<std::string>(key);
+    pi::OptionValue v;
+    if (value.is_none()) {
+      v = std::monostate{};
+    } else if (nb::isinstance<nb::bool_>(value)) {
+      v = nb::cast<bool>(value);
+    } else if (nb::isinstance<nb::int_>(value)) {
+      v = nb::cast<int64_t>(value);
+    } else if (nb::isinstance<nb::float_>(value)) {
+      v = nb::cast<double>(value);
+    } else if (nb::isinstance<nb::str>(value)) {
+      v = nb::cast<std::string>(value);
+    } else {
+      raise(pi::err("option '%s': expected a bool, a number, text or None", name.c_str()));
+    }
+    check(pi::set_session_option(o, name, v));
+  }
+  return o;
+}
+
 }  // namespace
 
 NB_MODULE(_powerinfer, m) {
@@ -206,6 +231,49 @@ NB_MODULE(_powerinfer, m) {
       // split the server applies with --reasoning-format auto) and the ids of the control tokens
       // whose text is part of the reply, of the end-of-generation tokens that do not end it
       // (harmony's <|end|>), and of the tokens that end it besides (<|return|>, <|call|>).
+      .def("perplexity",
+           [](const PyEngine& e, const std::string& text, int64_t n_ctx, int64_t n_chunks,
+              const std::string& kl_save, const std::string& kl_base, nb::kwargs kwargs) {
+             pi::PerplexityParams p;
+             p.n_ctx = n_ctx;
+             p.n_chunks = n_chunks;
+             p.kl_save = kl_save;
+             p.kl_base = kl_base;
+             const pi::SessionOptions o = options_of(kwargs);
+             pi::Result<pi::PerplexityReport> r = pi::Error{};
+             {
+               Unlocked unlocked;
+               r = pi::perplexity(*e.engine, o, text, p);
+             }
+             if (!r.ok()) raise(r.error());
+             nb::dict d;
+             d["ppl"] = r->ppl;
+             d["ppl_err"] = r->ppl_err;
+             d["n_tokens"] = r->n_tokens;
+             d["n_ctx"] = r->n_ctx;
+             d["n_chunks"] = r->n_done;
+             d["n_scored"] = r->n_scored;
+             d["seconds"] = r->eval_seconds;
+             if (r->kl) {
+               const pi::KlReport& k = *r->kl;
+               nb::dict kl;
+               kl["n"] = k.n;
+               kl["base_ppl"] = k.base_ppl;
+               kl["base_ppl_err"] = k.base_ppl_err;
+               kl["ln_ppl_ratio"] = k.ln_ratio;
+               kl["ln_ppl_ratio_err"] = k.ln_ratio_err;
+               kl["mean"] = k.mean;
+               kl["mean_err"] = k.mean_err;
+               kl["median"] = k.median;
+               kl["p99"] = k.p99;
+               kl["max"] = k.max;
+               kl["same_top1"] = k.top1;
+               kl["same_top1_err"] = k.top1_err;
+               d["kl"] = kl;
+             }
+             return d;
+           },
+           "text"_a, "n_ctx"_a, "n_chunks"_a, "kl_save"_a, "kl_base"_a, "kwargs"_a)
       .def("reply_format",
            [](const PyEngine& e, const std::string& tmpl) {
              auto t = pi::chat::resolve_template(tmpl, e.engine->info().chat_template);
@@ -375,26 +443,7 @@ NB_MODULE(_powerinfer, m) {
       .def_static(
           "create",
           [](const PyEngine& e, nb::kwargs kwargs) {
-            // The engine's defaults for every option not named; each named one through its table.
-            pi::SessionOptions o;
-            for (auto [key, value] : kwargs) {
-              const std::string name = nb::cast<std::string>(key);
-              pi::OptionValue v;
-              if (value.is_none()) {
-                v = std::monostate{};
-              } else if (nb::isinstance<nb::bool_>(value)) {
-                v = nb::cast<bool>(value);
-              } else if (nb::isinstance<nb::int_>(value)) {
-                v = nb::cast<int64_t>(value);
-              } else if (nb::isinstance<nb::float_>(value)) {
-                v = nb::cast<double>(value);
-              } else if (nb::isinstance<nb::str>(value)) {
-                v = nb::cast<std::string>(value);
-              } else {
-                raise(pi::err("option '%s': expected a bool, a number, text or None", name.c_str()));
-              }
-              check(pi::set_session_option(o, name, v));
-            }
+            const pi::SessionOptions o = options_of(kwargs);
             pi::Result<std::unique_ptr<pi::Session>> r = pi::Error{};
             {
               Unlocked unlocked;

@@ -21,6 +21,7 @@
 #include "powerinfer/generator.h"
 #include "powerinfer/grammar.h"
 #include "powerinfer/log.h"
+#include "powerinfer/perplexity.h"
 #include "powerinfer/quantize.h"
 
 struct pi_engine {
@@ -652,6 +653,49 @@ pi_status pi_session_placement(const pi_session* session, pi_placement* out) {
   } catch (const std::exception&) {
     return PI_ERR_INTERNAL;
   }
+}
+
+pi_perplexity_params pi_perplexity_params_default(void) { return pi_perplexity_params{0, 0, nullptr, nullptr}; }
+
+pi_status pi_engine_perplexity(pi_engine* engine, const pi_session_options* opts, const char* text,
+                               int64_t len, const pi_perplexity_params* params, pi_perplexity_report* out) {
+  if (engine == nullptr) return PI_ERR_INVALID_ARGUMENT;
+  if (engine->engine == nullptr) return invalid(engine->error, "pi_engine_perplexity: the engine failed to load");
+  if (text == nullptr || out == nullptr) return invalid(engine->error, "pi_engine_perplexity: text or out is NULL");
+  const pi_session_options o = opts != nullptr ? *opts : pi_session_options_default();
+  const pi_perplexity_params p = params != nullptr ? *params : pi_perplexity_params_default();
+  // A run that fails is the caller's text, sizes or base unless the engine says otherwise.
+  return guarded(engine->error, PI_ERR_INVALID_ARGUMENT, [&]() -> pi::Status {
+    auto so = session_options_of(o);
+    if (!so.ok()) return so.error();
+    pi::PerplexityParams pp;
+    pp.n_ctx = p.n_ctx;
+    pp.n_chunks = p.n_chunks;
+    if (p.kl_save != nullptr) pp.kl_save = p.kl_save;
+    if (p.kl_base != nullptr) pp.kl_base = p.kl_base;
+    const std::string_view t = len < 0 ? std::string_view(text) : std::string_view(text, static_cast<size_t>(len));
+    auto r = pi::perplexity(*engine->engine, *so, t, pp);
+    if (!r.ok()) return r.error();
+    pi_perplexity_report rep{};
+    rep.n_tokens = r->n_tokens;
+    rep.n_chunks = r->n_done;
+    rep.n_scored = r->n_scored;
+    rep.ppl = r->ppl;
+    rep.ppl_err = r->ppl_err;
+    rep.has_kl = r->kl.has_value();
+    if (r->kl) {
+      rep.base_ppl = r->kl->base_ppl;
+      rep.base_ppl_err = r->kl->base_ppl_err;
+      rep.kl_mean = r->kl->mean;
+      rep.kl_mean_err = r->kl->mean_err;
+      rep.kl_median = r->kl->median;
+      rep.kl_p99 = r->kl->p99;
+      rep.kl_max = r->kl->max;
+      rep.same_top1 = r->kl->top1;
+    }
+    *out = rep;
+    return pi::Status::Ok();
+  });
 }
 
 pi_quantize_params pi_quantize_params_default(void) {

@@ -695,3 +695,62 @@ TEST(CApi, QuantizeWritesALoadableCopyAndRefusesBadArguments) {
 }
 
 }  // namespace
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// pi_engine_perplexity: the CLI's perplexity as a call. The model compared with itself through
+// a saved base has KL 0 and every top-1 token the same; errors are statuses naming the cause.
+TEST(CApi, PerplexityAndTheKlComparisonWithABase) {
+  Loaded l;
+  const std::string text = read_file(std::string(PI_SOURCE_DIR) + "/models/kjv-relu/heldout.txt");
+  ASSERT_GT(text.size(), 4000u);
+  pi_session_options o = pi_session_options_default();
+  o.n_threads = 2;
+  const std::string base = std::filesystem::temp_directory_path() / "capi_ppl.kld";
+  pi_perplexity_params p = pi_perplexity_params_default();
+  p.n_ctx = 128;
+  p.n_chunks = 3;
+  p.kl_save = base.c_str();
+  pi_perplexity_report r{};
+  ASSERT_EQ(pi_engine_perplexity(l.e, &o, text.c_str(), -1, &p, &r), PI_OK) << pi_engine_error(l.e);
+  EXPECT_EQ(r.n_chunks, 3);
+  EXPECT_EQ(r.n_scored, 3 * 63);
+  EXPECT_GT(r.ppl, 1.0);
+  EXPECT_LT(r.ppl, 100.0);  // a trained model on held-out text of its corpus
+  EXPECT_GT(r.ppl_err, 0.0);
+  EXPECT_FALSE(r.has_kl);
+
+  p = pi_perplexity_params_default();  // n_ctx and chunks from the base
+  p.kl_base = base.c_str();
+  pi_perplexity_report k{};
+  ASSERT_EQ(pi_engine_perplexity(l.e, &o, text.data(), static_cast<int64_t>(text.size()), &p, &k), PI_OK)
+      << pi_engine_error(l.e);
+  ASSERT_TRUE(k.has_kl);
+  EXPECT_EQ(k.n_chunks, 3);
+  EXPECT_DOUBLE_EQ(k.ppl, r.ppl);
+  EXPECT_NEAR(k.base_ppl, r.ppl, 1e-9 * r.ppl);
+  EXPECT_EQ(k.kl_max, 0.0);
+  EXPECT_EQ(k.same_top1, 1.0);
+
+  p.n_ctx = 64;  // not the base's
+  EXPECT_EQ(pi_engine_perplexity(l.e, &o, text.c_str(), -1, &p, &k), PI_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pi_engine_error(l.e)).find("the base used -c 128"), std::string::npos)
+      << pi_engine_error(l.e);
+  p = pi_perplexity_params_default();
+  p.n_ctx = 63;
+  EXPECT_EQ(pi_engine_perplexity(l.e, &o, text.c_str(), -1, &p, &k), PI_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pi_engine_error(l.e)).find("even"), std::string::npos);
+  p.n_ctx = 128;
+  EXPECT_EQ(pi_engine_perplexity(l.e, &o, "In the beginning", -1, &p, &k), PI_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pi_engine_error(l.e)).find("needs at least 256"), std::string::npos)
+      << pi_engine_error(l.e);
+  EXPECT_EQ(pi_engine_perplexity(l.e, &o, nullptr, -1, &p, &k), PI_ERR_INVALID_ARGUMENT);
+  std::filesystem::remove(base);
+}
+
+}  // namespace

@@ -299,3 +299,19 @@ def test_quantize_writes_a_copy_that_generates_and_refuses_bad_arguments(tmp_pat
         powerinfer.quantize(MODEL, tmp_path / "x.gguf", "q8_0", overrides=["nonsense"])
     with pytest.raises(powerinfer.Error, match="input file"):
         powerinfer.quantize(MODEL, MODEL, "q8_0")
+
+
+def test_perplexity_and_a_self_comparison(engine, tmp_path):
+    text = (ROOT / "models" / "kjv-relu" / "heldout.txt").read_text()
+    base = tmp_path / "base.kld"
+    r = engine.perplexity(text, n_ctx=128, n_chunks=2, kl_save=base, n_threads=2)
+    assert r["n_chunks"] == 2 and r["n_scored"] == 2 * 63
+    assert 1.0 < r["ppl"] < 100.0 and r["ppl_err"] > 0
+    assert "kl" not in r
+    k = engine.perplexity(text, kl_base=base)  # n_ctx and chunks from the base
+    assert k["n_ctx"] == 128 and k["ppl"] == r["ppl"]
+    assert k["kl"]["max"] == 0.0 and k["kl"]["same_top1"] == 1.0
+    with pytest.raises(powerinfer.Error, match="needs at least"):
+        engine.perplexity("In the beginning", n_ctx=128)
+    with pytest.raises(powerinfer.Error, match="n_threadz"):
+        engine.perplexity(text, n_ctx=128, n_threadz=2)

@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "model/moe_ffn.h"
+#include "sparse/calibrate.h"
 
 namespace pi::runtime {
 
@@ -220,6 +221,8 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
                model.file().path().c_str(), sparse::kMethodKey);
   }
   if (!(*dev)->host_addressable()) {
+    if (opts.profile || opts.calibrator != nullptr)
+      return err("profiling and calibration run on the CPU, not on --device %s", (*dev)->name().c_str());
     if (opts.moe_ram > 0) {
       return err("--moe-ram reads experts for the CPU; with --device %s place them by --vram-budget",
                  (*dev)->name().c_str());
@@ -267,7 +270,18 @@ Result<std::unique_ptr<Context>> Context::create(const model::Model& model, Cont
 Status Context::build_forward() {
   const model::ForwardOptions fo{opts_.n_batch, opts_.all_logits, opts_.n_seq_max};
   std::unique_ptr<model::FfnStep> ffn;
-  if (wants_sparse(model_, opts_)) {
+  std::unique_ptr<model::ProjStep> proj;
+  if (opts_.calibrator != nullptr) {
+    auto cf = sparse::CalibratingFfn::create(model_, weights(), *dev_, opts_.n_batch, *opts_.calibrator);
+    if (!cf.ok()) return cf.error();
+    ffn = std::move(*cf);
+    proj = std::make_unique<sparse::CalibratingProj>(model_.hparams(), *dev_, *opts_.calibrator);
+  } else if (opts_.profile && !model_.hparams().is_moe()) {
+    auto pf = sparse::ProfilingFfn::create(model_, weights(), *dev_, opts_.n_batch);
+    if (!pf.ok()) return pf.error();
+    profiler_ = pf->get();
+    ffn = std::move(*pf);
+  } else if (wants_sparse(model_, opts_)) {
     auto thr = sparse::resolve_threshold(model_.file(), opts_.sparse_threshold,
                                          std::getenv(sparse::kThresholdEnv));
     if (!thr.ok()) return thr.error();
@@ -278,8 +292,7 @@ Status Context::build_forward() {
     sparse_ = sf->get();
     ffn = std::move(*sf);
   }
-  std::unique_ptr<model::ProjStep> proj;
-  if (wants_thresholds(model_, opts_)) {
+  if (ffn == nullptr && wants_thresholds(model_, opts_)) {
     auto steps =
         sparse::make_threshold_steps(model_, weights(), *dev_, opts_.n_batch, opts_.thresholds);
     if (!steps.ok()) return steps.error();

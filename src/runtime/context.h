@@ -35,6 +35,7 @@
 #include "runtime/hybrid_plan.h"
 #include "runtime/kv_cache.h"
 #include "runtime/kv_state.h"
+#include "sparse/profile_ffn.h"
 #include "sparse/sparse_ffn.h"
 #include "sparse/threshold_steps.h"
 
@@ -125,6 +126,8 @@ class Context {
   const model::HybridMoeFfn* hybrid_moe() const { return hybrid_moe_; }
   // The mixture-of-experts FFN step of a MoE model on one device, else nullptr.
   model::MoeFfn* moe_ffn() const { return moe_; }
+  // ContextOptions::profile on a model without experts: the step counting neurons, else nullptr.
+  const sparse::ProfilingFfn* profiler() const { return profiler_; }
   // The experts read from the file on demand (ContextOptions::moe_ram), else nullptr.
   const model::ExpertStream* expert_stream() const { return stream_.get(); }
   model::ExpertStream* expert_stream() { return stream_.get(); }
@@ -186,6 +189,7 @@ class Context {
   std::unique_ptr<model::Forward> forward_;
   sparse::SparseFfn* sparse_ = nullptr;  // owned by forward_
   model::MoeFfn* moe_ = nullptr;         // owned by forward_
+  sparse::ProfilingFfn* profiler_ = nullptr;  // owned by forward_
   std::vector<model::MoeFfn*> moe_all_;  // owned by forward_
   std::unique_ptr<model::ExpertStream> stream_;  // moe_ram: the experts' slots
   sparse::Threshold threshold_;

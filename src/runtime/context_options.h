@@ -10,6 +10,10 @@
 #include "sparse/threshold_steps.h"
 #include "tensor/dtype.h"
 
+namespace pi::sparse {
+class Calibrator;
+}  // namespace pi::sparse
+
 namespace pi::runtime {
 
 // The types the KV cache stores keys and values in (kv_cache.h).
@@ -36,6 +40,13 @@ struct ContextOptions {
   // else 0 (sparse::resolve_threshold).
   std::optional<float> sparse_threshold;
   bool check_predictor = false;  // sparse only: also run the dense FFN and measure the predictor
+  // Measuring runs (powerinfer profile and calibrate, on a host device): `profile` counts how
+  // often each FFN neuron fires (Context::profiler(); a mixture of experts runs its own step,
+  // which traces routes and counts expert neurons on request); `calibrator` (it must outlive
+  // the context) records the activations of every FFN and projection site into it. Both run
+  // the dense computation, every neuron computed.
+  bool profile = false;
+  sparse::Calibrator* calibrator = nullptr;
   // Files calibrated by `powerinfer calibrate` run with activation thresholds unless `dense`
   // is set (sparse/threshold_steps.h: sparsity, sites).
   sparse::ThresholdOptions thresholds;

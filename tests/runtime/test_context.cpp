@@ -240,6 +240,29 @@ TEST_F(ContextBasics, FfnStepIsSwappable) {
       std::equal(plain->logits().begin(), plain->logits().end(), swapped->logits().begin()));
 }
 
+// A profiling context counts every neuron of every token (its dense logits unchanged), and
+// measuring runs are refused on a device that is not the host.
+TEST_F(ContextBasics, ProfilingContextCountsNeuronsAndStaysOnTheHost) {
+  runtime::ContextOptions o;
+  o.n_ctx = 32;
+  o.n_batch = 4;
+  o.dense = true;
+  auto plain = runtime::Context::create(*model_, o).value();
+  EXPECT_EQ(plain->profiler(), nullptr);
+  o.profile = true;
+  auto prof = runtime::Context::create(*model_, o).value();
+  ASSERT_NE(prof->profiler(), nullptr);
+  const std::vector<int32_t> toks = {1, 2, 3, 4, 5, 6};
+  ASSERT_TRUE(plain->decode(toks).ok());
+  ASSERT_TRUE(prof->decode(toks).ok());
+  EXPECT_TRUE(std::equal(plain->logits().begin(), plain->logits().end(), prof->logits().begin()));
+  EXPECT_EQ(prof->profiler()->stats().n_tokens, toks.size());
+  o.device.name = "sim";
+  auto refused = runtime::Context::create(*model_, o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("run on the CPU"), std::string::npos) << refused.error().message;
+}
+
 }  // namespace
 
 namespace {

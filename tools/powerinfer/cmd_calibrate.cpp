@@ -129,14 +129,10 @@ int run_calibrate(const CalibrateOptions& o) {
   co.n_threads = o.n_threads > 0 ? o.n_threads
                                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   co.dense = true;
+  sparse::Calibrator cal(m.hparams().n_layer);
+  co.calibrator = &cal;
   auto ctx = runtime::Context::create(m, co);
   if (!ctx.ok()) return fail(ctx.error());
-  sparse::Calibrator cal(m.hparams().n_layer);
-  auto ffn = sparse::CalibratingFfn::create(m, (*ctx)->weights(), (*ctx)->device(), co.n_batch, cal);
-  if (!ffn.ok()) return fail(ffn.error());
-  (*ctx)->forward().set_ffn(std::move(*ffn));
-  (*ctx)->forward().set_proj(
-      std::make_unique<sparse::CalibratingProj>(m.hparams(), (*ctx)->device(), cal));
 
   const bool bos = tok->add_bos() && tok->bos() >= 0;
   const auto chunk = static_cast<size_t>(o.n_ctx);

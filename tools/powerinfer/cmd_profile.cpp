@@ -147,9 +147,10 @@ int run_profile(const ProfileOptions& o) {
   co.n_threads = o.n_threads > 0 ? o.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const model::HParams& hp = m.hparams();
   co.dense = !hp.is_moe();
+  co.profile = true;
   auto ctx = runtime::Context::create(m, co);
   if (!ctx.ok()) return fail(ctx.error());
-  sparse::ProfilingFfn* profiler = nullptr;
+  const sparse::ProfilingFfn* profiler = (*ctx)->profiler();
   model::MoeFfn* moe = (*ctx)->moe_ffn();
   sparse::ActivationStats moe_stats;
   sparse::RoutingTrace trace;  // --expert-cache
@@ -167,10 +168,6 @@ int run_profile(const ProfileOptions& o) {
     trace.layers.resize(static_cast<size_t>(hp.n_layer));
   } else {
     if (o.expert_cache) return fail(err("--expert-cache: %s is not a mixture of experts", o.model.c_str()));
-    auto step = sparse::ProfilingFfn::create(m, (*ctx)->weights(), (*ctx)->device(), co.n_batch);
-    if (!step.ok()) return fail(step.error());
-    profiler = step->get();
-    (*ctx)->forward().set_ffn(std::move(*step));
   }
 
   // Chunks of n_ctx tokens, the first of each replaced by BOS when the vocabulary adds one.

@@ -400,6 +400,32 @@ PI_API pi_status pi_engine_perplexity(pi_engine* engine, const pi_session_option
                                       const char* text, int64_t len,
                                       const pi_perplexity_params* params, pi_perplexity_report* out);
 
+/* ---- Profiling (powerinfer profile): how often each neuron and expert fires -------------- */
+typedef struct pi_profile_params {
+  int32_t n_ctx;      /* tokens per chunk (>= 2), each from an empty cache */
+  int32_t n_batch;    /* tokens per forward pass */
+  int32_t n_threads;  /* 0: every hardware thread */
+  int64_t max_tokens; /* at most this many tokens of the text; 0: all */
+  bool progress;      /* a progress bar on stderr when it is a terminal */
+} pi_profile_params;
+
+typedef struct pi_profile_report {
+  uint64_t n_tokens; /* tokens profiled */
+  bool experts;      /* a mixture of experts: expert choice and reuse recorded */
+  int64_t n_layer;
+} pi_profile_report;
+
+PI_API pi_profile_params pi_profile_params_default(void);
+
+/* Runs the model file `model` over `text` (len bytes; -1: NUL-terminated) and writes the
+ * activation statistics to `output` (what `powerinfer plan --stats` and hybrid sessions read:
+ * pi_session_options.activation_stats). `report` may be NULL. On failure the one-line reason
+ * goes to error[0..error_cap): PI_ERR_INVALID_ARGUMENT for bad sizes or a text without tokens,
+ * PI_ERR_LOAD for a model that does not load or an output that cannot be written. */
+PI_API pi_status pi_model_profile(const char* model, const char* text, int64_t len, const char* output,
+                                  const pi_profile_params* params, pi_profile_report* report,
+                                  char* error, size_t error_cap);
+
 /* ---- Quantization (powerinfer quantize; llama.cpp's llama_model_quantize) ----------------- */
 typedef struct pi_quantize_params {
   /* A type (f32, f16, bf16, q8_0, q5_1, q5_0, q4_1, q4_0, mxfp4), a mix following llama.cpp's

@@ -20,13 +20,14 @@ from typing import Iterator, Sequence
 from ._powerinfer import Engine as _Engine
 from ._powerinfer import Error
 from ._powerinfer import json_schema_to_grammar as _json_schema_to_grammar
+from ._powerinfer import _profile
 from ._powerinfer import _quantize
 from ._powerinfer import Session as _Session
 from ._powerinfer import _ReplySplit
 from ._powerinfer import _Generator
 from ._powerinfer import session_options as _session_options
 
-__all__ = ["Engine", "Session", "ChatSession", "Error", "json_schema_to_grammar", "quantize"]
+__all__ = ["Engine", "Session", "ChatSession", "Error", "json_schema_to_grammar", "profile", "quantize"]
 
 # Session keywords: the engine's option table (name, kind, help), plus json_schema (turned into
 # a grammar here). Defaults are the engine's.
@@ -50,6 +51,17 @@ def quantize(input: str, output: str, type: str = "q4_0", allow_requantize: bool
         overrides = [f"{k}={v}" for k, v in overrides.items()]
     return _quantize(str(input), str(output), str(type), allow_requantize, list(overrides or ()),
                      threads, progress)
+
+
+def profile(model: str, text: str, output: str, n_ctx: int = 512, n_batch: int = 512, threads: int = 0,
+            max_tokens: int = 0, progress: bool = False) -> dict:
+    """Runs the model file over `text` (chunks of n_ctx tokens from an empty cache) and writes
+    how often each FFN neuron fires (and, for a mixture of experts, how often each expert is
+    chosen and reused) to `output`, the statistics `powerinfer plan --stats` and hybrid sessions
+    (activation_stats=) read, as `powerinfer profile` does. Returns n_tokens and a summary per
+    layer (activity and the top fifth's share of the firings; for experts the least and most
+    chosen shares and the reuse rate)."""
+    return _profile(str(model), text, str(output), n_ctx, n_batch, threads, max_tokens, progress)
 
 
 class Session:

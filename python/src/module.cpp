@@ -30,6 +30,7 @@
 #include "powerinfer/grammar.h"
 #include "powerinfer/log.h"
 #include "powerinfer/perplexity.h"
+#include "powerinfer/profile.h"
 #include "powerinfer/quantize.h"
 #include "powerinfer/session_options.h"
 
@@ -429,6 +430,48 @@ NB_MODULE(_powerinfer, m) {
         return d;
       },
       "input"_a, "output"_a, "type"_a, "allow_requantize"_a, "overrides"_a, "threads"_a, "progress"_a);
+
+  m.def(
+      "_profile",
+      [](const std::string& model, const std::string& text, const std::string& output, int64_t n_ctx,
+         int64_t n_batch, int threads, int64_t max_tokens, bool progress) {
+        pi::ProfileParams p;
+        p.model = model;
+        p.output = output;
+        p.n_ctx = n_ctx;
+        p.n_batch = n_batch;
+        p.n_threads = threads;
+        p.max_tokens = max_tokens;
+        p.progress = progress;
+        pi::Result<pi::ProfileReport> r = pi::Error{};
+        {
+          Unlocked unlocked;
+          r = pi::profile_model(p, text);
+        }
+        if (!r.ok()) raise(r.error());
+        nb::dict d;
+        d["n_tokens"] = r->n_tokens;
+        d["experts"] = r->experts;
+        d["n_expert"] = r->n_expert;
+        d["n_expert_used"] = r->n_expert_used;
+        nb::list layers;
+        for (const pi::ProfileLayer& l : r->layers) {
+          nb::dict e;
+          if (r->experts) {
+            e["least_chosen"] = l.least_chosen;
+            e["most_chosen"] = l.most_chosen;
+            e["reuse"] = l.reuse;
+            if (l.fired >= 0) e["fired"] = l.fired;
+          } else {
+            e["activity"] = l.activity;
+            e["top20_share"] = l.top20_share;
+          }
+          layers.append(e);
+        }
+        d["layers"] = layers;
+        return d;
+      },
+      "model"_a, "text"_a, "output"_a, "n_ctx"_a, "n_batch"_a, "threads"_a, "max_tokens"_a, "progress"_a);
 
   m.def(
       "session_options",

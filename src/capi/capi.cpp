@@ -22,6 +22,7 @@
 #include "powerinfer/grammar.h"
 #include "powerinfer/log.h"
 #include "powerinfer/perplexity.h"
+#include "powerinfer/profile.h"
 #include "powerinfer/quantize.h"
 
 struct pi_engine {
@@ -142,6 +143,16 @@ pi::Result<pi::SessionOptions> session_options_of(const pi_session_options& o) {
     }
   }
   return so;
+}
+
+// A handle-less call's failure: its message into the caller's buffer (cut to fit, NUL-terminated).
+pi_status to_buffer(const std::string& message, char* error, size_t error_cap, pi_status st) {
+  if (error != nullptr && error_cap > 0) {
+    const size_t n = std::min(message.size(), error_cap - 1);
+    std::memcpy(error, message.data(), n);
+    error[n] = '\0';
+  }
+  return st;
 }
 
 }  // namespace
@@ -698,6 +709,42 @@ pi_status pi_engine_perplexity(pi_engine* engine, const pi_session_options* opts
   });
 }
 
+pi_profile_params pi_profile_params_default(void) {
+  const pi::ProfileParams d;
+  return pi_profile_params{static_cast<int32_t>(d.n_ctx), static_cast<int32_t>(d.n_batch), d.n_threads,
+                           d.max_tokens, d.progress};
+}
+
+pi_status pi_model_profile(const char* model, const char* text, int64_t len, const char* output,
+                           const pi_profile_params* params, pi_profile_report* report, char* error,
+                           size_t error_cap) {
+  if (model == nullptr || text == nullptr || output == nullptr)
+    return to_buffer("pi_model_profile: model, text or output is NULL", error, error_cap, PI_ERR_INVALID_ARGUMENT);
+  const pi_profile_params p = params != nullptr ? *params : pi_profile_params_default();
+  pi::ProfileParams q;
+  q.model = model;
+  q.output = output;
+  q.n_ctx = p.n_ctx;
+  q.n_batch = p.n_batch;
+  q.n_threads = p.n_threads;
+  q.max_tokens = p.max_tokens;
+  q.progress = p.progress;
+  try {
+    const std::string_view t = len < 0 ? std::string_view(text) : std::string_view(text, static_cast<size_t>(len));
+    auto r = pi::profile_model(q, t);
+    if (!r.ok())
+      return to_buffer(r.error().message, error, error_cap,
+                       r.error().code == pi::ErrorCode::BadRequest ? PI_ERR_INVALID_ARGUMENT : PI_ERR_LOAD);
+    if (report != nullptr)
+      *report = pi_profile_report{r->n_tokens, r->experts, static_cast<int64_t>(r->layers.size())};
+    return PI_OK;
+  } catch (const std::bad_alloc&) {
+    return to_buffer("out of memory", error, error_cap, PI_ERR_OUT_OF_MEMORY);
+  } catch (const std::exception& e) {
+    return to_buffer(std::string("internal error: ") + e.what(), error, error_cap, PI_ERR_INTERNAL);
+  }
+}
+
 pi_quantize_params pi_quantize_params_default(void) {
   const pi::QuantizeParams d;
   return pi_quantize_params{nullptr, d.allow_requantize, nullptr, 0, d.threads, d.progress};
@@ -706,14 +753,7 @@ pi_quantize_params pi_quantize_params_default(void) {
 pi_status pi_model_quantize(const char* input, const char* output, const pi_quantize_params* params,
                             pi_quantize_report* report, char* error, size_t error_cap) {
   std::string message;
-  auto fail = [&](pi_status st) {
-    if (error != nullptr && error_cap > 0) {
-      const size_t n = std::min(message.size(), error_cap - 1);
-      std::memcpy(error, message.data(), n);
-      error[n] = '\0';
-    }
-    return st;
-  };
+  auto fail = [&](pi_status st) { return to_buffer(message, error, error_cap, st); };
   if (input == nullptr || output == nullptr) {
     message = "pi_model_quantize: input or output is NULL";
     return fail(PI_ERR_INVALID_ARGUMENT);

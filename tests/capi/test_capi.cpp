@@ -754,3 +754,55 @@ TEST(CApi, PerplexityAndTheKlComparisonWithABase) {
 }
 
 }  // namespace
+
+namespace {
+
+// pi_model_profile: `powerinfer profile` as a call; a hybrid session plans with what it wrote.
+TEST(CApi, ProfileWritesStatisticsAHybridSessionPlansWith) {
+  const std::string text = read_file(std::string(PI_SOURCE_DIR) + "/models/kjv-relu/heldout.txt");
+  const std::string stats = std::filesystem::temp_directory_path() / "capi_profile.activations.gguf";
+  pi_profile_params p = pi_profile_params_default();
+  EXPECT_EQ(p.n_ctx, 512);
+  p.n_ctx = 128;
+  p.n_threads = 2;
+  p.max_tokens = 600;
+  pi_profile_report r{};
+  char error[256] = "";
+  ASSERT_EQ(pi_model_profile(kModel.c_str(), text.c_str(), -1, stats.c_str(), &p, &r, error, sizeof error), PI_OK)
+      << error;
+  EXPECT_EQ(r.n_tokens, 600u);
+  EXPECT_EQ(r.n_layer, 6);
+  EXPECT_FALSE(r.experts);
+  {
+    Loaded l;
+    pi_session_options o = greedy();
+    o.device = "sim";
+    o.vram_budget = 8 << 20;
+    o.activation_stats = stats.c_str();
+    const std::string index = stats + ".gpuidx";  // the plan's index file, not the bundled one
+    o.gpu_index = index.c_str();
+    pi_session* s = nullptr;
+    ASSERT_EQ(pi_session_create(l.e, &o, &s), PI_OK) << pi_session_error(s);
+    pi_placement pl;
+    ASSERT_EQ(pi_session_placement(s, &pl), PI_OK);
+    EXPECT_TRUE(pl.hybrid);
+    pi_session_free(s);
+    std::filesystem::remove(index);
+  }
+  p.n_ctx = 1;
+  EXPECT_EQ(pi_model_profile(kModel.c_str(), text.c_str(), -1, stats.c_str(), &p, nullptr, error, sizeof error),
+            PI_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(error).find("n_ctx"), std::string::npos) << error;
+  p = pi_profile_params_default();
+  EXPECT_EQ(pi_model_profile(kModel.c_str(), "", 0, stats.c_str(), &p, nullptr, error, sizeof error),
+            PI_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(error).find("no tokens"), std::string::npos) << error;
+  EXPECT_EQ(pi_model_profile("/nonexistent.gguf", "x", -1, stats.c_str(), &p, nullptr, error, sizeof error),
+            PI_ERR_LOAD);
+  EXPECT_NE(std::string(error).find("/nonexistent.gguf"), std::string::npos) << error;
+  EXPECT_EQ(pi_model_profile(kModel.c_str(), nullptr, -1, stats.c_str(), &p, nullptr, error, sizeof error),
+            PI_ERR_INVALID_ARGUMENT);
+  std::filesystem::remove(stats);
+}
+
+}  // namespace

@@ -315,3 +315,16 @@ def test_perplexity_and_a_self_comparison(engine, tmp_path):
         engine.perplexity("In the beginning", n_ctx=128)
     with pytest.raises(powerinfer.Error, match="n_threadz"):
         engine.perplexity(text, n_ctx=128, n_threadz=2)
+
+
+def test_profile_writes_statistics_for_dense_and_expert_models(tmp_path):
+    text = (ROOT / "models" / "kjv-relu" / "heldout.txt").read_text()
+    r = powerinfer.profile(MODEL, text, tmp_path / "relu.stats.gguf", n_ctx=128, max_tokens=400, threads=2)
+    assert r["n_tokens"] == 400 and not r["experts"] and len(r["layers"]) == 6
+    assert all(0 < layer["activity"] < 1 and layer["top20_share"] > 0.2 for layer in r["layers"])
+    assert (tmp_path / "relu.stats.gguf").stat().st_size > 0
+    m = powerinfer.profile(MOE_MODEL, text, tmp_path / "moe.stats.gguf", n_ctx=128, max_tokens=400)
+    assert m["experts"] and m["n_expert"] > m["n_expert_used"] > 0
+    assert all(layer["most_chosen"] >= layer["least_chosen"] for layer in m["layers"])
+    with pytest.raises(powerinfer.Error, match="no tokens"):
+        powerinfer.profile(MODEL, "", tmp_path / "x.gguf")

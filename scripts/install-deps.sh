@@ -31,6 +31,7 @@ if ((!build_only)); then
     libgtest-dev libgmock-dev libbenchmark-dev
     python3 python3-venv python3-pip
     chromium haproxy
+    ccache
   )
 fi
 if ((arm64)); then

@@ -13,10 +13,13 @@ struct SparseOptions {
   // PWRI files run sparse (predictor + active neurons only) unless dense is set; dense still
   // uses the file's ReLU FFN. Ordinary GGUF files always run dense.
   bool dense = false;
-  // Predictor threshold (neuron active iff logit >= threshold). Unset: the environment
-  // variable LLAMA_SPARSE_PRED_THRESHOLD if set, else the file's powerinfer.sparse_threshold,
-  // else 0. "-inf" predicts every neuron.
+  // Predictor threshold (neuron active iff logit >= threshold). Unset: threshold_env if not
+  // empty, else the file's powerinfer.sparse_threshold, else 0. "-inf" predicts every neuron.
   std::optional<float> threshold;
+  // The text of the original's environment variable LLAMA_SPARSE_PRED_THRESHOLD as the front
+  // end read it (the CLI and Python do; the library reads no environment); empty: unset. An
+  // unparsable value is an error naming the variable.
+  std::string threshold_env;
   // Also compute the dense FFN of every layer and compare (recall, precision, FFN output
   // deviation). About doubles the FFN work; the generated output is unchanged.
   bool check_predictor = false;

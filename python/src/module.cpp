@@ -16,6 +16,7 @@
 #include <deque>
 #include <mutex>
 #include <cstddef>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -128,6 +129,9 @@ struct PySession {
 // The engine's defaults for every option not named; each named one through its table.
 pi::SessionOptions options_of(const nb::kwargs& kwargs) {
   pi::SessionOptions o;
+  // As the CLI: the original's LLAMA_SPARSE_PRED_THRESHOLD, below the sparse_threshold keyword
+  // (the engine reads no environment; its front ends do).
+  if (const char* v = std::getenv("LLAMA_SPARSE_PRED_THRESHOLD"); v != nullptr) o.sparse.threshold_env = v;
   for (auto [key, value] : kwargs) {
     const std::string name = nb::cast<std::string>(key);
     pi::OptionValue v;

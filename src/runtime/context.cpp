@@ -283,7 +283,7 @@ Status Context::build_forward() {
     ffn = std::move(*pf);
   } else if (wants_sparse(model_, opts_)) {
     auto thr = sparse::resolve_threshold(model_.file(), opts_.sparse_threshold,
-                                         std::getenv(sparse::kThresholdEnv));
+                                         opts_.sparse_threshold_env.empty() ? nullptr : opts_.sparse_threshold_env.c_str());
     if (!thr.ok()) return thr.error();
     auto sf = sparse::SparseFfn::create(model_, weights(), *dev_, opts_.n_batch,
                                         sparse::SparseConfig{thr->value, opts_.check_predictor});

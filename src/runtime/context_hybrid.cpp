@@ -199,7 +199,7 @@ Status Context::build_hybrid_forward() {
   sparse::SparseConfig cfg;
   if (h.split) {
     auto thr = sparse::resolve_threshold(model_.file(), opts_.sparse_threshold,
-                                         std::getenv(sparse::kThresholdEnv));
+                                         opts_.sparse_threshold_env.empty() ? nullptr : opts_.sparse_threshold_env.c_str());
     if (!thr.ok()) return thr.error();
     threshold_ = *thr;
     cfg = sparse::SparseConfig{thr->value, opts_.check_predictor};

@@ -36,9 +36,11 @@ struct ContextOptions {
   // without predictors runs dense (with a warning). Ordinary GGUF files always run dense, except
   // that ReGLU experts (smallthinker) skip the rows of their zero gates unless `dense` is set.
   bool dense = false;
-  // Predictor threshold; unset: $LLAMA_SPARSE_PRED_THRESHOLD, else powerinfer.sparse_threshold,
+  // Predictor threshold; unset: sparse_threshold_env (LLAMA_SPARSE_PRED_THRESHOLD as the front
+  // end read it) when not empty, else powerinfer.sparse_threshold,
   // else 0 (sparse::resolve_threshold).
   std::optional<float> sparse_threshold;
+  std::string sparse_threshold_env;
   bool check_predictor = false;  // sparse only: also run the dense FFN and measure the predictor
   // Measuring runs (powerinfer profile and calibrate, on a host device): `profile` counts how
   // often each FFN neuron fires (Context::profiler(); a mixture of experts runs its own step,

@@ -177,6 +177,7 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.n_batch = o.n_batch;
   co.dense = o.sparse.dense;
   co.sparse_threshold = o.sparse.threshold;
+  co.sparse_threshold_env = o.sparse.threshold_env;
   co.check_predictor = o.sparse.check_predictor;
   co.thresholds.sparsity = o.sparse.sparsity;
   co.thresholds.sites = o.sparse.sites;

@@ -47,8 +47,8 @@ struct Threshold {
 inline constexpr const char* kThresholdKey = "powerinfer.sparse_threshold";
 inline constexpr const char* kThresholdEnv = "LLAMA_SPARSE_PRED_THRESHOLD";
 
-// Precedence: `flag` when set, else `env_value` when non-null and non-empty (the caller passes
-// getenv(kThresholdEnv)), else the file's powerinfer.sparse_threshold, else 0. Values may be
+// Precedence: `flag` when set, else `env_value` when non-null and non-empty (the value of
+// kThresholdEnv a front end read; the library reads no environment), else the file's powerinfer.sparse_threshold, else 0. Values may be
 // -inf / inf ("-inf" predicts every neuron, "inf" none). Fails on an unparsable or NaN value,
 // naming the variable or key.
 Result<Threshold> resolve_threshold(const gguf::File& f, std::optional<float> flag,

@@ -415,7 +415,7 @@ class RowRunner {
 // page faults on rows first used in later tokens would be timed. `repack` as the timed
 // sessions (--no-repack): the throwaway session must not make the copy they go without.
 Status map_all_weights(const Engine& engine, int32_t bos, int threads, bool repack) {
-  SessionOptions so;
+  SessionOptions so = env_session_options();
   so.repack = repack;
   so.n_ctx = 8;
   so.n_batch = 1;
@@ -489,7 +489,7 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
    for (const std::optional<double>& level : mode == BenchMode::Sparse ? levels : std::vector<std::optional<double>>{std::nullopt}) {
     for (int threads : o.threads) {
      for (const std::optional<uint64_t>& budget : o.budgets) {
-      SessionOptions so;
+      SessionOptions so = env_session_options();
       so.n_ctx = n_ctx;
       so.n_batch = o.n_batch;
       so.n_threads = threads;

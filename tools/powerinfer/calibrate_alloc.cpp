@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 
+#include "cli_checks.h"
 #include "core/progress.h"
 #include "powerinfer/engine.h"
 
@@ -61,7 +62,7 @@ class Evaluator {
  private:
   template <typename F>
   Status run(const std::array<double, sparse::kNumSites>& level, F&& per_row) {
-    SessionOptions so;
+    SessionOptions so = cli::env_session_options();
     so.n_ctx = o_.n_ctx;
     so.n_batch = o_.n_ctx;
     so.n_threads = o_.n_threads;

@@ -1,5 +1,6 @@
 #include "cli_checks.h"
 
+#include <cstdlib>
 #include <thread>
 
 #include "core/log.h"
@@ -31,6 +32,12 @@ int fail(const Status& s) { return fail(s.error().message); }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+SessionOptions env_session_options() {
+  SessionOptions so;
+  if (const char* v = std::getenv("LLAMA_SPARSE_PRED_THRESHOLD"); v != nullptr) so.sparse.threshold_env = v;
+  return so;
 }
 
 }  // namespace pi::cli

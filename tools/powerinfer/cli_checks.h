@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "powerinfer/engine.h"
 
 namespace pi::cli {
 
@@ -26,5 +27,10 @@ int fail(const std::string& message);
 
 // Seconds elapsed since t0 on the steady clock.
 double seconds_since(std::chrono::steady_clock::time_point t0);
+
+// Session options holding what the CLI takes from the environment: the original's
+// LLAMA_SPARSE_PRED_THRESHOLD (below --sparse-threshold). The library reads no environment;
+// every command starts its SessionOptions here.
+SessionOptions env_session_options();
 
 }  // namespace pi::cli

@@ -195,7 +195,7 @@ int bench(const BatchedBenchOptions& o_in) {
 
   auto engine = Engine::load(o.model, load_options(o, o.load));
   if (!engine.ok()) return fail(engine.error());
-  SessionOptions so;
+  SessionOptions so = env_session_options();
   so.n_ctx = n_ctx;
   so.n_batch = o.n_batch;
   so.n_threads = o.n_threads;

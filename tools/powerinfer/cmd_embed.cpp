@@ -154,7 +154,7 @@ int embed(const EmbedOptions& o_in) {
     if (tokens.back().empty()) return fail(err("input %zu is empty and the vocabulary has no BOS token", i));
   }
 
-  SessionOptions so;
+  SessionOptions so = env_session_options();
   so.n_ctx = o.n_ctx;
   so.n_batch = o.n_batch;
   so.n_threads = o.n_threads;

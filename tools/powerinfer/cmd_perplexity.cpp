@@ -102,7 +102,7 @@ int run_perplexity(PerplexityOptions o) {
   log_info("model: %s loaded in %.0f ms", o.model.c_str(),
            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count());
 
-  SessionOptions so;
+  SessionOptions so = env_session_options();
   so.n_batch = o.n_batch;
   so.n_threads = o.n_threads;
   so.sparse.dense = o.dense;

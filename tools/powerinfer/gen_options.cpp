@@ -235,7 +235,7 @@ Result<std::string> load_grammar(const GenOptions& o) {
 }
 
 Result<SessionOptions> session_options(const GenOptions& o, uint64_t seed) {
-  SessionOptions so;
+  SessionOptions so = env_session_options();
   so.n_ctx = o.n_ctx;
   so.n_batch = o.n_batch;
   so.n_threads = o.n_threads;

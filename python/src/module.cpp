@@ -126,6 +126,18 @@ struct PySession {
   std::unique_ptr<pi::Session> session;
 };
 
+// Runs f (returning a pi::Result) with the GIL released, raising its error as powerinfer.Error.
+template <typename F>
+auto call_unlocked(F&& f) {
+  decltype(f()) r = pi::Error{};
+  {
+    Unlocked unlocked;
+    r = f();
+  }
+  if (!r.ok()) raise(r.error());
+  return std::move(r).value();
+}
+
 // The engine's defaults for every option not named; each named one through its table.
 pi::SessionOptions options_of(const nb::kwargs& kwargs) {
   pi::SessionOptions o;
@@ -245,22 +257,17 @@ NB_MODULE(_powerinfer, m) {
              p.kl_save = kl_save;
              p.kl_base = kl_base;
              const pi::SessionOptions o = options_of(kwargs);
-             pi::Result<pi::PerplexityReport> r = pi::Error{};
-             {
-               Unlocked unlocked;
-               r = pi::perplexity(*e.engine, o, text, p);
-             }
-             if (!r.ok()) raise(r.error());
+             const pi::PerplexityReport r = call_unlocked([&] { return pi::perplexity(*e.engine, o, text, p); });
              nb::dict d;
-             d["ppl"] = r->ppl;
-             d["ppl_err"] = r->ppl_err;
-             d["n_tokens"] = r->n_tokens;
-             d["n_ctx"] = r->n_ctx;
-             d["n_chunks"] = r->n_done;
-             d["n_scored"] = r->n_scored;
-             d["seconds"] = r->eval_seconds;
-             if (r->kl) {
-               const pi::KlReport& k = *r->kl;
+             d["ppl"] = r.ppl;
+             d["ppl_err"] = r.ppl_err;
+             d["n_tokens"] = r.n_tokens;
+             d["n_ctx"] = r.n_ctx;
+             d["n_chunks"] = r.n_done;
+             d["n_scored"] = r.n_scored;
+             d["seconds"] = r.eval_seconds;
+             if (r.kl) {
+               const pi::KlReport& k = *r.kl;
                nb::dict kl;
                kl["n"] = k.n;
                kl["base_ppl"] = k.base_ppl;
@@ -407,21 +414,16 @@ NB_MODULE(_powerinfer, m) {
           if (!ov.ok()) raise(ov.error());
           p.overrides.push_back(std::move(*ov));
         }
-        pi::Result<pi::QuantizeReport> r = pi::Error{};
-        {
-          Unlocked unlocked;
-          r = pi::quantize_model(p);
-        }
-        if (!r.ok()) raise(r.error());
+        const pi::QuantizeReport r = call_unlocked([&] { return pi::quantize_model(p); });
         nb::dict d;
-        d["bytes_in"] = r->bytes_in;
-        d["bytes_out"] = r->bytes_out;
-        d["file_in"] = r->file_in;
-        d["file_out"] = r->file_out;
-        d["n_quantized"] = r->n_quantized;
-        d["n_copied"] = r->n_copied;
+        d["bytes_in"] = r.bytes_in;
+        d["bytes_out"] = r.bytes_out;
+        d["file_in"] = r.file_in;
+        d["file_out"] = r.file_out;
+        d["n_quantized"] = r.n_quantized;
+        d["n_copied"] = r.n_copied;
         nb::list types;
-        for (const pi::QuantizeTypeStats& t : r->types) {
+        for (const pi::QuantizeTypeStats& t : r.types) {
           nb::dict e;
           e["type"] = t.type;
           e["n_tensors"] = t.n_tensors;
@@ -447,21 +449,16 @@ NB_MODULE(_powerinfer, m) {
         p.n_threads = threads;
         p.max_tokens = max_tokens;
         p.progress = progress;
-        pi::Result<pi::ProfileReport> r = pi::Error{};
-        {
-          Unlocked unlocked;
-          r = pi::profile_model(p, text);
-        }
-        if (!r.ok()) raise(r.error());
+        const pi::ProfileReport r = call_unlocked([&] { return pi::profile_model(p, text); });
         nb::dict d;
-        d["n_tokens"] = r->n_tokens;
-        d["experts"] = r->experts;
-        d["n_expert"] = r->n_expert;
-        d["n_expert_used"] = r->n_expert_used;
+        d["n_tokens"] = r.n_tokens;
+        d["experts"] = r.experts;
+        d["n_expert"] = r.n_expert;
+        d["n_expert_used"] = r.n_expert_used;
         nb::list layers;
-        for (const pi::ProfileLayer& l : r->layers) {
+        for (const pi::ProfileLayer& l : r.layers) {
           nb::dict e;
-          if (r->experts) {
+          if (r.experts) {
             e["least_chosen"] = l.least_chosen;
             e["most_chosen"] = l.most_chosen;
             e["reuse"] = l.reuse;

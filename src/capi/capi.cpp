@@ -155,6 +155,16 @@ pi_status to_buffer(const std::string& message, char* error, size_t error_cap, p
   return st;
 }
 
+// A handle-less call: runs f (a pi::Status) as guarded() does; a failure's message goes to the
+// caller's buffer, its status from the error's code (BadRequest: PI_ERR_INVALID_ARGUMENT), else
+// `fallback`.
+template <typename F>
+pi_status guarded_to_buffer(char* error, size_t error_cap, pi_status fallback, F&& f) {
+  std::string message;
+  const pi_status st = guarded(message, fallback, std::forward<F>(f));
+  return st == PI_OK ? PI_OK : to_buffer(message, error, error_cap, st);
+}
+
 }  // namespace
 
 extern "C" {
@@ -729,20 +739,14 @@ pi_status pi_model_profile(const char* model, const char* text, int64_t len, con
   q.n_threads = p.n_threads;
   q.max_tokens = p.max_tokens;
   q.progress = p.progress;
-  try {
+  return guarded_to_buffer(error, error_cap, PI_ERR_LOAD, [&]() -> pi::Status {
     const std::string_view t = len < 0 ? std::string_view(text) : std::string_view(text, static_cast<size_t>(len));
     auto r = pi::profile_model(q, t);
-    if (!r.ok())
-      return to_buffer(r.error().message, error, error_cap,
-                       r.error().code == pi::ErrorCode::BadRequest ? PI_ERR_INVALID_ARGUMENT : PI_ERR_LOAD);
+    if (!r.ok()) return r.error();
     if (report != nullptr)
       *report = pi_profile_report{r->n_tokens, r->experts, static_cast<int64_t>(r->layers.size())};
-    return PI_OK;
-  } catch (const std::bad_alloc&) {
-    return to_buffer("out of memory", error, error_cap, PI_ERR_OUT_OF_MEMORY);
-  } catch (const std::exception& e) {
-    return to_buffer(std::string("internal error: ") + e.what(), error, error_cap, PI_ERR_INTERNAL);
-  }
+    return pi::Status::Ok();
+  });
 }
 
 pi_quantize_params pi_quantize_params_default(void) {
@@ -752,48 +756,30 @@ pi_quantize_params pi_quantize_params_default(void) {
 
 pi_status pi_model_quantize(const char* input, const char* output, const pi_quantize_params* params,
                             pi_quantize_report* report, char* error, size_t error_cap) {
-  std::string message;
-  auto fail = [&](pi_status st) { return to_buffer(message, error, error_cap, st); };
-  if (input == nullptr || output == nullptr) {
-    message = "pi_model_quantize: input or output is NULL";
-    return fail(PI_ERR_INVALID_ARGUMENT);
-  }
+  if (input == nullptr || output == nullptr)
+    return to_buffer("pi_model_quantize: input or output is NULL", error, error_cap, PI_ERR_INVALID_ARGUMENT);
   const pi_quantize_params p = params != nullptr ? *params : pi_quantize_params_default();
-  pi::QuantizeParams q;
-  q.input = input;
-  q.output = output;
-  if (p.type != nullptr) q.type = p.type;
-  q.allow_requantize = p.allow_requantize;
-  q.threads = p.n_threads;
-  q.progress = p.progress;
-  if (p.overrides == nullptr && p.n_overrides > 0) {
-    message = "pi_model_quantize: overrides is NULL with a count";
-    return fail(PI_ERR_INVALID_ARGUMENT);
-  }
-  try {
+  if (p.overrides == nullptr && p.n_overrides > 0)
+    return to_buffer("pi_model_quantize: overrides is NULL with a count", error, error_cap, PI_ERR_INVALID_ARGUMENT);
+  return guarded_to_buffer(error, error_cap, PI_ERR_LOAD, [&]() -> pi::Status {
+    pi::QuantizeParams q;
+    q.input = input;
+    q.output = output;
+    if (p.type != nullptr) q.type = p.type;
+    q.allow_requantize = p.allow_requantize;
+    q.threads = p.n_threads;
+    q.progress = p.progress;
     for (size_t i = 0; i < p.n_overrides; ++i) {
       auto ov = pi::parse_quantize_override(p.overrides[i] != nullptr ? p.overrides[i] : "");
-      if (!ov.ok()) {
-        message = ov.error().message;
-        return fail(PI_ERR_INVALID_ARGUMENT);
-      }
+      if (!ov.ok()) return ov.error();
       q.overrides.push_back(std::move(*ov));
     }
     auto r = pi::quantize_model(q);
-    if (!r.ok()) {
-      message = r.error().message;
-      return fail(r.error().code == pi::ErrorCode::BadRequest ? PI_ERR_INVALID_ARGUMENT : PI_ERR_LOAD);
-    }
+    if (!r.ok()) return r.error();
     if (report != nullptr)
       *report = pi_quantize_report{r->bytes_in, r->bytes_out, r->file_in, r->file_out, r->n_quantized, r->n_copied};
-    return PI_OK;
-  } catch (const std::bad_alloc&) {
-    message = "out of memory";
-    return fail(PI_ERR_OUT_OF_MEMORY);
-  } catch (const std::exception& e) {
-    message = std::string("internal error: ") + e.what();
-    return fail(PI_ERR_INTERNAL);
-  }
+    return pi::Status::Ok();
+  });
 }
 
 }  // extern "C"

@@ -4,17 +4,16 @@
 
 #include <algorithm>
 #include <functional>
-#include <optional>
 #include <thread>
 
 #include "core/log.h"
-#include "core/progress.h"
 #include "model/model.h"
 #include "model/moe_ffn.h"
 #include "runtime/context.h"
 #include "sparse/activation_stats.h"
 #include "sparse/placement_model.h"
 #include "sparse/profile_ffn.h"
+#include "text_chunks.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pi {
@@ -71,10 +70,8 @@ Result<ProfileReport> profile_model(const ProfileParams& p, std::string_view tex
   const model::Model& m = **model;
   auto tok = Tokenizer::from_gguf(m.file());
   if (!tok.ok()) return tok.error();
-  std::vector<int32_t> tokens = tok->encode(text, false, /*parse_special=*/false);
-  if (p.max_tokens > 0 && static_cast<int64_t>(tokens.size()) > p.max_tokens)
-    tokens.resize(static_cast<size_t>(p.max_tokens));
-  if (tokens.empty()) return bad_request(err("the text has no tokens"));
+  auto tokens = workflows::text_tokens(*tok, text, p.max_tokens);
+  if (!tokens.ok()) return tokens.error();
 
   runtime::ContextOptions co;
   co.n_ctx = p.n_ctx;
@@ -102,36 +99,24 @@ Result<ProfileReport> profile_model(const ProfileParams& p, std::string_view tex
     if (p.keep_routes) rep.routes.resize(static_cast<size_t>(hp.n_layer));
   }
 
-  // Chunks of n_ctx tokens, the first of each replaced by BOS when the vocabulary adds one.
-  const bool bos = tok->add_bos() && tok->bos() >= 0;
-  const auto chunk = static_cast<size_t>(p.n_ctx);
-  log_info("profile: %zu tokens in chunks of %lld, %d threads", tokens.size(),
+  log_info("profile: %zu tokens in chunks of %lld, %d threads", tokens->size(),
            static_cast<long long>(p.n_ctx), co.n_threads);
-  std::optional<ProgressBar> bar;
-  if (p.progress) bar.emplace("profile", tokens.size());
-  std::vector<int32_t> piece;
-  for (size_t at = 0; at < tokens.size(); at += chunk) {
-    piece.assign(tokens.begin() + static_cast<std::ptrdiff_t>(at),
-                 tokens.begin() + static_cast<std::ptrdiff_t>(std::min(tokens.size(), at + chunk)));
-    if (bos) piece[0] = tok->bos();
-    PI_TRY((*ctx)->truncate(0));
-    PI_TRY((*ctx)->decode(piece));
-    if (moe != nullptr) {
-      // Each chunk is one sequence from its first token.
-      for (int64_t il = 0; il < hp.n_layer; ++il) {
-        const std::vector<int32_t>& ids = moe->routes()[static_cast<size_t>(il)];
-        PI_TRY(sparse::count_routes(moe_stats, il, ids));
-        if (p.keep_routes) {
-          auto& r = rep.routes[static_cast<size_t>(il)];
-          r.insert(r.end(), ids.begin(), ids.end());
-        }
+  const auto count = [&](std::span<const int32_t> piece) -> Status {
+    if (moe == nullptr) return Status::Ok();
+    // Each chunk is one sequence from its first token.
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+      const std::vector<int32_t>& ids = moe->routes()[static_cast<size_t>(il)];
+      PI_TRY(sparse::count_routes(moe_stats, il, ids));
+      if (p.keep_routes) {
+        auto& r = rep.routes[static_cast<size_t>(il)];
+        r.insert(r.end(), ids.begin(), ids.end());
       }
-      moe->clear_routes();
-      moe_stats.n_tokens += piece.size();
     }
-    if (bar) bar->update(at + piece.size());
-  }
-  if (bar) bar->finish();
+    moe->clear_routes();
+    moe_stats.n_tokens += piece.size();
+    return Status::Ok();
+  };
+  PI_TRY(workflows::run_chunks(**ctx, workflows::text_chunks(*tok, *tokens, p.n_ctx), "profile", p.progress, count));
 
   sparse::ActivationStats stats;
   if (moe != nullptr) {

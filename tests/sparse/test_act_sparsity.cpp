@@ -30,6 +30,7 @@
 #include "gguf/writer.h"
 #include "model/model.h"
 #include "model/tiny_model.h"
+#include "powerinfer/calibrate.h"
 #include "runtime/context.h"
 #include "sparse/act_sparsity.h"
 #include "sparse/calibrate.h"
@@ -69,13 +70,40 @@ const std::string& source_model() {
   return path;
 }
 
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+CalibrateParams calibrate_params(const std::string& out) {
+  CalibrateParams p;
+  p.model = source_model();
+  p.output = out;
+  p.text_name = "cal.txt";
+  p.sparsity = 0.4;
+  p.n_ctx = 128;
+  p.n_threads = 1;
+  p.alloc = false;
+  return p;
+}
+
+// Calibrated through the library (the CLI's run is allocated() below).
 const std::string& calibrated() {
   static const std::string path = [] {
     const std::string p = pi::testing::temp_path("silu_tiny.cal.gguf");
-    auto r = run_command(kBin + " calibrate --no-progress --no-alloc -t 1 -c 128 -m " +
-                         source_model() + " -f " + text_file("cal.txt", 0, 20000) +
-                         " --sparsity 0.4 -o " + p);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
+    auto r = calibrate_model(calibrate_params(p), read_all(text_file("cal.txt", 0, 20000)));
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    if (r.ok()) {
+      // Every site of the default list, a threshold per layer and site, no allocation.
+      EXPECT_EQ(r->sites, (std::vector<std::string>{"attn_in", "attn_out", "ffn_in", "ffn_gate"}));
+      EXPECT_EQ(r->thresholds.size(), 2u);
+      for (const auto& row : r->thresholds) EXPECT_EQ(row.size(), 4u);
+      EXPECT_TRUE(r->allocation.empty());
+      EXPECT_EQ(r->n_transposed, 2 * 6);  // q, k, v, output, gate, down in each layer
+      EXPECT_GT(r->n_tokens, 0u);
+    }
     return p;
   }();
   return path;
@@ -578,6 +606,30 @@ TEST(ActSparsity, BadInputGivesOneLineErrors) {
                   " -o /dev/null");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("already calibrated"), std::string::npos) << r.output;
+}
+
+// The library call refuses what the CLI does, as a bad request where the request is at fault.
+TEST(ActSparsity, LibraryCalibrationRefusesBadRequests) {
+  const std::string text = read_all(text_file("cal.txt", 0, 20000));
+  CalibrateParams p = calibrate_params("/dev/null");
+  p.sparsity = 2;
+  auto r = calibrate_model(p, text);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::BadRequest);
+  EXPECT_NE(r.error().message.find("must be in [0, 0.9]"), std::string::npos) << r.error().message;
+  p = calibrate_params("/dev/null");
+  p.sites = "attn_in,mlp";
+  r = calibrate_model(p, text);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::BadRequest);
+  p = calibrate_params("/dev/null");
+  r = calibrate_model(p, "");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message, "the text has no tokens");
+  p.model = calibrated();
+  r = calibrate_model(p, text);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("already calibrated"), std::string::npos) << r.error().message;
 }
 
 }  // namespace

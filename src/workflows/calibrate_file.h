@@ -20,7 +20,7 @@
 #include "gguf/reader.h"
 #include "sparse/act_sparsity.h"
 
-namespace pi::tools {
+namespace pi::workflows {
 
 struct CalibratedFileReport {
   int n_transposed = 0;
@@ -39,4 +39,4 @@ Result<CalibratedFileReport> write_calibrated(const gguf::File& in,
                                               const sparse::ActSparsityCalibration& c,
                                               const std::string& out, int threads, bool progress);
 
-}  // namespace pi::tools
+}  // namespace pi::workflows

@@ -9,7 +9,7 @@
 #include "gguf/writer.h"
 #include "tensor/quant.h"
 
-namespace pi::tools {
+namespace pi::workflows {
 namespace {
 
 // "blk.3.attn_q.weight" -> "blk.3.attn_q_t.weight"
@@ -159,4 +159,4 @@ Result<CalibratedFileReport> write_calibrated(const gguf::File& in,
   return rep;
 }
 
-}  // namespace pi::tools
+}  // namespace pi::workflows

@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "sparse/act_sparsity.h"
 
-namespace pi::tools {
+namespace pi::workflows {
 
 struct AllocOptions {
   int64_t n_ctx = 512;      // tokens per chunk, each from an empty cache
@@ -47,4 +47,4 @@ Result<std::vector<AllocPoint>> allocate_greedy(const std::string& path,
 // Stores `path` as c's allocation (same level in every layer).
 void set_allocation(const std::vector<AllocPoint>& path, sparse::ActSparsityCalibration& c);
 
-}  // namespace pi::tools
+}  // namespace pi::workflows

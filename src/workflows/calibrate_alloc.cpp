@@ -5,11 +5,10 @@
 #include <memory>
 #include <optional>
 
-#include "cli_checks.h"
 #include "core/progress.h"
 #include "powerinfer/engine.h"
 
-namespace pi::tools {
+namespace pi::workflows {
 namespace {
 
 // log-softmax of one row of logits, in double.
@@ -62,7 +61,7 @@ class Evaluator {
  private:
   template <typename F>
   Status run(const std::array<double, sparse::kNumSites>& level, F&& per_row) {
-    SessionOptions so = cli::env_session_options();
+    SessionOptions so;  // the predictor threshold (threshold_env) is moot: no PowerInfer file is calibrated
     so.n_ctx = o_.n_ctx;
     so.n_batch = o_.n_ctx;
     so.n_threads = o_.n_threads;
@@ -161,4 +160,4 @@ void set_allocation(const std::vector<AllocPoint>& path, sparse::ActSparsityCali
   }
 }
 
-}  // namespace pi::tools
+}  // namespace pi::workflows

@@ -312,12 +312,22 @@ class Session {
   Status seq_cp(int32_t src, int32_t dst, int32_t p0 = 0, int32_t p1 = -1);
   // Highest position sequence seq holds; -1 when none.
   int32_t seq_pos_max(int32_t seq) const;
+  // The token ids sequence seq holds at positions 0, 1, ... (fed, restored, forked or copied
+  // into it), up to its first missing position; empty for a seq outside [0, n_seq_max).
+  std::vector<int32_t> seq_tokens(int32_t seq) const;
+  // Prefix reuse (a server slot, a prompt cache): sequence seq keeps the longest prefix of
+  // what it holds that `prompt` starts with, at most prompt.size() - 1 tokens so that the
+  // last one is evaluated again for its logits (none where sliding-window layers can no
+  // longer be cut back there: seq_can_truncate), and forgets the rest (seq_rm). Returns the
+  // tokens kept: feed prompt[kept...] at positions kept... next. The sampler is left as
+  // seq_rm leaves it; give it the kept tokens with set_sampling.
+  Result<int64_t> seq_reuse_prefix(int32_t seq, std::span<const int32_t> prompt);
 
   // ---- Saved state: prompt caches and server slots (file format: docs/FORMATS.md) ----
   // Writes sequence seq to `path` (through a temporary file and a rename): a fingerprint of
-  // the model, `tokens` (the ids at its positions 0..n-1; the session keeps no token ids, its
-  // caller does) and the K and V rows of its cells. The sequence must hold exactly positions
-  // 0..tokens.size()-1. Returns the bytes written.
+  // the model, `tokens` (the ids at its positions 0..n-1, e.g. seq_tokens(seq)) and the K and
+  // V rows of its cells. The sequence must hold exactly positions 0..tokens.size()-1. Returns
+  // the bytes written.
   Result<uint64_t> save_state(int32_t seq, const std::string& path,
                               std::span<const int32_t> tokens);
   // Restores a saved sequence into sequence seq, which must hold nothing: the rows of the

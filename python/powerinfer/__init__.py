@@ -94,7 +94,6 @@ class Session:
                 raise TypeError("give grammar or json_schema, not both")
             opts["grammar"] = json_schema_to_grammar(schema)
         self._s = _Session.create(engine._e, **opts)
-        self._tokens: list[int] = []  # what the context holds, for save_state
 
     @property
     def n_past(self) -> int:
@@ -111,11 +110,10 @@ class Session:
     @property
     def tokens(self) -> list[int]:
         """The token ids the session's context holds, in order."""
-        return list(self._tokens)
+        return self._s.seq_tokens(0)
 
     def reset(self) -> None:
         self._s.reset()
-        self._tokens = []
 
     def embed(self, inputs: str | Sequence[int] | Sequence[str | Sequence[int]], pooling: str = "mean",
               normalize: bool = True):
@@ -130,7 +128,6 @@ class Session:
             raise Error("embed: no inputs")
         add_bos = self.engine._e.add_bos
         toks = [self.engine.tokenize(x, add_bos=add_bos) if isinstance(x, str) else list(x) for x in items]
-        self._tokens = []
         rows = self._s.embed(toks, pooling, normalize)  # per input: its list of vectors
         self._s.reset()
         if pooling != "none":
@@ -140,15 +137,14 @@ class Session:
     def save_state(self, path: str) -> int:
         """Writes the context (its KV cache and tokens) to a file that load_state restores,
         as run --prompt-cache does; returns the bytes written."""
-        return self._s.save_state(path, self._tokens)
+        return self._s.save_state(path, self._s.seq_tokens(0))
 
     def load_state(self, path: str) -> list[int]:
         """Restores a file written by save_state into this empty session (of the same model
         and KV cache types): generation continues as if its tokens had been fed. Returns them."""
         if self.n_past:
             raise Error(f"{path}: load_state needs an empty session (reset() first)")
-        self._tokens = list(self._s.load_state(path))
-        return list(self._tokens)
+        return list(self._s.load_state(path))
 
     def feed(self, text_or_tokens: str | Sequence[int], add_bos: bool | None = None) -> None:
         """Evaluates text (tokenized with special tokens parsed; BOS first when the session is
@@ -160,7 +156,6 @@ class Session:
         else:
             tokens = list(text_or_tokens)
         self._s.prompt(tokens)
-        self._tokens += tokens
 
     def stream(self, max_tokens: int = 128, stop_at_eog: bool = True, end_ids: Sequence[int] = (),
                keep_ids: Sequence[int] = (), stop: Sequence[str] = (),
@@ -172,13 +167,12 @@ class Session:
         until it is clear. Control tokens add no text unless in shown_ids. The engine's
         generation loop, the one the CLI and the server use."""
         stops = [stop] if isinstance(stop, str) else list(stop)
-        gen = _Generator(self.engine._e, self._tokens, max_tokens, stops, not stop_at_eog,
+        gen = _Generator(self.engine._e, self._s.seq_tokens(0), max_tokens, stops, not stop_at_eog,
                          list(end_ids), list(keep_ids), list(shown_ids))
         while True:
             end = gen.sample(self._s)
             piece = gen.take()
-            if gen.feed(self._s):
-                self._tokens.append(gen.last_token)
+            gen.feed(self._s)
             if piece:
                 yield piece.decode("utf-8", errors="replace")
             if end != "none":
@@ -250,7 +244,6 @@ class ChatSession:
             # sliding-window layers no longer hold the window before it).
             if self.session._s.seq_can_truncate(0, start):
                 self.session._s.seq_rm(0, start, -1)
-                del self.session._tokens[start:]
             else:
                 self.session.reset()
                 self._held = ""

@@ -521,6 +521,8 @@ NB_MODULE(_powerinfer, m) {
            })
       .def("seq_rm", [](PySession& s, int32_t seq, int32_t p0, int32_t p1) { check(s.session->seq_rm(seq, p0, p1)); },
            "seq"_a, "p0"_a, "p1"_a = -1)
+      .def("seq_tokens", [](PySession& s, int32_t seq) { return s.session->seq_tokens(seq); }, "seq"_a = 0,
+           "The token ids sequence seq holds from position 0 (fed, restored or forked into it)")
       .def("seq_can_truncate",
            [](PySession& s, int32_t seq, int32_t p0) { return s.session->seq_can_truncate(seq, p0); },
            "seq"_a, "p0"_a,

@@ -361,6 +361,7 @@ Status Context::eval_slot(std::span<const int32_t> tokens, KvSlot& slot,
   if (stream_) {
     if (std::string why = stream_->failure(); !why.empty()) return err("%s", why.c_str());
   }
+  slot.token.assign(tokens.begin(), tokens.end());  // the cells' tokens: seq_tokens() reads them
   return cache_.apply(KvEdit::commit(slot));
 }
 
@@ -514,6 +515,7 @@ Status Context::restore_seq(SeqId s, SeqStateFile& file) {
   auto slot = cache_.find_slot(n - 1);
   if (!slot.ok()) return slot.error();
   slot->assign_sequential(s, 0);
+  slot->token.assign(tokens.begin(), tokens.end() - 1);
   PI_TRY(cache_.plan_window(*slot, /*attended=*/false));
   PI_TRY(file.read_cells(cache_, *slot));
   PI_TRY(cache_.apply(KvEdit::commit(*slot)));

@@ -110,6 +110,8 @@ class Context {
   Status seq_cp(SeqId src, SeqId dst, int32_t p0, int32_t p1);
   // Highest position sequence s holds, -1 when none.
   int32_t seq_pos_max(SeqId s) const { return cache_.seq_pos_max(s); }
+  // The tokens sequence s holds from position 0 (KvCache::seq_tokens).
+  std::vector<int32_t> seq_tokens(SeqId s) const { return cache_.seq_tokens(s); }
   // Sequence s (holding nothing) takes the saved tokens of `file`: the rows of tokens [0, n-1)
   // are written to free cells and committed, the last token is evaluated (its logits are
   // logits() and batch_logits(0)). Fails without changing the cache when s is out of range or

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <new>
 #include <stdexcept>
@@ -471,6 +472,27 @@ Status Session::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
 }
 
 int32_t Session::seq_pos_max(int32_t seq) const { return ctx_->seq_pos_max(seq); }
+
+std::vector<int32_t> Session::seq_tokens(int32_t seq) const {
+  return seq >= 0 && seq < n_seq_max() ? ctx_->seq_tokens(seq) : std::vector<int32_t>{};
+}
+
+Result<int64_t> Session::seq_reuse_prefix(int32_t seq, std::span<const int32_t> prompt) {
+  if (seq < 0 || seq >= n_seq_max())
+    return with_code(err("sequence id %d outside [0, %d)", seq, n_seq_max()), ErrorCode::BadRequest);
+  const std::vector<int32_t> held = ctx_->seq_tokens(seq);
+  size_t n = static_cast<size_t>(std::mismatch(held.begin(), held.end(), prompt.begin(), prompt.end()).first -
+                                 held.begin());
+  // At least the last prompt token is evaluated: its logits give the next token.
+  n = prompt.empty() ? 0 : std::min(n, prompt.size() - 1);
+  const auto p0 = static_cast<int32_t>(n);
+  const bool cut = ctx_->seq_pos_max(seq) >= p0;
+  // Sliding-window layers kept bounded (no swa_full) can go on from a kept prefix only while
+  // the window before its end is still held: else from scratch.
+  if (n > 0 && cut && !ctx_->can_truncate(seq, p0)) n = 0;
+  if (cut) PI_TRY(seq_rm(seq, static_cast<int32_t>(n)));
+  return static_cast<int64_t>(n);
+}
 
 bool Session::seq_can_truncate(int32_t seq, int32_t p0) const {
   return seq >= 0 && seq < n_seq_max() ? ctx_->can_truncate(seq, p0) : false;

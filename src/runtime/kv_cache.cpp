@@ -150,6 +150,16 @@ int32_t KvCache::seq_pos_max(SeqId s) const {
   return valid_seq(s) ? seq_max_[static_cast<size_t>(s)] : -1;
 }
 
+std::vector<int32_t> KvCache::seq_tokens(SeqId s) const {
+  std::vector<int32_t> out;
+  for (const auto& [pos, cell] : seq_entries(s)) {
+    const int32_t t = cells_[static_cast<size_t>(cell)].token;
+    if (pos != static_cast<int32_t>(out.size()) || t < 0) break;
+    out.push_back(t);
+  }
+  return out;
+}
+
 int64_t KvCache::seq_cells(SeqId s) const {
   return valid_seq(s) ? static_cast<int64_t>(seq_entries_[static_cast<size_t>(s)].size()) : 0;
 }
@@ -271,7 +281,8 @@ Status KvCache::commit(const KvSlot& slot) {
   if (window_ < n_ctx_ && slot.window.size() != m)
     return err("KV cache: commit of %zu cells with %zu window cells (plan_window first)", m, slot.window.size());
   for (size_t i = 0; i < m; ++i) {
-    cells_[static_cast<size_t>(slot.cells[i])] = Cell{slot.pos[i], bit(slot.seq[i])};
+    cells_[static_cast<size_t>(slot.cells[i])] =
+        Cell{slot.pos[i], bit(slot.seq[i]), slot.token.size() == m ? slot.token[i] : -1};
     seq_entries_[static_cast<size_t>(slot.seq[i])].emplace_back(slot.pos[i], slot.cells[i]);
     if (window_ < n_ctx_ && slot.window[i] >= 0) {
       // The window cell's earlier cell (one no sequence reads there any more) loses it.

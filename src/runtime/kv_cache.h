@@ -55,6 +55,7 @@ struct KvSlot {
   std::vector<int32_t> pos;
   std::vector<SeqId> seq;
   std::vector<int32_t> window;  // each token's window cell (KvCache::plan_window), or empty
+  std::vector<int32_t> token;   // each entry's token id (KvCache::seq_tokens), or empty: unknown
 
   int64_t size() const { return static_cast<int64_t>(cells.size()); }
   // Token i of sequence `s` at position pos0 + i, for every token (the single-sequence case).
@@ -160,6 +161,9 @@ class KvCache {
   int32_t seq_pos_max(SeqId s) const;
   // Cells sequence s holds.
   int64_t seq_cells(SeqId s) const;
+  // The token ids sequence s holds at positions 0, 1, ... up to its first missing position or
+  // cell of unknown token (committed without KvSlot::token): what a new prompt can reuse.
+  std::vector<int32_t> seq_tokens(SeqId s) const;
   // True when sequence s holds exactly positions 0..p-1 in cells 0..p-1 (cell c: position c):
   // the layout the forward pass's contiguous fast path reads.
   bool holds_prefix(SeqId s, int64_t p) const;
@@ -221,6 +225,7 @@ class KvCache {
   struct Cell {
     int32_t pos = -1;   // -1: free
     uint64_t seqs = 0;  // bit s: sequence s holds this cell
+    int32_t token = -1;  // the token whose K and V the cell holds; -1: unknown
   };
   Status commit(const KvSlot& slot);
   Status remove(SeqId seq, int32_t p0, int32_t p1);

@@ -19,10 +19,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 }
 
 size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  const size_t n = std::min(a.size(), b.size());
-  size_t i = 0;
-  while (i < n && a[i] == b[i]) ++i;
-  return i;
+  return static_cast<size_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin());
 }
 
 
@@ -77,7 +74,7 @@ void Job::finish(const JobStats& stats, std::vector<float> embeddings) {
 struct Scheduler::Slot {
   int id = 0;
   std::shared_ptr<Job> job;
-  std::vector<int32_t> cached;  // the tokens sequence `id` holds, positions 0..size-1
+  int32_t n_past = 0;           // positions 0..n_past-1 sequence `id` holds (its tokens: Session::seq_tokens)
   size_t n_prompt_fed = 0;      // prompt tokens the sequence holds
   bool generating = false;      // the prompt is done; `next` is fed in the next step
   int32_t next = -1;
@@ -164,11 +161,11 @@ SlotActionResult Scheduler::run_slot_task(const SlotTask& t) {
   const Clock::time_point t0 = Clock::now();
   switch (t.action) {
     case SlotAction::Save: {
-      if (s.cached.empty())
+      if (s.n_past == 0)
         return {400, "slot " + std::to_string(t.id) + " holds no tokens to save", 0, 0, 0};
-      auto w = session_->save_state(s.id, t.path, s.cached);
+      auto w = session_->save_state(s.id, t.path, session_->seq_tokens(s.id));
       if (!w.ok()) return {500, w.error().message, 0, 0, 0};
-      r.n_tokens = static_cast<int64_t>(s.cached.size());
+      r.n_tokens = s.n_past;
       r.n_bytes = *w;
       break;
     }
@@ -177,7 +174,7 @@ SlotActionResult Scheduler::run_slot_task(const SlotTask& t) {
       if (!std::filesystem::is_regular_file(t.path, ec))
         return {400, t.path + ": no such slot save file", 0, 0, 0};
       (void)session_->seq_rm(s.id, 0);
-      s.cached.clear();
+      s.n_past = 0;
       auto st = session_->load_state(s.id, t.path);
       if (st.ok() && static_cast<int64_t>(st->tokens.size()) >= o_.n_ctx_slot) {
         (void)session_->seq_rm(s.id, 0);
@@ -185,9 +182,9 @@ SlotActionResult Scheduler::run_slot_task(const SlotTask& t) {
                       " tokens do not fit a slot's context of " + std::to_string(o_.n_ctx_slot),
              0, 0, 0};
       } else if (st.ok()) {
-        s.cached = std::move(st->tokens);
+        s.n_past = static_cast<int32_t>(st->tokens.size());
         s.last_use = ++use_clock_;
-        r.n_tokens = static_cast<int64_t>(s.cached.size());
+        r.n_tokens = s.n_past;
         r.n_bytes = st->file_bytes;
       } else {
         r = {400, st.error().message, 0, 0, 0};
@@ -195,14 +192,14 @@ SlotActionResult Scheduler::run_slot_task(const SlotTask& t) {
       break;
     }
     case SlotAction::Erase:
-      r.n_tokens = static_cast<int64_t>(s.cached.size());
+      r.n_tokens = s.n_past;
       (void)session_->seq_rm(s.id, 0);
-      s.cached.clear();
+      s.n_past = 0;
       break;
   }
   r.ms = ms_between(t0, Clock::now());
   std::lock_guard lk(mu_);
-  stats_.slots[static_cast<size_t>(s.id)].n_cached = static_cast<int64_t>(s.cached.size());
+  stats_.slots[static_cast<size_t>(s.id)].n_cached = s.n_past;
   return r;
 }
 
@@ -250,14 +247,13 @@ SchedulerStats Scheduler::snapshot() const {
 void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
   const JobSpec& sp = job->spec;
   s.job = std::move(job);
-  size_t n_common = sp.cache_prompt ? common_prefix(s.cached, sp.prompt) : 0;
-  // At least the last prompt token is evaluated: its logits give the first token.
-  n_common = std::min(n_common, sp.prompt.size() - 1);
-  // A model whose sliding-window layers keep only their window (no --swa-full) can go on from
-  // a cached prefix only while the window before its end is still held: else from scratch.
-  if (n_common > 0 && s.cached.size() > n_common &&
-      !session_->seq_can_truncate(s.id, static_cast<int32_t>(n_common)))
-    n_common = 0;
+  // The slot's cached prefix of the prompt is kept (Session::seq_reuse_prefix), the rest of
+  // what it held forgotten.
+  Result<int64_t> kept = int64_t{0};
+  if (sp.cache_prompt) kept = session_->seq_reuse_prefix(s.id, sp.prompt);
+  else if (Status st = session_->seq_rm(s.id, 0); !st.ok()) kept = st.error();
+  const size_t n_common = kept.ok() ? static_cast<size_t>(*kept) : 0;
+  s.n_past = kept.ok() ? static_cast<int32_t>(n_common) : session_->seq_pos_max(s.id) + 1;
   s.stats = JobStats{};
   s.stats.slot = s.id;
   s.stats.n_prompt = static_cast<int64_t>(sp.prompt.size());
@@ -280,12 +276,9 @@ void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
     stats_.slots[static_cast<size_t>(s.id)].busy = true;
     stats_.slots[static_cast<size_t>(s.id)].n_predicted = 0;
   }
-  if (s.cached.size() > n_common) {
-    if (Status st = session_->seq_rm(s.id, static_cast<int32_t>(n_common)); !st.ok()) {
-      end(s, Finish::Error, st.error().message);
-      return;
-    }
-    s.cached.resize(n_common);
+  if (!kept.ok()) {
+    end(s, Finish::Error, kept.error().message);
+    return;
   }
   Status st = session_->set_sampling(
       s.id, sp.sampling, std::span<const int32_t>(sp.prompt.data(), n_common));
@@ -320,7 +313,7 @@ void Scheduler::start_embed(Slot& s, std::shared_ptr<Job> job) {
 void Scheduler::embed_step(Slot& s) {
   const JobSpec& sp = s.job->spec;
   // Session::embed empties the slot's sequence: its cached prompt is gone.
-  s.cached.clear();
+  s.n_past = 0;
   const EmbedInput in[1] = {{s.id, sp.inputs[s.n_embedded]}};
   std::vector<float> one;
   if (Status st = session_->embed(in, sp.embed, one); !st.ok()) {
@@ -350,7 +343,7 @@ void Scheduler::end(Slot& s, Finish f, std::string error, std::vector<float> emb
     std::lock_guard lk(mu_);
     stats_.processing -= 1;
     stats_.slots[static_cast<size_t>(s.id)].busy = false;
-    stats_.slots[static_cast<size_t>(s.id)].n_cached = static_cast<int64_t>(s.cached.size());
+    stats_.slots[static_cast<size_t>(s.id)].n_cached = s.n_past;
     if (f == Finish::Cancelled || f == Finish::Shutdown) {
       stats_.cancelled += 1;
     } else if (f == Finish::Error) {
@@ -371,7 +364,7 @@ void Scheduler::end(Slot& s, Finish f, std::string error, std::vector<float> emb
 }
 
 bool Scheduler::on_token(Slot& s, int32_t t, std::span<const float> logits) {
-  const bool full = static_cast<int64_t>(s.cached.size()) >= o_.n_ctx_slot;
+  const bool full = s.n_past >= o_.n_ctx_slot;
   const GenEnd e = s.gen->accept(t, logits, t >= 0 && session_->grammar_done(s.id), full);
   s.stats.n_predicted = s.gen->n_tokens();
   switch (e) {
@@ -427,8 +420,8 @@ void Scheduler::loop() {
         Slot* best = nullptr;
         for (auto& s : slots_) {
           if (s->job) continue;
-          if (best == nullptr || s->cached.size() < best->cached.size() ||
-              (s->cached.size() == best->cached.size() && s->last_use < best->last_use))
+          if (best == nullptr || s->n_past < best->n_past ||
+              (s->n_past == best->n_past && s->last_use < best->last_use))
             best = s.get();
         }
         start_embed(*best, std::move(job));
@@ -440,7 +433,7 @@ void Scheduler::loop() {
       size_t best_common = 0;
       for (auto& s : slots_) {
         if (s->job) continue;
-        const size_t c = job->spec.cache_prompt ? common_prefix(s->cached, job->spec.prompt) : 0;
+        const size_t c = job->spec.cache_prompt ? common_prefix(session_->seq_tokens(s->id), job->spec.prompt) : 0;
         if (best == nullptr || c > best_common ||
             (c == best_common && s->last_use < best->last_use)) {
           best = s.get();
@@ -458,7 +451,7 @@ void Scheduler::loop() {
     owner.clear();
     for (auto& s : slots_) {
       if (!s->job || !s->generating) continue;
-      batch.push_back({s->next, s->id, static_cast<int32_t>(s->cached.size()), true});
+      batch.push_back({s->next, s->id, s->n_past, true});
       owner.push_back(s.get());
     }
     auto budget = static_cast<size_t>(std::max<int64_t>(1, session_->n_batch()));
@@ -470,7 +463,7 @@ void Scheduler::loop() {
       const size_t n = std::min(budget, p.size() - s->n_prompt_fed);
       for (size_t k = 0; k < n; ++k) {
         const size_t i = s->n_prompt_fed + k;
-        batch.push_back({p[i], s->id, static_cast<int32_t>(s->cached.size() + k), i + 1 == p.size()});
+        batch.push_back({p[i], s->id, s->n_past + static_cast<int32_t>(k), i + 1 == p.size()});
         owner.push_back(s.get());
       }
       budget -= n;
@@ -481,14 +474,14 @@ void Scheduler::loop() {
       for (Slot* s : owner) {
         if (!s->job) continue;
         (void)session_->seq_rm(s->id, 0);
-        s->cached.clear();
+        s->n_past = 0;
         end(*s, Finish::Error, st.error().message);
       }
       continue;
     }
     for (size_t i = 0; i < batch.size(); ++i) {
       Slot& s = *owner[i];
-      s.cached.push_back(batch[i].token);
+      s.n_past += 1;
       if (!s.generating) s.n_prompt_fed += 1;
     }
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -502,7 +495,7 @@ void Scheduler::loop() {
     stats_.steps += 1;
     for (auto& s : slots_) {
       SchedulerStats::Slot& o = stats_.slots[static_cast<size_t>(s->id)];
-      o.n_cached = static_cast<int64_t>(s->cached.size());
+      o.n_cached = s->n_past;
       o.n_predicted = s->stats.n_predicted;
     }
   }

@@ -477,3 +477,93 @@ TEST(SavedState, MisuseIsRefusedAndChangesNothing) {
 }
 
 }  // namespace
+
+namespace {
+
+// The session keeps each sequence's tokens from position 0 (Session::seq_tokens) through
+// every way tokens enter or leave a sequence, and a new prompt keeps the longest prefix of
+// them it shares (Session::seq_reuse_prefix), after which it continues exactly as a session
+// fed the whole prompt.
+TEST(SeqTokens, FollowFeedsCutsForksRestoresAndEmbeddings) {
+  auto e = load_engine("seq_tokens.gguf");
+  ASSERT_NE(e, nullptr);
+  Config c;
+  c.n_seq = 3;
+  auto s = make_session(*e, c);
+  ASSERT_NE(s, nullptr);
+  const std::vector<int32_t> p = prompt_tokens();
+  ASSERT_TRUE(s->prompt(p).ok());
+  EXPECT_EQ(s->seq_tokens(0), p);
+  std::vector<int32_t> all = p;
+  for (int32_t t : generate(*s, 3)) all.push_back(t);
+  EXPECT_EQ(s->seq_tokens(0), all);
+  ASSERT_TRUE(s->fork(0, 1).ok());
+  EXPECT_EQ(s->seq_tokens(1), all);
+  ASSERT_TRUE(s->seq_rm(0, 5).ok());
+  EXPECT_EQ(s->seq_tokens(0), std::vector<int32_t>(p.begin(), p.begin() + 5));
+  // A hole: the tokens end where the positions stop following each other.
+  ASSERT_TRUE(s->seq_rm(1, 2, 4).ok());
+  EXPECT_EQ(s->seq_tokens(1), std::vector<int32_t>(p.begin(), p.begin() + 2));
+  // Tokens decoded after a gap are not part of the prefix.
+  const pi::BatchToken gap[] = {{9, 2, 3, true}};
+  ASSERT_TRUE(s->decode(gap).ok());
+  EXPECT_TRUE(s->seq_tokens(2).empty());
+  ASSERT_TRUE(s->seq_rm(2, 0).ok());
+  const pi::BatchToken two[] = {{9, 2, 0, false}, {10, 2, 1, true}};
+  ASSERT_TRUE(s->decode(two).ok());
+  EXPECT_EQ(s->seq_tokens(2), (std::vector<int32_t>{9, 10}));
+  // Saved and restored into another sequence.
+  const std::string path = pi::testing::temp_path("seq_tokens.state");
+  ASSERT_TRUE(s->save_state(0, path, s->seq_tokens(0)).ok());
+  ASSERT_TRUE(s->seq_rm(2, 0).ok());
+  ASSERT_TRUE(s->load_state(2, path).ok());
+  EXPECT_EQ(s->seq_tokens(2), s->seq_tokens(0));
+  // Embeddings leave their sequences empty; reset empties every one.
+  std::vector<float> out;
+  const std::vector<int32_t> words{4, 5, 6};
+  const pi::EmbedInput in[] = {{2, words}};
+  const pi::Status es = s->embed(in, pi::EmbedParams{}, out);
+  ASSERT_TRUE(es.ok()) << es.error().message;
+  EXPECT_TRUE(s->seq_tokens(2).empty());
+  s->reset();
+  for (int q = 0; q < 3; ++q) EXPECT_TRUE(s->seq_tokens(q).empty());
+  EXPECT_TRUE(s->seq_tokens(3).empty());
+  EXPECT_TRUE(s->seq_tokens(-1).empty());
+}
+
+TEST(SeqTokens, ReusedPrefixContinuesAsAFreshSession) {
+  auto e = load_engine("seq_reuse.gguf");
+  ASSERT_NE(e, nullptr);
+  const std::vector<int32_t> p = prompt_tokens();
+  std::vector<int32_t> q(p.begin(), p.begin() + 11);  // shares 11 tokens, then differs
+  q.insert(q.end(), {77, 78, 79});
+  auto fresh = make_session(*e, Config{});
+  ASSERT_NE(fresh, nullptr);
+  ASSERT_TRUE(fresh->prompt(q).ok());
+  const std::vector<int32_t> want = generate(*fresh, 6);
+
+  auto s = make_session(*e, Config{});
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->prompt(p).ok());
+  (void)generate(*s, 2);
+  auto kept = s->seq_reuse_prefix(0, q);
+  ASSERT_TRUE(kept.ok()) << kept.error().message;
+  EXPECT_EQ(*kept, 11);
+  EXPECT_EQ(s->seq_pos_max(0), 10);
+  ASSERT_TRUE(s->set_sampling(0, pi::SamplingParams{.temperature = 0.0f, .repeat_penalty = 1.3f, .seed = 7},
+                              std::span<const int32_t>(q).first(11)).ok());
+  ASSERT_TRUE(s->prompt(std::span<const int32_t>(q).subspan(11)).ok());
+  EXPECT_EQ(generate(*s, 6), want);
+
+  // The same prompt again keeps all but its last token; an unrelated one keeps nothing.
+  auto again = s->seq_reuse_prefix(0, s->seq_tokens(0));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, static_cast<int64_t>(q.size() + 6 - 1));
+  auto none = s->seq_reuse_prefix(0, std::vector<int32_t>{5, 6});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 0);
+  EXPECT_EQ(s->seq_pos_max(0), -1);
+  EXPECT_FALSE(s->seq_reuse_prefix(4, q).ok());
+}
+
+}  // namespace

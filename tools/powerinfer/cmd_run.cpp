@@ -127,9 +127,8 @@ void print_memory(const Session& s) {
 enum class Stop { Eog, Limit, ContextFull, Interrupted, GrammarDone };
 
 // Samples, prints and feeds tokens until the answer ends (`p`: -n, --ignore-eos, a harmony
-// model's reply tokens), a full context or Ctrl-C. Tokens fed are appended to `fed` when given.
-Result<Stop> generate(Session& s, Generator& gen, const GenerateParams& p, DenseShadow* shadow,
-                      std::vector<int32_t>* fed = nullptr) {
+// model's reply tokens), a full context or Ctrl-C.
+Result<Stop> generate(Session& s, Generator& gen, const GenerateParams& p, DenseShadow* shadow) {
   gen.begin(p);
   while (true) {
     if (interrupted()) return Stop::Interrupted;
@@ -138,10 +137,9 @@ Result<Stop> generate(Session& s, Generator& gen, const GenerateParams& p, Dense
     print_piece(gen.take());
     auto fed_now = gen.feed(s);
     if (!fed_now.ok()) return fed_now.error();
-    if (*fed_now) {
+    if (*fed_now && shadow != nullptr) {
       const int32_t t = gen.last_token();
-      if (fed != nullptr) fed->push_back(t);
-      if (shadow != nullptr) PI_TRY(shadow->feed(std::span<const int32_t>(&t, 1), s.logits()));
+      PI_TRY(shadow->feed(std::span<const int32_t>(&t, 1), s.logits()));
     }
     switch (*e) {
       case GenEnd::None:
@@ -405,13 +403,13 @@ int run(const RunOptions& o_in) {
              tokens.size(), static_cast<double>(*w) / 1048576.0);
   }
   if (!o.interactive) {
-    std::vector<int32_t> fed = tokens;
-    auto stop = generate(session, gen, gp, shadow.get(), o.prompt_cache_all ? &fed : nullptr);
+    auto stop = generate(session, gen, gp, shadow.get());
     if (!stop.ok()) {
       log_error("%s", stop.error().message.c_str());
       return finish(1);
     }
     if (write_cache && o.prompt_cache_all) {
+      const std::vector<int32_t> fed = session.seq_tokens(0);  // the prompt and the answer fed
       auto w = session.save_state(0, o.prompt_cache, fed);
       if (!w.ok()) {
         log_error("%s", w.error().message.c_str());

@@ -30,10 +30,9 @@ Result<PromptCacheUse> restore_prompt_cache(Session& s, const std::string& path,
   if (n_match == cached.size() && n_match == prompt.size()) {
     u.n_keep = static_cast<int64_t>(n_match);
   } else {
-    u.n_keep = static_cast<int64_t>(n_match == prompt.size() ? n_match - 1 : n_match);
-    // Sliding-window layers kept bounded may have lost the window before that point.
-    if (!s.seq_can_truncate(0, static_cast<int32_t>(u.n_keep))) u.n_keep = 0;
-    PI_TRY(s.seq_rm(0, static_cast<int32_t>(u.n_keep)));
+    auto kept = s.seq_reuse_prefix(0, prompt);
+    if (!kept.ok()) return kept.error();
+    u.n_keep = *kept;
     PI_TRY(s.set_sampling(0, sampling, prompt.first(static_cast<size_t>(u.n_keep))));
     s.ban_tokens(0, banned);
   }

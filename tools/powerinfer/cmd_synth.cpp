@@ -5,18 +5,16 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
-#include <thread>
 
 #include "cli_checks.h"
 #include "commands.h"
 #include "core/log.h"
-#include "synth_model.h"
-#include "synth_spec.h"
+#include "powerinfer/synth.h"
 
 namespace pi::cli {
 
 Runner add_synth(CLI::App& app) {
-  auto o = std::make_shared<tools::synth::Options>();
+  auto o = std::make_shared<SynthParams>();
   CLI::App* sub = app.add_subcommand(
       "synth",
       "Write a synthetic model (real shapes, random weights) for speed work: sparse ReLU\n"
@@ -82,43 +80,34 @@ Runner add_synth(CLI::App& app) {
       log_error("%s", s.error().message.c_str());
       return 1;
     }
-    auto spec = tools::synth::resolve(*o);
-    if (!spec.ok()) {
-      log_error("%s", spec.error().message.c_str());
-      return 1;
-    }
-    int threads = o->threads > 0
-                      ? o->threads
-                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     auto start = std::chrono::steady_clock::now();
-    auto rep = tools::synth::write_model(*spec, threads, o->progress);
+    auto rep = synthesize(*o);
     if (!rep.ok()) {
       log_error("%s", rep.error().message.c_str());
       return 1;
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("wrote %s: %s %s, %d tensors, %.2f MiB in %.1f s\n", spec->output.c_str(),
-                spec->pwri ? "PowerInfer" : "GGUF", spec->name.c_str(), rep->n_tensors,
+    std::printf("wrote %s: %s %s, %d tensors, %.2f MiB in %.1f s\n", o->output.c_str(),
+                rep->powerinfer ? "PowerInfer" : "GGUF", rep->name.c_str(), rep->n_tensors,
                 static_cast<double>(rep->file_bytes) / 1048576.0, secs);
-    if (spec->is_moe()) {
-      const bool reglu = spec->act == model::Activation::ReLU;
+    if (rep->n_expert > 0) {
       std::printf("experts: %lld per layer, %lld per token, %s of width %lld (random routing)\n",
-                  static_cast<long long>(spec->n_expert), static_cast<long long>(spec->n_expert_used),
-                  reglu ? "ReGLU" : "SwiGLU", static_cast<long long>(spec->n_ff_exp));
-      if (reglu)
+                  static_cast<long long>(rep->n_expert), static_cast<long long>(rep->n_expert_used),
+                  rep->reglu_experts ? "ReGLU" : "SwiGLU", static_cast<long long>(rep->n_ff_exp));
+      if (rep->reglu_experts)
         std::printf("expert neurons: activity %.4f, top %.0f%% carry %.0f%% (power law exponent %.4f)\n",
-                    rep->expected_activity, 100 * spec->hot_fraction, 100 * spec->hot_share, rep->alpha);
+                    rep->expected_activity, 100 * rep->hot_fraction, 100 * rep->hot_share, rep->alpha);
     } else {
       std::printf("activity %.4f, top %.0f%% of neurons carry %.0f%% (power law exponent %.4f)\n",
-                  rep->expected_activity, 100 * spec->hot_fraction, 100 * spec->hot_share, rep->alpha);
+                  rep->expected_activity, 100 * rep->hot_fraction, 100 * rep->hot_share, rep->alpha);
     }
-    if (spec->pwri) {
-      std::printf("predictor rank %lld, threshold %.6g\n", static_cast<long long>(spec->rank),
-                  static_cast<double>(spec->threshold()));
+    if (rep->powerinfer) {
+      std::printf("predictor rank %lld, threshold %.6g\n", static_cast<long long>(rep->predictor_rank),
+                  rep->threshold);
     }
     if (rep->n_activation_files > 0) {
       std::printf("wrote %d activation files and %s to %s\n", rep->n_activation_files,
-                  tools::synth::kStatsFileName, spec->activation_dir.c_str());
+                  rep->stats_file.c_str(), rep->activation_dir.c_str());
     }
     return 0;
   };

@@ -14,7 +14,7 @@
 #include "synth_spec.h"
 #include "tensor/shape.h"
 
-namespace pi::tools::synth {
+namespace pi::workflows::synth {
 
 enum class Kind {
   TokEmbd,     // [n_vocab, n_embd]  bias block = c0, rest uniform sigma_e
@@ -84,4 +84,4 @@ class Generator {
   uint64_t u_key_ = 0, noise_key_ = 0;
 };
 
-}  // namespace pi::tools::synth
+}  // namespace pi::workflows::synth

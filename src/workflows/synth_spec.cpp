@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string_view>
 
-namespace pi::tools::synth {
+namespace pi::workflows::synth {
 
 namespace {
 
@@ -362,4 +362,4 @@ Status add_metadata(gguf::Writer& w, const Spec& s, double alpha) {
   return Status::Ok();
 }
 
-}  // namespace pi::tools::synth
+}  // namespace pi::workflows::synth

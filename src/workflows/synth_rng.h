@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-namespace pi::tools::synth {
+namespace pi::workflows::synth {
 
 constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
 
@@ -55,4 +55,4 @@ class SplitMix {
   uint64_t state_;
 };
 
-}  // namespace pi::tools::synth
+}  // namespace pi::workflows::synth

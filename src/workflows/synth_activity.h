@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 
-namespace pi::tools::synth {
+namespace pi::workflows::synth {
 
 struct PowerLaw {
   // p[k] = min(p_max, scale * ((k + 0.5) / n)^(-alpha)), k = 0 (hottest) .. n-1: descending.
@@ -31,4 +31,4 @@ double normal_quantile(double p);
 // Writes a NumPy .npy (format 1.0) file holding a 1-D little-endian float32 array.
 Status write_npy_f32(const std::string& path, std::span<const float> values);
 
-}  // namespace pi::tools::synth
+}  // namespace pi::workflows::synth

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <numbers>
 
-namespace pi::tools::synth {
+namespace pi::workflows::synth {
 
 namespace {
 
@@ -135,4 +135,4 @@ Status write_npy_f32(const std::string& path, std::span<const float> values) {
   return Status::Ok();
 }
 
-}  // namespace pi::tools::synth
+}  // namespace pi::workflows::synth

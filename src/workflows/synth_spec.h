@@ -7,43 +7,19 @@
 #include <string>
 
 #include "core/error.h"
+#include "powerinfer/synth.h"
 #include "gguf/writer.h"
 #include "model/hparams.h"
 #include "tensor/dtype.h"
 
-namespace pi::tools::synth {
+namespace pi::workflows::synth {
 
 // Architectures are the model layer's: synth writes exactly what the loader reads.
 using model::Arch;
 using model::arch_name;
 
-// As given on the command line; unset optionals take the preset's value.
-struct Options {
-  std::string output;
-  std::string preset = "tiny";
-  std::optional<std::string> arch;
-  std::optional<int64_t> layers, embd, ff, heads, kv_heads, vocab, ctx, predictor_rank;
-  // Mixture of experts (qwen3moe, or llama as Mixtral): experts per layer, per token, and an
-  // expert's width; head_dim: qwen3's head width when it is not embd / heads.
-  std::optional<int64_t> experts, experts_used, expert_ff, head_dim;
-  // smallthinker: each expert's down projection stored transposed (ffn_down_exps_t), for the
-  // sparse expert kernel; smallthinker and gpt-oss: the sliding window (unset: the preset's;
-  // 0: none).
-  bool transpose_down = false;
-  std::optional<int64_t> swa;
-  std::string type = "f16";
-  bool pwri = false;
-  std::string act = "relu";  // relu | silu (llama only: heavy-tailed hidden states, see SYNTH.md)
-  double activity = 0.10;
-  double hot_fraction = 0.20;
-  double hot_share = 0.80;
-  double noise = 0.10;   // rho: |gate noise| / |low-rank part| per row
-  double margin = 0.10;  // tau: predictor threshold in units of the logit's standard deviation
-  std::string activation_dir;
-  uint64_t seed = 0;
-  int threads = 0;  // 0: all hardware threads
-  bool progress = true;
-};
+// As given on the command line (include/powerinfer/synth.h).
+using Options = SynthParams;
 
 // Width of the constant "bias block" of the residual stream: one whole quantization block,
 // so that the constant survives every block format exactly.
@@ -108,4 +84,4 @@ Result<Spec> resolve(const Options& opts);
 // solved power-law exponent.
 Status add_metadata(gguf::Writer& w, const Spec& s, double alpha);
 
-}  // namespace pi::tools::synth
+}  // namespace pi::workflows::synth

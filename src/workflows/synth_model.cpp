@@ -17,7 +17,7 @@
 #include "synth_weights.h"
 #include "tensor/quant.h"
 
-namespace pi::tools::synth {
+namespace pi::workflows::synth {
 
 namespace {
 
@@ -133,4 +133,4 @@ Result<Report> write_model(const Spec& s, int threads, bool progress) {
   return rep;
 }
 
-}  // namespace pi::tools::synth
+}  // namespace pi::workflows::synth

@@ -6,7 +6,7 @@
 
 #include "synth_rng.h"
 
-namespace pi::tools::synth {
+namespace pi::workflows::synth {
 
 namespace {
 
@@ -355,4 +355,4 @@ void Generator::row(const TensorPlan& t, int64_t r, float* out, float* scratch) 
   }
 }
 
-}  // namespace pi::tools::synth
+}  // namespace pi::workflows::synth

@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "synth_spec.h"
 
-namespace pi::tools::synth {
+namespace pi::workflows::synth {
 
 struct Report {
   int n_tensors = 0;
@@ -26,4 +26,4 @@ inline constexpr const char* kStatsFileName = "activation_stats.gguf";
 
 Result<Report> write_model(const Spec& s, int threads, bool progress);
 
-}  // namespace pi::tools::synth
+}  // namespace pi::workflows::synth

@@ -11,7 +11,7 @@
 //
 //   auto engine = pi::Engine::load("model.gguf");            // Result<unique_ptr<Engine>>
 //   auto session = pi::Session::create(**engine, {.n_ctx = 2048, .n_threads = 4});
-//   (*session)->prompt((*engine)->tokenizer()->encode("Hello", true, false));
+//   (*session)->prompt((*engine)->vocabulary()->encode("Hello", true, false));
 //   int32_t t = (*session)->sample();  (*session)->advance(t);  ...
 //
 // Embeddings (embedding.h): one pooled vector per input, f32 [n_embd] each, no output head:
@@ -48,6 +48,7 @@ class Model;
 namespace runtime {
 class Context;
 class Sampler;
+struct EngineAccess;  // the layers inside the library reach the model and tokenizer through it
 }  // namespace runtime
 namespace grammar {
 class TokenSet;
@@ -105,13 +106,11 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   const ModelInfo& info() const { return info_; }
-  // nullptr when the file carries no vocabulary.
-  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
-  // The same vocabulary through the public facade; nullptr when the file has none.
+  // The file's vocabulary; nullptr when it carries none (tokenizer.ggml.model).
   const Vocabulary* vocabulary() const { return vocabulary_.get(); }
-  const model::Model& model() const { return *model_; }
 
  private:
+  friend struct runtime::EngineAccess;
   Engine() = default;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;

@@ -19,6 +19,7 @@
 #include "model/moe_ffn.h"
 #include "model/model.h"
 #include "runtime/context.h"
+#include "runtime/engine_access.h"
 #include "runtime/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -205,10 +206,10 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.n_threads = o.n_threads > 0
                      ? o.n_threads
                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (co.n_ctx > 0) PI_TRY(check_kv_fits(engine.model().hparams(), co.n_ctx));
+  if (co.n_ctx > 0) PI_TRY(check_kv_fits(runtime::EngineAccess::model(engine).hparams(), co.n_ctx));
   Result<std::unique_ptr<runtime::Context>> ctx = err("no context");
   try {
-    ctx = runtime::Context::create(engine.model(), co);
+    ctx = runtime::Context::create(runtime::EngineAccess::model(engine), co);
   } catch (const std::bad_alloc&) {
     return err("out of memory creating a session of %lld context tokens, batch %lld",
                static_cast<long long>(co.n_ctx), static_cast<long long>(co.n_batch));
@@ -220,7 +221,7 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   if (!ctx.ok()) return ctx.error();
   std::unique_ptr<Session> s(new Session());
   s->ctx_ = std::move(*ctx);
-  s->tokenizer_ = engine.tokenizer();
+  s->tokenizer_ = runtime::EngineAccess::tokenizer(engine);
   std::shared_ptr<const grammar::Rules> rules;
   if (!o.sampling.grammar.empty()) {
     auto r = grammar::parse_gbnf(o.sampling.grammar);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "runtime/engine_access.h"
 #include "tokenizer/tokenizer.h"
 #include "workflows/perplexity_kl_file.h"
 #include "workflows/perplexity_stats.h"
@@ -148,7 +149,7 @@ Result<PerplexityReport> perplexity(const Engine& engine, SessionOptions so, std
                            static_cast<long long>(p.n_chunks)));
   if (so.n_batch < 1)
     return bad_request(err("perplexity: n_batch (-b) must be >= 1 (got %lld)", static_cast<long long>(so.n_batch)));
-  const Tokenizer* tok = engine.tokenizer();
+  const Tokenizer* tok = runtime::EngineAccess::tokenizer(engine);
   const ModelInfo& info = engine.info();
   if (tok == nullptr)
     return err("%s: the file has no vocabulary (tokenizer.ggml.model), so it cannot tokenize text",

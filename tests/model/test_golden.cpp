@@ -82,7 +82,7 @@ void check_golden(const std::string& dir, std::initializer_list<const char*> nam
     ASSERT_TRUE(engine.ok()) << engine.error().message;
     for (const GoldenPrompt& g : golden) {
       // The tokenizer must reproduce sentencepiece's ids for the prompt.
-      auto ids = (*engine)->tokenizer()->encode(g.text, true, false);
+      auto ids = (*engine)->vocabulary()->encode(g.text, true, false);
       EXPECT_EQ(ids, g.tokens) << path << ": '" << g.text << "'";
 
       pi::SessionOptions o;

@@ -31,14 +31,14 @@ TEST(Engine, LoadsModelInfoAndTokenizer) {
   EXPECT_EQ(i.n_layer, 2);
   EXPECT_GT(i.weight_bytes_per_token, 0u);
   EXPECT_LT(i.weight_bytes_per_token, i.file_bytes);
-  ASSERT_NE(e->tokenizer(), nullptr);
-  EXPECT_EQ(e->tokenizer()->bos(), 1);
+  ASSERT_NE(e->vocabulary(), nullptr);
+  EXPECT_EQ(e->vocabulary()->bos(), 1);
 
   pi::testing::TinySpec bare;
   bare.vocab = false;
   auto b = load_engine("engine_bare.gguf", bare);
   ASSERT_NE(b, nullptr);
-  EXPECT_EQ(b->tokenizer(), nullptr);
+  EXPECT_EQ(b->vocabulary(), nullptr);
 }
 
 TEST(Session, RejectsBadOptions) {
@@ -66,7 +66,7 @@ TEST(Session, GeneratesReproduciblyAndResets) {
   auto s = std::move(pi::Session::create(*e, o)).value();
   EXPECT_EQ(s->n_ctx(), 64);
   EXPECT_EQ(s->n_threads(), 2);
-  const std::vector<int32_t> prompt = e->tokenizer()->encode("in the", true, false);
+  const std::vector<int32_t> prompt = e->vocabulary()->encode("in the", true, false);
   auto run = [&] {
     std::vector<int32_t> out;
     EXPECT_TRUE(s->prompt(prompt).ok());
@@ -117,7 +117,7 @@ TEST(Session, ForkedSequencesReproduceSingleSessionsWithSeedPlusI) {
   o.sampling.seed = 21;
   o.sampling.temperature = 1.0f;
   o.sampling.repeat_penalty = 1.5f;
-  const std::vector<int32_t> prompt = e->tokenizer()->encode("in the", true, false);
+  const std::vector<int32_t> prompt = e->vocabulary()->encode("in the", true, false);
   const int n_gen = 8, n_seq = 3;
   std::vector<std::vector<int32_t>> want;
   for (int i = 0; i < n_seq; ++i) {

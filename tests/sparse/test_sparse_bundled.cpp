@@ -87,9 +87,9 @@ class BundledModel : public ::testing::Test {
     auto e = Engine::load(path);
     ASSERT_TRUE(e.ok()) << e.error().message;
     engine_ = std::move(*e);
-    ASSERT_NE(engine_->tokenizer(), nullptr);
+    ASSERT_NE(engine_->vocabulary(), nullptr);
     for (const std::string& p : prompts())
-      prompts_.push_back(engine_->tokenizer()->encode(p, engine_->tokenizer()->add_bos(), false));
+      prompts_.push_back(engine_->vocabulary()->encode(p, engine_->vocabulary()->add_bos(), false));
     ASSERT_FALSE(prompts_.empty());
   }
   std::unique_ptr<Engine> engine_;

@@ -24,7 +24,7 @@
 #include "model/model.h"
 #include "powerinfer/engine.h"
 #include "sparse/act_sparsity.h"
-#include "tokenizer/tokenizer.h"
+#include "runtime/engine_access.h"
 
 namespace pi::cli {
 namespace {
@@ -81,7 +81,7 @@ Status check_models(const BenchOptions& o) {
 
 ModelSummary summarize_model(const Engine& engine) {
   const ModelInfo& info = engine.info();
-  const model::Model& m = engine.model();
+  const model::Model& m = runtime::EngineAccess::model(engine);
   const gguf::File& f = m.file();
   const model::HParams& hp = m.hparams();
   ModelSummary s;
@@ -473,7 +473,7 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
   report.models.push_back(summarize_model(**engine));
   report.models.back().rss_before_load = rss_before;
   const ModelSummary& model = report.models.back();
-  const Tokenizer* tok = (*engine)->tokenizer();
+  const Vocabulary* tok = (*engine)->vocabulary();
   const int32_t bos = tok != nullptr && tok->bos() >= 0 ? tok->bos() : 0;
 
   int64_t n_ctx = 1;
@@ -515,7 +515,7 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
         return err("%s: the session did not start sparse (no usable predictors)", path.c_str());
       PI_TRY((*session)->warmup(bos));
       RowRunner runner(o, model, probe, **session, bos, threads,
-                       started.thresholded ? site_matrix_bytes((*engine)->model().weights(), started) : 0);
+                       started.thresholded ? site_matrix_bytes(runtime::EngineAccess::model(**engine).weights(), started) : 0);
 
       auto add_row = [&](int64_t n_prompt, int64_t n_gen) -> Status {
         BenchRow row;
@@ -564,8 +564,8 @@ Status run_model(const BenchOptions& o, const BandwidthProbe& probe, size_t inde
   // weights (model::LayoutCache); the copies a device made back into the file's layout count
   // as copies too.
   ModelSummary& md = report.models[index];
-  md.repacked_in_place_bytes = (*engine)->model().repacked_in_place_bytes();
-  md.layout_copy_bytes = (*engine)->model().layouts().bytes();
+  md.repacked_in_place_bytes = runtime::EngineAccess::model(**engine).repacked_in_place_bytes();
+  md.layout_copy_bytes = runtime::EngineAccess::model(**engine).layouts().bytes();
   md.repacked_bytes = md.repacked_in_place_bytes + md.layout_copy_bytes;
   md.peak_rss = peak_resident_bytes();
   return Status::Ok();

@@ -22,7 +22,7 @@
 #include "gen_options.h"
 #include "interrupt.h"
 #include "powerinfer/engine.h"
-#include "tokenizer/tokenizer.h"
+#include "powerinfer/vocabulary.h"
 
 namespace pi::cli {
 namespace {
@@ -39,7 +39,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 // One sequence's output: the prompt as printed, then its continuation.
 struct Continuation {
-  std::unique_ptr<Tokenizer::StreamDecoder> dec;
+  std::unique_ptr<Vocabulary::Decoder> dec;
   std::string shown_prompt;
   std::string text;
   int64_t n_tokens = 0;
@@ -88,7 +88,7 @@ int batched(const BatchedOptions& o_in) {
   const auto t_start = std::chrono::steady_clock::now();
   auto engine = Engine::load(o.model, load_options(o, o.load));
   if (!engine.ok()) return fail(engine.error());
-  const Tokenizer* tok = (*engine)->tokenizer();
+  const Vocabulary* tok = (*engine)->vocabulary();
   if (tok == nullptr) {
     return fail(err("%s: the file has no vocabulary (tokenizer.ggml.model), so it cannot run text",
                     o.model.c_str()));
@@ -131,11 +131,11 @@ int batched(const BatchedOptions& o_in) {
              "degrade", static_cast<long long>(n_prompt + o.n_predict),
              static_cast<long long>(info.n_ctx_train));
   }
-  if (o.ignore_eos) session.ban_tokens(eog_tokens(*tok));
+  if (o.ignore_eos) session.ban_tokens(tok->eog_tokens());
 
   std::vector<Continuation> seqs(static_cast<size_t>(o.n_parallel));
   for (Continuation& c : seqs) {
-    c.dec = std::make_unique<Tokenizer::StreamDecoder>(*tok);
+    c.dec = std::make_unique<Vocabulary::Decoder>(*tok);
     for (int32_t t : tokens) c.shown_prompt += c.dec->push(t);
   }
 

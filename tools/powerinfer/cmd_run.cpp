@@ -34,7 +34,7 @@
 #include "prompt_cache.h"
 #include "run_conversation.h"
 #include "sparsity_report.h"
-#include "tokenizer/tokenizer.h"
+#include "powerinfer/vocabulary.h"
 
 namespace pi::cli {
 namespace {
@@ -224,7 +224,7 @@ int run(const RunOptions& o_in) {
     log_error("%s", engine.error().message.c_str());
     return 1;
   }
-  const Tokenizer* tok = (*engine)->tokenizer();
+  const Vocabulary* tok = (*engine)->vocabulary();
   if (tok == nullptr) {
     log_error("%s: the file has no vocabulary (tokenizer.ggml.model), so it cannot run text",
               o.model.c_str());
@@ -281,7 +281,7 @@ int run(const RunOptions& o_in) {
       static_cast<double>(sp.min_p), static_cast<double>(sp.repeat_penalty), sp.repeat_last_n,
       static_cast<double>(sp.presence_penalty), static_cast<double>(sp.frequency_penalty));
 
-  const std::vector<int32_t> banned = o.ignore_eos ? eog_tokens(*tok) : std::vector<int32_t>{};
+  const std::vector<int32_t> banned = o.ignore_eos ? tok->eog_tokens() : std::vector<int32_t>{};
   if (o.ignore_eos) session.ban_tokens(banned);
 
   if (o.conversation) {

@@ -17,7 +17,6 @@
 #include "core/log.h"
 #include "powerinfer/grammar.h"
 #include "sparse/act_sparsity.h"
-#include "tokenizer/tokenizer.h"
 
 namespace pi::cli {
 
@@ -257,13 +256,6 @@ Result<SessionOptions> session_options(const GenOptions& o, uint64_t seed) {
   PI_TRY(apply_hybrid_flags(o, so));
   PI_TRY(apply_act_sparsity(o.act, so.sparse));
   return so;
-}
-
-std::vector<int32_t> eog_tokens(const Tokenizer& tok) {
-  std::vector<int32_t> eog;
-  for (int32_t id = 0; id < tok.n_vocab(); ++id)
-    if (tok.is_eog(id)) eog.push_back(id);
-  return eog;
 }
 
 void log_model_info(const std::string& path, const ModelInfo& info, bool sparse) {

@@ -14,10 +14,6 @@
 #include "llama_flags.h"
 #include "powerinfer/engine.h"
 
-namespace pi {
-class Tokenizer;
-}
-
 namespace pi::cli {
 
 inline constexpr const char* kDefaultModel = "models/kjv-relu/kjv-relu.pwri.gguf";
@@ -89,8 +85,5 @@ Result<std::string> load_grammar(const GenOptions& o);
 // Session options from the flags (threads, sizes, sampling with the resolved seed and the
 // grammar, sparse).
 Result<SessionOptions> session_options(const GenOptions& o, uint64_t seed);
-
-// The end-of-generation tokens of the vocabulary (banned with --ignore-eos).
-std::vector<int32_t> eog_tokens(const Tokenizer& tok);
 
 }  // namespace pi::cli

@@ -86,7 +86,7 @@ class ReplyPrinter {
 // The tokens of the rendered conversation from the start, without the oldest user/assistant
 // turns (the system message stays) while it takes more than half of n_ctx; those turns are
 // removed from `msgs`.
-Result<std::vector<int32_t>> rebuild(std::vector<chat::Message>& msgs, const Tokenizer& tok,
+Result<std::vector<int32_t>> rebuild(std::vector<chat::Message>& msgs, const Vocabulary& tok,
                                      const ConversationOptions& o, const chat::RenderOptions& ro,
                                      int64_t n_ctx, std::string& text) {
   const size_t first = !msgs.empty() && msgs[0].role == "system" ? 1 : 0;
@@ -105,13 +105,13 @@ Result<std::vector<int32_t>> rebuild(std::vector<chat::Message>& msgs, const Tok
 
 }  // namespace
 
-Status run_conversation(Session& s, const Tokenizer& tok, const ConversationOptions& o,
+Status run_conversation(Session& s, const Vocabulary& tok, const ConversationOptions& o,
                         const ConsoleIo& io) {
   std::vector<chat::Message> msgs;
   if (!o.system_prompt.empty()) msgs.push_back({"system", o.system_prompt});
   chat::RenderOptions ro = o.render;
   if (ro.current_date.empty()) ro.current_date = chat::local_date();
-  const Vocabulary vocab(tok);
+  const Vocabulary& vocab = tok;
   GenerateParams gp;  // the chat format's reply tokens: harmony's headers shown, <|end|> no end
   gp.max_tokens = o.n_predict;
   gp.ignore_eos = o.ignore_eos;

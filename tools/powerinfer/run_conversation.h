@@ -26,10 +26,7 @@
 
 #include "chat/chat_template.h"
 #include "powerinfer/engine.h"
-
-namespace pi {
-class Tokenizer;
-}
+#include "powerinfer/vocabulary.h"
 
 namespace pi::cli {
 
@@ -57,7 +54,7 @@ struct ConsoleIo {
 
 // Runs the conversation until end of input. Fails on a turn that cannot fit the context even
 // after a shift, and on errors of the session.
-Status run_conversation(Session& session, const Tokenizer& tok, const ConversationOptions& o,
+Status run_conversation(Session& session, const Vocabulary& tok, const ConversationOptions& o,
                         const ConsoleIo& io);
 
 // The tokens a context shift keeps of `history` so that `need` more fit a context of n_ctx:

@@ -8,7 +8,6 @@
 #include "core/log.h"
 #include "powerinfer/generator.h"
 #include "powerinfer/vocabulary.h"
-#include "tokenizer/tokenizer.h"
 
 namespace pi::cli {
 

@@ -20,36 +20,16 @@
 #include "model/model.h"
 #include "runtime/context.h"
 #include "runtime/engine_access.h"
+#include "runtime/session_timings.h"
 #include "runtime/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pi {
 namespace {
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// The phases a session times; Timings and SeqTimings hold a time and a count for each.
-enum class Phase { Prompt, Eval, Sample };
-
-template <class T>
-void charge(T& t, Phase p, double ms, int64_t n) {
-  switch (p) {
-    case Phase::Prompt:
-      t.prompt_ms += ms;
-      t.n_prompt += n;
-      break;
-    case Phase::Eval:
-      t.eval_ms += ms;
-      t.n_eval += n;
-      break;
-    case Phase::Sample:
-      t.sample_ms += ms;
-      t.n_sample += n;
-      break;
-  }
-}
+using runtime::charge;
+using runtime::ms_since;
+using runtime::Phase;
 
 // Refuses a context whose KV cache (f16 keys and values, every layer) cannot fit in this
 // machine's physical memory, before anything is allocated.

@@ -5,6 +5,7 @@
 #include "powerinfer/engine.h"
 #include "runtime/context.h"
 #include "runtime/kv_state.h"
+#include "runtime/session_timings.h"
 #include "runtime/sampler.h"
 
 namespace pi {
@@ -28,15 +29,12 @@ Result<SavedState> Session::load_state(int32_t seq, const std::string& path) {
   auto file = runtime::SeqStateFile::open(path, runtime::kv_fingerprint(ctx_->model(), ctx_->cache().types()));
   if (!file.ok()) return file.error();
   PI_TRY(ctx_->restore_seq(seq, *file));
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms = runtime::ms_since(t0);
   // The restore is charged as prompt work: its one evaluated token and the time it took, the
   // model's fingerprint and the file's reading included.
-  timings_.prompt_ms += ms;
-  timings_.n_prompt += 1;
+  runtime::charge(timings_, runtime::Phase::Prompt, ms, 1);
   const auto q = static_cast<size_t>(seq);
-  seq_timings_[q].prompt_ms += ms;
-  seq_timings_[q].n_prompt += 1;
+  runtime::charge(seq_timings_[q], runtime::Phase::Prompt, ms, 1);
   last_sampled_[q] = -1;
   runtime::Sampler& s = *samplers_[q];
   s.reset();

@@ -94,4 +94,16 @@ PathCosts batch_costs(const CostParams& p, int64_t n_rows, const int32_t* idx,
   return c;
 }
 
+int64_t union_rows(const int32_t* idx, int64_t n_idx, int64_t n_rows, int32_t* counts, int32_t* out) {
+  // Marked in counts, then collected in row order (branch-free), counts left zero.
+  for (int64_t k = 0; k < n_idx; ++k) counts[idx[k]] = 1;
+  int64_t n = 0;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    out[n] = static_cast<int32_t>(r);
+    n += counts[r];
+    counts[r] = 0;
+  }
+  return n;
+}
+
 }  // namespace pi::sparse

@@ -65,4 +65,8 @@ PathCosts batch_costs(const CostParams& p, int64_t n_rows, const int32_t* idx,
 // summed. `counts` as for batch_costs.
 int64_t group_union_rows(const int32_t* idx, const int64_t* offsets, int64_t m, int32_t* counts);
 
+// The Union path's rows: the ascending union of the n_idx listed rows idx[0..n_idx) (values in
+// [0, n_rows)) written to `out` [n_rows]; returns its size. `counts` as for batch_costs.
+int64_t union_rows(const int32_t* idx, int64_t n_idx, int64_t n_rows, int32_t* counts, int32_t* out);
+
 }  // namespace pi::sparse

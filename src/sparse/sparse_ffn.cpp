@@ -190,14 +190,7 @@ void SparseFfn::rows_product(const model::Matrix& W, const float* X, LayerStats&
       st.bytes += static_cast<uint64_t>(c.group_rows) * W.row_stride();
       break;
     case RowsPath::Union: {
-      // Ascending union of the lists, marked in counts_ and collected in row order.
-      for (int64_t k = 0; k < off[m]; ++k) counts_[sz(idx[k])] = 1;
-      int64_t n = 0;
-      for (int64_t r = 0; r < W.rows; ++r) {
-        union_rows_[sz(n)] = static_cast<int32_t>(r);
-        n += counts_[sz(r)];
-        counts_[sz(r)] = 0;
-      }
+      const int64_t n = union_rows(idx, off[m], W.rows, counts_.data(), union_rows_.data());
       ops_.linear_rows_union(W, X, m, {union_rows_.data(), sz(n)}, Y);
       st.bytes += static_cast<uint64_t>(n) * W.row_stride();
       break;

@@ -82,13 +82,7 @@ uint64_t ThresholdFfn::rows_product(const model::Matrix& W, const float* X, floa
       ops_.linear_rows(W, X, m, idx, off, Y);
       return static_cast<uint64_t>(c.group_rows) * W.row_stride();
     case RowsPath::Union: {
-      for (int64_t k = 0; k < off[m]; ++k) counts_[sz(idx[k])] = 1;
-      int64_t n = 0;
-      for (int64_t r = 0; r < W.rows; ++r) {
-        union_rows_[sz(n)] = static_cast<int32_t>(r);
-        n += counts_[sz(r)];
-        counts_[sz(r)] = 0;
-      }
+      const int64_t n = union_rows(idx, off[m], W.rows, counts_.data(), union_rows_.data());
       ops_.linear_rows_union(W, X, m, {union_rows_.data(), sz(n)}, Y);
       return static_cast<uint64_t>(n) * W.row_stride();
     }

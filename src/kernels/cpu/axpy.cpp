@@ -191,13 +191,7 @@ void Kernels::axpy_rows_batch(ThreadPool& pool, DType t, const void* D, int64_t 
   auto* coef = scratch.alloc<float>(n_rows * gmax);
   for (int64_t g0 = 0; g0 < m; g0 += detail::kMaxMaskTokens) {
     const int64_t gm = std::min(detail::kMaxMaskTokens, m - g0);
-    std::memset(masks, 0, static_cast<size_t>(n_rows) * sizeof(uint64_t));
-    for (int64_t i = 0; i < gm; ++i) {
-      for (int64_t k = offsets[g0 + i]; k < offsets[g0 + i + 1]; ++k) {
-        detail::require(idx[k] >= 0 && idx[k] < n_rows, "row index out of range");
-        masks[idx[k]] |= uint64_t{1} << i;
-      }
-    }
+    detail::group_masks(idx, offsets, g0, gm, n_rows, masks);
     // Union rows ascending; a token's coefficient is zero (skipped) unless the row is in
     // its own list and its activation is nonzero.
     int64_t n = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/dispatch.h"
 #include "tensor/quant.h"
@@ -41,6 +42,21 @@ inline int64_t rows_per_task(int64_t n_items, int n_threads) {
   int64_t per = n_items / (static_cast<int64_t>(n_threads) * 8);
   per = std::max<int64_t>(8, (per + 3) / 4 * 4);
   return per;
+}
+
+// The per-row token masks of one group of a batch's per-token row lists (CSR: token i's rows
+// are idx[offsets[i] .. offsets[i+1])): bit i of masks[r] set when token g0 + i lists row r,
+// for the gm <= kMaxMaskTokens tokens from g0. masks is [n_rows]; a row index out of range is
+// a programming error.
+inline void group_masks(const int32_t* idx, const int64_t* offsets, int64_t g0, int64_t gm, int64_t n_rows,
+                        uint64_t* masks) {
+  std::memset(masks, 0, static_cast<size_t>(n_rows) * sizeof(uint64_t));
+  for (int64_t i = 0; i < gm; ++i) {
+    for (int64_t k = offsets[g0 + i]; k < offsets[g0 + i + 1]; ++k) {
+      require(idx[k] >= 0 && idx[k] < n_rows, "row index out of range");
+      masks[idx[k]] |= uint64_t{1} << i;
+    }
+  }
 }
 
 }  // namespace pi::cpu::detail

@@ -227,13 +227,7 @@ void Kernels::matvec_rows_batch(ThreadPool& pool, DType t, const void* W, int64_
   // Tokens in groups of 64: one mask bit per token; each group reads its union of rows once.
   for (int64_t g0 = 0; g0 < m; g0 += detail::kMaxMaskTokens) {
     const int64_t gm = std::min(detail::kMaxMaskTokens, m - g0);
-    std::memset(masks, 0, static_cast<size_t>(n_rows) * sizeof(uint64_t));
-    for (int64_t i = 0; i < gm; ++i) {
-      for (int64_t k = offsets[g0 + i]; k < offsets[g0 + i + 1]; ++k) {
-        detail::require(idx[k] >= 0 && idx[k] < n_rows, "row index out of range");
-        masks[idx[k]] |= uint64_t{1} << i;
-      }
-    }
+    detail::group_masks(idx, offsets, g0, gm, n_rows, masks);
     int64_t n_union = 0;
     for (int64_t r = 0; r < n_rows; ++r) {
       if (masks[r] != 0) {

@@ -9,13 +9,14 @@
 // only the rows they read. Matmul reports GFLOP/s at 64 and 512 tokens.
 //
 // Usage: bench_kernels [google-benchmark flags], e.g. --benchmark_filter=matvec/q4_0
-// The environment variable PI_KERNELS_ISA selects the kernel ISA as for the library.
+// The environment variable PI_KERNELS_ISA selects the kernel ISA as for the CLI.
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -557,6 +558,9 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const char* isa = std::getenv("PI_KERNELS_ISA"); isa != nullptr && *isa != '\0') {
+    if (const std::string why = cpu::set_default_isa(isa); !why.empty()) std::fprintf(stderr, "PI_KERNELS_ISA=%s\n", why.c_str());
+  }
   benchmark::Initialize(&argc, argv);
   benchmark::AddCustomContext("kernel_isa", std::string(cpu::isa_name(cpu::default_isa())));
   register_all();

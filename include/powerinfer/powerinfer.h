@@ -118,7 +118,9 @@ PI_API pi_load_options pi_load_options_default(void);
 
 /* Loads a GGUF or PowerInfer file. `opts` NULL: the defaults. *out is set to an engine handle
  * whenever memory allows, also on failure, so that pi_engine_error() tells why; free it either
- * way. Thread-safe (separate engines). */
+ * way. Thread-safe (separate engines). The first load (or pi_model_profile) reads the
+ * environment's PI_KERNELS_ISA (scalar, avx2, avx512, neon, neon-dot): CPU kernels of a lower
+ * ISA than the best, for tests and benchmarks, as the CLI and the Python package do. */
 PI_API pi_status pi_engine_load(const char* path, const pi_load_options* opts, pi_engine** out);
 /* The message of the engine's last failure ("" when none). */
 PI_API const char* pi_engine_error(const pi_engine* engine);

@@ -16,6 +16,7 @@
 #include <deque>
 #include <mutex>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -26,6 +27,7 @@
 
 #include "chat/chat_template.h"
 #include "chat/reasoning.h"
+#include "powerinfer/cpu.h"
 #include "powerinfer/engine.h"
 #include "powerinfer/generator.h"
 #include "powerinfer/grammar.h"
@@ -172,6 +174,10 @@ NB_MODULE(_powerinfer, m) {
   error_type = nb::borrow(PyErr_NewException("powerinfer.Error", PyExc_RuntimeError, nullptr));
   m.attr("Error") = error_type;
   pi::set_log_sink(to_python_logging, nullptr);
+  // PI_KERNELS_ISA=scalar|avx2|...: the CPU kernels of a lower ISA (tests, benchmarks).
+  if (const char* isa = std::getenv("PI_KERNELS_ISA"); isa != nullptr && *isa != '\0') {
+    if (const std::string why = pi::set_cpu_isa(isa); !why.empty()) std::fprintf(stderr, "PI_KERNELS_ISA=%s\n", why.c_str());
+  }
 
   nb::class_<PyEngine>(m, "Engine")
       .def_static(

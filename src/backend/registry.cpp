@@ -101,4 +101,8 @@ Result<DeviceBandwidth> probe_device_memory(Device& d, size_t bytes, int passes)
              d.name().c_str());
 }
 
+std::string cpu_isa_name() { return std::string(cpu::isa_name(cpu::default_isa())); }
+
+std::string set_cpu_isa(std::string_view name) { return cpu::set_default_isa(name); }
+
 }  // namespace pi::backend

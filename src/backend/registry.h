@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/device.h"
@@ -29,6 +30,11 @@ struct DeviceOptions {
   SimOptions sim;                     // sim only
   int gpu_index = 0;                  // cuda: which GPU
 };
+
+// The ISA host kernels start from (cpu::default_isa), by name, and a front end's choice of
+// another (cpu::set_default_isa: "" when done, else why the best one stays).
+std::string cpu_isa_name();
+std::string set_cpu_isa(std::string_view name);
 
 // Whether the device of this name computes in host memory (cpu, ref): no hybrid split there.
 bool is_host_device(const std::string& name);

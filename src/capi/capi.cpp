@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "powerinfer/cpu.h"
 #include "powerinfer/engine.h"
 #include "powerinfer/generator.h"
 #include "powerinfer/grammar.h"
@@ -37,6 +40,18 @@ struct pi_session {
 };
 
 namespace {
+
+// PI_KERNELS_ISA=scalar|avx2|...: the CPU kernels of a lower ISA (tests, benchmarks), read
+// once, before the first model is loaded (the layouts weights are repacked into follow it).
+void apply_isa_environment() {
+  static const bool once = [] {
+    if (const char* isa = std::getenv("PI_KERNELS_ISA"); isa != nullptr && *isa != '\0') {
+      if (const std::string why = pi::set_cpu_isa(isa); !why.empty()) std::fprintf(stderr, "PI_KERNELS_ISA=%s\n", why.c_str());
+    }
+    return true;
+  }();
+  (void)once;
+}
 
 #ifndef PI_VERSION_STRING
 #define PI_VERSION_STRING "0.0.0"
@@ -194,6 +209,7 @@ pi_status pi_engine_load(const char* path, const pi_load_options* opts, pi_engin
   if (*out == nullptr) return PI_ERR_OUT_OF_MEMORY;
   pi_engine& e = **out;
   if (path == nullptr) return invalid(e.error, "pi_engine_load: the path is NULL");
+  apply_isa_environment();
   const pi_load_options o = opts != nullptr ? *opts : pi_load_options_default();
   if (o.mode != PI_LOAD_AUTO && o.mode != PI_LOAD_MAP && o.mode != PI_LOAD_READ)
     return invalid(e.error, "pi_engine_load: unknown load mode " + std::to_string(o.mode));
@@ -730,6 +746,7 @@ pi_status pi_model_profile(const char* model, const char* text, int64_t len, con
                            size_t error_cap) {
   if (model == nullptr || text == nullptr || output == nullptr)
     return to_buffer("pi_model_profile: model, text or output is NULL", error, error_cap, PI_ERR_INVALID_ARGUMENT);
+  apply_isa_environment();
   const pi_profile_params p = params != nullptr ? *params : pi_profile_params_default();
   pi::ProfileParams q;
   q.model = model;

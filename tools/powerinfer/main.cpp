@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <map>
 #include <string>
@@ -10,8 +11,13 @@
 #include "commands.h"
 #include "core/log.h"
 #include "llama_flags.h"
+#include "powerinfer/cpu.h"
 
 int main(int argc, char** argv) {
+  // PI_KERNELS_ISA=scalar|avx2|...: the CPU kernels of a lower ISA (tests, benchmarks).
+  if (const char* isa = std::getenv("PI_KERNELS_ISA"); isa != nullptr && *isa != '\0') {
+    if (const std::string why = pi::set_cpu_isa(isa); !why.empty()) std::fprintf(stderr, "PI_KERNELS_ISA=%s\n", why.c_str());
+  }
   CLI::App app{"powerinfer: fast local LLM inference that exploits activation sparsity"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "powerinfer 0.1.0");

@@ -1,9 +1,11 @@
-// ISA detection and the choice of kernel table. There is no process-wide kernel setting:
-// each Kernels object holds its ISA's table; default_isa() is what devices start from (the
-// CPU's best, or PI_KERNELS_ISA, read once).
+// ISA detection and the choice of kernel table. Each Kernels object holds its ISA's table;
+// default_isa() is what devices start from: the CPU's best, or what a front end chose with
+// set_default_isa() (the environment's PI_KERNELS_ISA).
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "kernels/cpu/dispatch.h"
 #include "tensor/quant.h"
@@ -75,23 +77,6 @@ Isa best() {
   return Isa::Scalar;
 }
 
-Isa initial_isa() {
-  const char* env = std::getenv("PI_KERNELS_ISA");
-  if (env != nullptr && *env != '\0') {
-    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDot}) {
-      if (isa_name(isa) == env) {
-        if (cpu_has(isa)) return isa;
-        std::fprintf(stderr, "PI_KERNELS_ISA=%s is not available here; using %s\n", env,
-                     isa_name(best()).data());
-        return best();
-      }
-    }
-    std::fprintf(stderr, "PI_KERNELS_ISA=%s is unknown (scalar|avx2|avx512|neon|neon-dot); using %s\n",
-                 env, isa_name(best()).data());
-  }
-  return best();
-}
-
 }  // namespace
 
 std::string_view isa_name(Isa isa) {
@@ -112,9 +97,23 @@ std::string_view isa_name(Isa isa) {
 
 bool isa_available(Isa isa) { return cpu_has(isa); }
 
+// -1: not chosen yet (the best ISA).
+std::atomic<int> g_default_isa{-1};
+
 Isa default_isa() {
-  static const Isa isa = initial_isa();
-  return isa;
+  const int v = g_default_isa.load(std::memory_order_relaxed);
+  return v < 0 ? best() : static_cast<Isa>(v);
+}
+
+std::string set_default_isa(std::string_view name) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDot}) {
+    if (isa_name(isa) != name) continue;
+    if (!cpu_has(isa)) return std::string(name) + " is not available here; using " + std::string(isa_name(best()));
+    g_default_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
+    return "";
+  }
+  return std::string(name) + " is unknown (scalar|avx2|avx512|neon|neon-dot); using " +
+         std::string(isa_name(best()));
 }
 
 Kernels::Kernels(Isa isa) : isa_(isa_available(isa) ? isa : default_isa()), table_(&detail::table_for(isa_)) {}

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "core/error.h"
@@ -46,10 +47,14 @@ enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2, Neon = 3, NeonDot = 4 };
 std::string_view isa_name(Isa isa);
 // True when kernels for `isa` are compiled into this binary and the CPU executes them.
 bool isa_available(Isa isa);
-// The best ISA available here, or the one the environment variable PI_KERNELS_ISA
-// (scalar|avx2|avx512|neon|neon-dot) asks for when it is available (read once; a warning is
-// printed for an unknown or unavailable value). Devices use it as their default.
+// The ISA devices start from (and the CPU layouts weights are repacked into at load): the
+// best available here, unless set_default_isa() chose another.
 Isa default_isa();
+// Makes the ISA named `name` (scalar|avx2|avx512|neon|neon-dot) the default for what is
+// created afterwards: the front ends pass the environment's PI_KERNELS_ISA (a test and
+// benchmark switch; the library reads no environment). An unknown name, or one this binary
+// or CPU lacks, keeps the best ISA: the text returned says so ("" when done).
+std::string set_default_isa(std::string_view name);
 
 // True for weight types the matrix kernels accept.
 bool supports(DType t);

@@ -1,17 +1,14 @@
 #include "backend/host_memory.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
+#include "core/mapped_file.h"
+
 namespace pi::backend {
 
-uint64_t physical_memory() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-}
+uint64_t physical_memory() { return physical_memory_bytes(); }
 
 HostMemory::~HostMemory() {
   for (auto& [p, b] : blocks_)

@@ -1,9 +1,5 @@
 #include "core/disk_probe.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -15,23 +11,20 @@
 #include <thread>
 #include <vector>
 
+#include "core/direct_file.h"
+
 namespace pi {
 
 Result<DiskProbe> probe_direct_read(const std::string& path, size_t chunk, uint64_t total, int depth, uint64_t seed) {
-  constexpr size_t kAlign = 4096;
+  constexpr size_t kAlign = kDirectAlign;
   DiskProbe p;
   p.chunk = std::max(kAlign, (chunk + kAlign - 1) / kAlign * kAlign);
   p.depth = std::max(1, depth);
-  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-  p.direct = fd >= 0;
-  if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return err("%s: cannot open: %s", path.c_str(), std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(p.chunk)) {
-    ::close(fd);
-    return err("%s: smaller than one read of %zu bytes", path.c_str(), p.chunk);
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  auto file = DirectFile::open(path, /*direct=*/true);
+  if (!file.ok()) return file.error();
+  p.direct = file->direct();
+  const uint64_t size = file->size();
+  if (size < p.chunk) return err("%s: smaller than one read of %zu bytes", path.c_str(), p.chunk);
   const uint64_t slots = (size - p.chunk) / kAlign + 1;
   const uint64_t n = std::max<uint64_t>(static_cast<uint64_t>(p.depth), std::min(total, size) / p.chunk);
   std::atomic<int> failed_errno{0};
@@ -47,18 +40,13 @@ Result<DiskProbe> probe_direct_read(const std::string& path, size_t chunk, uint6
     std::mt19937_64 rng(seed);
     std::uniform_int_distribution<uint64_t> at(0, slots - 1);
     for (uint64_t i = 0; i < n; ++i) {
-      const off_t off = static_cast<off_t>(at(rng) * kAlign);
+      const uint64_t off = at(rng) * kAlign;
       if (i % static_cast<uint64_t>(p.depth) != static_cast<uint64_t>(t)) continue;
-      size_t got = 0;
-      while (got < p.chunk && failed_errno == 0) {
-        const ssize_t r = ::pread(fd, static_cast<char*>(raw) + got, p.chunk - got, off + static_cast<off_t>(got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-          failed_errno = r < 0 ? errno : EIO;
-          failed_at = static_cast<long long>(off);
-          return;
-        }
-        got += static_cast<size_t>(r);
+      if (failed_errno != 0) return;
+      if (!file->read_at(raw, p.chunk, off, p.chunk)) {
+        failed_errno = errno;
+        failed_at = static_cast<long long>(off);
+        return;
       }
     }
   };
@@ -68,7 +56,6 @@ Result<DiskProbe> probe_direct_read(const std::string& path, size_t chunk, uint6
   work(0);
   for (std::thread& t : threads) t.join();
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ::close(fd);
   if (failed_errno != 0)
     return err("%s: read at offset %lld failed: %s", path.c_str(), failed_at.load(), std::strerror(failed_errno));
   p.bytes = n * p.chunk;

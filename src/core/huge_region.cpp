@@ -49,4 +49,28 @@ void HugeRegion::reset() {
   release();
 }
 
+AddressRange::AddressRange(size_t bytes, bool accessible) {
+  void* p = mmap(nullptr, bytes, accessible ? PROT_READ | PROT_WRITE : PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return;
+  data_ = static_cast<std::byte*>(p);
+  size_ = bytes;
+}
+
+AddressRange::~AddressRange() {
+  if (data_ != nullptr) munmap(data_, size_);
+}
+
+AddressRange::AddressRange(AddressRange&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+AddressRange& AddressRange::operator=(AddressRange&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) munmap(data_, size_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
 }  // namespace pi

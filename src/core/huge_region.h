@@ -40,4 +40,27 @@ class HugeRegion {
   size_t mapping_size_ = 0;
 };
 
+// Address space reserved without committing memory: pages come when first written
+// (`accessible`), or never, every access faulting (not accessible: addresses that stand for
+// something else, such as the simulated device's buffer handles). Move-only; unmapped on
+// destruction. ok() is false when the system refused the reservation.
+class AddressRange {
+ public:
+  AddressRange() = default;
+  AddressRange(size_t bytes, bool accessible);
+  ~AddressRange();
+  AddressRange(const AddressRange&) = delete;
+  AddressRange& operator=(const AddressRange&) = delete;
+  AddressRange(AddressRange&& other) noexcept;
+  AddressRange& operator=(AddressRange&& other) noexcept;
+
+  bool ok() const { return data_ != nullptr; }
+  std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 }  // namespace pi

@@ -124,6 +124,11 @@ size_t proc_kib_line(const char* path, const char* format) {
 
 size_t mem_available_bytes() { return proc_kib_line("/proc/meminfo", "MemAvailable: %zu kB"); }
 
+size_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+}
+
 size_t peak_resident_bytes() { return proc_kib_line("/proc/self/status", "VmHWM: %zu kB"); }
 
 size_t resident_bytes() { return proc_kib_line("/proc/self/status", "VmRSS: %zu kB"); }

@@ -37,6 +37,8 @@ inline constexpr size_t kMemorySpare = size_t{1} << 30;
 // reclaimable caches) in bytes, 0 when unknown; and whether transparent huge pages can back an
 // madvise'd region (/sys/kernel/mm/transparent_hugepage/enabled not [never]).
 size_t mem_available_bytes();
+// The machine's physical memory in bytes, 0 when unknown.
+size_t physical_memory_bytes();
 // This process's resident memory now (VmRSS) and its peak (VmHWM, /proc/self/status) in bytes,
 // 0 when unknown; the peak counts the model's pages (read into memory, or the mapped pages
 // touched), copies, KV cache and buffers. reset_peak_resident() starts the peak again from

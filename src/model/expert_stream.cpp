@@ -1,8 +1,5 @@
 #include "model/expert_stream.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/direct_file.h"
 #include "core/log.h"
 #include "model/layout_cache.h"
 #include "tensor/quant.h"
@@ -17,31 +15,12 @@
 namespace pi::model {
 namespace {
 
-constexpr uint64_t kAlign = 4096;  // direct I/O: offsets, lengths and buffers on this boundary
+constexpr uint64_t kAlign = kDirectAlign;  // direct I/O: offsets, lengths and buffers on this boundary
 
 uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Reads [off, off + n) of fd into buf; false with errno set on failure or end of file first.
-bool read_fully(int fd, std::byte* buf, uint64_t n, uint64_t off, uint64_t need) {
-  uint64_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::pread(fd, buf + got, static_cast<size_t>(n - got), static_cast<off_t>(off + got));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    if (r == 0) break;  // end of file: the aligned range may run past it
-    got += static_cast<uint64_t>(r);
-  }
-  if (got < need) {
-    errno = EIO;
-    return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -107,22 +86,14 @@ Result<std::unique_ptr<ExpertStream>> ExpertStream::create(const std::string& pa
   // The slots' pages faulted in now, at load (zeroing them on first use costs more than the
   // reads that fill them on a VM, and belongs to loading, as a model read into memory pays it).
   const auto t_fault = std::chrono::steady_clock::now();
-#ifdef MADV_POPULATE_WRITE
-  const bool populated = madvise(s->pool_.data(), s->pool_.size(), MADV_POPULATE_WRITE) == 0;
-#else
-  const bool populated = false;
-#endif
-  if (!populated)
-    for (size_t off = 0; off < s->pool_.size(); off += 4096) s->pool_.data()[off] = std::byte{0};
+  populate_for_write(s->pool_.data(), s->pool_.size());
   log_debug("expert cache: %.2f GiB faulted in in %.2f s", static_cast<double>(s->pool_.size()) / 1073741824.0,
             seconds_since(t_fault));
-  s->fd_ = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-  s->direct_ = s->fd_ >= 0;
-  if (!s->direct_) {
-    s->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (s->fd_ < 0) return err("%s: cannot open: %s", path.c_str(), std::strerror(errno));
+  auto file = DirectFile::open(path, /*direct=*/true);
+  if (!file.ok()) return file.error();
+  s->file_ = std::move(*file);
+  if (!s->file_.direct())
     log_info("%s: direct I/O refused by its file system: experts are read through the page cache", path.c_str());
-  }
   s->slot_.resize(static_cast<size_t>(s->n_slots_));
   s->where_.assign(file_w.layers.size(), std::vector<int32_t>(static_cast<size_t>(hp.n_expert), -1));
   s->guessed_.assign(file_w.layers.size(), std::vector<uint8_t>(static_cast<size_t>(hp.n_expert), 0));
@@ -131,15 +102,12 @@ Result<std::unique_ptr<ExpertStream>> ExpertStream::create(const std::string& pa
   std::vector<std::byte> probe(2 * kAlign);
   std::byte* const probe_at = reinterpret_cast<std::byte*>(align_up(reinterpret_cast<uintptr_t>(probe.data())));
   // A first read tells whether this file system takes direct I/O at 4 KiB alignment.
-  for (size_t il = 0; il < s->parts_.size() && s->direct_; ++il) {
+  for (size_t il = 0; il < s->parts_.size() && s->file_.direct(); ++il) {
     const Part& p = s->parts_[il][0];
     if (!p.present) continue;
     const uint64_t a0 = p.file_off / kAlign * kAlign;
-    if (!read_fully(s->fd_, probe_at, kAlign, a0, 1)) {
-      ::close(s->fd_);
-      s->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (s->fd_ < 0) return err("%s: cannot open: %s", path.c_str(), std::strerror(errno));
-      s->direct_ = false;
+    if (!s->file_.read_at(probe_at, kAlign, a0, 1)) {
+      PI_TRY(s->file_.reopen_buffered());
       log_info("%s: direct I/O failed here: experts are read through the page cache", path.c_str());
     }
     break;
@@ -155,7 +123,6 @@ ExpertStream::~ExpertStream() {
   }
   job_cv_.notify_all();
   for (std::thread& t : readers_) t.join();
-  if (fd_ >= 0) ::close(fd_);
 }
 
 Matrix ExpertStream::matrix(int64_t il, ExpertPart part, int32_t slot) const {
@@ -206,7 +173,7 @@ void ExpertStream::read(int32_t il, int32_t e, int32_t s, std::vector<std::byte>
     const uint64_t a0 = off / kAlign * kAlign, a1 = align_up(off + p.bytes);
     std::byte* const area = pool_.data() + static_cast<size_t>(s) * slot_bytes_ + p.slot_off;
     std::byte* const at = area + (off - a0);
-    if (!read_fully(fd_, area, a1 - a0, a0, off + p.bytes - a0)) {
+    if (!file_.read_at(area, a1 - a0, a0, off + p.bytes - a0)) {
       // The file changed or the disk failed under a running model: the expert computes as
       // zeros and the step that asked for it fails (failure()).
       const std::string why = std::strerror(errno);

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/direct_file.h"
 #include "core/error.h"
 #include "core/huge_region.h"
 #include "model/hparams.h"
@@ -72,7 +73,7 @@ class ExpertStream {
   static uint64_t slot_bytes(const HParams& hp, const ModelWeights& file_w);
   int64_t slots() const { return n_slots_; }
   uint64_t cache_bytes() const { return static_cast<uint64_t>(n_slots_) * slot_bytes_; }
-  bool direct_io() const { return direct_; }
+  bool direct_io() const { return file_.direct(); }
 
   // Layer il's experts `ids` (any order, repeats allowed) in slots, read now where missing,
   // waiting for those being read ahead. They stay until the next acquire(). Returns the slot
@@ -122,8 +123,7 @@ class ExpertStream {
   static uint64_t shift(const Part& p, int32_t e);
   void reader_loop();
 
-  int fd_ = -1;
-  bool direct_ = false;
+  DirectFile file_;
   std::string path_;
   int64_t n_expert_ = 0;
   std::vector<std::array<Part, kExpertParts>> parts_;  // [n_layer]

@@ -2,7 +2,6 @@
 // runtime Context and Sampler, and the tokenizer.
 #include "powerinfer/engine.h"
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -36,9 +35,7 @@ using runtime::Phase;
 Status check_kv_fits(const model::HParams& hp, int64_t n_ctx) {
   const double bytes = 2.0 * 2.0 * static_cast<double>(hp.n_layer) * static_cast<double>(n_ctx) *
                        static_cast<double>(hp.n_embd_kv());
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  const double ram = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page)
-                                           : 0.0;
+  const auto ram = static_cast<double>(physical_memory_bytes());
   if (ram > 0 && bytes > ram) {
     return err("context size %lld: its KV cache needs %.1f GiB, more than the %.1f GiB of memory "
                "of this machine",

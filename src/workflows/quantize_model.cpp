@@ -1,6 +1,5 @@
 #include "workflows/quantize_model.h"
 
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -19,9 +18,8 @@ namespace {
 bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 bool same_file(const std::string& a, const std::string& b) {
-  struct stat sa {}, sb {};
-  if (stat(a.c_str(), &sa) != 0 || stat(b.c_str(), &sb) != 0) return false;
-  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  std::error_code ec;  // either missing: not the same
+  return std::filesystem::equivalent(a, b, ec) && !ec;
 }
 
 // Converts rows [r0, r1) of a tensor from `src` type to `dst` type, adding the round-trip

@@ -1,6 +1,5 @@
 #include "backend/sim/sim_device.h"
 
-#include <sys/mman.h>
 
 #include <chrono>
 #include <cinttypes>
@@ -78,8 +77,6 @@ SimDevice::Impl::Impl(const SimOptions& o, int n_threads, cpu::Isa isa)
 
 SimDevice::Impl::~Impl() {
   for (auto& q : queues) q.reset();  // drains and joins the workers
-  if (hbase != nullptr) munmap(hbase, capacity);
-  if (abase != nullptr) munmap(abase, capacity);
 }
 
 void SimDevice::Impl::fatal_not_device(const void* p) const {
@@ -155,18 +152,13 @@ Result<std::unique_ptr<SimDevice>> SimDevice::create(const SimOptions& o, int n_
   if (!(o.copy_latency_us >= 0) || !(o.copy_gbps >= 0))
     return err("sim: copy latency and bandwidth must be >= 0");
   auto impl = std::make_unique<Impl>(o, n_threads, isa);
-  void* h =
-      mmap(nullptr, impl->capacity, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  void* a = mmap(nullptr, impl->capacity, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (h == MAP_FAILED || a == MAP_FAILED) {
-    if (h != MAP_FAILED) munmap(h, impl->capacity);
-    if (a != MAP_FAILED) munmap(a, impl->capacity);
-    return err("sim: cannot reserve %" PRIu64 " bytes of address space for the device",
-               impl->capacity);
-  }
-  impl->hbase = static_cast<std::byte*>(h);
-  impl->abase = static_cast<std::byte*>(a);
+  // Handles: addresses no host code may touch (any access faults); storage: committed as written.
+  impl->handles = AddressRange(impl->capacity, /*accessible=*/false);
+  impl->storage = AddressRange(impl->capacity, /*accessible=*/true);
+  if (!impl->handles.ok() || !impl->storage.ok())
+    return err("sim: cannot reserve %" PRIu64 " bytes of address space for the device", impl->capacity);
+  impl->hbase = impl->handles.data();
+  impl->abase = impl->storage.data();
   impl->free_blocks[0] = impl->capacity;
   impl->ops = make_sim_ops(*impl);
   return std::unique_ptr<SimDevice>(new SimDevice(std::move(impl)));

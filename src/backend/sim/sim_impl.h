@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/host_memory.h"
 #include "backend/sim/sim_device.h"
+#include "core/huge_region.h"
 #include "core/thread_pool.h"
 
 namespace pi::backend {
@@ -53,8 +54,9 @@ class SimQueue {
 struct SimDevice::Impl {
   SimOptions opt;
   // Memory: handles hbase + off map to abase + off.
-  std::byte* hbase = nullptr;  // PROT_NONE range of capacity bytes
-  std::byte* abase = nullptr;  // backing arena
+  AddressRange handles, storage;  // capacity bytes each: no access, and the backing arena
+  std::byte* hbase = nullptr;     // handles.data()
+  std::byte* abase = nullptr;     // storage.data()
   uint64_t capacity = 0;
   mutable std::mutex mem_mu;
   std::map<uint64_t, uint64_t> free_blocks;  // offset -> size

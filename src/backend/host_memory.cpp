@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/mapped_file.h"
+#include "core/os.h"
 
 namespace pi::backend {
 
@@ -12,7 +13,7 @@ uint64_t physical_memory() { return physical_memory_bytes(); }
 
 HostMemory::~HostMemory() {
   for (auto& [p, b] : blocks_)
-    if (!b.region.ok()) std::free(p);
+    if (!b.region.ok()) os::aligned_free(p);
 }
 
 Result<void*> HostMemory::alloc(size_t bytes, const char* device, const char* what) {
@@ -32,7 +33,7 @@ Result<void*> HostMemory::alloc(size_t bytes, const char* device, const char* wh
     b.region = HugeRegion(n);
     p = b.region.data();
   } else {
-    p = std::aligned_alloc(64, (n + 63) / 64 * 64);
+    p = os::aligned_alloc(64, n);
     if (p != nullptr) std::memset(p, 0, n);
   }
   if (p == nullptr) {
@@ -51,7 +52,7 @@ void HostMemory::release(void* p) {
   auto it = blocks_.find(p);
   if (it == blocks_.end()) return;
   used_ -= it->second.bytes;
-  if (!it->second.region.ok()) std::free(p);
+  if (!it->second.region.ok()) os::aligned_free(p);
   blocks_.erase(it);
 }
 

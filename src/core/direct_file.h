@@ -29,13 +29,16 @@ class DirectFile {
   uint64_t size() const;  // 0 when it cannot be told
   // Opens the file again through the page cache (after a refused direct read).
   Status reopen_buffered();
-  // Reads [off, off + n) into buf, n bytes unless the end of the file comes first; fails (errno
-  // set) on an error or when fewer than `need` bytes were read. Safe from several threads.
+  // Reads [off, off + n) into buf, n bytes unless the end of the file comes first; fails on an
+  // error (read_error() says why) or when fewer than `need` bytes were read. Safe from several
+  // threads.
   bool read_at(void* buf, uint64_t n, uint64_t off, uint64_t need) const;
+  // Why the last read_at of this thread failed.
+  static std::string read_error();
 
  private:
   std::string path_;
-  int fd_ = -1;
+  intptr_t fd_ = -1;  // os::File
   bool direct_ = false;
 };
 

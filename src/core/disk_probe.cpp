@@ -2,16 +2,16 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
+#include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "core/direct_file.h"
+#include "core/os.h"
 
 namespace pi {
 
@@ -27,27 +27,29 @@ Result<DiskProbe> probe_direct_read(const std::string& path, size_t chunk, uint6
   if (size < p.chunk) return err("%s: smaller than one read of %zu bytes", path.c_str(), p.chunk);
   const uint64_t slots = (size - p.chunk) / kAlign + 1;
   const uint64_t n = std::max<uint64_t>(static_cast<uint64_t>(p.depth), std::min(total, size) / p.chunk);
-  std::atomic<int> failed_errno{0};
+  std::atomic<bool> failed{false};
   std::atomic<long long> failed_at{0};
+  std::mutex why_mu;
+  std::string why;
   // Thread t reads reads t, t + depth, ... of one random sequence (the same offsets for any depth).
   const auto work = [&](int t) {
-    void* raw = nullptr;
-    if (posix_memalign(&raw, kAlign, p.chunk) != 0) {
-      failed_errno = ENOMEM;
-      return;
-    }
-    std::unique_ptr<void, decltype(&std::free)> buf(raw, &std::free);
+    std::unique_ptr<void, decltype(&os::aligned_free)> buf(os::aligned_alloc(kAlign, p.chunk), &os::aligned_free);
+    void* raw = buf.get();
+    const auto fail = [&](uint64_t off, std::string reason) {
+      std::lock_guard<std::mutex> lock(why_mu);
+      if (!failed.exchange(true)) {
+        failed_at = static_cast<long long>(off);
+        why = std::move(reason);
+      }
+    };
+    if (raw == nullptr) return fail(0, "out of memory");
     std::mt19937_64 rng(seed);
     std::uniform_int_distribution<uint64_t> at(0, slots - 1);
     for (uint64_t i = 0; i < n; ++i) {
       const uint64_t off = at(rng) * kAlign;
       if (i % static_cast<uint64_t>(p.depth) != static_cast<uint64_t>(t)) continue;
-      if (failed_errno != 0) return;
-      if (!file->read_at(raw, p.chunk, off, p.chunk)) {
-        failed_errno = errno;
-        failed_at = static_cast<long long>(off);
-        return;
-      }
+      if (failed) return;
+      if (!file->read_at(raw, p.chunk, off, p.chunk)) return fail(off, DirectFile::read_error());
     }
   };
   const auto t0 = std::chrono::steady_clock::now();
@@ -56,8 +58,7 @@ Result<DiskProbe> probe_direct_read(const std::string& path, size_t chunk, uint6
   work(0);
   for (std::thread& t : threads) t.join();
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (failed_errno != 0)
-    return err("%s: read at offset %lld failed: %s", path.c_str(), failed_at.load(), std::strerror(failed_errno));
+  if (failed) return err("%s: read at offset %lld failed: %s", path.c_str(), failed_at.load(), why.c_str());
   p.bytes = n * p.chunk;
   p.mbps = p.seconds > 0 ? static_cast<double>(p.bytes) / p.seconds / 1e6 : 0.0;
   return p;

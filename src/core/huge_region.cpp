@@ -1,8 +1,8 @@
 #include "core/huge_region.h"
 
-#include <sys/mman.h>
-
 #include <cstdint>
+
+#include "core/os.h"
 
 namespace pi {
 
@@ -10,14 +10,14 @@ HugeRegion::HugeRegion(size_t bytes) {
   if (bytes == 0) return;
   // One extra huge page so that the data can start on a 2 MiB boundary.
   const size_t n = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes + kHugePageBytes;
-  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return;
+  void* p = os::map_anonymous(n, /*accessible=*/true, /*overcommit=*/false);
+  if (p == nullptr) return;
   mapping_ = p;
   mapping_size_ = n;
   data_ = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(p) + kHugePageBytes - 1) /
                                        kHugePageBytes * kHugePageBytes);
   size_ = bytes;
-  madvise(data_, n - static_cast<size_t>(data_ - static_cast<std::byte*>(p)), MADV_HUGEPAGE);
+  os::advise_huge(data_, n - static_cast<size_t>(data_ - static_cast<std::byte*>(p)));
 }
 
 HugeRegion::~HugeRegion() { reset(); }
@@ -45,20 +45,19 @@ std::pair<void*, size_t> HugeRegion::release() {
 }
 
 void HugeRegion::reset() {
-  if (mapping_ != nullptr) munmap(mapping_, mapping_size_);
+  if (mapping_ != nullptr) os::unmap(mapping_, mapping_size_);
   release();
 }
 
 AddressRange::AddressRange(size_t bytes, bool accessible) {
-  void* p = mmap(nullptr, bytes, accessible ? PROT_READ | PROT_WRITE : PROT_NONE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return;
+  void* p = os::map_anonymous(bytes, accessible, /*overcommit=*/true);
+  if (p == nullptr) return;
   data_ = static_cast<std::byte*>(p);
   size_ = bytes;
 }
 
 AddressRange::~AddressRange() {
-  if (data_ != nullptr) munmap(data_, size_);
+  if (data_ != nullptr) os::unmap(data_, size_);
 }
 
 AddressRange::AddressRange(AddressRange&& other) noexcept
@@ -66,7 +65,7 @@ AddressRange::AddressRange(AddressRange&& other) noexcept
 
 AddressRange& AddressRange::operator=(AddressRange&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) munmap(data_, size_);
+    if (data_ != nullptr) os::unmap(data_, size_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }

@@ -15,7 +15,7 @@ inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 class HugeRegion {
  public:
   HugeRegion() = default;
-  // At least `bytes` bytes; ok() is false (errno set by mmap) when the mapping failed.
+  // At least `bytes` bytes; ok() is false when the mapping failed (os::last_error() says why).
   explicit HugeRegion(size_t bytes);
   ~HugeRegion();
   HugeRegion(const HugeRegion&) = delete;
@@ -26,10 +26,10 @@ class HugeRegion {
   bool ok() const { return data_ != nullptr; }
   std::byte* data() const { return data_; }  // 2 MiB aligned
   size_t size() const { return size_; }      // as requested
-  // The whole mapping (data() lies inside it): what munmap, mprotect and smaps see.
+  // The whole mapping (data() lies inside it): what os::unmap, os::protect and smaps see.
   void* mapping() const { return mapping_; }
   size_t mapping_size() const { return mapping_size_; }
-  // Gives up ownership: the caller munmaps {mapping, mapping_size}.
+  // Gives up ownership: the caller releases {mapping, mapping_size} with os::unmap.
   std::pair<void*, size_t> release();
 
  private:

@@ -1,11 +1,7 @@
 #include "core/mapped_file.h"
 
 #include "core/huge_region.h"
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "core/os.h"
 
 #include <algorithm>
 #include <atomic>
@@ -40,7 +36,10 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 void MappedFile::reset() {
-  if (region_ != nullptr) munmap(region_, region_size_);
+  if (region_ != nullptr) {
+    if (mode_ == LoadMode::Read) os::unmap(region_, region_size_);
+    else os::unmap_file(region_, region_size_);
+  }
   region_ = nullptr;
   region_size_ = 0;
   data_ = nullptr;
@@ -50,12 +49,12 @@ void MappedFile::reset() {
 namespace {
 
 // Reads the whole file into a fresh anonymous region advised for huge pages.
-Status read_into_memory(int fd, const std::string& path, size_t size, void*& region,
+Status read_into_memory(os::File fd, const std::string& path, size_t size, void*& region,
                         size_t& region_size, const std::byte*& data) {
   HugeRegion mem(size);
   if (!mem.ok()) {
     return err("%s: cannot allocate %zu bytes to read the file into: %s", path.c_str(), size,
-               std::strerror(errno));
+               os::last_error().c_str());
   }
   std::byte* aligned = mem.data();
   // Chunks of 64 MiB read by several threads: most of the time goes to the kernel faulting
@@ -71,13 +70,12 @@ Status read_into_memory(int fd, const std::string& path, size_t size, void*& reg
       size_t done = c * kChunk;
       const size_t end = std::min(size, done + kChunk);
       while (done < end) {
-        const ssize_t r = ::pread(fd, aligned + done, end - done, static_cast<off_t>(done));
-        if (r < 0 && errno == EINTR) continue;
+        const int64_t r = os::read_at(fd, aligned + done, end - done, done);
         if (r <= 0) {
           const std::lock_guard<std::mutex> lock(failure_mutex);
           if (failure.empty()) {
             failure = err("%s: read failed at offset %zu of %zu: %s", path.c_str(), done, size,
-                          r < 0 ? std::strerror(errno) : "unexpected end of file")
+                          r < 0 ? os::last_error().c_str() : "unexpected end of file")
                           .message;
           }
           next = n_chunks;  // the others stop at their next chunk
@@ -92,7 +90,7 @@ Status read_into_memory(int fd, const std::string& path, size_t size, void*& reg
   worker();
   for (std::thread& t : threads) t.join();
   if (!failure.empty()) return Error{failure};
-  mprotect(mem.mapping(), mem.mapping_size(), PROT_READ);
+  os::protect(mem.mapping(), mem.mapping_size(), os::Access::Read);
   data = aligned;
   std::tie(region, region_size) = mem.release();
   return Status::Ok();
@@ -122,12 +120,12 @@ size_t proc_kib_line(const char* path, const char* format) {
 
 }  // namespace
 
-size_t mem_available_bytes() { return proc_kib_line("/proc/meminfo", "MemAvailable: %zu kB"); }
-
-size_t physical_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+size_t mem_available_bytes() {
+  const size_t kib = proc_kib_line("/proc/meminfo", "MemAvailable: %zu kB");
+  return kib != 0 ? kib : static_cast<size_t>(os::available_memory());
 }
+
+size_t physical_memory_bytes() { return static_cast<size_t>(os::physical_memory()); }
 
 size_t peak_resident_bytes() { return proc_kib_line("/proc/self/status", "VmHWM: %zu kB"); }
 
@@ -150,44 +148,39 @@ bool transparent_huge_pages_on() {
 }
 
 Result<MappedFile> MappedFile::open(const std::string& path, LoadMode mode) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return err("%s: cannot open: %s", path.c_str(), std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    return err("%s: cannot stat: %s", path.c_str(), std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
+  const os::File fd = os::open_read(path, /*direct=*/false);
+  if (fd == os::kNoFile) return err("%s: cannot open: %s", path.c_str(), os::last_error().c_str());
+  uint64_t file_size = 0;
+  if (!os::regular_size(fd, file_size)) {
+    os::close(fd);
     return err("%s: not a regular file", path.c_str());
   }
   MappedFile f;
   f.path_ = path;
-  const auto size = static_cast<size_t>(st.st_size);
+  const auto size = static_cast<size_t>(file_size);
   if (mode == LoadMode::Auto)
     mode = choose_load_mode(size, mem_available_bytes(), transparent_huge_pages_on());
   f.mode_ = mode;
   if (size > 0 && mode == LoadMode::Read) {
     const Status s = read_into_memory(fd, path, size, f.region_, f.region_size_, f.data_);
-    ::close(fd);
+    os::close(fd);
     if (!s.ok()) return s.error();
     f.size_ = size;
     return f;
   }
   if (size > 0) {
-    void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      int e = errno;
-      ::close(fd);
-      return err("%s: cannot mmap: %s", path.c_str(), std::strerror(e));
+    void* p = os::map_file(fd, size);
+    if (p == nullptr) {
+      const std::string why = os::last_error();
+      os::close(fd);
+      return err("%s: cannot mmap: %s", path.c_str(), why.c_str());
     }
     f.region_ = p;
     f.region_size_ = size;
     f.data_ = static_cast<const std::byte*>(p);
     f.size_ = size;
   }
-  ::close(fd);
+  os::close(fd);
   return f;
 }
 
@@ -218,25 +211,25 @@ Status MappedFile::edit(const std::function<void(std::span<std::byte>)>& edit) {
     return err("%s: only a file read into memory can be edited in place (this one is mapped)",
                path_.c_str());
   }
-  if (mprotect(region_, region_size_, PROT_READ | PROT_WRITE) != 0) {
-    return err("%s: cannot make its memory writable: %s", path_.c_str(), std::strerror(errno));
+  if (!os::protect(region_, region_size_, os::Access::ReadWrite)) {
+    return err("%s: cannot make its memory writable: %s", path_.c_str(), os::last_error().c_str());
   }
   edit(std::span<std::byte>(const_cast<std::byte*>(data_), size_));
-  mprotect(region_, region_size_, PROT_READ);
+  os::protect(region_, region_size_, os::Access::Read);
   return Status::Ok();
 }
 
 void MappedFile::prefetch(size_t offset, size_t length) const {
   if (data_ == nullptr || offset >= size_) return;
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t page = os::page_size();
   size_t begin = offset / page * page;
   size_t end = std::min(size_, offset + length);
-  madvise(const_cast<std::byte*>(data_) + begin, end - begin, MADV_WILLNEED);
+  os::advise_will_need(const_cast<std::byte*>(data_) + begin, end - begin);
 }
 
 void MappedFile::release_pages() const {
   if (data_ == nullptr || mode_ != LoadMode::Map) return;
-  madvise(region_, region_size_, MADV_DONTNEED);
+  os::advise_dont_need(region_, region_size_);
 }
 
 }  // namespace pi
@@ -245,9 +238,9 @@ namespace pi {
 
 Status MappedFile::lock() const {
   if (size_ == 0) return Status::Ok();
-  if (::mlock(data_, size_) != 0) {
+  if (!os::lock(data_, size_)) {
     return err("%s: cannot lock %.1f MiB in memory (mlock: %s; see ulimit -l)", path_.c_str(),
-               static_cast<double>(size_) / 1048576.0, std::strerror(errno));
+               static_cast<double>(size_) / 1048576.0, os::last_error().c_str());
   }
   return Status::Ok();
 }

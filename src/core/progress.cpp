@@ -1,13 +1,13 @@
 #include "core/progress.h"
 
-#include <unistd.h>
-
 #include <cstdio>
+
+#include "core/os.h"
 
 namespace pi {
 
 ProgressBar::ProgressBar(std::string label, uint64_t total)
-    : label_(std::move(label)), total_(total), enabled_(isatty(STDERR_FILENO) != 0) {
+    : label_(std::move(label)), total_(total), enabled_(os::stderr_is_terminal()) {
   start_ = last_draw_ = std::chrono::steady_clock::now();
 }
 

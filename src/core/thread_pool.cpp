@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/os.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -54,7 +56,7 @@ ThreadPool::~ThreadPool() {
   std::lock_guard lock(call_mutex_);
   stop_.store(true, std::memory_order_seq_cst);
   generation_.fetch_add(1, std::memory_order_seq_cst);
-  generation_.notify_all();
+  os::wake_all(generation_);
   for (auto& w : workers_) w.join();
 }
 
@@ -78,7 +80,7 @@ void ThreadPool::run(int64_t n_tasks, Schedule schedule, int64_t chunk, TaskFn f
   generation_.fetch_add(1, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     wakeups_.fetch_add(1, std::memory_order_relaxed);
-    generation_.notify_all();
+    os::wake_all(generation_);
   }
 
   t_in_task = true;
@@ -88,7 +90,7 @@ void ThreadPool::run(int64_t n_tasks, Schedule schedule, int64_t chunk, TaskFn f
   auto done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
   if (!spin_until(done)) {
     for (int32_t v; (v = pending_.load(std::memory_order_acquire)) != 0;)
-      pending_.wait(v, std::memory_order_acquire);
+      os::wait_while(pending_, v);
   }
 }
 
@@ -118,13 +120,13 @@ void ThreadPool::worker_main(int thread) {
       // or this thread sees the new generation before waiting.
       sleepers_.fetch_add(1, std::memory_order_seq_cst);
       while (generation_.load(std::memory_order_seq_cst) == seen)
-        generation_.wait(seen, std::memory_order_seq_cst);
+        os::wait_while(generation_, seen);
       sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire)) return;
     work(thread);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) os::wake_one(pending_);
   }
 }
 

@@ -176,7 +176,7 @@ void ExpertStream::read(int32_t il, int32_t e, int32_t s, std::vector<std::byte>
     if (!file_.read_at(area, a1 - a0, a0, off + p.bytes - a0)) {
       // The file changed or the disk failed under a running model: the expert computes as
       // zeros and the step that asked for it fails (failure()).
-      const std::string why = std::strerror(errno);
+      const std::string why = DirectFile::read_error();
       std::memset(at, 0, static_cast<size_t>(p.bytes));
       std::lock_guard<std::mutex> lock(mu_);
       if (failure_.empty()) {

@@ -1,6 +1,5 @@
 #include "bench_machine.h"
 
-#include <sys/utsname.h>
 
 #include <cstdio>
 #include <ctime>
@@ -10,6 +9,7 @@
 #include <thread>
 
 #include "bench_build_info.h"  // generated: PI_BUILD_COMMIT, PI_BUILD_COMPILER, ...
+#include "core/os.h"
 #include "kernels/cpu/kernels.h"
 
 namespace pi::cli {
@@ -52,14 +52,12 @@ MachineInfo read_machine_info() {
   m.logical_cpus = static_cast<int>(std::thread::hardware_concurrency());
   const std::string mem = proc_field("/proc/meminfo", "MemTotal");  // "24576000 kB"
   if (!mem.empty()) m.mem_gib = std::strtod(mem.c_str(), nullptr) / (1024.0 * 1024.0);
-  utsname u{};
-  if (uname(&u) == 0) m.os = std::string(u.sysname) + " " + u.release + " " + u.machine;
+  m.os = os::system_name();
   m.kernel_isa = std::string(cpu::isa_name(cpu::default_isa()));
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
+  const os::UtcTime t = os::utc_time(static_cast<int64_t>(std::time(nullptr)));
   char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02d %02d:%02d:%02d UTC", t.year, t.month, t.day, t.hour, t.minute,
+                t.second);
   m.date_utc = buf;
   return m;
 }

@@ -8,7 +8,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <sys/wait.h>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -17,6 +16,7 @@
 #include "cli_checks.h"
 #include "commands.h"
 #include "core/log.h"
+#include "core/os.h"
 #include "powerinfer/plan.h"
 
 namespace pi::cli {
@@ -123,7 +123,7 @@ Status plot(const nlohmann::json& j, const std::string& png) {
   const std::string cmd = std::string(py != nullptr && *py != 0 ? py : "python3") + " '" +
                           PI_PLOT_SCRIPT + "' '" + json_path + "' -o '" + png + "'";
   const int status = std::system(cmd.c_str());
-  const int rc = status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  const int rc = os::system_exit_code(status);
   if (rc != 0) {
     return err("--plot: `%s` failed (exit %d; the script needs python3 with matplotlib); the data "
                "is in %s", cmd.c_str(), rc, json_path.c_str());

@@ -22,11 +22,11 @@
 #include <string_view>
 #include <thread>
 
-#include <unistd.h>
 
 #include "commands.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
+#include "core/os.h"
 #include "gen_options.h"
 #include "interrupt.h"
 #include "powerinfer/engine.h"
@@ -300,7 +300,7 @@ int run(const RunOptions& o_in) {
     co.ignore_eos = o.ignore_eos;
     co.render.reasoning_effort = effort;
     co.show_reasoning = !o.hide_reasoning;
-    co.dim_reasoning = isatty(STDOUT_FILENO) != 0;
+    co.dim_reasoning = os::stdout_is_terminal();
     ConsoleIo io;
     io.read_line = read_line;
     io.print = [](std::string_view s) { print_piece(std::string(s)); };

@@ -1,7 +1,8 @@
 #include "interrupt.h"
 
 #include <csignal>
-#include <cstring>
+
+#include "core/os.h"
 
 namespace pi::cli {
 namespace {
@@ -13,14 +14,7 @@ extern "C" void on_sigint(int) { g_interrupted = 1; }
 
 }  // namespace
 
-void install_sigint_flag() {
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_sigint;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;
-  sigaction(SIGINT, &sa, nullptr);
-}
+void install_sigint_flag() { os::on_interrupt(on_sigint); }
 
 bool interrupted() { return g_interrupted != 0; }
 

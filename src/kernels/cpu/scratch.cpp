@@ -5,6 +5,8 @@
 #include <new>
 #include <vector>
 
+#include "core/os.h"
+
 namespace pi::cpu::detail {
 namespace {
 
@@ -12,7 +14,7 @@ constexpr size_t kAlign = 64;
 constexpr size_t kMinChunk = size_t{1} << 20;
 
 struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
+  void operator()(void* p) const { os::aligned_free(p); }
 };
 
 // A stack of chunks. Scratch objects nest like a stack: each restores the position it found.
@@ -56,7 +58,7 @@ void* Scratch::alloc_bytes(size_t bytes) {
   size_t size = kMinChunk;
   if (!a.chunks.empty()) size = a.chunks.back().size * 2;
   while (size < bytes) size *= 2;
-  void* mem = std::aligned_alloc(kAlign, size);
+  void* mem = os::aligned_alloc(kAlign, size);
   if (mem == nullptr) throw std::bad_alloc();
   a.chunks.push_back({std::unique_ptr<std::byte, FreeDeleter>(static_cast<std::byte*>(mem)),
                       size});

@@ -3,8 +3,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/os.h"
 #include "kernels/cpu/kernels.h"
 #include "tensor/quant.h"
 
@@ -268,15 +267,15 @@ class Guarded {
 class GuardedBytes {
  public:
   explicit GuardedBytes(size_t bytes) {
-    const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t page = pi::os::page_size();
     const size_t span = (bytes + page - 1) / page * page;
     size_ = span + page;
-    map_ = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map_ == MAP_FAILED || mprotect(static_cast<uint8_t*>(map_) + span, page, PROT_NONE) != 0) return;
+    map_ = pi::os::map_anonymous(size_, /*accessible=*/true, /*overcommit=*/false);
+    if (map_ == nullptr || !pi::os::protect(static_cast<uint8_t*>(map_) + span, page, pi::os::Access::None)) return;
     data_ = static_cast<uint8_t*>(map_) + span - bytes;
   }
   ~GuardedBytes() {
-    if (map_ != MAP_FAILED) munmap(map_, size_);
+    if (map_ != nullptr) pi::os::unmap(map_, size_);
   }
   GuardedBytes(const GuardedBytes&) = delete;
   GuardedBytes& operator=(const GuardedBytes&) = delete;
@@ -284,7 +283,7 @@ class GuardedBytes {
   uint8_t* data() const { return data_; }
 
  private:
-  void* map_ = MAP_FAILED;
+  void* map_ = nullptr;
   size_t size_ = 0;
   uint8_t* data_ = nullptr;
 };

@@ -10,16 +10,21 @@
 #                                     (scripts/build-arm64.sh): Debian's cross compiler,
 #                                     qemu-aarch64, and the arm64 library it links (GoogleTest)
 #                                     through Debian multiarch
+#   scripts/install-deps.sh --windows what --build needs, plus the Windows cross build's
+#                                     (scripts/build-windows.sh): MinGW-w64 (posix threads),
+#                                     Wine, and GoogleTest's sources to build for Windows
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_only=0
 arm64=0
+windows=0
 case "${1:-}" in
   --build) build_only=1 ;;
   --arm64) build_only=1; arm64=1 ;;
+  --windows) build_only=1; windows=1 ;;
   "") ;;
-  *) echo "usage: scripts/install-deps.sh [--build|--arm64]" >&2; exit 2 ;;
+  *) echo "usage: scripts/install-deps.sh [--build|--arm64|--windows]" >&2; exit 2 ;;
 esac
 
 APT_PACKAGES=(
@@ -44,6 +49,11 @@ if ((arm64)); then
     if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
     $SUDO dpkg --add-architecture arm64
   fi
+fi
+
+if ((windows)); then
+  # Debian ships no Windows GoogleTest: the stage builds it from the googletest sources.
+  APT_PACKAGES+=(g++-mingw-w64-x86-64-posix wine64 googletest)
 fi
 
 missing=()

@@ -22,7 +22,11 @@ void message(std::string& out, std::string_view role, std::string_view content) 
 std::string local_date() {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
+#ifdef _WIN32
+  localtime_s(&tm, &now);  // the same, with Microsoft's order of arguments
+#else
   localtime_r(&now, &tm);
+#endif
   char buf[16];
   std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
   return buf;

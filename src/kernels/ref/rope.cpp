@@ -6,6 +6,7 @@
 // n_rot..head_dim-1 are left as they are. n_rot must be even and at most head_dim.
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 
 #include "kernels/ref/ref.h"
 
@@ -22,7 +23,7 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t po
   double lo = 0, hi = 0, mscale = yarn.attn_factor;
   if (yarn_on) {
     const auto pair_turning = [&](double turns) {  // the pair index turning `turns` times
-      return n_rot * std::log(static_cast<double>(yarn.n_ctx_orig) / (2.0 * M_PI * turns)) / (2.0 * std::log(static_cast<double>(base)));
+      return n_rot * std::log(static_cast<double>(yarn.n_ctx_orig) / (2.0 * std::numbers::pi * turns)) / (2.0 * std::log(static_cast<double>(base)));
     };
     const double fast = pair_turning(yarn.beta_fast), slow = pair_turning(yarn.beta_slow);
     lo = std::max(0.0, yarn.truncate ? std::floor(fast) : fast);

@@ -145,12 +145,6 @@ int system_exit_code(int status) { return status; }
 
 std::string system_name() { return "Windows"; }
 
-UtcTime utc_time(int64_t t) {
-  const std::time_t tt = static_cast<std::time_t>(t);
-  std::tm tm{};
-  gmtime_s(&tm, &tt);
-  return {tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec};
-}
 
 #else
 
@@ -276,13 +270,17 @@ std::string system_name() {
   return uname(&u) == 0 ? std::string(u.sysname) + " " + u.release + " " + u.machine : std::string();
 }
 
+#endif
+
 UtcTime utc_time(int64_t t) {
   const std::time_t tt = static_cast<std::time_t>(t);
   std::tm tm{};
+#ifdef _WIN32
+  gmtime_s(&tm, &tt);
+#else
   gmtime_r(&tt, &tm);
+#endif
   return {tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec};
 }
-
-#endif
 
 }  // namespace pi::os

@@ -60,7 +60,9 @@ std::shared_ptr<const grammar::TokenSet> token_set(const Tokenizer& tok) {
   return std::make_shared<const grammar::TokenSet>(std::move(pieces), std::move(eog));
 }
 
-DType kv_dtype(KvCacheType t) {
+}  // namespace
+
+DType runtime::kv_dtype(KvCacheType t) {
   switch (t) {
     case KvCacheType::Q8_0: return DType::Q8_0;
     case KvCacheType::Q4_0: return DType::Q4_0;
@@ -68,8 +70,6 @@ DType kv_dtype(KvCacheType t) {
   }
   return DType::F16;
 }
-
-}  // namespace
 
 Engine::~Engine() = default;
 
@@ -164,7 +164,7 @@ Result<std::unique_ptr<Session>> Session::create(const Engine& engine, const Ses
   co.thresholds.uniform = o.sparse.uniform_sparsity;
   co.all_logits = o.all_logits;
   co.n_seq_max = o.n_seq_max;
-  co.kv_types = runtime::KvTypes{kv_dtype(o.kv_type_k), kv_dtype(o.kv_type_v)};
+  co.kv_types = runtime::KvTypes{runtime::kv_dtype(o.kv_type_k), runtime::kv_dtype(o.kv_type_v)};
   co.swa_full = o.swa_full;
   co.device.name = o.device;
   co.device.budget = o.device_budget;

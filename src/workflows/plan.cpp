@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "model/model.h"
 #include "runtime/context.h"
+#include "runtime/engine_access.h"
 #include "runtime/hybrid_plan.h"
 #include "runtime/kv_cache.h"
 #include "sparse/activation_stats.h"
@@ -46,10 +47,9 @@ Result<runtime::KvTypes> kv_types(const PlanParams& p) {
   runtime::KvTypes kv;
   for (auto [flag, name, type] :
        {std::tuple{"-ctk", &p.cache_type_k, &kv.k}, std::tuple{"-ctv", &p.cache_type_v, &kv.v}}) {
-    if (*name == "f16") *type = DType::F16;
-    else if (*name == "q8_0") *type = DType::Q8_0;
-    else if (*name == "q4_0") *type = DType::Q4_0;
-    else return bad_request(err("%s %s: unknown KV cache type (supported: f16, q8_0, q4_0)", flag, name->c_str()));
+    const std::optional<KvCacheType> t = kv_cache_type_from_name(*name);
+    if (!t) return bad_request(err("%s %s: unknown KV cache type (supported: f16, q8_0, q4_0)", flag, name->c_str()));
+    *type = runtime::kv_dtype(*t);
   }
   return kv;
 }
